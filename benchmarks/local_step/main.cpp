@@ -1,0 +1,152 @@
+// One training step of the seed's MLP (784 -> 100 -> 10, relu, softmax, the
+// clipped-log cross entropy, Adam; batch 100) through a loom session against
+// the same step written by hand with Eigen matrices, in the same run.
+#include "../bench_util.hpp"
+
+#include <loom/data/mnist.hpp>
+#include <loom/loom.hpp>
+
+#include <Eigen/Dense>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+namespace {
+
+constexpr int in_dim = 784, hidden = 100, classes = 10, batch = 100, pool = 8;
+using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using vector = Eigen::Matrix<float, 1, Eigen::Dynamic>;
+
+struct adam_param {
+  matrix w, m, v;
+  explicit adam_param(matrix init)
+      : w(std::move(init)), m(matrix::Zero(w.rows(), w.cols())),
+        v(matrix::Zero(w.rows(), w.cols())) {}
+  void apply(const matrix& g, float lr_t) {
+    constexpr float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    m = b1 * m + (1 - b1) * g;
+    v = b2 * v + (1 - b2) * g.cwiseProduct(g);
+    w.array() -= lr_t * m.array() / (v.array().sqrt() + eps);
+  }
+};
+
+// The hand-written step: the same math as loom's graph, op for op.
+struct eigen_mlp {
+  adam_param w1, b1, w2, b2;
+  double beta1_power = 1, beta2_power = 1;
+  float lr = 0.001f;
+  explicit eigen_mlp(std::mt19937& rng)
+      : w1(random(in_dim, hidden, rng)), b1(matrix::Zero(1, hidden)),
+        w2(random(hidden, classes, rng)), b2(matrix::Zero(1, classes)) {}
+  static matrix random(int r, int c, std::mt19937& rng) {
+    std::normal_distribution<float> d(0, 0.05f);
+    matrix m(r, c);
+    for (int i = 0; i < m.size(); ++i) m.data()[i] = d(rng);
+    return m;
+  }
+
+  float step(const matrix& x, const matrix& labels) {
+    // forward
+    matrix h_lin = x * w1.w;
+    h_lin.rowwise() += Eigen::Map<const vector>(b1.w.data(), hidden);
+    matrix h = h_lin.cwiseMax(0.f);
+    matrix z = h * w2.w;
+    z.rowwise() += Eigen::Map<const vector>(b2.w.data(), classes);
+    matrix y = (z.colwise() - z.rowwise().maxCoeff()).array().exp();
+    y.array().colwise() /= y.rowwise().sum().array();
+    matrix clipped = y.cwiseMax(1e-10f).cwiseMin(1.f);
+    const float loss = -(labels.array() * clipped.array().log()).sum();
+    // backward
+    matrix dy = (y.array() >= 1e-10f && y.array() <= 1.f)
+                    .select(-labels.array() / clipped.array(), 0.f);
+    matrix dz = y.array() * (dy.colwise() - (dy.array() * y.array()).rowwise().sum().matrix())
+                                .array();
+    matrix dw2 = h.transpose() * dz;
+    matrix db2 = dz.colwise().sum();
+    matrix dh = (dz * w2.w.transpose()).array() * (h_lin.array() > 0.f).cast<float>();
+    matrix dw1 = x.transpose() * dh;
+    matrix db1 = dh.colwise().sum();
+    // Adam
+    beta1_power *= 0.9;
+    beta2_power *= 0.999;
+    const auto lr_t = static_cast<float>(lr * std::sqrt(1 - beta2_power) / (1 - beta1_power));
+    w1.apply(dw1, lr_t);
+    b1.apply(db1, lr_t);
+    w2.apply(dw2, lr_t);
+    b2.apply(db2, lr_t);
+    return loss;
+  }
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 30;
+  const int inner = 20;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<loom::tensor<float, 2>> xs, ys;
+  std::vector<matrix> exs, eys;
+  for (int k = 0; k < pool; ++k) {
+    loom::tensor<float, 2> x(loom::shape{batch, in_dim}), y(loom::shape{batch, classes}, 0.f);
+    for (auto& v : x.flat()) v = u(rng);
+    for (int i = 0; i < batch; ++i) y(i, static_cast<int>(rng() % classes)) = 1.f;
+    exs.push_back(Eigen::Map<const matrix>(x.data(), batch, in_dim));
+    eys.push_back(Eigen::Map<const matrix>(y.data(), batch, classes));
+    xs.push_back(x);
+    ys.push_back(y);
+  }
+
+  // loom: the graph of examples/mnist_local.
+  loom::graph g;
+  g.set_random_seed(1);
+  using loom::shape;
+  loom::variable<float, 2> w1(g, "hid_w", shape{in_dim, hidden},
+                              loom::truncated_normal_initializer{.stddev = 1.0 / 28});
+  loom::variable<float, 1> b1(g, "hid_b", shape{hidden}, loom::zeros_initializer{});
+  loom::variable<float, 2> w2(g, "sm_w", shape{hidden, classes},
+                              loom::truncated_normal_initializer{.stddev = 0.1});
+  loom::variable<float, 1> b2(g, "sm_b", shape{classes}, loom::zeros_initializer{});
+  loom::placeholder<float, 2> x(g, shape{-1, in_dim}, "x");
+  loom::placeholder<float, 2> y_(g, shape{-1, classes}, "y_");
+  auto y = loom::softmax(loom::xw_plus_b(loom::relu(loom::xw_plus_b(x, w1, b1)), w2, b2));
+  auto loss = loom::lower(-loom::reduce_sum(y_ * loom::log(loom::clip_by_value(y, 1e-10, 1.0))));
+  auto train = loom::adam_optimizer{0.001}.minimize(loss);
+  loom::session sess(g);
+  sess.run(loom::global_variables_initializer(g));
+
+  eigen_mlp ref(rng);
+  int k = 0;
+  auto loom_step = [&] {
+    ++k;
+    auto [_, l] = sess.run(loom::fetches(train, loss), {{x, xs[k % pool]}, {y_, ys[k % pool]}});
+    (void)l;
+  };
+  int e = 0;
+  volatile float sink = 0;
+  auto eigen_step = [&] {
+    ++e;
+    sink = ref.step(exs[e % pool], eys[e % pool]);
+  };
+  for (int i = 0; i < 20; ++i) { // warm up: plans, caches, allocator
+    loom_step();
+    eigen_step();
+  }
+  // Interleave the two so that machine noise hits both alike.
+  std::vector<double> tl, te;
+  for (int r = 0; r < reps; ++r) {
+    te.push_back(loom::bench::median_seconds(eigen_step, 1, inner));
+    tl.push_back(loom::bench::median_seconds(loom_step, 1, inner));
+  }
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  loom::bench::print_table("local_step: one MLP training step (784-100-10, batch 100, Adam)",
+                           {{"hand-written Eigen step (baseline)", median(te)},
+                            {"loom session step", median(tl)}});
+  std::printf("\nloom / Eigen = %.3f (target <= 1.15); %d repetitions of %d steps, medians\n",
+              median(tl) / median(te), reps, inner);
+  return 0;
+}

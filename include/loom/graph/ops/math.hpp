@@ -1,0 +1,529 @@
+// The non-elementwise math ops: matmul, xw_plus_b, the reductions (sum, mean,
+// max), argmax/argmin and reshape. Op definitions (shape inference, TF's
+// gradients) and the typed functions users call; kernels are in
+// kernels/cpu/math.hpp.
+#pragma once
+
+#include <loom/graph/builder.hpp>
+#include <loom/graph/lower.hpp>
+#include <loom/graph/op_registry.hpp>
+#include <loom/graph/ops/elementwise.hpp>
+#include <loom/graph/output.hpp>
+
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace loom {
+
+// Selects the reductions' overloads that keep the reduced axes with size 1
+// (TF's keepdims=True). A tag rather than a bool because it changes the
+// result's rank, which is part of the result's type.
+struct keepdims_t {
+  explicit keepdims_t() = default;
+};
+inline constexpr keepdims_t keepdims{};
+
+namespace detail {
+
+inline std::string dims_to_string(const std::vector<std::int64_t>& dims) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(dims[i]);
+  }
+  return s + "]";
+}
+
+// The axes of a reduction as a mask over the input's dimensions (empty axes:
+// all of them). Negative axes count from the end. `n` names the node in errors;
+// used both by shape inference and by the kernels (a graph may come from
+// elsewhere).
+inline std::vector<char> reduction_mask(const node_def& n, const loom::shape& in,
+                                        const std::vector<std::int64_t>& axes) {
+  const int r = in.rank();
+  std::vector<char> mask(static_cast<std::size_t>(r), axes.empty() ? 1 : 0);
+  for (std::int64_t a : axes) {
+    const std::int64_t k = a < 0 ? a + r : a;
+    if (k < 0 || k >= r)
+      throw invalid_argument_error("node " + n.describe() + ": axis " + std::to_string(a) +
+                                   " is out of range for an input of shape " + in.to_string() +
+                                   " (rank " + std::to_string(r) + "; axes " +
+                                   dims_to_string(axes) + ")");
+    auto& m = mask[static_cast<std::size_t>(k)];
+    if (m)
+      throw invalid_argument_error("node " + n.describe() + ": axis " + std::to_string(a) +
+                                   " is repeated in axes " + dims_to_string(axes) +
+                                   " for an input of shape " + in.to_string());
+    m = 1;
+  }
+  return mask;
+}
+
+inline loom::shape reduced_shape(const loom::shape& in, const std::vector<char>& mask,
+                                 bool keep) {
+  std::vector<std::int64_t> out;
+  for (int i = 0; i < in.rank(); ++i) {
+    if (!mask[static_cast<std::size_t>(i)]) out.push_back(in[i]);
+    else if (keep) out.push_back(1);
+  }
+  return loom::shape(std::move(out));
+}
+
+// A single axis (argmax, argmin), normalised.
+inline int normalize_axis(const node_def& n, const loom::shape& in, std::int64_t axis) {
+  const int r = in.rank();
+  const std::int64_t k = axis < 0 ? axis + r : axis;
+  if (k < 0 || k >= r)
+    throw invalid_argument_error("node " + n.describe() + ": axis " + std::to_string(axis) +
+                                 " is out of range for an input of shape " + in.to_string());
+  return static_cast<int>(k);
+}
+
+// The shape a reshape produces from an input of shape `in`: one dimension may
+// be -1 (inferred from the element count). With a partial input the result may
+// be partial; with a fully defined one it is checked and complete.
+inline loom::shape reshape_target(const node_def& n, const loom::shape& in,
+                                  const std::vector<std::int64_t>& dims) {
+  int infer_at = -1;
+  std::int64_t known = 1;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == -1) {
+      if (infer_at >= 0)
+        throw invalid_argument_error("node " + n.describe() + ": the target shape " +
+                                     dims_to_string(dims) + " has more than one -1");
+      infer_at = static_cast<int>(i);
+    } else if (dims[i] < -1) {
+      throw invalid_argument_error("node " + n.describe() + ": the target shape " +
+                                   dims_to_string(dims) + " has a negative dimension");
+    } else {
+      known *= dims[i];
+    }
+  }
+  auto mismatch = [&](const std::string& count) {
+    return invalid_argument_error("node " + n.describe() + ": cannot reshape a tensor of shape " +
+                                  in.to_string() + " (" + count + ") into shape " +
+                                  dims_to_string(dims));
+  };
+  std::vector<std::int64_t> out = dims;
+  if (in.fully_defined()) {
+    const std::int64_t count = in.num_elements();
+    const std::string what = std::to_string(count) + " elements";
+    if (infer_at < 0) {
+      if (known != count) throw mismatch(what);
+    } else {
+      if (known == 0 || count % known != 0) throw mismatch(what);
+      out[static_cast<std::size_t>(infer_at)] = count / known;
+    }
+  } else if (infer_at < 0) {
+    // The known part of the input must still divide the target's count.
+    std::int64_t in_known = 1;
+    for (auto d : in.dims())
+      if (d >= 0) in_known *= d;
+    if (in_known > 0 && known % in_known != 0)
+      throw mismatch("a multiple of " + std::to_string(in_known) + " elements");
+  }
+  return loom::shape(std::move(out));
+}
+
+inline void check_same_type(const node_def& n, const node_def& a, const node_def& b) {
+  if (a.type != b.type)
+    throw invalid_argument_error("node " + n.describe() + ": inputs " + a.describe() + " and " +
+                                 b.describe() + " have different dtypes (" +
+                                 std::string(to_string(a.type)) + " and " +
+                                 std::string(to_string(b.type)) + ")");
+}
+
+inline void check_rank(const node_def& n, const node_def& in, int rank, const char* role) {
+  if (in.shape.rank() != rank)
+    throw invalid_argument_error("node " + n.describe() + ": " + role + " " + in.describe() +
+                                 " must have rank " + std::to_string(rank) + ", got shape " +
+                                 in.shape.to_string());
+}
+
+inline void check_floating(const node_def& n, dtype t) {
+  if (t != dtype::f32 && t != dtype::f64)
+    throw invalid_argument_error("node " + n.describe() + " needs float32 or float64, not " +
+                                 std::string(to_string(t)));
+}
+
+inline std::string transposes_note(bool ta, bool tb) {
+  if (!ta && !tb) return {};
+  return std::string(" (") + (ta ? "transpose_a" : "") + (ta && tb ? ", " : "") +
+         (tb ? "transpose_b" : "") + ")";
+}
+
+// The matmul message, shared with the kernel's run-time check.
+inline std::string inner_dims_message(const node_def& n, const loom::shape& a,
+                                      const loom::shape& b, bool ta, bool tb) {
+  return "node " + n.describe() + ": inner dimensions differ: " + a.to_string() + " x " +
+         b.to_string() + transposes_note(ta, tb);
+}
+
+inline void infer_matmul(node_def& n, const std::vector<const node_def*>& in) {
+  const node_def& a = *in[0];
+  const node_def& b = *in[1];
+  check_rank(n, a, 2, "operand a");
+  check_rank(n, b, 2, "operand b");
+  check_same_type(n, a, b);
+  check_floating(n, a.type);
+  const bool ta = n.attr_or<bool>("transpose_a", false);
+  const bool tb = n.attr_or<bool>("transpose_b", false);
+  const std::int64_t ka = a.shape[ta ? 0 : 1], kb = b.shape[tb ? 1 : 0];
+  if (ka >= 0 && kb >= 0 && ka != kb)
+    throw invalid_argument_error(inner_dims_message(n, a.shape, b.shape, ta, tb));
+  n.type = a.type;
+  n.shape = loom::shape{a.shape[ta ? 1 : 0], b.shape[tb ? 0 : 1]};
+}
+
+inline void infer_xw_plus_b(node_def& n, const std::vector<const node_def*>& in) {
+  const node_def& x = *in[0];
+  const node_def& w = *in[1];
+  const node_def& b = *in[2];
+  check_rank(n, x, 2, "x");
+  check_rank(n, w, 2, "weights");
+  check_rank(n, b, 1, "bias");
+  check_same_type(n, x, w);
+  check_same_type(n, x, b);
+  check_floating(n, x.type);
+  if (x.shape[1] >= 0 && w.shape[0] >= 0 && x.shape[1] != w.shape[0])
+    throw invalid_argument_error(inner_dims_message(n, x.shape, w.shape, false, false));
+  if (b.shape[0] >= 0 && w.shape[1] >= 0 && b.shape[0] != w.shape[1])
+    throw invalid_argument_error("node " + n.describe() + ": the bias of shape " +
+                                 b.shape.to_string() +
+                                 " does not match the columns of the weights of shape " +
+                                 w.shape.to_string());
+  n.type = x.type;
+  n.shape = loom::shape{x.shape[0], w.shape[1]};
+}
+
+inline void infer_reduction(node_def& n, const std::vector<const node_def*>& in) {
+  const node_def& x = *in[0];
+  if (x.type == dtype::boolean || x.type == dtype::string)
+    throw invalid_argument_error("node " + n.describe() + ": cannot reduce " + x.describe() +
+                                 " of dtype " + std::string(to_string(x.type)));
+  const auto mask = reduction_mask(n, x.shape, n.attr_or<std::vector<std::int64_t>>("axes", {}));
+  n.type = x.type;
+  n.shape = reduced_shape(x.shape, mask, n.attr_or<bool>("keepdims", false));
+}
+
+inline void infer_arg_reduction(node_def& n, const std::vector<const node_def*>& in) {
+  const node_def& x = *in[0];
+  if (x.type == dtype::boolean || x.type == dtype::string)
+    throw invalid_argument_error("node " + n.describe() + ": cannot take the " + n.op + " of " +
+                                 x.describe() + " of dtype " + std::string(to_string(x.type)));
+  const int axis = normalize_axis(n, x.shape, n.attr<std::int64_t>("axis"));
+  std::vector<char> mask(static_cast<std::size_t>(x.shape.rank()), 0);
+  mask[static_cast<std::size_t>(axis)] = 1;
+  n.type = dtype::i64;
+  n.shape = reduced_shape(x.shape, mask, false);
+}
+
+inline node_id matmul_node(graph& g, node_id a, node_id b, bool ta, bool tb) {
+  return g.add_node("matmul", {a, b}, {{"transpose_a", ta}, {"transpose_b", tb}});
+}
+
+inline node_id reduce_node(graph& g, const std::string& op, node_id x,
+                           std::vector<std::int64_t> axes, bool keep) {
+  return g.add_node(op, {x}, {{"axes", std::move(axes)}, {"keepdims", keep}});
+}
+
+// dy of a reduction broadcast back to x's shape (divided by the count for a mean).
+inline node_id reduce_grad_node(graph& g, node_id dy, node_id x, const node_def& reduction,
+                                const std::string& mode) {
+  return g.add_node("reduce_grad", {dy, x},
+                    {{"axes", reduction.attr_or<std::vector<std::int64_t>>("axes", {})},
+                     {"keepdims", reduction.attr_or<bool>("keepdims", false)},
+                     {"mode", mode}});
+}
+
+inline bool register_math_ops() {
+  auto& r = op_registry::instance();
+
+  // TF's _MatMulGrad, for the four transpose combinations.
+  r.add({.name = "matmul",
+         .num_inputs = 2,
+         .infer = infer_matmul,
+         .gradient = [](graph& g, const node_def& n, node_id dy) {
+           const node_id a = n.inputs[0], b = n.inputs[1];
+           const bool ta = n.attr_or<bool>("transpose_a", false);
+           const bool tb = n.attr_or<bool>("transpose_b", false);
+           if (!ta && !tb) return std::vector{matmul_node(g, dy, b, false, true),
+                                              matmul_node(g, a, dy, true, false)};
+           if (!ta && tb) return std::vector{matmul_node(g, dy, b, false, false),
+                                             matmul_node(g, dy, a, true, false)};
+           if (ta && !tb) return std::vector{matmul_node(g, b, dy, false, true),
+                                             matmul_node(g, a, dy, false, false)};
+           return std::vector{matmul_node(g, b, dy, true, true), matmul_node(g, dy, a, true, true)};
+         }});
+
+  r.add({.name = "xw_plus_b",
+         .num_inputs = 3,
+         .infer = infer_xw_plus_b,
+         .gradient = [](graph& g, const node_def& n, node_id dy) {
+           const node_id x = n.inputs[0], w = n.inputs[1];
+           return std::vector{matmul_node(g, dy, w, false, true),
+                              matmul_node(g, x, dy, true, false),
+                              reduce_node(g, "reduce_sum", dy, {0}, false)};
+         }});
+
+  r.add({.name = "reduce_sum",
+         .num_inputs = 1,
+         .infer = infer_reduction,
+         .gradient = [](graph& g, const node_def& n, node_id dy) {
+           return std::vector{reduce_grad_node(g, dy, n.inputs[0], n, "sum")};
+         }});
+  r.add({.name = "reduce_mean",
+         .num_inputs = 1,
+         .infer = infer_reduction,
+         .gradient = [](graph& g, const node_def& n, node_id dy) {
+           return std::vector{reduce_grad_node(g, dy, n.inputs[0], n, "mean")};
+         }});
+  // TF's _MaxGrad: dy goes to the elements equal to the maximum, split
+  // equally among ties.
+  r.add({.name = "reduce_max",
+         .num_inputs = 1,
+         .infer = infer_reduction,
+         .gradient = [](graph& g, const node_def& n, node_id dy) {
+           const node_id x = n.inputs[0];
+           const node_id y = reduce_grad_node(g, n.id, x, n, "sum");
+           const node_id hits =
+               build::op(g, "cast", {build::op(g, "equal", {y, x})}, {{"dst", n.type}});
+           const node_id ties = reduce_grad_node(
+               g,
+               reduce_node(g, "reduce_sum", hits, n.attr_or<std::vector<std::int64_t>>("axes", {}),
+                           n.attr_or<bool>("keepdims", false)),
+               x, n, "sum");
+           return std::vector{
+               build::mul(g, build::div(g, hits, ties), reduce_grad_node(g, dy, x, n, "sum"))};
+         }});
+  // Inputs (dy, x): dy broadcast to x's shape; attrs as the reduction's plus
+  // "mode" ("sum" or "mean").
+  r.add({.name = "reduce_grad",
+         .num_inputs = 2,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               check_same_type(n, *in[0], *in[1]);
+               check_floating(n, in[0]->type);
+               reduction_mask(n, in[1]->shape, n.attr_or<std::vector<std::int64_t>>("axes", {}));
+               n.type = in[0]->type;
+               n.shape = in[1]->shape;
+             },
+         // Linear in dy: its adjoint is the reduction itself.
+         .gradient = [](graph& g, const node_def& n, node_id ddx) {
+           const bool mean = n.attr<std::string>("mode") == "mean";
+           return std::vector{reduce_node(g, mean ? "reduce_mean" : "reduce_sum", ddx,
+                                          n.attr_or<std::vector<std::int64_t>>("axes", {}),
+                                          n.attr_or<bool>("keepdims", false)),
+                              no_node};
+         }});
+
+  for (const char* name : {"argmax", "argmin"})
+    r.add({.name = name, .num_inputs = 1, .infer = infer_arg_reduction});
+
+  r.add({.name = "reshape",
+         .num_inputs = 1,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               n.type = in[0]->type;
+               n.shape = reshape_target(n, in[0]->shape, n.attr<std::vector<std::int64_t>>("dims"));
+             },
+         .gradient = [](graph& g, const node_def& n, node_id dy) {
+           const node_id x = n.inputs[0];
+           const loom::shape& s = g.node(x).shape;
+           // A static shape needs no run-time input, so x need not stay alive.
+           if (s.fully_defined())
+             return std::vector{g.add_node("reshape", {dy}, {{"dims", s.dims()}})};
+           return std::vector{g.add_node("reshape_like", {dy, x})};
+         }});
+  // Inputs (x, like): x reshaped to like's run-time shape.
+  r.add({.name = "reshape_like",
+         .num_inputs = 2,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               n.type = in[0]->type;
+               n.shape = in[1]->shape;
+             },
+         .gradient = [](graph& g, const node_def& n, node_id dy) {
+           return std::vector{g.add_node("reshape_like", {dy, n.inputs[0]}), no_node};
+         }});
+  return true;
+}
+
+inline const bool math_ops_registered = register_math_ops();
+
+// The graph all operands of a typed op live in; `fn` names the op in the error.
+template <class First, class... Rest>
+graph common_graph(const char* fn, const First& first, const Rest&... rest) {
+  graph g = first.graph();
+  if (!((rest.graph() == g) && ...))
+    throw invalid_argument_error(std::string("loom::") + fn +
+                                 ": the operands belong to different graphs");
+  return g;
+}
+
+template <class I> std::vector<std::int64_t> to_axes(const I* axes, std::size_t n) {
+  return std::vector<std::int64_t>(axes, axes + n);
+}
+
+template <class T> inline constexpr bool dependent_false = false;
+
+} // namespace detail
+
+// -- matrix products -------------------------------------------------------------
+
+// op(a) x op(b), op transposing when asked (tf.matmul).
+template <expression A, expression B>
+output<value_type_of<A>, 2> matmul(const A& a, const B& b, bool transpose_a = false,
+                                   bool transpose_b = false) {
+  static_assert(rank_of<A> == 2, "loom::matmul: the first operand (a) must have rank 2");
+  static_assert(rank_of<B> == 2, "loom::matmul: the second operand (b) must have rank 2");
+  static_assert(std::is_same_v<value_type_of<A>, value_type_of<B>>,
+                "loom::matmul: the operands have different dtypes; use loom::cast<T>() on one");
+  static_assert(floating_type<value_type_of<A>>,
+                "loom::matmul: the operands must be float or double");
+  auto la = lower(a);
+  auto lb = lower(b);
+  graph g = detail::common_graph("matmul", la, lb);
+  return {g, detail::matmul_node(g, la.id(), lb.id(), transpose_a, transpose_b)};
+}
+
+// x w + b in one kernel (tf.nn.xw_plus_b): x [n, k], w [k, m], b [m].
+template <expression X, expression W, expression B>
+output<value_type_of<X>, 2> xw_plus_b(const X& x, const W& w, const B& b) {
+  static_assert(rank_of<X> == 2, "loom::xw_plus_b: x must have rank 2");
+  static_assert(rank_of<W> == 2, "loom::xw_plus_b: the weights w must have rank 2");
+  static_assert(rank_of<B> == 1, "loom::xw_plus_b: the bias b must have rank 1");
+  static_assert(std::is_same_v<value_type_of<X>, value_type_of<W>> &&
+                    std::is_same_v<value_type_of<X>, value_type_of<B>>,
+                "loom::xw_plus_b: x, w and b must have the same dtype");
+  static_assert(floating_type<value_type_of<X>>, "loom::xw_plus_b: needs float or double");
+  auto lx = lower(x);
+  auto lw = lower(w);
+  auto lb = lower(b);
+  graph g = detail::common_graph("xw_plus_b", lx, lw, lb);
+  return {g, g.add_node("xw_plus_b", {lx.id(), lw.id(), lb.id()})};
+}
+
+// -- reductions --------------------------------------------------------------------
+// reduce_sum(x)                   all axes, rank 0
+// reduce_sum(x, keepdims)         all axes, rank R (every dimension 1)
+// reduce_sum(x, axis)             rank R-1
+// reduce_sum(x, axis, keepdims)   rank R
+// reduce_sum(x, {0, 2})           rank R-N (also a std::array<I, N>)
+// reduce_sum(x, {0, 2}, keepdims) rank R
+// Negative axes count from the end.
+
+#define LOOM_REDUCTION(NAME)                                                                     \
+  template <expression E> output<value_type_of<E>, 0> NAME(const E& x) {                         \
+    static_assert(numeric_type<value_type_of<E>>,                                                \
+                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");               \
+    auto lx = lower(x);                                                                          \
+    return {lx.graph(), detail::reduce_node(lx.graph(), #NAME, lx.id(), {}, false)};             \
+  }                                                                                              \
+  template <expression E> output<value_type_of<E>, rank_of<E>> NAME(const E& x, keepdims_t) {    \
+    static_assert(numeric_type<value_type_of<E>>,                                                \
+                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");               \
+    auto lx = lower(x);                                                                          \
+    return {lx.graph(), detail::reduce_node(lx.graph(), #NAME, lx.id(), {}, true)};              \
+  }                                                                                              \
+  template <expression E, std::integral I, std::size_t N>                                        \
+    requires(!std::is_same_v<I, bool>)                                                           \
+  output<value_type_of<E>, (N <= rank_of<E> ? rank_of<E> - static_cast<int>(N) : 0)> NAME(       \
+      const E& x, const std::array<I, N>& axes) {                                                \
+    static_assert(numeric_type<value_type_of<E>>,                                                \
+                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");               \
+    static_assert(N <= rank_of<E>, "loom::" #NAME ": more axes than the tensor has dimensions"); \
+    auto lx = lower(x);                                                                          \
+    if constexpr (N == 0) return lx; /* TF: an empty axis list reduces nothing */                \
+    else                                                                                         \
+      return {lx.graph(), detail::reduce_node(lx.graph(), #NAME, lx.id(),                        \
+                                              detail::to_axes(axes.data(), N), false)};          \
+  }                                                                                              \
+  template <expression E, std::integral I, std::size_t N>                                        \
+    requires(!std::is_same_v<I, bool>)                                                           \
+  output<value_type_of<E>, rank_of<E>> NAME(const E& x, const std::array<I, N>& axes,            \
+                                            keepdims_t) {                                        \
+    static_assert(numeric_type<value_type_of<E>>,                                                \
+                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");               \
+    static_assert(N <= rank_of<E>, "loom::" #NAME ": more axes than the tensor has dimensions"); \
+    auto lx = lower(x);                                                                          \
+    if constexpr (N == 0) return lx;                                                             \
+    else                                                                                         \
+      return {lx.graph(), detail::reduce_node(lx.graph(), #NAME, lx.id(),                        \
+                                              detail::to_axes(axes.data(), N), true)};           \
+  }                                                                                              \
+  template <expression E, std::size_t N>                                                         \
+  auto NAME(const E& x, const int (&axes)[N]) {                                                  \
+    return NAME(x, std::to_array(axes));                                                         \
+  }                                                                                              \
+  template <expression E, std::size_t N>                                                         \
+  auto NAME(const E& x, const int (&axes)[N], keepdims_t k) {                                    \
+    return NAME(x, std::to_array(axes), k);                                                      \
+  }                                                                                              \
+  template <expression E, std::integral I>                                                       \
+    requires(!std::is_same_v<I, bool>)                                                           \
+  output<value_type_of<E>, (rank_of<E> >= 1 ? rank_of<E> - 1 : 0)> NAME(const E& x, I axis) {    \
+    static_assert(rank_of<E> >= 1, "loom::" #NAME ": a scalar has no axis to reduce");           \
+    return NAME(x, std::array<I, 1>{axis});                                                      \
+  }                                                                                              \
+  template <expression E, std::integral I>                                                       \
+    requires(!std::is_same_v<I, bool>)                                                           \
+  output<value_type_of<E>, rank_of<E>> NAME(const E& x, I axis, keepdims_t k) {                  \
+    static_assert(rank_of<E> >= 1, "loom::" #NAME ": a scalar has no axis to reduce");           \
+    return NAME(x, std::array<I, 1>{axis}, k);                                                   \
+  }                                                                                              \
+  template <expression E, class A> void NAME(const E&, const A&, bool) {                         \
+    static_assert(detail::dependent_false<A>,                                                    \
+                  "loom::" #NAME ": keepdims is the tag loom::keepdims, not a bool (it changes " \
+                  "the result's rank, which is part of its type)");                              \
+  }
+
+LOOM_REDUCTION(reduce_sum)
+LOOM_REDUCTION(reduce_mean)
+LOOM_REDUCTION(reduce_max)
+#undef LOOM_REDUCTION
+
+// The index of the largest (smallest) element along `axis` (tf.argmax); int64,
+// rank R-1. Ties give the first index. Not differentiable.
+template <expression E, std::integral I>
+  requires(!std::is_same_v<I, bool>)
+output<std::int64_t, (rank_of<E> >= 1 ? rank_of<E> - 1 : 0)> argmax(const E& x, I axis) {
+  static_assert(rank_of<E> >= 1, "loom::argmax: a scalar has no axis");
+  static_assert(numeric_type<value_type_of<E>>, "loom::argmax: needs a numeric tensor");
+  auto lx = lower(x);
+  return {lx.graph(),
+          lx.graph().add_node("argmax", {lx.id()}, {{"axis", static_cast<std::int64_t>(axis)}})};
+}
+template <expression E, std::integral I>
+  requires(!std::is_same_v<I, bool>)
+output<std::int64_t, (rank_of<E> >= 1 ? rank_of<E> - 1 : 0)> argmin(const E& x, I axis) {
+  static_assert(rank_of<E> >= 1, "loom::argmin: a scalar has no axis");
+  static_assert(numeric_type<value_type_of<E>>, "loom::argmin: needs a numeric tensor");
+  auto lx = lower(x);
+  return {lx.graph(),
+          lx.graph().add_node("argmin", {lx.id()}, {{"axis", static_cast<std::int64_t>(axis)}})};
+}
+
+// -- reshape -----------------------------------------------------------------------
+// reshape(x, {-1, 784}) or reshape<2>(x, {-1, 784}): the result's rank is the
+// number of dimensions; one of them may be -1 (inferred from the element
+// count). The result shares x's buffer.
+template <std::size_t N, expression E, std::integral I = std::int64_t>
+  requires(!std::is_same_v<I, bool>)
+output<value_type_of<E>, static_cast<int>(N)> reshape(const E& x, const std::array<I, N>& dims) {
+  auto lx = lower(x);
+  return {lx.graph(), lx.graph().add_node("reshape", {lx.id()},
+                                          {{"dims", detail::to_axes(dims.data(), N)}})};
+}
+template <std::size_t N, expression E>
+output<value_type_of<E>, static_cast<int>(N)> reshape(const E& x,
+                                                      const std::int64_t (&dims)[N]) {
+  return reshape<N>(x, std::to_array(dims));
+}
+
+} // namespace loom

@@ -1,0 +1,210 @@
+// Neural-network ops over the last axis: softmax, log_softmax and the softmax
+// cross-entropies (TF's tf.nn.*), with their dedicated gradient ops. Kernels
+// are in kernels/cpu/nn.hpp.
+#pragma once
+
+#include <loom/graph/lower.hpp>
+#include <loom/graph/op_registry.hpp>
+#include <loom/graph/ops/math.hpp>
+#include <loom/graph/output.hpp>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace loom {
+
+namespace detail {
+
+inline void check_min_rank(const node_def& n, const node_def& in, int rank, const char* role) {
+  if (in.shape.rank() < rank)
+    throw invalid_argument_error("node " + n.describe() + ": " + role + " " + in.describe() +
+                                 " must have rank " + std::to_string(rank) +
+                                 " or more, got shape " + in.shape.to_string());
+}
+
+// The shape both a and b may have (unknown dimensions filled from the other).
+inline loom::shape merge_shapes(const node_def& n, const node_def& a, const node_def& b) {
+  if (!a.shape.compatible_with(b.shape))
+    throw invalid_argument_error("node " + n.describe() + ": " + a.describe() + " of shape " +
+                                 a.shape.to_string() + " and " + b.describe() + " of shape " +
+                                 b.shape.to_string() + " must have the same shape");
+  std::vector<std::int64_t> d = a.shape.dims();
+  for (int i = 0; i < a.shape.rank(); ++i)
+    if (d[static_cast<std::size_t>(i)] < 0) d[static_cast<std::size_t>(i)] = b.shape[i];
+  return loom::shape(std::move(d));
+}
+
+inline loom::shape without_last(const loom::shape& s) {
+  std::vector<std::int64_t> d = s.dims();
+  d.pop_back();
+  return loom::shape(std::move(d));
+}
+
+// Labels of a sparse cross-entropy have the logits' shape without its last
+// dimension.
+inline void check_sparse_labels(const node_def& n, const node_def& labels, const node_def& logits) {
+  if (labels.type != dtype::i32 && labels.type != dtype::i64)
+    throw invalid_argument_error("node " + n.describe() + ": the labels " + labels.describe() +
+                                 " must be int32 or int64, not " +
+                                 std::string(to_string(labels.type)));
+  if (!labels.shape.compatible_with(without_last(logits.shape)))
+    throw invalid_argument_error("node " + n.describe() + ": labels of shape " +
+                                 labels.shape.to_string() + " do not match logits of shape " +
+                                 logits.shape.to_string() +
+                                 " (the labels need the logits' shape without its last dimension)");
+}
+
+inline bool register_nn_ops() {
+  auto& r = op_registry::instance();
+  auto infer_softmax = [](node_def& n, const std::vector<const node_def*>& in) {
+    check_min_rank(n, *in[0], 1, "the logits");
+    check_floating(n, in[0]->type);
+    n.type = in[0]->type;
+    n.shape = in[0]->shape;
+  };
+  // Inputs (y, dy): y the forward op's output.
+  auto infer_softmax_grad = [](node_def& n, const std::vector<const node_def*>& in) {
+    check_same_type(n, *in[0], *in[1]);
+    n.type = in[0]->type;
+    n.shape = merge_shapes(n, *in[0], *in[1]);
+  };
+  r.add({.name = "softmax",
+         .num_inputs = 1,
+         .infer = infer_softmax,
+         .gradient = [](graph& g, const node_def& n, node_id dy) {
+           return std::vector{g.add_node("softmax_grad", {n.id, dy})};
+         }});
+  r.add({.name = "log_softmax",
+         .num_inputs = 1,
+         .infer = infer_softmax,
+         .gradient = [](graph& g, const node_def& n, node_id dy) {
+           return std::vector{g.add_node("log_softmax_grad", {n.id, dy})};
+         }});
+  r.add({.name = "softmax_grad", .num_inputs = 2, .infer = infer_softmax_grad});
+  r.add({.name = "log_softmax_grad", .num_inputs = 2, .infer = infer_softmax_grad});
+
+  // Inputs (labels, logits) -> per-row loss.
+  r.add({.name = "softmax_cross_entropy_with_logits",
+         .num_inputs = 2,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               check_min_rank(n, *in[1], 1, "the logits");
+               check_same_type(n, *in[0], *in[1]);
+               check_floating(n, in[1]->type);
+               n.type = in[1]->type;
+               n.shape = without_last(merge_shapes(n, *in[0], *in[1]));
+             },
+         // Both adjoints, as TF computes them: logits get dy (softmax - labels),
+         // labels get -dy log_softmax(logits).
+         .gradient = [](graph& g, const node_def& n, node_id dy) {
+           const node_id labels = n.inputs[0], logits = n.inputs[1];
+           return std::vector{
+               g.add_node("xent_grad", {dy, labels, logits}, {{"wrt", std::string("labels")}}),
+               g.add_node("xent_grad", {dy, labels, logits}, {{"wrt", std::string("logits")}})};
+         }});
+  // Inputs (dy, labels, logits); attr "wrt": "logits" or "labels".
+  r.add({.name = "xent_grad",
+         .num_inputs = 3,
+         .infer = [](node_def& n, const std::vector<const node_def*>& in) {
+           check_same_type(n, *in[0], *in[2]);
+           n.type = in[2]->type;
+           n.shape = merge_shapes(n, *in[1], *in[2]);
+         }});
+
+  // Inputs (labels, logits): labels int32/int64 class indices.
+  r.add({.name = "sparse_softmax_cross_entropy_with_logits",
+         .num_inputs = 2,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               check_min_rank(n, *in[1], 1, "the logits");
+               check_floating(n, in[1]->type);
+               check_sparse_labels(n, *in[0], *in[1]);
+               n.type = in[1]->type;
+               n.shape = without_last(in[1]->shape);
+             },
+         // Integer labels get no gradient.
+         .gradient = [](graph& g, const node_def& n, node_id dy) {
+           return std::vector{no_node,
+                              g.add_node("sparse_xent_grad", {dy, n.inputs[0], n.inputs[1]})};
+         },
+         .type_input = 1});
+  // Inputs (dy, labels, logits).
+  r.add({.name = "sparse_xent_grad",
+         .num_inputs = 3,
+         .infer = [](node_def& n, const std::vector<const node_def*>& in) {
+           check_same_type(n, *in[0], *in[2]);
+           check_sparse_labels(n, *in[1], *in[2]);
+           n.type = in[2]->type;
+           n.shape = in[2]->shape;
+         }});
+  return true;
+}
+
+inline const bool nn_ops_registered = register_nn_ops();
+
+} // namespace detail
+
+// softmax over the last axis (tf.nn.softmax), computed stably.
+template <expression E> output<value_type_of<E>, rank_of<E>> softmax(const E& logits) {
+  static_assert(rank_of<E> >= 1, "loom::softmax: the logits must have rank 1 or more");
+  static_assert(floating_type<value_type_of<E>>, "loom::softmax: needs float or double logits");
+  auto l = lower(logits);
+  return {l.graph(), l.graph().add_node("softmax", {l.id()})};
+}
+
+// log(softmax(x)) over the last axis (tf.nn.log_softmax), computed stably.
+template <expression E> output<value_type_of<E>, rank_of<E>> log_softmax(const E& logits) {
+  static_assert(rank_of<E> >= 1, "loom::log_softmax: the logits must have rank 1 or more");
+  static_assert(floating_type<value_type_of<E>>,
+                "loom::log_softmax: needs float or double logits");
+  auto l = lower(logits);
+  return {l.graph(), l.graph().add_node("log_softmax", {l.id()})};
+}
+
+// The cross-entropy between `labels` (a probability distribution over the
+// last axis) and softmax(logits), one value per row (TF's
+// softmax_cross_entropy_with_logits). Differentiable in both.
+template <expression L, expression Z>
+output<value_type_of<Z>, (rank_of<Z> >= 1 ? rank_of<Z> - 1 : 0)>
+softmax_cross_entropy_with_logits(const L& labels, const Z& logits) {
+  static_assert(rank_of<Z> >= 1,
+                "loom::softmax_cross_entropy_with_logits: the logits must have rank 1 or more");
+  static_assert(rank_of<L> == rank_of<Z>, "loom::softmax_cross_entropy_with_logits: the labels "
+                                          "and the logits must have the same rank");
+  static_assert(std::is_same_v<value_type_of<L>, value_type_of<Z>>,
+                "loom::softmax_cross_entropy_with_logits: the labels and the logits must have "
+                "the same dtype");
+  static_assert(floating_type<value_type_of<Z>>,
+                "loom::softmax_cross_entropy_with_logits: needs float or double");
+  auto la = lower(labels);
+  auto lz = lower(logits);
+  graph g = detail::common_graph("softmax_cross_entropy_with_logits", la, lz);
+  return {g, g.add_node("softmax_cross_entropy_with_logits", {la.id(), lz.id()})};
+}
+
+// The same with labels given as class indices, int32 or int64 with the
+// logits' shape less its last axis (tf.nn.sparse_softmax_cross_entropy_with_logits).
+// A label outside [0, classes) is an error at run time.
+template <expression L, expression Z>
+output<value_type_of<Z>, (rank_of<Z> >= 1 ? rank_of<Z> - 1 : 0)>
+sparse_softmax_cross_entropy_with_logits(const L& labels, const Z& logits) {
+  static_assert(rank_of<Z> >= 1, "loom::sparse_softmax_cross_entropy_with_logits: the logits "
+                                 "must have rank 1 or more");
+  static_assert(rank_of<L> + 1 == rank_of<Z>,
+                "loom::sparse_softmax_cross_entropy_with_logits: the labels must have one "
+                "dimension fewer than the logits");
+  static_assert(std::is_same_v<value_type_of<L>, std::int32_t> ||
+                    std::is_same_v<value_type_of<L>, std::int64_t>,
+                "loom::sparse_softmax_cross_entropy_with_logits: the labels must be int32 or "
+                "int64 class indices");
+  static_assert(floating_type<value_type_of<Z>>,
+                "loom::sparse_softmax_cross_entropy_with_logits: needs float or double logits");
+  auto la = lower(labels);
+  auto lz = lower(logits);
+  graph g = detail::common_graph("sparse_softmax_cross_entropy_with_logits", la, lz);
+  return {g, g.add_node("sparse_softmax_cross_entropy_with_logits", {la.id(), lz.id()})};
+}
+
+} // namespace loom

@@ -1,0 +1,314 @@
+// CPU kernels of the non-elementwise math ops.
+//
+// matmul and xw_plus_b use Eigen's Matrix GEMM (its fastest path), split by
+// rows over the session's thread pool because Eigen parallelises GEMM only
+// with OpenMP. Reductions collapse the input to alternating runs of kept and
+// reduced dimensions, then reduce one run at a time as [outer, run, inner],
+// so any rank and any set of axes needs only three Eigen instantiations per
+// dtype and reducer.
+#pragma once
+
+#include <loom/graph/ops/math.hpp>
+#include <loom/kernels/cpu/elementwise.hpp>
+#include <loom/kernels/cpu/state.hpp>
+#include <loom/kernels/registry.hpp>
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace loom::detail {
+
+using index_t = Eigen::Index;
+
+template <class T>
+using row_major_matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// op(a) op(b) (+ bias on every row) into out, which is [m, n] and allocated.
+template <class T>
+void gemm(const cpu_device& d, const any_tensor& a, bool ta, const any_tensor& b, bool tb,
+          const T* bias, any_tensor& out) {
+  using cmap = Eigen::Map<const row_major_matrix<T>>;
+  const cmap A(a.data<T>(), a.shape()[0], a.shape()[1]);
+  const cmap B(b.data<T>(), b.shape()[0], b.shape()[1]);
+  const index_t m = out.shape()[0], n = out.shape()[1], k = ta ? A.rows() : A.cols();
+  Eigen::Map<row_major_matrix<T>> C(out.data<T>(), m, n);
+  if (m == 0 || n == 0) return;
+  auto rows = [&](index_t first, index_t last) {
+    auto c = C.middleRows(first, last - first);
+    if (k == 0) c.setZero();
+    else if (!ta) {
+      auto a_rows = A.middleRows(first, last - first);
+      if (tb) c.noalias() = a_rows * B.transpose();
+      else c.noalias() = a_rows * B;
+    } else {
+      auto a_rows = A.middleCols(first, last - first).transpose();
+      if (tb) c.noalias() = a_rows * B.transpose();
+      else c.noalias() = a_rows * B;
+    }
+    if (bias) c.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, n);
+  };
+  // Per row: k*n multiply-adds, a few per cycle with SIMD. Small products stay
+  // on this thread.
+  const Eigen::TensorOpCost per_row(static_cast<double>(k * sizeof(T)),
+                                    static_cast<double>(n * sizeof(T)),
+                                    static_cast<double>(k) * static_cast<double>(n) / 4.0);
+  d.parallelFor(m, per_row, rows);
+}
+
+template <class T> struct matmul_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& a = c.input(0);
+    const any_tensor& b = c.input(1);
+    const bool ta = c.node.attr_or<bool>("transpose_a", false);
+    const bool tb = c.node.attr_or<bool>("transpose_b", false);
+    if (a.rank() != 2 || b.rank() != 2)
+      throw invalid_argument_error("node " + c.node.describe() + ": needs rank-2 operands, got " +
+                                   a.shape().to_string() + " x " + b.shape().to_string());
+    if (a.shape()[ta ? 0 : 1] != b.shape()[tb ? 1 : 0])
+      throw invalid_argument_error(inner_dims_message(c.node, a.shape(), b.shape(), ta, tb));
+    c.output = any_tensor(dtype_of<T>, loom::shape{a.shape()[ta ? 1 : 0], b.shape()[tb ? 0 : 1]});
+    gemm<T>(c.device, a, ta, b, tb, nullptr, c.output);
+  }
+};
+
+template <class T> struct xw_plus_b_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& x = c.input(0);
+    const any_tensor& w = c.input(1);
+    const any_tensor& b = c.input(2);
+    if (x.rank() != 2 || w.rank() != 2 || b.rank() != 1)
+      throw invalid_argument_error("node " + c.node.describe() + ": needs x, w, b of ranks 2, 2 "
+                                   "and 1, got " + x.shape().to_string() + ", " +
+                                   w.shape().to_string() + " and " + b.shape().to_string());
+    if (x.shape()[1] != w.shape()[0])
+      throw invalid_argument_error(inner_dims_message(c.node, x.shape(), w.shape(), false, false));
+    if (b.shape()[0] != w.shape()[1])
+      throw invalid_argument_error("node " + c.node.describe() + ": the bias of shape " +
+                                   b.shape().to_string() +
+                                   " does not match the columns of the weights of shape " +
+                                   w.shape().to_string());
+    c.output = any_tensor(dtype_of<T>, loom::shape{x.shape()[0], w.shape()[1]});
+    gemm<T>(c.device, x, false, w, false, b.data<T>(), c.output);
+  }
+};
+
+// -- reductions ---------------------------------------------------------------------
+
+// The input's dimensions merged into alternating runs of kept and reduced
+// ones; dimensions of size 1 are dropped, as they change no element's position.
+struct reduction_runs {
+  std::vector<index_t> dims;
+  std::vector<char> reduced;
+  bool any_reduced() const { return std::find(reduced.begin(), reduced.end(), 1) != reduced.end(); }
+};
+
+inline reduction_runs merge_runs(const loom::shape& s, const std::vector<char>& mask) {
+  reduction_runs r;
+  for (int i = 0; i < s.rank(); ++i) {
+    const index_t d = s[i];
+    if (d == 1) continue;
+    const char red = mask[static_cast<std::size_t>(i)];
+    if (!r.dims.empty() && r.reduced.back() == red) r.dims.back() *= d;
+    else {
+      r.dims.push_back(d);
+      r.reduced.push_back(red);
+    }
+  }
+  return r;
+}
+
+// out[o, i] = reduce over j of in[o, j, i].
+template <class T, class Reducer>
+void reduce_run(const cpu_device& d, const T* in, T* out, index_t o, index_t r, index_t i) {
+  using one = Eigen::IndexList<Eigen::type2index<1>>;
+  if (o == 1 && i == 1) {
+    tensor_map<T, 0> y(out);
+    y.device(d) = const_tensor_map<T, 1>(in, r).reduce(Eigen::IndexList<Eigen::type2index<0>>(),
+                                                         Reducer());
+  } else if (i == 1) { // innermost: Eigen's vectorised inner reduction
+    tensor_map<T, 1> y(out, o);
+    y.device(d) = const_tensor_map<T, 2>(in, o, r).reduce(one(), Reducer());
+  } else {
+    tensor_map<T, 2> y(out, o, i);
+    y.device(d) = const_tensor_map<T, 3>(in, o, r, i).reduce(one(), Reducer());
+  }
+}
+
+// Reduces x over the masked axes with Reducer; the result has x's dtype and
+// `out_shape`. With nothing to reduce it shares x's buffer.
+template <class T, class Reducer>
+any_tensor reduce_tensor(const cpu_device& d, const any_tensor& x, const std::vector<char>& mask,
+                         const loom::shape& out_shape) {
+  reduction_runs runs = merge_runs(x.shape(), mask);
+  any_tensor cur = x;
+  while (runs.any_reduced()) {
+    // The longest run first: it shrinks the data the most.
+    std::size_t p = 0;
+    for (std::size_t k = 0; k < runs.dims.size(); ++k)
+      if (runs.reduced[k] && (!runs.reduced[p] || runs.dims[k] > runs.dims[p])) p = k;
+    index_t o = 1, i = 1;
+    for (std::size_t k = 0; k < p; ++k) o *= runs.dims[k];
+    for (std::size_t k = p + 1; k < runs.dims.size(); ++k) i *= runs.dims[k];
+    any_tensor next(x.type(), loom::shape{o * i});
+    reduce_run<T, Reducer>(d, cur.data<T>(), next.data<T>(), o, runs.dims[p], i);
+    cur = std::move(next);
+    // Drop the run; its kept neighbours become one run.
+    runs.dims.erase(runs.dims.begin() + static_cast<std::ptrdiff_t>(p));
+    runs.reduced.erase(runs.reduced.begin() + static_cast<std::ptrdiff_t>(p));
+    if (p > 0 && p < runs.dims.size()) {
+      runs.dims[p - 1] *= runs.dims[p];
+      runs.dims.erase(runs.dims.begin() + static_cast<std::ptrdiff_t>(p));
+      runs.reduced.erase(runs.reduced.begin() + static_cast<std::ptrdiff_t>(p));
+    }
+  }
+  return cur.reshaped(out_shape);
+}
+
+template <class T> struct reduction_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& x = c.input(0);
+    const node_def& n = c.node;
+    const auto mask = reduction_mask(n, x.shape(), n.attr_or<std::vector<std::int64_t>>("axes", {}));
+    const loom::shape out_shape = reduced_shape(x.shape(), mask, n.attr_or<bool>("keepdims", false));
+    const std::int64_t out_count = out_shape.num_elements();
+    const std::int64_t count = out_count == 0 ? 0 : x.num_elements() / out_count;
+    const bool is_max = n.op == "reduce_max";
+    if (x.num_elements() == 0) { // the reductions' identities (TF: NaN for the mean of nothing)
+      c.output = any_tensor(x.type(), out_shape);
+      T init = T(0);
+      if (is_max) init = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                              : std::numeric_limits<T>::lowest();
+      else if (n.op == "reduce_mean" && std::numeric_limits<T>::has_quiet_NaN)
+        init = std::numeric_limits<T>::quiet_NaN();
+      std::fill_n(c.output.data<T>(), out_count, init);
+      return;
+    }
+    if (is_max) {
+      c.output = reduce_tensor<T, Eigen::internal::MaxReducer<T>>(c.device, x, mask, out_shape);
+      return;
+    }
+    c.output = reduce_tensor<T, Eigen::internal::SumReducer<T>>(c.device, x, mask, out_shape);
+    if (n.op == "reduce_mean" && count > 1) { // count > 1: the buffer is the kernel's own
+      auto y = c.output.flat_map<T>();
+      y.device(c.device) = y / static_cast<T>(count);
+    }
+  }
+};
+
+// dy broadcast back over the reduced axes (divided by their count for a mean).
+template <class T> struct reduce_grad_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& dy = c.input(0);
+    const loom::shape& to = c.input(1).shape();
+    const node_def& n = c.node;
+    const auto mask = reduction_mask(n, to, n.attr_or<std::vector<std::int64_t>>("axes", {}));
+    const loom::shape kept = reduced_shape(to, mask, true);
+    if (dy.num_elements() != kept.num_elements())
+      throw invalid_argument_error("node " + n.describe() + ": the gradient of shape " +
+                                   dy.shape().to_string() +
+                                   " does not match a reduction of shape " + to.to_string());
+    any_tensor src = dy;
+    const std::int64_t count = kept.num_elements() == 0 ? 0 : to.num_elements() / kept.num_elements();
+    if (n.attr<std::string>("mode") == "mean" && count > 1) {
+      src = any_tensor(dy.type(), dy.shape());
+      src.flat_map<T>().device(c.device) = dy.flat_map<T>() / static_cast<T>(count);
+    }
+    const reduction_runs runs = merge_runs(to, mask);
+    if (!runs.any_reduced() || to.num_elements() == 0) {
+      c.output = to.num_elements() == 0 ? any_tensor(dy.type(), to) : src.reshaped(to);
+      return;
+    }
+    std::vector<std::int64_t> from_dims, to_dims;
+    for (std::size_t k = 0; k < runs.dims.size(); ++k) {
+      to_dims.push_back(runs.dims[k]);
+      from_dims.push_back(runs.reduced[k] ? 1 : runs.dims[k]);
+    }
+    const loom::shape merged_to(std::move(to_dims));
+    c.output = broadcast_to<T>(c.device, src.reshaped(loom::shape(std::move(from_dims))), merged_to)
+                   .reshaped(to);
+  }
+};
+
+// argmax / argmin along one axis; ties give the first index.
+template <class T> struct arg_reduction_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& x = c.input(0);
+    const node_def& n = c.node;
+    const int axis = normalize_axis(n, x.shape(), n.attr<std::int64_t>("axis"));
+    std::vector<char> mask(static_cast<std::size_t>(x.rank()), 0);
+    mask[static_cast<std::size_t>(axis)] = 1;
+    c.output = any_tensor(dtype::i64, reduced_shape(x.shape(), mask, false));
+    index_t o = 1, i = 1;
+    for (int k = 0; k < axis; ++k) o *= x.shape()[k];
+    for (int k = axis + 1; k < x.rank(); ++k) i *= x.shape()[k];
+    const index_t r = x.shape()[axis];
+    if (o * i == 0) return;
+    if (r == 0)
+      throw invalid_argument_error("node " + n.describe() + ": axis " + std::to_string(axis) +
+                                   " of the input of shape " + x.shape().to_string() +
+                                   " is empty");
+    const T* in = x.data<T>();
+    std::int64_t* out = c.output.data<std::int64_t>();
+    const bool is_min = n.op == "argmin";
+    c.device.parallelFor(
+        o * i,
+        Eigen::TensorOpCost(static_cast<double>(r * static_cast<index_t>(sizeof(T))),
+                            sizeof(std::int64_t), static_cast<double>(r)),
+        [=](index_t first, index_t last) {
+          for (index_t k = first; k < last; ++k) {
+            const T* p = in + (k / i) * r * i + k % i;
+            index_t best = 0;
+            T value = p[0];
+            for (index_t j = 1; j < r; ++j) {
+              const T v = p[j * i];
+              if (is_min ? v < value : v > value) {
+                value = v;
+                best = j;
+              }
+            }
+            out[k] = best;
+          }
+        });
+  }
+};
+
+// -- reshape -------------------------------------------------------------------------
+
+template <class T> struct reshape_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& x = c.input(0);
+    c.output = x.reshaped(reshape_target(c.node, x.shape(), c.node.attr<std::vector<std::int64_t>>("dims")));
+  }
+};
+
+template <class T> struct reshape_like_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& x = c.input(0);
+    const loom::shape& to = c.input(1).shape();
+    if (x.num_elements() != to.num_elements())
+      throw invalid_argument_error("node " + c.node.describe() + ": cannot reshape a tensor of shape " +
+                                   x.shape().to_string() + " into shape " + to.to_string());
+    c.output = x.reshaped(to);
+  }
+};
+
+inline bool register_math_kernels() {
+  register_kernels<matmul_cpu>("matmul", floating_types{});
+  register_kernels<xw_plus_b_cpu>("xw_plus_b", floating_types{});
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"})
+    register_kernels<reduction_cpu>(op, numeric_types{});
+  register_kernels<reduce_grad_cpu>("reduce_grad", floating_types{});
+  register_kernels<arg_reduction_cpu>("argmax", numeric_types{});
+  register_kernels<arg_reduction_cpu>("argmin", numeric_types{});
+  register_kernels<reshape_cpu>("reshape", all_types{});
+  register_kernels<reshape_like_cpu>("reshape_like", all_types{});
+  return true;
+}
+
+inline const bool math_kernels_registered = register_math_kernels();
+
+} // namespace loom::detail

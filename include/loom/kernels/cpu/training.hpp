@@ -1,0 +1,188 @@
+// CPU kernels of the optimizer updates, with TF's exact formulas
+// (tensorflow/core/kernels/training_ops.cc). They update the variable and its
+// slots in place and output the variable's buffer, as TF's ref outputs do.
+#pragma once
+
+#include <loom/graph/ops/training.hpp>
+#include <loom/kernels/registry.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <string>
+
+namespace loom::detail {
+
+// Holds the mutexes of one update's variable and slots for the duration of the
+// update, and nothing longer: updates of different variables never wait on
+// each other (TF's use_locking=false), but one update never interleaves with
+// another update or an assign of the same variable. Mutexes are taken in
+// address order so two updates sharing a slot cannot deadlock.
+class apply_locks {
+public:
+  explicit apply_locks(std::span<variable_resource* const> refs) {
+    if (refs.size() > max_refs)
+      throw internal_error("apply_locks: " + std::to_string(refs.size()) + " refs");
+    std::array<std::mutex*, max_refs> mus{};
+    std::size_t n = 0;
+    for (variable_resource* r : refs)
+      if (std::find(mus.begin(), mus.begin() + static_cast<std::ptrdiff_t>(n), &r->mu) ==
+          mus.begin() + static_cast<std::ptrdiff_t>(n))
+        mus[n++] = &r->mu;
+    std::sort(mus.begin(), mus.begin() + static_cast<std::ptrdiff_t>(n), std::less<>{});
+    for (std::size_t k = 0; k < n; ++k) locks_[k] = std::unique_lock(*mus[k]);
+  }
+
+private:
+  static constexpr std::size_t max_refs = 3;
+  std::array<std::unique_lock<std::mutex>, max_refs> locks_;
+};
+
+// Checks, under the locks, that every ref is initialised, every slot has the
+// variable's shape and the gradient has it too; errors name the variables.
+inline void check_apply_inputs(const kernel_context& c, const any_tensor& grad) {
+  const node_def& n = c.node;
+  auto ref_name = [&](std::size_t k) {
+    return n.attr_or<std::string>(apply_ref_attr(k), "input " + std::to_string(k));
+  };
+  for (std::size_t k = 0; k < c.refs.size(); ++k)
+    if (!c.refs[k]->initialized)
+      throw failed_precondition_error("node " + n.describe() +
+                                      ": attempting to use uninitialized variable '" +
+                                      ref_name(k) +
+                                      "' (run its initializer, or global_variables_initializer, "
+                                      "first)");
+  const any_tensor& var = c.refs[0]->value;
+  for (std::size_t k = 1; k < c.refs.size(); ++k)
+    if (c.refs[k]->value.shape() != var.shape())
+      throw invalid_argument_error("node " + n.describe() + ": slot '" + ref_name(k) +
+                                   "' has shape " + c.refs[k]->value.shape().to_string() +
+                                   ", but variable '" + ref_name(0) + "' has shape " +
+                                   var.shape().to_string());
+  if (grad.shape() != var.shape())
+    throw invalid_argument_error("node " + n.describe() + ": the gradient has shape " +
+                                 grad.shape().to_string() + ", but variable '" + ref_name(0) +
+                                 "' has shape " + var.shape().to_string());
+}
+
+// A hyperparameter input's value; TF accepts only scalars.
+template <class T> T apply_scalar(const kernel_context& c, std::size_t i, const char* what) {
+  const any_tensor& t = c.input(i);
+  if (t.rank() != 0)
+    throw invalid_argument_error("node " + c.node.describe() + ": " + what +
+                                 " is not a scalar: " + t.shape().to_string());
+  return *t.data<T>();
+}
+
+template <class T> struct apply_gradient_descent_cpu {
+  static void run(kernel_context& c) {
+    const T alpha = apply_scalar<T>(c, 1, "alpha");
+    const any_tensor& delta = c.input(2);
+    variable_resource& var = *c.refs[0];
+    apply_locks lock(c.refs);
+    check_apply_inputs(c, delta);
+    auto w = var.value.flat_map<T>();
+    w.device(c.device) -= delta.flat_map<T>() * alpha;
+    c.output = var.value;
+  }
+};
+
+template <class T> struct apply_momentum_cpu {
+  static void run(kernel_context& c) {
+    const T lr = apply_scalar<T>(c, 2, "lr");
+    const T momentum = apply_scalar<T>(c, 4, "momentum");
+    const any_tensor& g = c.input(3);
+    const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
+    variable_resource& var = *c.refs[0];
+    apply_locks lock(c.refs);
+    check_apply_inputs(c, g);
+    auto w = var.value.flat_map<T>();
+    auto accum = c.refs[1]->value.flat_map<T>();
+    const auto grad = g.flat_map<T>();
+    accum.device(c.device) = accum * momentum + grad;
+    if (nesterov) w.device(c.device) -= grad * lr + accum * momentum * lr;
+    else w.device(c.device) -= accum * lr;
+    c.output = var.value;
+  }
+};
+
+template <class T> struct apply_adagrad_cpu {
+  static void run(kernel_context& c) {
+    const T lr = apply_scalar<T>(c, 2, "lr");
+    const any_tensor& g = c.input(3);
+    variable_resource& var = *c.refs[0];
+    apply_locks lock(c.refs);
+    check_apply_inputs(c, g);
+    auto w = var.value.flat_map<T>();
+    auto accum = c.refs[1]->value.flat_map<T>();
+    const auto grad = g.flat_map<T>();
+    accum.device(c.device) += grad.square();
+    w.device(c.device) -= grad * lr * accum.rsqrt();
+    c.output = var.value;
+  }
+};
+
+template <class T> struct apply_adam_cpu {
+  static void run(kernel_context& c) {
+    const T beta1_power = apply_scalar<T>(c, 3, "beta1_power");
+    const T beta2_power = apply_scalar<T>(c, 4, "beta2_power");
+    const T lr = apply_scalar<T>(c, 5, "lr");
+    const T beta1 = apply_scalar<T>(c, 6, "beta1");
+    const T beta2 = apply_scalar<T>(c, 7, "beta2");
+    const T epsilon = apply_scalar<T>(c, 8, "epsilon");
+    const any_tensor& g = c.input(9);
+    const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
+    variable_resource& var = *c.refs[0];
+    apply_locks lock(c.refs);
+    check_apply_inputs(c, g);
+    auto w = var.value.flat_map<T>();
+    auto m = c.refs[1]->value.flat_map<T>();
+    auto v = c.refs[2]->value.flat_map<T>();
+    const auto grad = g.flat_map<T>();
+    const T alpha = lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
+    m.device(c.device) += (grad - m) * (T(1) - beta1);
+    v.device(c.device) += (grad.square() - v) * (T(1) - beta2);
+    if (nesterov)
+      w.device(c.device) -=
+          ((grad * (T(1) - beta1) + m * beta1) * alpha) / (v.sqrt() + v.constant(epsilon));
+    else w.device(c.device) -= (m * alpha) / (v.sqrt() + v.constant(epsilon));
+    c.output = var.value;
+  }
+};
+
+template <class T> struct apply_rms_prop_cpu {
+  static void run(kernel_context& c) {
+    const T lr = apply_scalar<T>(c, 3, "lr");
+    const T rho = apply_scalar<T>(c, 4, "rho");
+    const T momentum = apply_scalar<T>(c, 5, "momentum");
+    const T epsilon = apply_scalar<T>(c, 6, "epsilon");
+    const any_tensor& g = c.input(7);
+    variable_resource& var = *c.refs[0];
+    apply_locks lock(c.refs);
+    check_apply_inputs(c, g);
+    auto w = var.value.flat_map<T>();
+    auto ms = c.refs[1]->value.flat_map<T>();
+    auto mom = c.refs[2]->value.flat_map<T>();
+    const auto grad = g.flat_map<T>();
+    ms.device(c.device) += (grad.square() - ms) * (T(1) - rho);
+    mom.device(c.device) = mom * momentum + (grad * lr) / (ms + ms.constant(epsilon)).sqrt();
+    w.device(c.device) -= mom;
+    c.output = var.value;
+  }
+};
+
+inline bool register_training_kernels() {
+  register_kernels<apply_gradient_descent_cpu>("apply_gradient_descent", floating_types{});
+  register_kernels<apply_momentum_cpu>("apply_momentum", floating_types{});
+  register_kernels<apply_adagrad_cpu>("apply_adagrad", floating_types{});
+  register_kernels<apply_adam_cpu>("apply_adam", floating_types{});
+  register_kernels<apply_rms_prop_cpu>("apply_rms_prop", floating_types{});
+  return true;
+}
+
+inline const bool training_kernels_registered = register_training_kernels();
+
+} // namespace loom::detail
