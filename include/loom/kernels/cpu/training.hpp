@@ -32,7 +32,10 @@ public:
       if (std::find(mus.begin(), mus.begin() + static_cast<std::ptrdiff_t>(n), &r->mu) ==
           mus.begin() + static_cast<std::ptrdiff_t>(n))
         mus[n++] = &r->mu;
-    std::sort(mus.begin(), mus.begin() + static_cast<std::ptrdiff_t>(n), std::less<>{});
+    // Insertion sort by address: n <= 3, and g++ 12's -Warray-bounds misreads std::sort here.
+    for (std::size_t i = 1; i < n; ++i)
+      for (std::size_t j = i; j > 0 && std::less<>{}(mus[j], mus[j - 1]); --j)
+        std::swap(mus[j], mus[j - 1]);
     for (std::size_t k = 0; k < n; ++k) locks_[k] = std::unique_lock(*mus[k]);
   }
 
