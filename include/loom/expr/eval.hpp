@@ -32,11 +32,30 @@ inline loom::shape broadcast_all(std::span<const any_tensor* const> in, const st
   return s;
 }
 
-// A size-n rank-1 operand that is either the tensor itself or, when the tensor
-// holds one element, that element repeated. constant() reads only the
-// dimensions of the map it is called on, never its data.
-template <class T> auto flat_operand(const any_tensor& t, Eigen::DenseIndex n) {
-  return const_tensor_map<T, 1>(t.data<T>(), n);
+// Elementwise work is split into contiguous chunks over the pool, and each
+// chunk is one Eigen expression evaluated on the DefaultDevice (vectorised,
+// single-threaded). That instantiates Eigen's light default executor once per
+// expression instead of the ThreadPoolDevice executor with its tiling machinery:
+// the same speed on these sizes at well under half the compile time.
+template <class T> using chunk_map = Eigen::TensorMap<Eigen::Tensor<T, 1, Eigen::RowMajor, Eigen::DenseIndex>>;
+
+// A chunk [first, first + len) of a rank-1 operand that is either the tensor
+// itself or, when the tensor holds one element, that element repeated.
+// constant() reads only the dimensions of the map it is called on.
+template <class T> auto flat_operand(const any_tensor& t, Eigen::DenseIndex first, Eigen::DenseIndex len) {
+  return chunk_map<const T>(t.data<T>() + first, len);
+}
+template <class T> auto repeated_operand(const any_tensor& t, Eigen::DenseIndex len) {
+  return chunk_map<const T>(t.data<T>(), len).constant(*t.data<T>());
+}
+
+// Runs chunk(first, len) over [0, n) on the pool; `cost` is per element.
+template <class F>
+void parallel_chunks(const cpu_device& d, Eigen::DenseIndex n, const Eigen::TensorOpCost& cost,
+                     F&& chunk) {
+  d.parallelFor(n, cost, [&](Eigen::DenseIndex first, Eigen::DenseIndex last) {
+    chunk(first, last - first);
+  });
 }
 
 // Materialises t broadcast to `to` (TF semantics), for the general case.
@@ -59,22 +78,47 @@ template <class T> any_tensor broadcast_to(const cpu_device& d, const any_tensor
   return out;
 }
 
-// Calls f with one Eigen operand per input, each the full tensor or its single
-// element repeated, so `x * 2` and `x * y` both take one pass.
-template <class In, bool FirstIsBool, std::size_t I, std::size_t N, class F, class... Operands>
-void with_flat_operands(std::span<const any_tensor* const> in, Eigen::DenseIndex n, F&& f,
+// Calls f with one Eigen operand per input for the chunk [first, first + len),
+// each the full tensor's chunk or its single element repeated, so `x * 2` and
+// `x * y` both take one pass. When every operand is a single element the output
+// has one element too, and the operands are read as tensors: no all-constant
+// instantiation is needed.
+template <class In, bool FirstIsBool, std::size_t I, std::size_t N, bool AnyTensor = false, class F,
+          class... Operands>
+void with_flat_operands(std::span<const any_tensor* const> in, Eigen::DenseIndex n,
+                        Eigen::DenseIndex first, Eigen::DenseIndex len, F&& f,
                         const Operands&... ops) {
   if constexpr (I == N) {
     f(ops...);
   } else {
     const any_tensor& t = *in[I];
     using TI = std::conditional_t<I == 0 && FirstIsBool, bool, In>;
-    if (t.num_elements() == 1 && n != 1)
-      with_flat_operands<In, FirstIsBool, I + 1, N>(
-          in, n, f, ops..., flat_operand<TI>(t, n).constant(*t.data<TI>()));
-    else with_flat_operands<In, FirstIsBool, I + 1, N>(in, n, f, ops..., flat_operand<TI>(t, n));
+    // The last operand is read as a tensor if none before it was.
+    constexpr bool may_repeat = AnyTensor || I + 1 < N;
+    if constexpr (may_repeat) {
+      if (t.num_elements() == 1 && n != 1) {
+        with_flat_operands<In, FirstIsBool, I + 1, N, AnyTensor>(in, n, first, len, f, ops...,
+                                                                 repeated_operand<TI>(t, len));
+        return;
+      }
+    }
+    with_flat_operands<In, FirstIsBool, I + 1, N, true>(in, n, first, len, f, ops...,
+                                                        flat_operand<TI>(t, first, len));
   }
 }
+
+// Op's result type when all n_in operands have element type T (select's
+// condition is given as T too: result<> ignores it).
+template <class Op, class T, std::size_t N> struct result_of_n;
+template <class Op, class T> struct result_of_n<Op, T, 1> {
+  using type = typename Op::template result<T>;
+};
+template <class Op, class T> struct result_of_n<Op, T, 2> {
+  using type = typename Op::template result<T, T>;
+};
+template <class Op, class T> struct result_of_n<Op, T, 3> {
+  using type = typename Op::template result<T, T, T>;
+};
 
 } // namespace detail
 
@@ -85,11 +129,7 @@ template <class Op, class T>
 any_tensor elementwise_kernel(const cpu_device& d, std::span<const any_tensor* const> in,
                               const std::string& node_name) {
   constexpr std::size_t n_in = static_cast<std::size_t>(Op::arity);
-  using Out = typename decltype([] {
-    if constexpr (n_in == 1) return std::type_identity<typename Op::template result<T>>{};
-    else if constexpr (n_in == 2) return std::type_identity<typename Op::template result<T, T>>{};
-    else return std::type_identity<typename Op::template result<T, T, T>>{};
-  }())::type;
+  using Out = typename detail::result_of_n<Op, T, n_in>::type;
 
   const loom::shape out_shape = detail::broadcast_all(in, node_name);
   const Eigen::DenseIndex n = out_shape.num_elements();
@@ -109,10 +149,14 @@ any_tensor elementwise_kernel(const cpu_device& d, std::span<const any_tensor* c
   }
   any_tensor out(dtype_of<Out>, out_shape);
   if (n == 0) return out;
-  auto dst = out.flat_map<Out>();
+  Out* dst = out.data<Out>();
   constexpr bool first_is_bool = std::is_same_v<Op, ops::select>; // select's condition
-  detail::with_flat_operands<T, first_is_bool, 0, n_in>(operands, n, [&](const auto&... ops) {
-    dst.device(d) = Op::eval(ops...);
+  const Eigen::TensorOpCost cost(static_cast<double>(n_in * sizeof(T)), sizeof(Out), 4.0);
+  detail::parallel_chunks(d, n, cost, [&](Eigen::DenseIndex first, Eigen::DenseIndex len) {
+    detail::with_flat_operands<T, first_is_bool, 0, n_in>(
+        operands, n, first, len, [&](const auto&... ops) {
+          detail::chunk_map<Out>(dst + first, len) = Op::eval(ops...);
+        });
   });
   return out;
 }
@@ -124,16 +168,17 @@ namespace detail {
 // Builds the Eigen expression of a typed tree. Leaves are read from `in` in
 // depth-first order starting at Offset; rank-0 leaves become constants.
 template <class E, std::size_t Offset>
-auto fused_operand(std::span<const any_tensor* const> in, Eigen::DenseIndex n) {
+auto fused_operand(std::span<const any_tensor* const> in, Eigen::DenseIndex first,
+                   Eigen::DenseIndex len) {
   if constexpr (E::is_leaf) {
     using T = typename E::value_type;
     const any_tensor& t = *in[Offset];
-    if constexpr (E::rank == 0) return flat_operand<T>(t, n).constant(*t.data<T>());
-    else return flat_operand<T>(t, n);
+    if constexpr (E::rank == 0) return repeated_operand<T>(t, len);
+    else return flat_operand<T>(t, first, len);
   } else {
     return []<class Op, class... C>(std::type_identity<expr<Op, C...>>,
                                     std::span<const any_tensor* const> leaves,
-                                    Eigen::DenseIndex size) {
+                                    Eigen::DenseIndex begin, Eigen::DenseIndex size) {
       return [&]<std::size_t... I>(std::index_sequence<I...>) {
         constexpr std::array<std::size_t, sizeof...(C)> counts{leaf_count<C>()...};
         constexpr auto offset = [counts](std::size_t k) {
@@ -141,9 +186,9 @@ auto fused_operand(std::span<const any_tensor* const> in, Eigen::DenseIndex n) {
           for (std::size_t j = 0; j < k; ++j) o += counts[j];
           return o;
         };
-        return Op::eval(fused_operand<C, offset(I)>(leaves, size)...);
+        return Op::eval(fused_operand<C, offset(I)>(leaves, begin, size)...);
       }(std::index_sequence_for<C...>{});
-    }(std::type_identity<E>{}, in, n);
+    }(std::type_identity<E>{}, in, first, len);
   }
 }
 
@@ -187,7 +232,12 @@ bool fused_kernel(const cpu_device& d, std::span<const any_tensor* const> leaves
   out = any_tensor(dtype_of<T>, s);
   const Eigen::DenseIndex n = s.num_elements();
   if (n == 0) return true;
-  out.flat_map<T>().device(d) = detail::fused_operand<E, 0>(leaves, n);
+  T* dst = out.data<T>();
+  const Eigen::TensorOpCost cost(static_cast<double>(leaf_count<E>() * sizeof(T)), sizeof(T),
+                                 4.0 * static_cast<double>(op_count<E>()));
+  detail::parallel_chunks(d, n, cost, [&](Eigen::DenseIndex first, Eigen::DenseIndex len) {
+    detail::chunk_map<T>(dst + first, len) = detail::fused_operand<E, 0>(leaves, first, len);
+  });
   return true;
 }
 

@@ -50,9 +50,16 @@ template <class T> struct assign_cpu {
       } else {
         // A new buffer, so values read earlier in this step stay as they were.
         any_tensor next(v.value.type(), v.value.shape());
-        if (n.op == "assign_add")
-          next.flat_map<T>().device(c.device) = v.value.flat_map<T>() + value.flat_map<T>();
-        else next.flat_map<T>().device(c.device) = v.value.flat_map<T>() - value.flat_map<T>();
+        const auto count = static_cast<Eigen::DenseIndex>(next.num_elements());
+        const bool add = n.op == "assign_add";
+        parallel_chunks(c.device, count, Eigen::TensorOpCost(2.0 * sizeof(T), sizeof(T), 1.0),
+                        [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
+                          auto out = chunk_map<T>(next.data<T>() + f, len);
+                          const auto old = chunk_map<const T>(v.value.data<T>() + f, len);
+                          const auto d = chunk_map<const T>(value.data<T>() + f, len);
+                          if (add) out = old + d;
+                          else out = old - d;
+                        });
         v.value = std::move(next);
       }
     }

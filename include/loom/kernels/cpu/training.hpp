@@ -80,6 +80,27 @@ template <class T> T apply_scalar(const kernel_context& c, std::size_t i, const 
   return *t.data<T>();
 }
 
+// The chunk [first, first + len) of a tensor's elements, for the update
+// kernels below: each runs all of its statements on one chunk before the next,
+// so the variable and its slots pass through the cache once per step.
+template <class T> chunk_map<T> chunk(any_tensor& t, Eigen::DenseIndex first, Eigen::DenseIndex len) {
+  return chunk_map<T>(t.data<T>() + first, len);
+}
+template <class T>
+chunk_map<const T> chunk(const any_tensor& t, Eigen::DenseIndex first, Eigen::DenseIndex len) {
+  return chunk_map<const T>(t.data<T>() + first, len);
+}
+
+// Runs update(first, len) over a variable's elements on the pool; `tensors` is
+// how many tensors of T each element touches.
+template <class T, class F>
+void update_chunks(const kernel_context& c, int tensors, F&& update) {
+  const auto n = static_cast<Eigen::DenseIndex>(c.refs[0]->value.num_elements());
+  const Eigen::TensorOpCost cost(static_cast<double>(tensors) * sizeof(T), 2.0 * sizeof(T),
+                                 4.0 * tensors);
+  parallel_chunks(c.device, n, cost, std::forward<F>(update));
+}
+
 template <class T> struct apply_gradient_descent_cpu {
   static void run(kernel_context& c) {
     const T alpha = apply_scalar<T>(c, 1, "alpha");
@@ -87,8 +108,9 @@ template <class T> struct apply_gradient_descent_cpu {
     variable_resource& var = *c.refs[0];
     apply_locks lock(c.refs);
     check_apply_inputs(c, delta);
-    auto w = var.value.flat_map<T>();
-    w.device(c.device) -= delta.flat_map<T>() * alpha;
+    update_chunks<T>(c, 2, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
+      chunk<T>(var.value, f, len) -= chunk<T>(delta, f, len) * alpha;
+    });
     c.output = var.value;
   }
 };
@@ -102,12 +124,14 @@ template <class T> struct apply_momentum_cpu {
     variable_resource& var = *c.refs[0];
     apply_locks lock(c.refs);
     check_apply_inputs(c, g);
-    auto w = var.value.flat_map<T>();
-    auto accum = c.refs[1]->value.flat_map<T>();
-    const auto grad = g.flat_map<T>();
-    accum.device(c.device) = accum * momentum + grad;
-    if (nesterov) w.device(c.device) -= grad * lr + accum * momentum * lr;
-    else w.device(c.device) -= accum * lr;
+    update_chunks<T>(c, 3, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
+      auto w = chunk<T>(var.value, f, len);
+      auto accum = chunk<T>(c.refs[1]->value, f, len);
+      const auto grad = chunk<T>(g, f, len);
+      accum = accum * momentum + grad;
+      if (nesterov) w -= grad * lr + accum * momentum * lr;
+      else w -= accum * lr;
+    });
     c.output = var.value;
   }
 };
@@ -119,11 +143,13 @@ template <class T> struct apply_adagrad_cpu {
     variable_resource& var = *c.refs[0];
     apply_locks lock(c.refs);
     check_apply_inputs(c, g);
-    auto w = var.value.flat_map<T>();
-    auto accum = c.refs[1]->value.flat_map<T>();
-    const auto grad = g.flat_map<T>();
-    accum.device(c.device) += grad.square();
-    w.device(c.device) -= grad * lr * accum.rsqrt();
+    update_chunks<T>(c, 3, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
+      auto w = chunk<T>(var.value, f, len);
+      auto accum = chunk<T>(c.refs[1]->value, f, len);
+      const auto grad = chunk<T>(g, f, len);
+      accum += grad.square();
+      w -= grad * lr * accum.rsqrt();
+    });
     c.output = var.value;
   }
 };
@@ -141,17 +167,18 @@ template <class T> struct apply_adam_cpu {
     variable_resource& var = *c.refs[0];
     apply_locks lock(c.refs);
     check_apply_inputs(c, g);
-    auto w = var.value.flat_map<T>();
-    auto m = c.refs[1]->value.flat_map<T>();
-    auto v = c.refs[2]->value.flat_map<T>();
-    const auto grad = g.flat_map<T>();
     const T alpha = lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
-    m.device(c.device) += (grad - m) * (T(1) - beta1);
-    v.device(c.device) += (grad.square() - v) * (T(1) - beta2);
-    if (nesterov)
-      w.device(c.device) -=
-          ((grad * (T(1) - beta1) + m * beta1) * alpha) / (v.sqrt() + v.constant(epsilon));
-    else w.device(c.device) -= (m * alpha) / (v.sqrt() + v.constant(epsilon));
+    update_chunks<T>(c, 4, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
+      auto w = chunk<T>(var.value, f, len);
+      auto m = chunk<T>(c.refs[1]->value, f, len);
+      auto v = chunk<T>(c.refs[2]->value, f, len);
+      const auto grad = chunk<T>(g, f, len);
+      m += (grad - m) * (T(1) - beta1);
+      v += (grad.square() - v) * (T(1) - beta2);
+      if (nesterov)
+        w -= ((grad * (T(1) - beta1) + m * beta1) * alpha) / (v.sqrt() + v.constant(epsilon));
+      else w -= (m * alpha) / (v.sqrt() + v.constant(epsilon));
+    });
     c.output = var.value;
   }
 };
@@ -166,13 +193,15 @@ template <class T> struct apply_rms_prop_cpu {
     variable_resource& var = *c.refs[0];
     apply_locks lock(c.refs);
     check_apply_inputs(c, g);
-    auto w = var.value.flat_map<T>();
-    auto ms = c.refs[1]->value.flat_map<T>();
-    auto mom = c.refs[2]->value.flat_map<T>();
-    const auto grad = g.flat_map<T>();
-    ms.device(c.device) += (grad.square() - ms) * (T(1) - rho);
-    mom.device(c.device) = mom * momentum + (grad * lr) / (ms + ms.constant(epsilon)).sqrt();
-    w.device(c.device) -= mom;
+    update_chunks<T>(c, 4, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
+      auto w = chunk<T>(var.value, f, len);
+      auto ms = chunk<T>(c.refs[1]->value, f, len);
+      auto mom = chunk<T>(c.refs[2]->value, f, len);
+      const auto grad = chunk<T>(g, f, len);
+      ms += (grad.square() - ms) * (T(1) - rho);
+      mom = mom * momentum + (grad * lr) / (ms + ms.constant(epsilon)).sqrt();
+      w -= mom;
+    });
     c.output = var.value;
   }
 };
