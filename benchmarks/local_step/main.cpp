@@ -115,12 +115,20 @@ int main(int argc, char** argv) {
   auto train = loom::adam_optimizer{0.001}.minimize(loss);
   loom::session sess(g);
   sess.run(loom::global_variables_initializer(g));
+  loom::session sess1(g, {.intra_op_threads = 1});
+  sess1.run(loom::global_variables_initializer(g));
 
   eigen_mlp ref(rng);
   int k = 0;
   auto loom_step = [&] {
     ++k;
     auto [_, l] = sess.run(loom::fetches(train, loss), {{x, xs[k % pool]}, {y_, ys[k % pool]}});
+    (void)l;
+  };
+  int k1 = 0;
+  auto loom_step1 = [&] {
+    ++k1;
+    auto [_, l] = sess1.run(loom::fetches(train, loss), {{x, xs[k1 % pool]}, {y_, ys[k1 % pool]}});
     (void)l;
   };
   int e = 0;
@@ -131,13 +139,15 @@ int main(int argc, char** argv) {
   };
   for (int i = 0; i < 20; ++i) { // warm up: plans, caches, allocator
     loom_step();
+    loom_step1();
     eigen_step();
   }
   // Interleave the two so that machine noise hits both alike.
-  std::vector<double> tl, te;
+  std::vector<double> tl, tl1, te;
   for (int r = 0; r < reps; ++r) {
     te.push_back(loom::bench::median_seconds(eigen_step, 1, inner));
     tl.push_back(loom::bench::median_seconds(loom_step, 1, inner));
+    tl1.push_back(loom::bench::median_seconds(loom_step1, 1, inner));
   }
   auto median = [](std::vector<double> v) {
     std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
@@ -145,7 +155,8 @@ int main(int argc, char** argv) {
   };
   loom::bench::print_table("local_step: one MLP training step (784-100-10, batch 100, Adam)",
                            {{"hand-written Eigen step (baseline)", median(te)},
-                            {"loom session step", median(tl)}});
+                            {"loom session step", median(tl)},
+                            {"loom session step, 1 intra-op thread", median(tl1)}});
   std::printf("\nloom / Eigen = %.3f (target <= 1.15); %d repetitions of %d steps, medians\n",
               median(tl) / median(te), reps, inner);
   return 0;
