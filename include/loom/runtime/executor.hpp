@@ -1,17 +1,29 @@
 // The executor: compiles a request (fetches, targets, fed nodes) into a plan
 // once, then runs it as often as asked.
 //
-// Planning prunes the graph to what the request needs, orders it (node ids
-// are already a topological order), looks every kernel up, replaces each
-// fusable elementwise region by its fused kernel, and records after which step
-// each intermediate value can be released, so memory follows the live set.
+// Planning prunes the graph to what the request needs, looks every kernel up,
+// replaces each fusable elementwise region by its fused kernel, and counts the
+// readers of every value so memory follows the live set.
+//
+// Running is dataflow: a step runs once the steps it depends on have, lowest
+// node id first. Without _recv nodes that is exactly node-id order (ids are a
+// topological order); with them, a step waiting for a tensor from another task
+// never blocks the steps that do not need it, so partitions that feed each
+// other (a worker's gradients to a ps, the ps's variables back) cannot deadlock.
 #pragma once
 
 #include <loom/expr/eval.hpp>
 #include <loom/graph/graph.hpp>
+#include <loom/graph/ops/transfer.hpp>
 #include <loom/kernels/registry.hpp>
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <queue>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -26,39 +38,61 @@ struct run_request {
   std::vector<node_id> fed;
 };
 
+// How a step's _send and _recv nodes reach other tasks: implemented by the
+// worker service of a cluster task (runtime/rendezvous.hpp).
+class step_rendezvous {
+public:
+  using recv_done = std::function<void(any_tensor value, std::exception_ptr error)>;
+  virtual ~step_rendezvous() = default;
+  // Starts delivering `value` (empty for a control edge) to the recv of `send`'s key.
+  virtual void send(const node_def& send, const any_tensor& value) = 0;
+  // Calls done exactly once: with the value, or with the error that ended the wait.
+  virtual void recv(const node_def& recv, recv_done done) = 0;
+};
+
+// The nodes a request needs: the fetches, the targets and, transitively, their
+// data and control inputs, stopping at fed nodes (TF's pruning).
+inline std::vector<char> needed_nodes(const graph& g, const run_request& req) {
+  std::unordered_set<node_id> fed(req.fed.begin(), req.fed.end());
+  std::vector<char> needed(g.size(), 0);
+  std::vector<node_id> stack(req.fetches);
+  stack.insert(stack.end(), req.targets.begin(), req.targets.end());
+  while (!stack.empty()) {
+    node_id id = stack.back();
+    stack.pop_back();
+    if (needed[static_cast<std::size_t>(id)]) continue;
+    needed[static_cast<std::size_t>(id)] = 1;
+    if (fed.count(id)) continue;
+    const node_def& n = g.node(id);
+    const op_def& def = op_registry::instance().find(n.op);
+    for (std::size_t i = 0; i < n.inputs.size(); ++i)
+      if (!(def.ref_inputs >> i & 1u)) stack.push_back(n.inputs[i]);
+    for (node_id c : n.control_inputs) stack.push_back(c);
+  }
+  return needed;
+}
+
 class plan {
 public:
   struct step {
+    enum class kind : std::uint8_t { kernel, fused, send, recv };
+    kind k = kind::kernel;
     node_id id = no_node;
     kernel_fn kernel = nullptr;
     std::vector<node_id> inputs; // no_node at ref-input positions
     std::vector<node_id> refs;   // the variable nodes of ref inputs
+    std::vector<node_id> after;  // control inputs
     // A fused region: its kernel and leaves, and the primitive steps that
     // compute the same value when the fused kernel declines the shapes.
     fused_kernel_fn fused = nullptr;
     std::vector<node_id> leaves;
     std::vector<step> fallback;
-    std::vector<node_id> release; // values no later step reads
   };
 
   plan(const graph& g, const run_request& req) : request_(req) {
     std::unordered_set<node_id> fed(req.fed.begin(), req.fed.end());
     // 1. The nodes the request needs.
-    std::vector<char> needed(g.size(), 0);
-    std::vector<node_id> stack(req.fetches);
-    stack.insert(stack.end(), req.targets.begin(), req.targets.end());
-    while (!stack.empty()) {
-      node_id id = stack.back();
-      stack.pop_back();
-      if (needed[static_cast<std::size_t>(id)]) continue;
-      needed[static_cast<std::size_t>(id)] = 1;
-      if (fed.count(id)) continue;
-      const node_def& n = g.node(id);
-      const op_def& def = op_registry::instance().find(n.op);
-      for (std::size_t i = 0; i < n.inputs.size(); ++i)
-        if (!(def.ref_inputs >> i & 1u)) stack.push_back(n.inputs[i]);
-      for (node_id c : n.control_inputs) stack.push_back(c);
-    }
+    const std::vector<char> needed = needed_nodes(g, req);
 
     // 2. Consumers within the plan, for fusion and for releasing values.
     std::unordered_map<node_id, std::vector<node_id>> consumers;
@@ -103,6 +137,7 @@ public:
       if (!needed[i] || fed.count(id) || fused_away.count(id)) continue;
       if (auto it = fuse_at.find(id); it != fuse_at.end()) {
         step s;
+        s.k = step::kind::fused;
         s.id = id;
         s.fused = fused_kernel_registry::instance().find(it->second->key);
         s.leaves = it->second->leaves;
@@ -117,41 +152,103 @@ public:
       }
     }
 
-    // 5. Release each value after its last reader (fetched and fed values stay).
-    std::unordered_map<node_id, std::size_t> last_use;
+    // 5. The dependency graph between steps, and how many steps read each value.
+    std::unordered_map<node_id, std::size_t> producer;
+    for (std::size_t k = 0; k < steps_.size(); ++k) producer.emplace(steps_[k].id, k);
+    consumers_.resize(steps_.size());
+    pending_.assign(steps_.size(), 0);
+    readers_.assign(g.size(), 0);
     for (std::size_t k = 0; k < steps_.size(); ++k) {
-      last_use[steps_[k].id] = std::max(last_use[steps_[k].id], k);
-      for (node_id in : steps_[k].inputs)
-        if (in != no_node) last_use[in] = k;
+      std::set<std::size_t> deps;
+      for (node_id in : steps_[k].inputs) {
+        if (in == no_node) continue;
+        ++readers_[static_cast<std::size_t>(in)];
+        if (auto p = producer.find(in); p != producer.end()) deps.insert(p->second);
+      }
+      for (node_id in : steps_[k].after)
+        if (auto p = producer.find(in); p != producer.end()) deps.insert(p->second);
+      for (std::size_t d : deps) consumers_[d].push_back(k);
+      pending_[k] = static_cast<int>(deps.size());
     }
-    for (auto [id, k] : last_use)
-      if (!fetched.count(id) && !fed.count(id)) steps_[k].release.push_back(id);
+    keep_.assign(g.size(), 0);
+    for (node_id f : req.fetches) keep_[static_cast<std::size_t>(f)] = 1;
+    for (node_id f : req.fed) keep_[static_cast<std::size_t>(f)] = 1;
   }
 
   const std::vector<step>& steps() const noexcept { return steps_; }
   const run_request& request() const noexcept { return request_; }
 
   // Runs the plan. `values` is indexed by node id and holds the fed values on
-  // entry; on return it holds the fetched ones.
+  // entry; on return it holds the fetched ones. A plan with _send or _recv
+  // nodes needs a rendezvous.
   void run(const graph& g, std::vector<any_tensor>& values, const cpu_device& device,
-           resource_access& resources) const {
-    for (const step& s : steps_) {
-      if (s.fused) {
-        std::vector<const any_tensor*> leaves;
-        leaves.reserve(s.leaves.size());
-        for (node_id l : s.leaves) leaves.push_back(&values[static_cast<std::size_t>(l)]);
-        any_tensor out;
-        if (s.fused(device, leaves, out, g.node(s.id).name)) {
-          values[static_cast<std::size_t>(s.id)] = std::move(out);
-        } else {
-          for (const step& f : s.fallback) run_step(g, f, values, device, resources);
-          for (const step& f : s.fallback)
-            if (f.id != s.id) values[static_cast<std::size_t>(f.id)] = {};
+           resource_access& resources, step_rendezvous* rendezvous = nullptr) const {
+    // What a _recv's callback touches outlives this call if the step fails
+    // while a recv is still outstanding.
+    struct arrivals {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::deque<std::tuple<std::size_t, any_tensor, std::exception_ptr>> items;
+    };
+    auto arrived = std::make_shared<arrivals>();
+    std::vector<int> pending = pending_;
+    std::vector<int> readers = readers_;
+    std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
+    for (std::size_t k = 0; k < steps_.size(); ++k)
+      if (pending[k] == 0) ready.push(k);
+    std::size_t done = 0, waiting = 0;
+
+    auto release = [&](node_id id) {
+      if (!keep_[static_cast<std::size_t>(id)]) values[static_cast<std::size_t>(id)] = {};
+    };
+    auto finish = [&](std::size_t k) {
+      ++done;
+      const step& s = steps_[k];
+      for (node_id in : s.inputs)
+        if (in != no_node && --readers[static_cast<std::size_t>(in)] == 0) release(in);
+      if (readers[static_cast<std::size_t>(s.id)] == 0) release(s.id);
+      for (std::size_t c : consumers_[k])
+        if (--pending[c] == 0) ready.push(c);
+    };
+
+    while (done < steps_.size()) {
+      if (ready.empty()) {
+        if (waiting == 0)
+          throw internal_error("executor: no step is ready and none is waiting (a cycle?)");
+        std::unique_lock lock(arrived->mu);
+        arrived->cv.wait(lock, [&] { return !arrived->items.empty(); });
+        auto items = std::move(arrived->items);
+        arrived->items.clear();
+        lock.unlock();
+        for (auto& [k, value, error] : items) {
+          --waiting;
+          if (error) std::rethrow_exception(error);
+          values[static_cast<std::size_t>(steps_[k].id)] = std::move(value);
+          finish(k);
         }
-      } else {
-        run_step(g, s, values, device, resources);
+        continue;
       }
-      for (node_id r : s.release) values[static_cast<std::size_t>(r)] = {};
+      const std::size_t k = ready.top();
+      ready.pop();
+      const step& s = steps_[k];
+      switch (s.k) {
+      case step::kind::recv:
+        if (!rendezvous) throw internal_error("executor: a _recv node without a rendezvous");
+        ++waiting;
+        rendezvous->recv(g.node(s.id), [arrived, k](any_tensor v, std::exception_ptr e) {
+          std::lock_guard lock(arrived->mu);
+          arrived->items.emplace_back(k, std::move(v), std::move(e));
+          arrived->cv.notify_one();
+        });
+        continue;
+      case step::kind::send:
+        if (!rendezvous) throw internal_error("executor: a _send node without a rendezvous");
+        rendezvous->send(g.node(s.id), values[static_cast<std::size_t>(s.inputs[0])]);
+        break;
+      case step::kind::fused: run_fused(g, s, values, device, resources); break;
+      case step::kind::kernel: run_step(g, s, values, device, resources); break;
+      }
+      finish(k);
     }
   }
 
@@ -165,6 +262,12 @@ private:
                                    " and shape " + n.shape.to_string());
     step s;
     s.id = id;
+    s.after = n.control_inputs;
+    if (n.op == "_send" || n.op == "_recv") {
+      s.k = n.op == "_send" ? step::kind::send : step::kind::recv;
+      s.inputs = n.inputs;
+      return s;
+    }
     const dtype t = def.type_input < 0 || n.inputs.empty()
                         ? n.type
                         : g.node(n.inputs[static_cast<std::size_t>(def.type_input)]).type;
@@ -178,6 +281,21 @@ private:
       }
     }
     return s;
+  }
+
+  static void run_fused(const graph& g, const step& s, std::vector<any_tensor>& values,
+                        const cpu_device& device, resource_access& resources) {
+    std::vector<const any_tensor*> leaves;
+    leaves.reserve(s.leaves.size());
+    for (node_id l : s.leaves) leaves.push_back(&values[static_cast<std::size_t>(l)]);
+    any_tensor out;
+    if (s.fused(device, leaves, out, g.node(s.id).name)) {
+      values[static_cast<std::size_t>(s.id)] = std::move(out);
+      return;
+    }
+    for (const step& f : s.fallback) run_step(g, f, values, device, resources);
+    for (const step& f : s.fallback)
+      if (f.id != s.id) values[static_cast<std::size_t>(f.id)] = {};
   }
 
   static void run_step(const graph& g, const step& s, std::vector<any_tensor>& values,
@@ -217,6 +335,10 @@ private:
 
   run_request request_;
   std::vector<step> steps_;
+  std::vector<std::vector<std::size_t>> consumers_; // per step: the steps waiting on it
+  std::vector<int> pending_;                        // per step: how many it waits on
+  std::vector<int> readers_;                        // per node id: steps reading its value
+  std::vector<char> keep_;                          // per node id: fetched or fed
 };
 
 } // namespace loom
