@@ -4,6 +4,7 @@
 // handle, so typed leaves can hold one and never dangle.
 #pragma once
 
+#include <loom/core/device_spec.hpp>
 #include <loom/core/error.hpp>
 #include <loom/graph/node.hpp>
 #include <loom/graph/op_registry.hpp>
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <algorithm>
+#include <concepts>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,6 +20,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -57,14 +60,37 @@ private:
   std::function<void()> undo_;
 };
 
+// A placement policy (TF's device function): called with a node being created
+// and the device that the device scopes inside its own scope requested, it
+// returns the node's device. The library's policies are in loom/placement/.
+// clang-format off
+template <class P>
+concept placement_policy =
+    std::copy_constructible<std::decay_t<P>> &&
+    std::invocable<std::decay_t<P>&, const node_def&, const device_spec&> &&
+    std::convertible_to<std::invoke_result_t<std::decay_t<P>&, const node_def&, const device_spec&>,
+                        device_spec>;
+// clang-format on
+
 namespace detail {
+// One device scope: a spec merged under the inner scopes' result, a policy, or
+// a clear (TF's tf.device(None)), which hides every enclosing scope.
+struct device_scope_frame {
+  enum class kind : std::uint8_t { merge, function, clear };
+  kind k = kind::merge;
+  device_spec spec;
+  std::function<device_spec(const node_def&, const device_spec&)> fn;
+  std::uint64_t id = 0; // tells policy scopes apart in CSE keys
+};
+
 struct graph_state {
   std::deque<node_def> nodes; // a deque keeps references stable as nodes are added
   std::unordered_map<std::string, node_id> by_name;
   std::unordered_map<std::string, int> name_uses;
   std::unordered_map<std::string, node_id> structural; // CSE: structural key -> node
   std::vector<std::string> name_scopes;
-  std::vector<std::string> device_scopes;
+  std::vector<device_scope_frame> device_scopes;
+  std::uint64_t device_scope_counter = 0;
   std::vector<std::vector<node_id>> control_scopes;
   std::map<std::string, std::vector<node_id>, std::less<>> collections;
   std::vector<fusion_candidate> fusions;
@@ -103,7 +129,7 @@ public:
     n.attrs = std::move(attrs);
     for (auto& frame : state_->control_scopes)
       n.control_inputs.insert(n.control_inputs.end(), frame.begin(), frame.end());
-    n.requested_device = current_device();
+    n.requested_device = device_scope_key(); // stands for the device in the CSE key
 
     const bool explicit_name = !name.empty();
     std::string key;
@@ -118,6 +144,10 @@ public:
     in.reserve(n.inputs.size());
     for (node_id i : n.inputs) in.push_back(&node(i));
     if (def.infer) def.infer(n, in);
+    // Policies see the named, typed node (TF applies device functions to the
+    // constructed op).
+    n.requested_device.clear();
+    n.requested_device = device_for(n).to_string();
 
     n.id = static_cast<node_id>(state_->nodes.size());
     state_->by_name.emplace(n.name, n.id);
@@ -166,14 +196,68 @@ public:
     return state_->name_scopes.empty() ? std::string() : state_->name_scopes.back();
   }
 
-  // Nodes created in the scope request this device (a device string; the
-  // placer merges it with policies). Nested scopes merge in the placer.
-  scope_guard device(std::string spec) {
-    state_->device_scopes.push_back(std::move(spec));
+  // Device scopes (TF's `with tf.device(...)`). `spec` is a device string
+  // ("/job:ps/task:0", parsed here, so a malformed one throws at the scope), a
+  // device_spec, a placement_policy, or nullptr, which hides every enclosing
+  // scope (TF's tf.device(None)). As in TF, when a node is created the scopes
+  // apply from the innermost outwards: a spec fills only the fields the inner
+  // scopes left unset (so the innermost wins field by field), a policy is
+  // called with the node and the device the scopes inside it produced, and a
+  // clear stops the walk. An empty string or spec is a no-op, as in TF. The
+  // result's to_string() is the node's requested_device. A policy is copied
+  // into the scope; pass std::ref(p) to keep state in `p` itself.
+  template <class Spec> [[nodiscard]] scope_guard device(Spec&& spec) {
+    using S = std::decay_t<Spec>;
+    using frame = detail::device_scope_frame;
+    frame f;
+    if constexpr (std::is_same_v<S, std::nullptr_t>) {
+      f.k = frame::kind::clear;
+    } else if constexpr (std::is_same_v<S, device_spec>) {
+      f.spec = std::forward<Spec>(spec);
+    } else if constexpr (std::is_convertible_v<const S&, std::string_view>) {
+      f.spec = device_spec::from_string(std::string_view(spec));
+    } else {
+      static_assert(placement_policy<S>,
+                    "loom: the type given to graph::device() or graph::on() is not a placement "
+                    "policy: it needs operator()(const loom::node_def&, const loom::device_spec&) "
+                    "returning loom::device_spec");
+      if constexpr (placement_policy<S>) {
+        f.k = frame::kind::function;
+        f.fn = S(std::forward<Spec>(spec));
+        f.id = ++state_->device_scope_counter;
+      }
+    }
+    state_->device_scopes.push_back(std::move(f));
     return scope_guard([s = state_] { s->device_scopes.pop_back(); });
   }
+
+  // Runs `body` within device(spec) and returns its result.
+  template <class Spec, std::invocable F> decltype(auto) on(Spec&& spec, F&& body) {
+    auto scope = device(std::forward<Spec>(spec));
+    return std::invoke(std::forward<F>(body));
+  }
+
+  // The device the current scopes give `n` (n.requested_device is not read).
+  device_spec device_for(const node_def& n) const {
+    using frame = detail::device_scope_frame;
+    device_spec current;
+    const auto& frames = state_->device_scopes;
+    for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+      if (it->k == frame::kind::clear) break;
+      if (it->k == frame::kind::function) current = it->fn(n, current);
+      else current = device_spec::merged(it->spec, current);
+    }
+    return current;
+  }
+  // The device the current spec scopes request; policy scopes are skipped
+  // (they need a node: see device_for).
   std::string current_device() const {
-    return state_->device_scopes.empty() ? std::string() : state_->device_scopes.back();
+    using frame = detail::device_scope_frame;
+    device_spec current;
+    const auto& frames = state_->device_scopes;
+    for (auto it = frames.rbegin(); it != frames.rend() && it->k != frame::kind::clear; ++it)
+      if (it->k == frame::kind::merge) current = device_spec::merged(it->spec, current);
+    return current.to_string();
   }
 
   // Nodes created in the scope run only after every node in `deps`.
@@ -238,6 +322,20 @@ public:
   }
 
 private:
+  // What the device scopes contribute to a CSE key before the node exists: the
+  // requested device, or the policy scopes' identities when policies apply.
+  std::string device_scope_key() const {
+    using frame = detail::device_scope_frame;
+    std::string key;
+    bool policies = false;
+    const auto& frames = state_->device_scopes;
+    for (auto it = frames.rbegin(); it != frames.rend() && it->k != frame::kind::clear; ++it) {
+      policies = policies || it->k == frame::kind::function;
+      key += it->k == frame::kind::function ? "#" + std::to_string(it->id) : "|" + it->spec.to_string();
+    }
+    return policies ? key : current_device();
+  }
+
   void check_id(node_id id) const {
     if (id < 0 || static_cast<std::size_t>(id) >= state_->nodes.size())
       throw invalid_argument_error("node id " + std::to_string(id) + " is not in this graph");
