@@ -1,0 +1,659 @@
+// One framed TCP connection of loom's message layer, and the io thread pool
+// that drives it. Used by net::rpc_server and net::channel (rpc.hpp); most
+// users never touch it directly.
+//
+// Threading: every socket operation runs on the connection's strand. Reading is
+// a loop (header, metadata, payloads straight into the destination tensors,
+// then the next header). Writing is thread-safe: send() first tries a
+// non-blocking sendmsg() of the whole frame from the calling thread (no thread
+// hop for small frames), and hands whatever did not fit to an async_write on
+// the strand; frames queued meanwhile are written in order, several per
+// scatter-gather call.
+#pragma once
+
+#include <loom/core/error.hpp>
+#include <loom/core/tensor.hpp>
+#include <loom/net/auth.hpp>
+#include <loom/net/frame.hpp>
+
+#include <asio/bind_executor.hpp>
+#include <asio/buffer.hpp>
+#include <asio/connect.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+#include <asio/write.hpp>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <cerrno>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#define LOOM_NET_DIRECT_SEND 1
+#endif
+
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace loom::net {
+
+// Receives the layer's log lines ("waiting for ps task 0 at ...", rejected
+// clients, bad frames). Empty: print to stderr.
+using log_fn = std::function<void(std::string_view)>;
+
+inline void log_line(const log_fn& log, std::string_view msg) {
+  if (log)
+    log(msg);
+  else
+    std::fprintf(stderr, "loom: %.*s\n", static_cast<int>(msg.size()), msg.data());
+}
+
+// ---------------------------------------------------------------------------
+// Addresses
+// ---------------------------------------------------------------------------
+
+struct host_port {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+// Splits "host:port" or "[v6 address]:port". Throws invalid_argument_error.
+inline host_port split_address(std::string_view a) {
+  std::string_view host, port;
+  if (!a.empty() && a.front() == '[') {
+    const auto close = a.find(']');
+    if (close == std::string_view::npos || close + 1 >= a.size() || a[close + 1] != ':')
+      throw invalid_argument_error("address '" + std::string(a) +
+                                   "' is not of the form [v6 address]:port");
+    host = a.substr(1, close - 1);
+    port = a.substr(close + 2);
+  } else {
+    const auto colon = a.rfind(':');
+    if (colon == std::string_view::npos)
+      throw invalid_argument_error("address '" + std::string(a) +
+                                   "' has no port (expected host:port)");
+    host = a.substr(0, colon);
+    port = a.substr(colon + 1);
+  }
+  unsigned p = 0;
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+  if (host.empty() || port.empty() || ec != std::errc() || end != port.data() + port.size() ||
+      p > 65535)
+    throw invalid_argument_error("address '" + std::string(a) + "' has a bad host or port");
+  return {std::string(host), static_cast<std::uint16_t>(p)};
+}
+
+inline std::string join_address(std::string_view host, std::uint16_t port) {
+  if (host.find(':') != std::string_view::npos)
+    return "[" + std::string(host) + "]:" + std::to_string(port);
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+inline std::string to_string(const asio::ip::tcp::endpoint& ep) {
+  return join_address(ep.address().to_string(), ep.port());
+}
+
+namespace detail {
+
+// An io_context run by a few threads. shutdown() lets the threads finish the
+// outstanding work (callers close their sockets first), joins them, and from
+// then on runs anything posted late inline, so nothing is left in the queue
+// holding a connection (no leak, no cycle).
+class io_runtime {
+public:
+  io_runtime(int threads, log_fn log)
+      : ctx_(threads > 1 ? threads : 1), work_(asio::make_work_guard(ctx_)), log_(std::move(log)) {
+    const int n = threads > 1 ? threads : 1;
+    threads_.reserve(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i)
+      threads_.emplace_back([this] { run(); });
+  }
+  io_runtime(const io_runtime&) = delete;
+  io_runtime& operator=(const io_runtime&) = delete;
+  ~io_runtime() { shutdown(); }
+
+  asio::io_context& context() noexcept { return ctx_; }
+
+  bool on_io_thread() const noexcept {
+    for (const auto& t : threads_)
+      if (t.get_id() == std::this_thread::get_id())
+        return true;
+    return false;
+  }
+
+  void shutdown() {
+    {
+      std::lock_guard lk(m_);
+      if (shutting_down_)
+        return;
+      shutting_down_ = true;
+    }
+    work_.reset();
+    for (auto& t : threads_) {
+      if (!t.joinable())
+        continue;
+      if (t.get_id() == std::this_thread::get_id()) {
+        // stop() from inside a handler: that thread cannot join itself.
+        log_line(log_, "stop() called from an io thread; that thread finishes on its own");
+        t.detach();
+      } else {
+        t.join();
+      }
+    }
+    {
+      std::lock_guard lk(m_);
+      joined_ = true;
+    }
+    ctx_.restart();
+    ctx_.poll();
+  }
+
+  // Runs f on the strand (inline if already there); after shutdown, inline.
+  template <class Strand, class F> void run_on(const Strand& strand, F&& f) {
+    if (strand.running_in_this_thread()) {
+      f();
+      return;
+    }
+    std::unique_lock lk(m_);
+    if (joined_) {
+      lk.unlock();
+      f();
+      return;
+    }
+    asio::post(strand, std::forward<F>(f));
+  }
+
+private:
+  void run() {
+    for (;;) {
+      try {
+        ctx_.run();
+        return;
+      } catch (const std::exception& e) {
+        log_line(log_, std::string("unexpected exception in an io thread: ") + e.what());
+      }
+    }
+  }
+
+  asio::io_context ctx_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  log_fn log_;
+  std::vector<std::thread> threads_;
+  std::mutex m_;
+  bool shutting_down_ = false, joined_ = false;
+};
+
+} // namespace detail
+
+// A frame as received: payloads already hold their bytes.
+struct incoming_frame {
+  frame_header header;
+  frame_meta meta;
+  std::string metadata; // raw metadata bytes (envelope, descriptors, caller's metadata)
+  std::vector<any_tensor> payloads;
+  // Set when a destination supplied for a payload did not match its descriptor
+  // (the payload then went into a fresh tensor).
+  std::string buffer_error;
+
+  std::string_view user_metadata() const {
+    return std::string_view(metadata).substr(meta.user_offset, meta.user_bytes);
+  }
+  std::span<const std::byte> metadata_bytes() const {
+    return std::as_bytes(std::span<const char>(metadata.data(), metadata.size()));
+  }
+};
+
+// A frame to send: the encoded head plus the tensors whose bytes follow it.
+struct out_frame {
+  std::string head;
+  std::vector<any_tensor> payloads;
+  std::size_t offset = 0; // bytes already written
+
+  std::size_t bytes() const {
+    std::size_t n = head.size();
+    for (const auto& t : payloads)
+      n += t.byte_size();
+    return n;
+  }
+};
+
+class connection;
+
+// What a connection hands its frames to (the server or the channel).
+class frame_sink {
+public:
+  virtual ~frame_sink() = default;
+  // May return a tensor of exactly p.type and p.shape to receive payload i
+  // into; an empty tensor means "allocate one".
+  virtual any_tensor destination(connection& c, const frame_header& h, const frame_meta& m,
+                                 std::string_view user_metadata, std::size_t i,
+                                 const payload_info& p) = 0;
+  virtual void on_frame(const std::shared_ptr<connection>& c, incoming_frame&& f) = 0;
+  virtual void on_closed(const std::shared_ptr<connection>& c, const std::string& reason) = 0;
+};
+
+class connection : public std::enable_shared_from_this<connection> {
+public:
+  using tcp = asio::ip::tcp;
+  using strand_type = asio::strand<asio::io_context::executor_type>;
+  using once_fn = std::function<void(std::exception_ptr, incoming_frame&&)>;
+
+  connection(std::shared_ptr<detail::io_runtime> rt, const frame_limits& limits, log_fn log)
+      : rt_(std::move(rt)), strand_(asio::make_strand(rt_->context())), sock_(strand_),
+        timer_(strand_), limits_(limits), log_(std::move(log)) {}
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+
+  tcp::socket& socket() noexcept { return sock_; }
+  const strand_type& strand() const noexcept { return strand_; }
+  const std::string& peer() const noexcept { return peer_; }
+  void set_peer(std::string p) { peer_ = std::move(p); }
+  const frame_limits& limits() const noexcept { return limits_; }
+
+  // Set during the handshake (server side), read afterwards.
+  connection_role role = connection_role::control;
+  std::uint64_t client_id = 0;
+
+  bool closed() {
+    std::lock_guard lk(wmu_);
+    return closed_;
+  }
+
+  // Runs f on this connection's strand.
+  template <class F> void run(F&& f) { rt_->run_on(strand_, std::forward<F>(f)); }
+
+  // After connect/accept: TCP_NODELAY (control messages are latency bound).
+  void configure_socket() {
+    std::error_code ec;
+    sock_.set_option(tcp::no_delay(true), ec);
+    if (peer_.empty()) {
+      const auto ep = sock_.remote_endpoint(ec);
+      if (!ec)
+        peer_ = to_string(ep);
+    }
+  }
+
+  // Handshake helpers (strand only): closes the connection at `deadline`.
+  void arm_deadline(std::chrono::steady_clock::time_point deadline, std::string what) {
+    timer_.expires_at(deadline);
+    timer_.async_wait([self = shared_from_this(), what = std::move(what)](std::error_code ec) {
+      if (!ec)
+        self->do_close("timed out " + what);
+    });
+  }
+  void disarm_deadline() { timer_.cancel(); }
+
+  // Reads exactly one handshake frame and hands it to cb (strand only).
+  void read_one(once_fn cb) {
+    once_ = std::move(cb);
+    read_header();
+  }
+
+  // Starts the read loop: every frame goes to the sink until the connection closes.
+  void start(std::shared_ptr<frame_sink> sink) {
+    run([self = shared_from_this(), sink = std::move(sink)]() mutable {
+      if (self->closed()) {
+        sink->on_closed(self, "closed before it started");
+        return;
+      }
+      self->sink_ = std::move(sink);
+      self->read_header();
+    });
+  }
+
+  // Thread-safe. False when the connection is closed (the frame is dropped).
+  bool send(out_frame&& f) {
+    std::unique_lock lk(wmu_);
+    if (closed_)
+      return false;
+    if (!writing_) {
+#ifdef LOOM_NET_DIRECT_SEND
+      if (direct_send(f))
+        return true;
+#endif
+      writing_ = true;
+      queue_.push_back(std::move(f));
+      lk.unlock();
+      run([self = shared_from_this()] { self->write_next(); });
+      return true;
+    }
+    queue_.push_back(std::move(f));
+    return true;
+  }
+
+  // Thread-safe: closes now (pending writes are dropped).
+  void close(std::string reason) {
+    {
+      std::lock_guard lk(wmu_);
+      if (closed_)
+        return;
+    }
+    run([self = shared_from_this(), reason = std::move(reason)] { self->do_close(reason); });
+  }
+
+  // Thread-safe: closes once everything queued has been written.
+  void close_after_flush(std::string reason) {
+    std::unique_lock lk(wmu_);
+    if (closed_)
+      return;
+    if (writing_) {
+      close_after_flush_ = true;
+      close_reason_ = std::move(reason);
+      return;
+    }
+    lk.unlock();
+    close(std::move(reason));
+  }
+
+private:
+  // ---- reading (strand only) ----
+  void read_header() {
+    asio::async_read(
+        sock_, asio::buffer(hdr_),
+        [self = shared_from_this()](std::error_code ec, std::size_t) { self->on_header(ec); });
+  }
+
+  void on_header(std::error_code ec) {
+    if (ec)
+      return read_failed(ec);
+    try {
+      h_ = parse_header(hdr_, limits_);
+      const bool handshake = is_handshake_kind(h_.kind);
+      if (handshake != static_cast<bool>(once_))
+        throw failed_precondition_error(
+            handshake
+                ? "a " + std::string(to_string(h_.kind)) + " frame after the handshake"
+                : "a " + std::string(to_string(h_.kind)) + " frame before the handshake completed");
+    } catch (const loom::error& e) {
+      return bad_frame(e);
+    }
+    meta_.assign(h_.metadata_bytes, '\0');
+    if (meta_.empty())
+      return on_metadata({});
+    asio::async_read(
+        sock_, asio::buffer(meta_),
+        [self = shared_from_this()](std::error_code e, std::size_t) { self->on_metadata(e); });
+  }
+
+  void on_metadata(std::error_code ec) {
+    if (ec)
+      return read_failed(ec);
+    if (once_) {
+      incoming_frame f;
+      f.header = h_;
+      f.metadata = std::move(meta_);
+      auto cb = std::move(once_);
+      once_ = nullptr;
+      cb(nullptr, std::move(f));
+      return;
+    }
+    try {
+      fm_ = parse_metadata(h_, std::as_bytes(std::span<const char>(meta_.data(), meta_.size())),
+                           limits_);
+      in_payloads_.clear();
+      in_bufs_.clear();
+      buffer_error_.clear();
+      const auto user = std::string_view(meta_).substr(fm_.user_offset, fm_.user_bytes);
+      for (std::size_t i = 0; i < fm_.payloads.size(); ++i) {
+        const auto& p = fm_.payloads[i];
+        any_tensor t;
+        if (sink_) {
+          try {
+            t = sink_->destination(*this, h_, fm_, user, i, p);
+          } catch (const std::exception& e) {
+            buffer_error_ =
+                "choosing the destination of payload " + std::to_string(i) + " failed: " + e.what();
+            t = {};
+          }
+        }
+        if (!t.empty() && (t.type() != p.type || t.shape() != p.shape)) {
+          if (buffer_error_.empty())
+            buffer_error_ = "payload " + std::to_string(i) + " is " +
+                            std::string(loom::to_string(p.type)) + p.shape.to_string() +
+                            ", but the buffer supplied for it is " + t.describe();
+          t = {};
+        }
+        if (t.empty())
+          t = any_tensor(p.type, p.shape); // bounded by the checked limits
+        if (p.bytes)
+          in_bufs_.emplace_back(t.raw_data(), static_cast<std::size_t>(p.bytes));
+        in_payloads_.push_back(std::move(t));
+      }
+    } catch (const loom::error& e) {
+      return bad_frame(e);
+    } catch (const std::bad_alloc&) {
+      return bad_frame(resource_exhausted_error(
+          "cannot allocate " + std::to_string(fm_.payload_bytes) + " payload bytes"));
+    }
+    if (in_bufs_.empty())
+      return on_payloads({});
+    asio::async_read(sock_, in_bufs_, [self = shared_from_this()](std::error_code e, std::size_t) {
+      self->on_payloads(e);
+    });
+  }
+
+  void on_payloads(std::error_code ec) {
+    if (ec)
+      return read_failed(ec);
+    try {
+      for (std::size_t i = 0; i < fm_.payloads.size(); ++i)
+        validate_payload_bytes(fm_.payloads[i], in_payloads_[i].raw_data(), i);
+    } catch (const loom::error& e) {
+      return bad_frame(e);
+    }
+    if (!sink_)
+      return;
+    incoming_frame f;
+    f.header = h_;
+    f.meta = std::move(fm_);
+    f.metadata = std::move(meta_);
+    f.payloads = std::move(in_payloads_);
+    f.buffer_error = std::move(buffer_error_);
+    in_payloads_ = {};
+    auto sink = sink_;
+    auto self = shared_from_this();
+    read_header(); // completes on this strand only after on_frame returns
+    sink->on_frame(self, std::move(f));
+  }
+
+  void read_failed(std::error_code ec) {
+    std::string why;
+    if (ec == asio::error::eof)
+      why = "the peer closed the connection";
+    else if (ec == asio::error::operation_aborted)
+      why = "the connection was closed";
+    else
+      why = ec.message();
+    do_close(why);
+  }
+
+  // A malformed frame: reply with the error when the bytes were a loom frame, then close.
+  void bad_frame(const loom::error& e) {
+    const std::string msg = "bad frame from " + peer_ + ": " + e.what();
+    log_line(log_, msg + "; closing that connection");
+    const auto hb = std::span<const std::byte>(hdr_);
+    if (has_magic(hb)) {
+      out_frame f;
+      if (once_) {
+        f.head = encode(auth_result_msg{status_of(e.code()), e.message()});
+      } else {
+        envelope env;
+        env.status = status_of(e.code());
+        env.message = e.message();
+        encode_head(f.head, frame_kind::response, peek_request_id(hb), env, {}, empty{});
+      }
+      send(std::move(f));
+    }
+    close_after_flush(msg);
+  }
+
+  // ---- writing ----
+#ifdef LOOM_NET_DIRECT_SEND
+  // Under wmu_: writes as much of f as the socket takes without blocking.
+  // True when all of it went out.
+  bool direct_send(out_frame& f) {
+    const auto fd = sock_.native_handle();
+    const std::size_t total = f.bytes();
+    while (f.offset < total) {
+      iovec iov[64];
+      std::size_t n = 0, skip = f.offset;
+      const auto add = [&](const void* p, std::size_t len) {
+        if (n == 64 || len == 0)
+          return;
+        if (skip >= len) {
+          skip -= len;
+          return;
+        }
+        iov[n].iov_base = const_cast<char*>(static_cast<const char*>(p) + skip);
+        iov[n].iov_len = len - skip;
+        skip = 0;
+        ++n;
+      };
+      add(f.head.data(), f.head.size());
+      for (const auto& t : f.payloads)
+        add(t.raw_data(), t.byte_size());
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = n;
+      int flags = MSG_DONTWAIT;
+#ifdef MSG_NOSIGNAL
+      flags |= MSG_NOSIGNAL;
+#endif
+      const auto w = ::sendmsg(fd, &msg, flags);
+      if (w < 0) {
+        if (errno == EINTR)
+          continue;
+        return false; // EAGAIN, or an error the async path will report
+      }
+      f.offset += static_cast<std::size_t>(w);
+    }
+    return true;
+  }
+#endif
+
+  void write_next() { // strand only
+    std::unique_lock lk(wmu_);
+    if (closed_)
+      return;
+    if (queue_.empty()) {
+      writing_ = false;
+      if (close_after_flush_) {
+        lk.unlock();
+        do_close(close_reason_);
+      }
+      return;
+    }
+    out_bufs_.clear();
+    batch_ = 0;
+    for (auto& f : queue_) {
+      if (batch_ > 0 && out_bufs_.size() + 1 + f.payloads.size() > 64)
+        break;
+      std::size_t skip = f.offset;
+      const auto add = [&](const void* p, std::size_t len) {
+        if (len == 0)
+          return;
+        if (skip >= len) {
+          skip -= len;
+          return;
+        }
+        out_bufs_.emplace_back(static_cast<const char*>(p) + skip, len - skip);
+        skip = 0;
+      };
+      add(f.head.data(), f.head.size());
+      for (const auto& t : f.payloads)
+        add(t.raw_data(), t.byte_size());
+      ++batch_;
+    }
+    lk.unlock();
+    asio::async_write(
+        sock_, out_bufs_,
+        [self = shared_from_this()](std::error_code ec, std::size_t) { self->on_written(ec); });
+  }
+
+  void on_written(std::error_code ec) {
+    if (ec) {
+      do_close("writing failed: " + ec.message());
+      return;
+    }
+    {
+      std::lock_guard lk(wmu_);
+      if (closed_)
+        return;
+      for (std::size_t i = 0; i < batch_ && !queue_.empty(); ++i)
+        queue_.pop_front();
+    }
+    write_next();
+  }
+
+  void do_close(const std::string& reason) { // strand only
+    {
+      std::lock_guard lk(wmu_);
+      if (closed_)
+        return;
+      closed_ = true;
+    }
+    std::error_code ec;
+    sock_.shutdown(tcp::socket::shutdown_both, ec);
+    sock_.close(ec); // cancels the pending operations: nothing touches the buffers after this
+    timer_.cancel();
+    {
+      std::lock_guard lk(wmu_);
+      queue_.clear();
+      writing_ = false;
+    }
+    auto self = shared_from_this();
+    auto sink = std::move(sink_);
+    sink_ = nullptr;
+    auto once = std::move(once_);
+    once_ = nullptr;
+    if (once)
+      once(make_error(error_code::unavailable, reason), incoming_frame{});
+    if (sink)
+      sink->on_closed(self, reason);
+  }
+
+  std::shared_ptr<detail::io_runtime> rt_; // first: destroyed last
+  strand_type strand_;
+  tcp::socket sock_;
+  asio::steady_timer timer_;
+  frame_limits limits_;
+  log_fn log_;
+  std::string peer_;
+
+  // reading state (strand only)
+  std::array<std::byte, header_size> hdr_{};
+  frame_header h_;
+  std::string meta_;
+  frame_meta fm_;
+  std::vector<any_tensor> in_payloads_;
+  std::vector<asio::mutable_buffer> in_bufs_;
+  std::string buffer_error_;
+  std::shared_ptr<frame_sink> sink_;
+  once_fn once_;
+
+  // writing state (wmu_)
+  std::mutex wmu_;
+  bool closed_ = false, writing_ = false, close_after_flush_ = false;
+  std::string close_reason_;
+  std::deque<out_frame> queue_;
+  std::vector<asio::const_buffer> out_bufs_; // strand only
+  std::size_t batch_ = 0;                    // strand only
+};
+
+} // namespace loom::net

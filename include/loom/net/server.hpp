@@ -1,0 +1,578 @@
+// net::rpc_server: serves requests on host:port, dispatching each by its method
+// name to a registered handler. See rpc.hpp for an example.
+//
+// - Binding beyond loopback requires a cluster token (auth.hpp) unless insecure
+//   mode is requested (server_options::allow_insecure or LOOM_ALLOW_INSECURE=1).
+// - Handlers run on the io threads, on the strand of the connection the request
+//   came from: keep them short, or hold the responder and reply later from any
+//   thread (a barrier that answers when a step is applied).
+// - A payload may be received straight into a tensor the handler's allocator
+//   returns (e.g. a variable's buffer).
+// - Each (client id, request id) runs at most once: a duplicate within the
+//   window gets already_exists_error.
+#pragma once
+
+#include <loom/core/error.hpp>
+#include <loom/core/tensor.hpp>
+#include <loom/net/auth.hpp>
+#include <loom/net/connection.hpp>
+#include <loom/net/frame.hpp>
+
+#include <asio/ip/address.hpp>
+#include <asio/ip/tcp.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace loom::net {
+
+struct server_options {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0; // 0: the OS chooses; see rpc_server::port()
+  int threads = 2;        // io threads (handlers run on them)
+  // The cluster token. nullopt: LOOM_CLUSTER_TOKEN / LOOM_CLUSTER_TOKEN_FILE; "": none.
+  std::optional<std::string> token{};
+  // Serve beyond loopback without a token (also LOOM_ALLOW_INSECURE=1).
+  bool allow_insecure = false;
+  frame_limits limits{};
+  std::chrono::milliseconds handshake_timeout{10000};
+  std::size_t dedupe_window = 1u << 16; // (client, request id) pairs remembered
+  // Replies with at least this many payload bytes go over the client's bulk connection.
+  std::size_t bulk_threshold = 256u << 10;
+  log_fn log{}; // empty: stderr
+};
+
+namespace detail {
+class server_core;
+
+struct reply_state;
+inline void send_error_reply(reply_state& st, error_code code, const std::string& message);
+
+// Shared by the responder and the dispatcher. When the last reference goes and
+// nobody answered (the handler dropped its responder), it answers with
+// internal_error, so a caller never waits for a reply that cannot come.
+struct reply_state {
+  std::shared_ptr<connection> conn;
+  std::weak_ptr<server_core> core;
+  std::uint64_t id = 0;
+  std::uint64_t client_id = 0;
+  std::string method;
+  std::atomic<bool> done{false};
+
+  reply_state() = default;
+  reply_state(const reply_state&) = delete;
+  reply_state& operator=(const reply_state&) = delete;
+  ~reply_state() {
+    if (conn && !done.exchange(true)) {
+      try {
+        send_error_reply(*this, error_code::internal,
+                         "the handler of '" + method + "' dropped the request without replying");
+      } catch (...) {
+      }
+    }
+  }
+};
+
+inline void send_reply(reply_state& st, out_frame&& f, std::uint64_t payload_bytes);
+
+inline void send_error_reply(reply_state& st, error_code code, const std::string& message) {
+  out_frame f;
+  envelope env;
+  env.status = status_of(code);
+  env.message = message;
+  encode_head(f.head, frame_kind::response, st.id, env, {}, empty{});
+  send_reply(st, std::move(f), 0);
+}
+} // namespace detail
+
+// A received request. Handlers may move the payloads out.
+class request {
+public:
+  const std::string& method() const noexcept { return frame_.meta.env.method; }
+  std::uint64_t id() const noexcept { return frame_.header.request_id; }
+  std::uint64_t client_id() const noexcept { return client_id_; }
+  const std::string& peer() const noexcept { return peer_; }
+  // The client's deadline for this call, as a duration from when it was sent (0: none).
+  std::chrono::microseconds timeout() const noexcept {
+    return std::chrono::microseconds(frame_.meta.env.timeout_us);
+  }
+  std::string_view raw_metadata() const noexcept { return frame_.user_metadata(); }
+  template <class T> T metadata() const {
+    return decode_metadata<T>(raw_metadata(), "request '" + method() + "' from " + peer_);
+  }
+  std::vector<any_tensor>& payloads() noexcept { return frame_.payloads; }
+  const std::vector<any_tensor>& payloads() const noexcept { return frame_.payloads; }
+
+private:
+  friend class detail::server_core;
+  incoming_frame frame_;
+  std::string peer_;
+  std::uint64_t client_id_ = 0;
+};
+
+// What an allocator sees before the payloads are read.
+struct request_preview {
+  const std::string& method;
+  std::string_view metadata; // the caller's metadata (decode with decode_metadata<T>)
+  const std::string& peer;
+  std::uint64_t client_id;
+  std::uint64_t request_id;
+};
+
+// The right to answer one request, once, from any thread. Dropping every
+// responder of a request without answering answers with internal_error (never
+// a silent hang); a handler that throws answers with its exception instead.
+class responder {
+public:
+  responder() = default;
+  explicit responder(std::shared_ptr<detail::reply_state> st) : st_(std::move(st)) {}
+  responder(responder&&) noexcept = default;
+  responder& operator=(responder&&) noexcept = default;
+  responder(const responder&) = delete;
+  responder& operator=(const responder&) = delete;
+
+  explicit operator bool() const noexcept { return st_ && !st_->done.load(); }
+  const std::string& method() const { return st_->method; }
+  // False once the connection the request came on has closed.
+  bool peer_connected() const { return st_ && !st_->conn->closed(); }
+
+  void reply() { reply(empty{}); }
+  template <class Meta> void reply(const Meta& meta, std::vector<any_tensor> payloads = {}) {
+    check();
+    out_frame f;
+    envelope env;
+    const auto bytes = encode_head(f.head, frame_kind::response, st_->id, env, payloads, meta);
+    f.payloads = std::move(payloads);
+    if (st_->done.exchange(true))
+      throw failed_precondition_error("request '" + st_->method + "' was already answered");
+    detail::send_reply(*st_, std::move(f), bytes);
+  }
+  void fail(error_code code, const std::string& message) {
+    check();
+    if (st_->done.exchange(true))
+      throw failed_precondition_error("request '" + st_->method + "' was already answered");
+    send_error(*st_, code, message);
+  }
+  void fail(const loom::error& e) { fail(e.code(), e.message()); }
+
+  static void send_error(detail::reply_state& st, error_code code, const std::string& message) {
+    detail::send_error_reply(st, code, message);
+  }
+
+private:
+  void check() const {
+    if (!st_)
+      throw failed_precondition_error("reply on an empty responder");
+    if (st_->done.load())
+      throw failed_precondition_error("request '" + st_->method + "' was already answered");
+  }
+  std::shared_ptr<detail::reply_state> st_;
+};
+
+using handler_fn = std::function<void(request, responder)>;
+// Returns the tensor to receive payload `index` into (dtype and shape must
+// match `info`), or an empty tensor to let the layer allocate one.
+using allocator_fn =
+    std::function<any_tensor(const request_preview&, std::size_t index, const payload_info& info)>;
+
+namespace detail {
+
+struct request_key {
+  std::uint64_t client, id;
+  bool operator==(const request_key&) const = default;
+};
+struct request_key_hash {
+  std::size_t operator()(const request_key& k) const noexcept {
+    return std::hash<std::uint64_t>{}(k.client ^ (k.id * 0x9E3779B97F4A7C15ull));
+  }
+};
+
+inline bool is_loopback_host(const asio::ip::address& a) {
+  return a.is_loopback();
+}
+
+class server_core : public frame_sink, public std::enable_shared_from_this<server_core> {
+public:
+  using tcp = asio::ip::tcp;
+
+  explicit server_core(server_options o) : opts_(std::move(o)) {}
+
+  void start() {
+    token_ = resolve_token(opts_.token);
+    const bool insecure = opts_.allow_insecure || insecure_from_environment();
+    const std::string requested = join_address(opts_.host, opts_.port);
+
+    // Resolve the host first: a non-loopback bind without a token is refused
+    // before any socket exists.
+    std::error_code ec;
+    auto addr = asio::ip::make_address(opts_.host, ec);
+    if (ec) {
+      asio::io_context tmp;
+      tcp::resolver res(tmp);
+      auto r = res.resolve(opts_.host, std::to_string(opts_.port), ec);
+      if (ec || r.empty())
+        throw unavailable_error("cannot listen on " + requested + ": cannot resolve host '" +
+                                opts_.host + "'" + (ec ? ": " + ec.message() : ""));
+      addr = r.begin()->endpoint().address();
+    }
+    if (!token_ && !is_loopback_host(addr) && !insecure)
+      throw failed_precondition_error(
+          "refusing to serve on " + requested +
+          " without a cluster token: anyone who can reach that address could run requests. "
+          "Set LOOM_CLUSTER_TOKEN (or LOOM_CLUSTER_TOKEN_FILE) for every task, or opt into "
+          "insecure mode (server_options::allow_insecure or LOOM_ALLOW_INSECURE=1)");
+
+    rt_ = std::make_shared<io_runtime>(opts_.threads, opts_.log);
+    acceptor_strand_.emplace(asio::make_strand(rt_->context()));
+    acceptor_.emplace(*acceptor_strand_);
+    const tcp::endpoint ep(addr, opts_.port);
+    acceptor_->open(ep.protocol(), ec);
+    if (!ec)
+      acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec)
+      acceptor_->bind(ep, ec);
+    if (!ec)
+      acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      std::error_code ignored;
+      acceptor_->close(ignored);
+      throw unavailable_error("cannot listen on " + to_string(ep) + ": " + ec.message());
+    }
+    port_ = acceptor_->local_endpoint().port();
+    address_ = join_address(opts_.host, port_);
+    accept_next();
+  }
+
+  void stop() {
+    std::vector<std::shared_ptr<connection>> conns;
+    {
+      std::lock_guard lk(cmu_);
+      if (stopping_ || !rt_)
+        return;
+      stopping_ = true;
+      conns.assign(conns_.begin(), conns_.end());
+    }
+    rt_->run_on(*acceptor_strand_, [self = shared_from_this()] {
+      std::error_code ec;
+      self->acceptor_->close(ec);
+    });
+    for (auto& c : conns)
+      c->close("the server is stopping");
+    rt_->shutdown();
+    std::lock_guard lk(cmu_);
+    conns_.clear();
+    bulk_.clear();
+  }
+
+  void add_handler(std::string method, handler_fn h, allocator_fn a) {
+    std::unique_lock lk(hmu_);
+    handlers_[std::move(method)] = entry{std::move(h), std::move(a)};
+  }
+
+  std::uint16_t port() const noexcept { return port_; }
+  const std::string& address() const noexcept { return address_; }
+  const server_options& options() const noexcept { return opts_; }
+
+  std::shared_ptr<connection> bulk_for(std::uint64_t client_id) {
+    std::lock_guard lk(cmu_);
+    auto it = bulk_.find(client_id);
+    if (it == bulk_.end())
+      return nullptr;
+    return it->second.lock();
+  }
+
+  // ---- frame_sink ----
+  any_tensor destination(connection& c, const frame_header& h, const frame_meta& m,
+                         std::string_view user, std::size_t i, const payload_info& p) override {
+    if (h.kind != frame_kind::request)
+      return {};
+    allocator_fn a;
+    {
+      std::shared_lock lk(hmu_);
+      auto it = handlers_.find(m.env.method);
+      if (it == handlers_.end() || !it->second.alloc)
+        return {};
+      a = it->second.alloc;
+    }
+    return a(request_preview{m.env.method, user, c.peer(), c.client_id, h.request_id}, i, p);
+  }
+
+  void on_frame(const std::shared_ptr<connection>& c, incoming_frame&& f) override {
+    if (f.header.kind == frame_kind::cancel)
+      return; // the client already gave up; nothing runs twice
+    if (f.header.kind != frame_kind::request) {
+      log_line(opts_.log, "unexpected " + std::string(to_string(f.header.kind)) + " frame from " +
+                              c->peer() + "; ignored");
+      return;
+    }
+    auto st = std::make_shared<reply_state>();
+    st->conn = c;
+    st->core = weak_from_this();
+    st->id = f.header.request_id;
+    st->client_id = c->client_id;
+    st->method = f.meta.env.method;
+
+    if (!remember(request_key{c->client_id, st->id})) {
+      st->done = true;
+      responder::send_error(*st, error_code::already_exists,
+                            "request " + std::to_string(st->id) + " ('" + st->method +
+                                "') from this client was already received (a duplicate after a "
+                                "retry?); it is not run twice");
+      return;
+    }
+    handler_fn h;
+    {
+      std::shared_lock lk(hmu_);
+      auto it = handlers_.find(st->method);
+      if (it != handlers_.end())
+        h = it->second.handler;
+    }
+    if (!h) {
+      st->done = true;
+      responder::send_error(*st, error_code::unimplemented,
+                            "no handler for method '" + st->method + "' on server " + address_);
+      return;
+    }
+    if (!f.buffer_error.empty()) {
+      st->done = true;
+      responder::send_error(*st, error_code::invalid_argument,
+                            "request '" + st->method + "': " + f.buffer_error);
+      return;
+    }
+    request req;
+    req.frame_ = std::move(f);
+    req.peer_ = c->peer();
+    req.client_id_ = c->client_id;
+    try {
+      h(std::move(req), responder(st));
+    } catch (const loom::error& e) {
+      if (!st->done.exchange(true))
+        responder::send_error(*st, e.code(), e.message());
+      else
+        log_line(opts_.log, "handler of '" + st->method + "' threw after replying: " + e.what());
+    } catch (const std::exception& e) {
+      if (!st->done.exchange(true))
+        responder::send_error(*st, error_code::internal,
+                              "the handler of '" + st->method + "' threw: " + e.what());
+      else
+        log_line(opts_.log, "handler of '" + st->method + "' threw after replying: " + e.what());
+    }
+  }
+
+  void on_closed(const std::shared_ptr<connection>& c, const std::string&) override { untrack(c); }
+
+private:
+  struct entry {
+    handler_fn handler;
+    allocator_fn alloc;
+  };
+
+  bool remember(const request_key& k) {
+    std::lock_guard lk(dmu_);
+    if (!seen_.insert(k).second)
+      return false;
+    order_.push_back(k);
+    while (order_.size() > opts_.dedupe_window) {
+      seen_.erase(order_.front());
+      order_.pop_front();
+    }
+    return true;
+  }
+
+  void untrack(const std::shared_ptr<connection>& c) {
+    std::lock_guard lk(cmu_);
+    conns_.erase(c);
+    if (c->role == connection_role::bulk) {
+      auto it = bulk_.find(c->client_id);
+      if (it != bulk_.end() && it->second.lock() == c)
+        bulk_.erase(it);
+    }
+  }
+
+  void accept_next() {
+    auto c = std::make_shared<connection>(rt_, opts_.limits, opts_.log);
+    acceptor_->async_accept(
+        c->socket(),
+        asio::bind_executor(*acceptor_strand_, [self = shared_from_this(), c](std::error_code ec) {
+          if (ec == asio::error::operation_aborted)
+            return;
+          {
+            std::lock_guard lk(self->cmu_);
+            if (self->stopping_)
+              return;
+            if (!ec)
+              self->conns_.insert(c);
+          }
+          if (ec) {
+            self->log_line_once("accepting a connection on " + self->address_ +
+                                " failed: " + ec.message());
+          } else {
+            c->configure_socket();
+            c->run([self, c] { self->handshake(c); });
+          }
+          self->accept_next();
+        }));
+  }
+
+  void log_line_once(const std::string& s) { log_line(opts_.log, s); }
+
+  void reject(const std::shared_ptr<connection>& c, error_code code, const std::string& msg) {
+    c->send(out_frame{encode(auth_result_msg{status_of(code), msg}), {}, 0});
+    c->close_after_flush(msg);
+    untrack(c);
+  }
+
+  // Server side of the handshake (auth.hpp), on c's strand.
+  void handshake(const std::shared_ptr<connection>& c) {
+    c->arm_deadline(std::chrono::steady_clock::now() + opts_.handshake_timeout,
+                    "waiting for the handshake of " + c->peer());
+    c->read_one([self = shared_from_this(), c](std::exception_ptr err, incoming_frame&& f) {
+      if (err)
+        return self->untrack(c);
+      try {
+        if (f.header.kind != frame_kind::hello)
+          throw data_loss_error("expected a hello frame, got " +
+                                std::string(to_string(f.header.kind)));
+        const hello_msg h = decode_hello(f.metadata_bytes());
+        c->role = h.role;
+        c->client_id = h.client_id;
+        challenge_msg ch;
+        ch.token_required = self->token_.has_value();
+        ch.server_nonce = random_nonce();
+        if (self->token_ && h.has_token)
+          ch.proof = server_proof(*self->token_, h.client_nonce, ch.server_nonce, h.client_id);
+        c->send(out_frame{encode(ch), {}, 0});
+        c->read_one([self, c, h, ch](std::exception_ptr err2, incoming_frame&& f2) {
+          if (err2)
+            return self->untrack(c);
+          try {
+            if (f2.header.kind != frame_kind::auth)
+              throw data_loss_error("expected an auth frame, got " +
+                                    std::string(to_string(f2.header.kind)));
+            const auth_msg a = decode_auth(f2.metadata_bytes());
+            self->finish_handshake(c, h, ch, a);
+          } catch (const loom::error& e) {
+            log_line(self->opts_.log, "handshake with " + c->peer() + " failed: " + e.what());
+            self->reject(c, e.code(), e.message());
+          }
+        });
+      } catch (const loom::error& e) {
+        log_line(self->opts_.log, "handshake with " + c->peer() + " failed: " + e.what());
+        self->reject(c, e.code(), e.message());
+      }
+    });
+  }
+
+  void finish_handshake(const std::shared_ptr<connection>& c, const hello_msg& h,
+                        const challenge_msg& ch, const auth_msg& a) {
+    if (token_) {
+      if (!a.has_proof) {
+        log_line(opts_.log,
+                 "rejected a connection from " + c->peer() + ": it presented no cluster token");
+        return reject(c, error_code::unauthenticated,
+                      "the server at " + address_ +
+                          " requires a cluster token and this client has none (set "
+                          "LOOM_CLUSTER_TOKEN or LOOM_CLUSTER_TOKEN_FILE)");
+      }
+      if (!equal_digests(a.proof,
+                         client_proof(*token_, h.client_nonce, ch.server_nonce, h.client_id))) {
+        log_line(opts_.log, "rejected a connection from " + c->peer() + ": wrong cluster token");
+        return reject(c, error_code::unauthenticated,
+                      "the server at " + address_ + " rejected this client's cluster token");
+      }
+    } else if (a.has_proof || h.has_token) {
+      log_line(opts_.log, "rejected a connection from " + c->peer() +
+                              ": it has a cluster token and this server has none");
+      return reject(c, error_code::unauthenticated,
+                    "the server at " + address_ +
+                        " has no cluster token, but this client has one; configure the same "
+                        "token on both sides");
+    }
+    c->disarm_deadline();
+    {
+      std::lock_guard lk(cmu_);
+      if (stopping_)
+        return;
+      if (h.role == connection_role::bulk)
+        bulk_[h.client_id] = c;
+    }
+    c->send(out_frame{encode(auth_result_msg{0, {}}), {}, 0});
+    c->start(shared_from_this());
+  }
+
+  server_options opts_;
+  std::optional<std::string> token_;
+  std::shared_ptr<io_runtime> rt_;
+  std::optional<asio::strand<asio::io_context::executor_type>> acceptor_strand_;
+  std::optional<tcp::acceptor> acceptor_;
+  std::uint16_t port_ = 0;
+  std::string address_;
+
+  std::shared_mutex hmu_;
+  std::unordered_map<std::string, entry> handlers_;
+
+  std::mutex cmu_;
+  bool stopping_ = false;
+  std::unordered_set<std::shared_ptr<connection>> conns_;
+  std::unordered_map<std::uint64_t, std::weak_ptr<connection>> bulk_;
+
+  std::mutex dmu_;
+  std::unordered_set<request_key, request_key_hash> seen_;
+  std::deque<request_key> order_;
+};
+
+inline void send_reply(reply_state& st, out_frame&& f, std::uint64_t payload_bytes) {
+  auto c = st.conn;
+  if (auto core = st.core.lock(); core && payload_bytes >= core->options().bulk_threshold &&
+                                  c->role == connection_role::control)
+    if (auto b = core->bulk_for(st.client_id); b && !b->closed())
+      c = std::move(b);
+  c->send(std::move(f)); // a closed connection drops it: the client has already failed the call
+}
+
+} // namespace detail
+
+class rpc_server {
+public:
+  // Binds and starts serving at once. Throws unavailable_error naming the
+  // address (port in use, bad host) or failed_precondition_error (a
+  // non-loopback address without a token and without insecure mode).
+  explicit rpc_server(server_options opts = {})
+      : core_(std::make_shared<detail::server_core>(std::move(opts))) {
+    core_->start();
+  }
+  rpc_server(const rpc_server&) = delete;
+  rpc_server& operator=(const rpc_server&) = delete;
+  ~rpc_server() { stop(); }
+
+  // Registers (or replaces) the handler of `method`; thread-safe.
+  void handle(std::string method, handler_fn h, allocator_fn alloc = {}) {
+    core_->add_handler(std::move(method), std::move(h), std::move(alloc));
+  }
+
+  std::uint16_t port() const noexcept { return core_->port(); }
+  // "host:port" with the bound port.
+  const std::string& address() const noexcept { return core_->address(); }
+
+  // Closes the listener and every connection, joins the io threads. Calls in
+  // flight fail on their clients with unavailable_error. Idempotent.
+  void stop() { core_->stop(); }
+
+private:
+  std::shared_ptr<detail::server_core> core_;
+};
+
+} // namespace loom::net

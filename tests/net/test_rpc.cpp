@@ -1,0 +1,302 @@
+// RPC over real sockets on 127.0.0.1: round trips, caller-supplied buffers,
+// multiplexing, bulk vs control, deadlines, cancellation, duplicates, deferred replies.
+#include <doctest/doctest.h>
+
+#include "net_test_util.hpp"
+
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <thread>
+#include <vector>
+
+using namespace loom;
+using namespace loom::net;
+using namespace loom::net::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct echo_meta {
+  std::string text;
+  std::vector<std::int64_t> ids;
+  template <class A> void serialize(A& ar) { ar(text, ids); }
+};
+
+bool same_bytes(const any_tensor& a, const any_tensor& b) {
+  return a.type() == b.type() && a.shape() == b.shape() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()) == 0;
+}
+
+void add_echo(rpc_server& srv) {
+  srv.handle("echo", [](request req, responder r) {
+    auto m = req.metadata<echo_meta>();
+    m.text += "!";
+    r.reply(m, std::move(req.payloads()));
+  });
+}
+
+any_tensor filled_f32(shape s, float base) {
+  any_tensor t(dtype::f32, std::move(s));
+  auto f = t.flat<float>();
+  for (std::size_t i = 0; i < f.size(); ++i)
+    f[i] = base + static_cast<float>(i % 1000);
+  return t;
+}
+
+} // namespace
+
+TEST_CASE("metadata and tensors of every dtype but string round-trip byte for byte") {
+  rpc_server srv(local_server());
+  add_echo(srv);
+  channel ch(local_address(srv), local_channel());
+  std::vector<any_tensor> in{
+      any_tensor::from_vector<float>(shape{2, 2}, {1.5f, -2, 3e-30f, 4}),
+      any_tensor::from_vector<double>(shape{3}, {1e300, -0.0, 3.14159}),
+      any_tensor::from_vector<std::int32_t>(shape{1, 3}, {-1, 0, 1 << 30}),
+      any_tensor::from_vector<std::int64_t>(shape{}, {std::int64_t(-1) << 62}),
+      any_tensor::from_vector<bool>(shape{3}, {true, false, true}),
+      any_tensor(dtype::i32, shape{0}),
+      filled_f32(shape{300, 1000}, 7), // over the bulk threshold: goes over the bulk connection
+  };
+  const auto res = ch.call("echo", echo_meta{"hi", {4, 5}}, in);
+  const auto m = res.metadata<echo_meta>();
+  CHECK(m.text == "hi!");
+  CHECK(m.ids == std::vector<std::int64_t>{4, 5});
+  REQUIRE(res.payloads.size() == in.size());
+  for (std::size_t i = 0; i < in.size(); ++i)
+    CHECK(same_bytes(res.payloads[i], in[i]));
+  // No metadata at all.
+  srv.handle("ping", [](request, responder r) { r.reply(); });
+  CHECK(ch.call("ping").payloads.empty());
+}
+
+TEST_CASE("payloads are received straight into caller-supplied buffers") {
+  rpc_server srv(local_server());
+  any_tensor variable(dtype::f32, shape{64, 64});
+  std::atomic<const void*> seen{nullptr};
+  srv.handle(
+      "assign",
+      [&](request req, responder r) {
+        seen = req.payloads().at(0).raw_data();
+        r.reply(empty{}, {variable});
+      },
+      [&](const request_preview& p, std::size_t i, const payload_info& info) -> any_tensor {
+        CHECK(p.method == "assign");
+        CHECK(i == 0);
+        CHECK(info.shape == variable.shape());
+        return variable;
+      });
+  channel ch(local_address(srv), local_channel());
+  const auto value = filled_f32(shape{64, 64}, 3);
+  any_tensor dest(dtype::f32, shape{64, 64});
+  call_options o;
+  o.response_buffers = {dest};
+  const auto res = ch.call("assign", empty{}, {value}, o);
+  CHECK(seen.load() == variable.raw_data()); // the server received into the variable
+  CHECK(same_bytes(variable, value));
+  REQUIRE(res.payloads.size() == 1);
+  CHECK(res.payloads[0].raw_data() == dest.raw_data()); // and the client into dest
+  CHECK(same_bytes(dest, value));
+
+  // A supplied buffer of the wrong shape: a clear error, and the channel still works.
+  any_tensor wrong(dtype::f32, shape{2});
+  call_options o2;
+  o2.response_buffers = {wrong};
+  try {
+    (void)ch.call("assign", empty{}, {value}, o2);
+    FAIL("no error");
+  } catch (const invalid_argument_error& e) {
+    CHECK(std::string(e.what()).find("[64, 64]") != std::string::npos);
+  }
+  CHECK(ch.call("assign", empty{}, {value}).payloads.size() == 1);
+}
+
+TEST_CASE("concurrent calls from several threads are multiplexed on one channel") {
+  rpc_server srv(local_server());
+  add_echo(srv);
+  channel ch(local_address(srv), local_channel());
+  ch.connect();
+  constexpr int threads = 6, calls = 150;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < calls; ++i) {
+        const std::int64_t key = t * 100000 + i;
+        auto v = any_tensor::from_vector<std::int64_t>(shape{2}, {key, -key});
+        const auto res = ch.call("echo", echo_meta{"t", {key}}, {v});
+        if (res.metadata<echo_meta>().ids == std::vector<std::int64_t>{key} &&
+            res.payloads.at(0).data<std::int64_t>()[1] == -key)
+          ++ok;
+      }
+    });
+  for (auto& t : ts)
+    t.join();
+  CHECK(ok == threads * calls);
+}
+
+TEST_CASE("a slow big payload does not block a small call") {
+  server_options so = local_server();
+  so.threads = 3;
+  rpc_server srv(so);
+  std::promise<void> big_started, small_done;
+  auto small_done_f = small_done.get_future().share();
+  srv.handle(
+      "big",
+      [](request req, responder r) {
+        r.reply(empty{}, {any_tensor::scalar<std::int64_t>(
+                             static_cast<std::int64_t>(req.payloads().size()))});
+      },
+      [&](const request_preview&, std::size_t, const payload_info&) -> any_tensor {
+        // The receiver is slow: it does not read the big payload until the small call is done
+        // (bounded, so a broken implementation fails instead of hanging).
+        big_started.set_value();
+        small_done_f.wait_for(20s);
+        return {};
+      });
+  srv.handle("small", [](request, responder r) { r.reply(std::string("pong")); });
+  channel ch(local_address(srv), local_channel());
+  ch.connect();
+
+  auto big = ch.call_async("big", empty{}, {filled_f32(shape{16, 1024, 1024}, 1)}); // 64 MiB
+  REQUIRE(big_started.get_future().wait_for(20s) == std::future_status::ready);
+  call_options o;
+  o.timeout = 10s;
+  const auto res = ch.call("small", empty{}, {}, o);
+  CHECK(res.metadata<std::string>() == "pong");
+  CHECK(!big.done()); // the small call finished first
+  small_done.set_value();
+  CHECK(big.get().payloads.at(0).data<std::int64_t>()[0] == 1);
+}
+
+TEST_CASE("a call past its deadline fails naming the method and the peer") {
+  rpc_server srv(local_server());
+  std::mutex m;
+  std::vector<responder> held;
+  srv.handle("never", [&](request, responder r) {
+    std::lock_guard lk(m);
+    held.push_back(std::move(r)); // never answers
+  });
+  channel ch(local_address(srv), local_channel());
+  call_options o;
+  o.timeout = 200ms;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    (void)ch.call("never", empty{}, {}, o);
+    FAIL("no error");
+  } catch (const deadline_exceeded_error& e) {
+    const std::string w = e.what();
+    CHECK(w.find("'never'") != std::string::npos);
+    CHECK(w.find("ps task 0 at " + local_address(srv)) != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 >= 190ms);
+  // Answering late is harmless; the channel keeps working.
+  {
+    std::lock_guard lk(m);
+    for (auto& r : held)
+      r.reply();
+    held.clear();
+  }
+  srv.handle("ping", [](request, responder r) { r.reply(); });
+  CHECK_NOTHROW(ch.call("ping"));
+}
+
+TEST_CASE("a call can be cancelled") {
+  rpc_server srv(local_server());
+  std::promise<responder> got;
+  srv.handle("wait", [&](request, responder r) { got.set_value(std::move(r)); });
+  channel ch(local_address(srv), local_channel());
+  auto h = ch.call_async("wait");
+  auto rf = got.get_future();
+  REQUIRE(rf.wait_for(10s) == std::future_status::ready);
+  CHECK(!h.done());
+  h.cancel();
+  try {
+    (void)h.get();
+    FAIL("no error");
+  } catch (const cancelled_error& e) {
+    CHECK(std::string(e.what()).find("'wait'") != std::string::npos);
+  }
+  auto r = rf.get();
+  r.reply(); // late, ignored
+  srv.handle("ping", [](request, responder rr) { rr.reply(); });
+  CHECK_NOTHROW(ch.call("ping"));
+}
+
+TEST_CASE("a duplicate request id is rejected instead of running twice") {
+  rpc_server srv(local_server());
+  std::atomic<int> runs{0};
+  srv.handle("incr", [&](request, responder r) {
+    ++runs;
+    r.reply();
+  });
+  channel ch(local_address(srv), local_channel());
+  call_options o;
+  o.request_id = std::uint64_t(1) << 40;
+  CHECK_NOTHROW(ch.call("incr", empty{}, {}, o));
+  try {
+    (void)ch.call("incr", empty{}, {}, o);
+    FAIL("no error");
+  } catch (const already_exists_error& e) {
+    CHECK(std::string(e.what()).find("not run twice") != std::string::npos);
+  }
+  CHECK(runs == 1);
+  CHECK_NOTHROW(ch.call("incr")); // fresh ids still work
+  CHECK(runs == 2);
+}
+
+TEST_CASE("a handler can hold its reply and answer later from another thread") {
+  // A barrier: every caller is answered once the third one arrives.
+  rpc_server srv(local_server());
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<responder> waiting;
+  srv.handle("barrier", [&](request, responder r) {
+    std::lock_guard lk(m);
+    waiting.push_back(std::move(r));
+    cv.notify_all();
+  });
+  std::thread releaser([&] {
+    std::unique_lock lk(m);
+    if (!cv.wait_for(lk, 20s, [&] { return waiting.size() == 3; }))
+      return;
+    std::int64_t step = 7;
+    for (auto& r : waiting)
+      r.reply(step);
+    waiting.clear();
+  });
+  channel ch(local_address(srv), local_channel());
+  std::vector<call_handle> hs;
+  for (int i = 0; i < 3; ++i)
+    hs.push_back(ch.call_async("barrier"));
+  for (auto& h : hs)
+    CHECK(h.get().metadata<std::int64_t>() == 7);
+  releaser.join();
+}
+
+TEST_CASE("handler errors and unknown methods reach the caller with their codes") {
+  rpc_server srv(local_server());
+  srv.handle("fails", [](request, responder) { throw not_found_error("variable w9 not found"); });
+  srv.handle("drops", [](request, responder) {});
+  channel ch(local_address(srv), local_channel());
+  try {
+    (void)ch.call("fails");
+    FAIL("no error");
+  } catch (const not_found_error& e) {
+    CHECK(std::string(e.what()).find("variable w9 not found") != std::string::npos);
+  }
+  CHECK_THROWS_AS(ch.call("drops"), internal_error);
+  try {
+    (void)ch.call("nope");
+    FAIL("no error");
+  } catch (const unimplemented_error& e) {
+    CHECK(std::string(e.what()).find("'nope'") != std::string::npos);
+  }
+  CHECK_THROWS_AS(ch.call("fails", empty{}, {any_tensor(dtype::string, shape{1})}),
+                  invalid_argument_error);
+}
