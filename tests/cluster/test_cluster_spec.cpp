@@ -142,8 +142,10 @@ TEST_CASE("malformed addresses are rejected with the job, task and string named"
       {"my host:1", "contains the character code 32"},
       {"a/b:1", "contains the character \"/\""},
   };
-  for (const auto& [address, why] : cases) {
-    CAPTURE(address);
+  for (const auto& c : cases) {
+    const char* address = c.address;
+    const char* why = c.why;
+    CAPTURE(c.address);
     const std::string e = error_of<loom::invalid_argument_error>([&] {
       cluster_spec{{"worker", {"ok:1", address}}};
     });

@@ -167,8 +167,10 @@ TEST_CASE("TF_CONFIG errors name TF_CONFIG and what is wrong") {
        "the cluster must have exactly one \"chief\" task, it has 2"},
       {R"({"cluster": {}, "rpc_layer": 1})", "\"rpc_layer\" must be a string"},
   };
-  for (const auto& [json, message] : cases) {
-    CAPTURE(json);
+  for (const auto& c : cases) {
+    const std::string& json = c.json;
+    const char* message = c.message;
+    CAPTURE(c.json);
     const std::string e = error_of(json);
     CHECK(contains(e, message));
     CHECK(e.rfind("TF_CONFIG: ", 0) == 0);
