@@ -1,6 +1,7 @@
 // Everything a training program needs.
 #pragma once
 
+#include <loom/cluster/cluster.hpp>
 #include <loom/core/device_spec.hpp>
 #include <loom/core/dtype.hpp>
 #include <loom/core/error.hpp>
@@ -22,5 +23,7 @@
 #include <loom/kernels/cpu/nn.hpp>
 #include <loom/kernels/cpu/random.hpp>
 #include <loom/kernels/cpu/state.hpp>
+#include <loom/placement/placement.hpp>
+#include <loom/runtime/server.hpp>
 #include <loom/runtime/session.hpp>
 #include <loom/train/train.hpp>

@@ -1,12 +1,15 @@
-// A local session: runs a graph in this process (TF's tf.Session() with no
-// target). Fetches are typed: an output<T, R> or expression comes back as
-// tensor<T, R>, an operation as nothing, several fetches as a tuple. Feeds
-// are checked at compile time (dtype, rank) and at run time (shape).
+// A session runs a graph: in this process (TF's tf.Session() with no target),
+// or on a cluster through a server's target (tf.Session("grpc://...")), where
+// a master places, partitions and runs it across the tasks (runtime/master.hpp).
+// Fetches are typed: an output<T, R> or expression comes back as tensor<T, R>,
+// an operation as nothing, several fetches as a tuple. Feeds are checked at
+// compile time (dtype, rank) and at run time (shape).
 #pragma once
 
 #include <loom/graph/lower.hpp>
 #include <loom/graph/output.hpp>
 #include <loom/runtime/executor.hpp>
+#include <loom/runtime/master.hpp>
 #include <loom/runtime/resource_manager.hpp>
 
 #include <algorithm>
@@ -67,6 +70,25 @@ public:
   explicit session(graph g, session_options o = {})
       : graph_(std::move(g)), resources_(std::make_shared<resource_manager>()),
         pool_(threads(o)), device_(&pool_, threads(o)) {}
+
+  // A session on a cluster: `target` is a server's target() ("loom://host:port").
+  // Variables live in the tasks' resource containers, shared with every other
+  // session on the cluster.
+  session(graph g, const std::string& target, cluster_session_options o = {})
+      : graph_(std::move(g)), resources_(std::make_shared<resource_manager>()), pool_(1),
+        device_(&pool_, 1), master_(std::make_unique<cluster_master>(target, std::move(o))) {}
+
+  // Clears the named resource containers (all when empty) on every task of the
+  // cluster behind `target` (TF's tf.Session.reset).
+  static void reset(const std::string& target, const std::vector<std::string>& containers = {}) {
+    cluster_master(target).reset(containers);
+  }
+
+  // Tells every task of the cluster behind `target` to stop serving: their
+  // servers' join() return.
+  static void shutdown_cluster(const std::string& target) {
+    cluster_master(target).shutdown_cluster();
+  }
 
   session(const session&) = delete;
   session& operator=(const session&) = delete;
@@ -168,8 +190,8 @@ private:
       for (auto& [id, v] : *raw_feeds) add_feed(id, v);
 
     std::sort(req.fed.begin(), req.fed.end());
-    const plan& p = plan_for(req);
-    p.run(graph_, values, device_, *resources_);
+    if (master_) master_->run(graph_, req, values);
+    else plan_for(req).run(graph_, values, device_, *resources_);
     return values;
   }
 
@@ -206,6 +228,7 @@ private:
   cpu_device device_;
   std::map<std::string, std::unique_ptr<plan>> plans_;
   std::uint64_t planned_version_ = 0;
+  std::unique_ptr<cluster_master> master_; // set for a session on a cluster
 };
 
 } // namespace loom

@@ -1,0 +1,241 @@
+// The master of a session on a cluster target (TF's MasterSession). It runs in
+// the client's process: it asks the target task for the cluster, places the
+// nodes a request needs, partitions them per task, registers each partition
+// with its task once per graph version and request, and runs steps: every
+// task runs its partition concurrently under one step id, and tensors that
+// cross tasks move between the tasks directly, once.
+#pragma once
+
+#include <loom/net/rpc.hpp>
+#include <loom/placement/placer.hpp>
+#include <loom/runtime/partition.hpp>
+#include <loom/runtime/protocol.hpp>
+#include <loom/runtime/server.hpp>
+
+#include <cereal/archives/portable_binary.hpp>
+
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+struct cluster_session_options {
+  bool allow_soft_placement = false;
+  bool log_device_placement = false;
+  std::vector<std::string> device_filters{};
+  std::optional<std::string> token{};
+  // How long to wait for the target and the other tasks to come up.
+  std::chrono::milliseconds connect_timeout{30000};
+  // A step that takes longer fails with deadline_exceeded (0: no limit).
+  std::chrono::milliseconds step_timeout{0};
+  std::ostream* placement_log = &std::cerr;
+};
+
+namespace detail {
+
+// "loom://host:port" (or "grpc://host:port", or "host:port") -> "host:port".
+inline std::string target_address(const std::string& target) {
+  std::string a = target;
+  for (const char* scheme : {"loom://", "grpc://"})
+    if (a.rfind(scheme, 0) == 0) a = a.substr(std::string(scheme).size());
+  if (a.empty() || a.find(':') == std::string::npos)
+    throw invalid_argument_error("session target '" + target +
+                                 "' is not a server's target (\"loom://host:port\")");
+  return a;
+}
+
+} // namespace detail
+
+class cluster_master {
+public:
+  cluster_master(std::string target, cluster_session_options o = {})
+      : target_(std::move(target)), options_(std::move(o)) {
+    net::channel_options co;
+    co.peer_name = "session target " + target_;
+    co.token = options_.token;
+    co.connect_timeout = options_.connect_timeout;
+    net::channel ch(detail::target_address(target_), co);
+    auto info = ch.call(protocol::cluster_info).metadata<protocol::cluster_info_reply>();
+    cluster_ = info.cluster.spec();
+    job_ = info.job;
+    task_ = info.task;
+    ch.stop();
+    std::random_device rd;
+    step_ids_.seed((static_cast<std::uint64_t>(rd()) << 32) ^ rd());
+  }
+
+  const cluster_spec& cluster() const noexcept { return cluster_; }
+  // The target's task: where nodes without a device run (TF places them on the master's task).
+  std::string default_task() const { return detail::task_name(job_, task_); }
+
+  // Runs one step. `values` holds the fed values by node id; on return it
+  // holds the fetched ones.
+  void run(const graph& g, const run_request& req, std::vector<any_tensor>& values) {
+    registered& r = registration(g, req);
+    std::uint64_t step;
+    {
+      std::lock_guard lock(mu_);
+      step = step_ids_();
+    }
+    std::vector<net::call_handle> calls;
+    net::call_options co;
+    if (options_.step_timeout.count() > 0) co.timeout = options_.step_timeout;
+    for (auto& p : r.parts) {
+      std::vector<any_tensor> feeds;
+      for (node_id src : p.fed_sources) feeds.push_back(values[static_cast<std::size_t>(src)]);
+      calls.push_back(channel(p.task).call_async(protocol::run_graph,
+                                                 protocol::run_graph_request{p.handle, step},
+                                                 std::move(feeds), co));
+    }
+    std::exception_ptr first;
+    bool aborted = false;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      try {
+        net::response res = calls[i].get();
+        auto& p = r.parts[i];
+        if (res.payloads.size() != p.fetch_sources.size())
+          throw internal_error(p.task + " returned " + std::to_string(res.payloads.size()) +
+                               " fetches, expected " + std::to_string(p.fetch_sources.size()));
+        for (std::size_t k = 0; k < p.fetch_sources.size(); ++k)
+          values[static_cast<std::size_t>(p.fetch_sources[k])] = std::move(res.payloads[k]);
+      } catch (const error& e) {
+        // A task's own failure beats the aborts it causes elsewhere.
+        if (!first || (e.code() != error_code::aborted && is_abort(first)))
+          first = std::current_exception();
+        if (!aborted) {
+          aborted = true;
+          abort_step(r, step, e.message());
+        }
+      }
+    }
+    if (first) std::rethrow_exception(first);
+  }
+
+  // Clears resource containers on every task (TF's Session.reset).
+  void reset(const std::vector<std::string>& containers) {
+    for (const auto& t : all_tasks())
+      channel(t).call(protocol::reset, protocol::reset_request{containers});
+  }
+
+  // Tells every task to stop serving: their join() returns.
+  void shutdown_cluster() {
+    for (const auto& t : all_tasks()) {
+      try {
+        channel(t).call(protocol::shutdown);
+      } catch (const unavailable_error&) { // already gone
+      }
+    }
+  }
+
+private:
+  struct part_handle {
+    std::string task;
+    std::uint64_t handle = 0;
+    std::vector<node_id> fetch_sources, fed_sources;
+  };
+  struct registered {
+    std::vector<part_handle> parts;
+  };
+
+  static bool is_abort(const std::exception_ptr& p) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const error& e) {
+      return e.code() == error_code::aborted;
+    } catch (...) {
+      return false;
+    }
+  }
+
+  std::vector<std::string> all_tasks() const {
+    std::vector<std::string> out;
+    for (const auto& j : cluster_.jobs())
+      for (int t : cluster_.task_indices(j)) out.push_back(detail::task_name(j, t));
+    return out;
+  }
+
+  void abort_step(const registered& r, std::uint64_t step, const std::string& reason) {
+    for (const auto& p : r.parts) {
+      try {
+        channel(p.task).call_async(protocol::abort_step, protocol::abort_step_request{step, reason});
+      } catch (...) { // the task may be the one that failed
+      }
+    }
+  }
+
+  net::channel& channel(const std::string& task) {
+    std::lock_guard lock(mu_);
+    auto it = channels_.find(task);
+    if (it != channels_.end()) return *it->second;
+    const device_spec d = device_spec::from_string(task);
+    net::channel_options co;
+    co.peer_name = *d.job() + " task " + std::to_string(*d.task());
+    co.token = options_.token;
+    co.connect_timeout = options_.connect_timeout;
+    auto ch = std::make_unique<net::channel>(cluster_.task_address(*d.job(), *d.task()), co);
+    return *channels_.emplace(task, std::move(ch)).first->second;
+  }
+
+  registered& registration(const graph& g, const run_request& req) {
+    std::string key = std::to_string(g.version()) + "|";
+    for (auto v : {&req.fetches, &req.targets, &req.fed}) {
+      for (node_id id : *v) key += std::to_string(id) + ",";
+      key += "|";
+    }
+    {
+      std::lock_guard lock(mu_);
+      if (g.version() != registered_version_) {
+        registered_.clear(); // partitions of an older graph version are stale
+        registered_version_ = g.version();
+      }
+      if (auto it = registered_.find(key); it != registered_.end()) return *it->second;
+    }
+    std::set<node_id> ref_only;
+    std::vector<node_def> nodes = nodes_to_place(g, req, ref_only);
+    placer_options po;
+    po.allow_soft_placement = options_.allow_soft_placement;
+    po.log_device_placement = options_.log_device_placement;
+    po.device_filters = options_.device_filters;
+    po.default_device = default_task() + "/device:CPU:0";
+    place(nodes, cluster_.devices(), po, *options_.placement_log);
+    auto reg = std::make_unique<registered>();
+    for (graph_partition& p : partition_graph(g, req, nodes, ref_only)) {
+      protocol::register_graph_request m;
+      std::ostringstream os;
+      {
+        cereal::PortableBinaryOutputArchive ar(os);
+        ar(p.image);
+      }
+      m.graph = os.str();
+      m.fetches.assign(p.fetches.begin(), p.fetches.end());
+      m.fed.assign(p.fed.begin(), p.fed.end());
+      m.targets.assign(p.targets.begin(), p.targets.end());
+      auto handle = channel(p.task)
+                        .call(protocol::register_graph, m)
+                        .metadata<protocol::register_graph_reply>()
+                        .handle;
+      reg->parts.push_back({p.task, handle, p.fetch_sources, p.fed_sources});
+    }
+    std::lock_guard lock(mu_);
+    return *registered_.emplace(key, std::move(reg)).first->second;
+  }
+
+  std::string target_;
+  cluster_session_options options_;
+  cluster_spec cluster_;
+  std::string job_;
+  int task_ = 0;
+  std::mutex mu_;
+  std::mt19937_64 step_ids_;
+  std::map<std::string, std::unique_ptr<net::channel>> channels_;
+  std::map<std::string, std::unique_ptr<registered>> registered_;
+  std::uint64_t registered_version_ = 0;
+};
+
+} // namespace loom

@@ -1,0 +1,189 @@
+// Partitioning (TF's graph_partition): the nodes a request needs, placed on
+// devices, split into one graph per task. Every edge between tasks becomes a
+// _send on the producer's task and a _recv on the consumer's, keyed by the
+// producer's name and the consumer's task, so each tensor crosses once per
+// step however many nodes on that task read it.
+#pragma once
+
+#include <loom/graph/graph.hpp>
+#include <loom/graph/serialize.hpp>
+#include <loom/runtime/executor.hpp>
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace loom {
+
+// One task's part of a request.
+struct graph_partition {
+  std::string task;             // "/job:ps/replica:0/task:0"
+  detail::graph_image image;    // nodes with ids local to the partition
+  std::vector<node_id> fetches; // local ids of the request's fetches on this task
+  std::vector<node_id> fed;     // local ids of the request's fed nodes on this task
+  std::vector<node_id> targets; // local ids of the nodes to run (all but ref-only variables)
+  // The request's node ids behind fetches and fed, in the same order.
+  std::vector<node_id> fetch_sources, fed_sources;
+};
+
+// The nodes to place for a request: those it runs, and the variables that its
+// updates only reference (they must exist where the update runs, but are not
+// read). ref_only is set for the latter.
+inline std::vector<node_def> nodes_to_place(const graph& g, const run_request& req,
+                                            std::set<node_id>& ref_only) {
+  std::vector<char> needed = needed_nodes(g, req);
+  const std::set<node_id> fed(req.fed.begin(), req.fed.end());
+  for (std::size_t i = 0; i < needed.size(); ++i) {
+    if (!needed[i] || fed.count(static_cast<node_id>(i))) continue;
+    const node_def& n = g.node(static_cast<node_id>(i));
+    const op_def& def = op_registry::instance().find(n.op);
+    for (std::size_t k = 0; k < n.inputs.size(); ++k)
+      if ((def.ref_inputs >> k & 1u) && !needed[static_cast<std::size_t>(n.inputs[k])]) {
+        needed[static_cast<std::size_t>(n.inputs[k])] = 1;
+        ref_only.insert(n.inputs[k]);
+      }
+  }
+  std::vector<node_def> out;
+  for (std::size_t i = 0; i < needed.size(); ++i)
+    if (needed[i]) out.push_back(g.node(static_cast<node_id>(i)));
+  return out;
+}
+
+// `placed` holds nodes_to_place() with assigned_device set (placement/placer.hpp).
+inline std::vector<graph_partition> partition_graph(const graph& g, const run_request& req,
+                                                    const std::vector<node_def>& placed,
+                                                    const std::set<node_id>& ref_only) {
+  auto task_of = [](const node_def& n) {
+    const device_spec d = device_spec::from_string(n.assigned_device);
+    return "/job:" + d.job().value_or("localhost") + "/replica:" +
+           std::to_string(d.replica().value_or(0)) + "/task:" + std::to_string(d.task().value_or(0));
+  };
+  std::map<node_id, const node_def*> by_id;
+  std::map<node_id, std::string> task;
+  for (const node_def& n : placed) {
+    by_id.emplace(n.id, &n);
+    task.emplace(n.id, task_of(n));
+  }
+  const std::set<node_id> fed(req.fed.begin(), req.fed.end());
+
+  std::map<std::string, graph_partition> parts;
+  // Local id of a value on a task: the node itself, or the _recv that brings it.
+  std::map<std::pair<std::string, node_id>, node_id> local;
+  std::map<std::pair<std::string, node_id>, node_id> local_control;
+  auto part = [&](const std::string& t) -> graph_partition& {
+    auto& p = parts[t];
+    p.task = t;
+    p.image.version = detail::graph_format_version;
+    return p;
+  };
+  auto add = [](graph_partition& p, node_def n) {
+    n.id = static_cast<node_id>(p.image.nodes.size());
+    p.image.nodes.push_back(std::move(n));
+    return p.image.nodes.back().id;
+  };
+  // Which tasks read each node, by data and by control edges.
+  std::map<node_id, std::set<std::string>> data_readers, control_readers;
+  for (const node_def& n : placed) {
+    if (fed.count(n.id)) continue;
+    const op_def& def = op_registry::instance().find(n.op);
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      const node_id in = n.inputs[i];
+      if (task.at(in) == task.at(n.id)) continue;
+      if (def.ref_inputs >> i & 1u)
+        throw invalid_argument_error("node " + n.describe() + " on " + task.at(n.id) +
+                                     " updates variable '" + by_id.at(in)->name + "' on " +
+                                     task.at(in) + ": an update must run where its variable lives");
+      data_readers[in].insert(task.at(n.id));
+    }
+    for (node_id in : n.control_inputs)
+      if (task.at(in) != task.at(n.id)) control_readers[in].insert(task.at(n.id));
+  }
+  auto recv_into = [&](const std::string& t, node_id src, bool control) {
+    auto& cache = control ? local_control : local;
+    if (auto it = cache.find({t, src}); it != cache.end()) return it->second;
+    const node_def& s = *by_id.at(src);
+    node_def r;
+    r.op = "_recv";
+    r.name = "_recv/" + s.name + (control ? "/control" : "") + "/to" + t;
+    r.type = control ? dtype::f32 : s.type;
+    r.shape = control ? loom::shape{} : s.shape;
+    r.attrs = {{"key", s.name + (control ? "^" : "") + "->" + t},
+               {"src_task", task.at(src)},
+               {"dtype", r.type},
+               {"shape", r.shape}};
+    r.assigned_device = t;
+    graph_partition& p = part(t);
+    const node_id id = add(p, std::move(r));
+    p.targets.push_back(id);
+    cache[{t, src}] = id;
+    return id;
+  };
+
+  for (const node_def& src : placed) { // placed is in id order: a topological order
+    const std::string& t = task.at(src.id);
+    graph_partition& p = part(t);
+    node_def n = src;
+    if (fed.count(n.id)) { // fed: a placeholder for the value the client sends
+      n.op = "placeholder";
+      n.inputs.clear();
+      n.control_inputs.clear();
+      n.attrs = {{"dtype", n.type}, {"shape", n.shape}};
+    } else {
+      for (node_id& in : n.inputs) in = task.at(in) == t ? local.at({t, in}) : recv_into(t, in, false);
+      for (node_id& in : n.control_inputs)
+        in = task.at(in) == t ? local.at({t, in}) : recv_into(t, in, true);
+    }
+    const node_id id = add(p, std::move(n));
+    local[{t, src.id}] = id;
+    if (!ref_only.count(src.id)) p.targets.push_back(id);
+    if (fed.count(src.id)) {
+      p.fed.push_back(id);
+      p.fed_sources.push_back(src.id);
+    }
+    for (bool control : {false, true}) {
+      const auto& readers = control ? control_readers : data_readers;
+      auto it = readers.find(src.id);
+      if (it == readers.end()) continue;
+      for (const std::string& dst : it->second) {
+        node_def s;
+        s.op = "_send";
+        s.name = "_send/" + src.name + (control ? "/control" : "") + "/to" + dst;
+        s.inputs = {id};
+        s.attrs = {{"key", src.name + (control ? "^" : "") + "->" + dst},
+                   {"dst_task", dst},
+                   {"control", control}};
+        s.assigned_device = t;
+        p.targets.push_back(add(p, std::move(s)));
+      }
+    }
+  }
+  for (node_id f : req.fetches) {
+    graph_partition& p = parts.at(task.at(f));
+    p.fetches.push_back(local.at({p.task, f}));
+    p.fetch_sources.push_back(f);
+  }
+  // Fused regions whose root, interior and leaves all landed on one task.
+  for (const fusion_candidate& c : g.fusions()) {
+    auto root = task.find(c.root);
+    if (root == task.end()) continue;
+    graph_partition& p = parts.at(root->second);
+    fusion_candidate local_c{local.at({p.task, c.root}), c.key, {}};
+    bool ok = true;
+    for (node_id l : c.leaves) {
+      auto it = local.find({p.task, l});
+      if (it == local.end()) {
+        ok = false;
+        break;
+      }
+      local_c.leaves.push_back(it->second);
+    }
+    if (ok) p.image.fusions.push_back(std::move(local_c));
+  }
+  std::vector<graph_partition> out;
+  for (auto& [t, p] : parts) out.push_back(std::move(p));
+  return out;
+}
+
+} // namespace loom

@@ -1,0 +1,103 @@
+// The messages between a master (in a client's session) and the worker
+// service of every task, carried as metadata of net/ calls; tensors travel as
+// the calls' payloads, never inside the metadata. docs/wire-protocol.md lists
+// the methods.
+#pragma once
+
+#include <loom/cluster/cluster_spec.hpp>
+
+#include <cereal/types/map.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace loom::protocol {
+
+// Method names.
+inline constexpr const char* cluster_info = "loom.cluster_info";
+inline constexpr const char* register_graph = "loom.register_graph";
+inline constexpr const char* deregister_graph = "loom.deregister_graph";
+inline constexpr const char* run_graph = "loom.run_graph";
+inline constexpr const char* rendezvous_put = "loom.rendezvous_put";
+inline constexpr const char* abort_step = "loom.abort_step";
+inline constexpr const char* reset = "loom.reset";
+inline constexpr const char* shutdown = "loom.shutdown";
+
+// A cluster spec on the wire: job -> {task index -> address}.
+struct cluster_def {
+  std::map<std::string, std::map<int, std::string>> jobs;
+
+  static cluster_def of(const cluster_spec& c) {
+    cluster_def d;
+    for (const auto& job : c.jobs())
+      for (int t : c.task_indices(job)) d.jobs[job][t] = c.task_address(job, t);
+    return d;
+  }
+  cluster_spec spec() const {
+    cluster_spec c;
+    for (const auto& [job, tasks] : jobs) c.add_job(job, cluster_spec::job_def(tasks));
+    return c;
+  }
+  template <class A> void serialize(A& ar) { ar(jobs); }
+};
+
+struct cluster_info_reply {
+  cluster_def cluster;
+  std::string job;
+  int task = 0;
+  template <class A> void serialize(A& ar) { ar(cluster, job, task); }
+};
+
+// A partition to run on the receiving task: the serialized graph (graph/
+// serialize.hpp), what it fetches and what the client feeds, as node ids of
+// that graph.
+struct register_graph_request {
+  std::string graph;
+  std::vector<std::int32_t> fetches;
+  std::vector<std::int32_t> fed;
+  std::vector<std::int32_t> targets;
+  template <class A> void serialize(A& ar) { ar(graph, fetches, fed, targets); }
+};
+
+struct register_graph_reply {
+  std::uint64_t handle = 0;
+  template <class A> void serialize(A& ar) { ar(handle); }
+};
+
+struct deregister_graph_request {
+  std::uint64_t handle = 0;
+  template <class A> void serialize(A& ar) { ar(handle); }
+};
+
+// One step of a registered partition. Payloads: the fed values, in the order
+// of register_graph_request::fed. Reply payloads: the fetched values.
+struct run_graph_request {
+  std::uint64_t handle = 0;
+  std::uint64_t step_id = 0;
+  template <class A> void serialize(A& ar) { ar(handle, step_id); }
+};
+
+// A _send's value for the _recv with the same key in step `step_id`; one
+// payload, absent for a control edge.
+struct rendezvous_put_request {
+  std::uint64_t step_id = 0;
+  std::string key;
+  template <class A> void serialize(A& ar) { ar(step_id, key); }
+};
+
+struct abort_step_request {
+  std::uint64_t step_id = 0;
+  std::string reason;
+  template <class A> void serialize(A& ar) { ar(step_id, reason); }
+};
+
+struct reset_request {
+  std::vector<std::string> containers; // empty: all
+  template <class A> void serialize(A& ar) { ar(containers); }
+};
+
+} // namespace loom::protocol

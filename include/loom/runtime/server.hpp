@@ -1,0 +1,385 @@
+// A task of a cluster (TF's tf.train.Server): serves at once, hosts the task's
+// resource containers (its variables, shared by every session and client that
+// reaches it), registers and runs graph partitions for masters, and moves
+// tensors to the other tasks. join() returns when the cluster is shut down,
+// which TF's never does.
+//
+//   loom::server ps(cluster, "ps", 0);   // serving now
+//   ps.join();                          // until a client calls shutdown
+#pragma once
+
+#include <loom/cluster/cluster_spec.hpp>
+#include <loom/graph/serialize.hpp>
+#include <loom/net/rpc.hpp>
+#include <loom/runtime/executor.hpp>
+#include <loom/runtime/protocol.hpp>
+#include <loom/runtime/rendezvous.hpp>
+#include <loom/runtime/resource_manager.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace loom {
+
+struct server_options {
+  // The cluster token; nullopt: LOOM_CLUSTER_TOKEN or LOOM_CLUSTER_TOKEN_FILE.
+  std::optional<std::string> token{};
+  // Serve beyond loopback without a token (also LOOM_ALLOW_INSECURE=1).
+  bool allow_insecure = false;
+  // Threads of the intra-op pool that kernels use; 0: one per hardware thread.
+  int intra_op_threads = 0;
+  net::log_fn log{}; // empty: stderr
+};
+
+namespace detail {
+
+// "/job:ps/replica:0/task:1" for (ps, 1): how tasks are named in device
+// strings, partitions and messages.
+inline std::string task_name(const std::string& job, int task) {
+  return "/job:" + job + "/replica:0/task:" + std::to_string(task);
+}
+
+inline int intra_op_threads(int requested) {
+  if (requested > 0) return requested;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+// Channels from this task to the others, opened on first use.
+class peer_channels {
+public:
+  peer_channels(cluster_spec cluster, std::optional<std::string> token, net::log_fn log)
+      : cluster_(std::move(cluster)), token_(std::move(token)), log_(std::move(log)) {}
+
+  net::channel& to(const std::string& task) {
+    std::lock_guard lock(mu_);
+    auto it = channels_.find(task);
+    if (it != channels_.end()) return *it->second;
+    const device_spec d = device_spec::from_string(task);
+    if (!d.job() || !d.task())
+      throw invalid_argument_error("no task named '" + task + "' in the cluster");
+    net::channel_options o;
+    o.peer_name = *d.job() + " task " + std::to_string(*d.task());
+    o.token = token_;
+    o.log = log_;
+    auto ch = std::make_unique<net::channel>(cluster_.task_address(*d.job(), *d.task()), o);
+    return *channels_.emplace(task, std::move(ch)).first->second;
+  }
+
+  void stop() {
+    std::lock_guard lock(mu_);
+    for (auto& [name, ch] : channels_) ch->stop();
+  }
+
+private:
+  cluster_spec cluster_;
+  std::optional<std::string> token_;
+  net::log_fn log_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<net::channel>> channels_;
+};
+
+// The rendezvous of one step on one task: _recv waits in the task's table,
+// _send pushes its value to the destination task's table.
+class step_transfers final : public step_rendezvous {
+public:
+  step_transfers(rendezvous_table& table, peer_channels& peers, std::uint64_t step)
+      : table_(table), peers_(peers), step_(step) {}
+
+  void send(const node_def& n, const any_tensor& value) override {
+    std::vector<any_tensor> payload;
+    if (!n.attr_or<bool>("control", false) && !value.empty()) payload.push_back(value);
+    const auto& dst = n.attr<std::string>("dst_task");
+    sends_.push_back(peers_.to(dst).call_async(
+        protocol::rendezvous_put, protocol::rendezvous_put_request{step_, n.attr<std::string>("key")},
+        std::move(payload)));
+  }
+
+  void recv(const node_def& n, recv_done done) override {
+    table_.recv(step_, n.attr<std::string>("key"), std::move(done));
+  }
+
+  // Waits until every value sent in this step was delivered; throws the first failure.
+  void wait_sent() {
+    for (auto& s : sends_) s.get();
+    sends_.clear();
+  }
+  void cancel_sends() noexcept {
+    for (auto& s : sends_) {
+      try {
+        s.cancel();
+      } catch (...) {
+      }
+    }
+    sends_.clear();
+  }
+
+private:
+  rendezvous_table& table_;
+  peer_channels& peers_;
+  std::uint64_t step_;
+  std::vector<net::call_handle> sends_;
+};
+
+} // namespace detail
+
+class server {
+public:
+  // Serves task `task` of job `job` at its address in `cluster` at once.
+  // Throws unavailable_error (the port is taken, the host cannot be bound),
+  // not_found_error (no such job or task) or failed_precondition_error (an
+  // address beyond loopback without a token), each naming the task.
+  server(cluster_spec cluster, std::string job, int task, server_options o = {})
+      : job_(std::move(job)), task_(task), options_(std::move(o)),
+        pool_(detail::intra_op_threads(options_.intra_op_threads)),
+        device_(&pool_, detail::intra_op_threads(options_.intra_op_threads)) {
+    const std::string& address = cluster.task_address(job_, task_);
+    host_port hp = parse_host_port(address);
+    net::server_options so;
+    so.host = hp.host;
+    so.port = hp.port;
+    so.token = options_.token;
+    so.allow_insecure = options_.allow_insecure;
+    so.log = options_.log;
+    so.threads = 2;
+    try {
+      rpc_ = std::make_unique<net::rpc_server>(so);
+    } catch (const error& e) {
+      throw coded(e.code(), "cannot serve " + describe() + " at " + address + ": " + e.message());
+    }
+    if (hp.port == 0) { // the OS chose: the cluster learns the real port
+      auto def = protocol::cluster_def::of(cluster);
+      def.jobs[job_][task_] = (address.front() == '[' ? "[" + hp.host + "]" : hp.host) + ":" +
+                              std::to_string(rpc_->port());
+      cluster = def.spec();
+    }
+    cluster_ = std::move(cluster);
+    peers_ = std::make_unique<detail::peer_channels>(cluster_, options_.token, options_.log);
+    install_handlers();
+  }
+
+  // A single-task server on 127.0.0.1, port chosen by the OS, under job
+  // "localhost" (TF's tf.train.Server.create_local_server()).
+  static std::unique_ptr<server> create_local_server(server_options o = {}) {
+    return std::make_unique<server>(cluster_spec{{"localhost", {"127.0.0.1:0"}}}, "localhost", 0,
+                                    std::move(o));
+  }
+
+  server(const server&) = delete;
+  server& operator=(const server&) = delete;
+  ~server() { stop(); }
+
+  // What a session connects to: "loom://host:port".
+  std::string target() const { return "loom://" + cluster_.task_address(job_, task_); }
+  const cluster_spec& cluster() const noexcept { return cluster_; }
+  const std::string& job_name() const noexcept { return job_; }
+  int task_index() const noexcept { return task_; }
+  resource_manager& resources() noexcept { return resources_; }
+
+  // Blocks until the cluster is shut down (a client's shutdown call) or
+  // stop() is called, then stops serving.
+  void join() {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_; });
+    }
+    stop();
+  }
+
+  // Stops serving: steps in flight fail, join() returns. Idempotent.
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    std::call_once(stopped_, [&] {
+      if (rpc_) rpc_->stop();
+      table_.close(describe() + " stopped");
+      if (peers_) peers_->stop();
+      std::map<std::uint64_t, std::thread> runners;
+      {
+        std::lock_guard lock(mu_);
+        runners.swap(runners_);
+        finished_runners_.clear();
+      }
+      for (auto& [id, t] : runners) t.join();
+    });
+  }
+
+private:
+  struct partition {
+    graph g;
+    std::unique_ptr<plan> p;
+    std::vector<node_id> fetches, fed;
+    bool has_recv = false;
+  };
+
+  std::string describe() const { return detail::task_name(job_, task_); }
+
+  static error coded(error_code c, const std::string& m) { return error(c, m); }
+
+  static host_port parse_host_port(const std::string& address) {
+    const auto colon = address.rfind(':');
+    host_port hp;
+    hp.host = address.substr(0, colon);
+    if (hp.host.size() >= 2 && hp.host.front() == '[') hp.host = hp.host.substr(1, hp.host.size() - 2);
+    hp.port = static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1)));
+    return hp;
+  }
+
+  void install_handlers() {
+    rpc_->handle(protocol::cluster_info, [this](net::request, net::responder r) {
+      r.reply(protocol::cluster_info_reply{protocol::cluster_def::of(cluster_), job_, task_});
+    });
+    rpc_->handle(protocol::register_graph, [this](net::request req, net::responder r) {
+      auto m = req.metadata<protocol::register_graph_request>();
+      auto part = std::make_shared<partition>();
+      part->g = deserialize_graph(m.graph);
+      run_request rr;
+      rr.fetches.assign(m.fetches.begin(), m.fetches.end());
+      rr.fed.assign(m.fed.begin(), m.fed.end());
+      rr.targets.assign(m.targets.begin(), m.targets.end());
+      part->p = std::make_unique<plan>(part->g, rr);
+      part->fetches = rr.fetches;
+      part->fed = rr.fed;
+      for (const auto& s : part->p->steps())
+        part->has_recv = part->has_recv || s.k == plan::step::kind::recv;
+      std::uint64_t handle;
+      {
+        std::lock_guard lock(mu_);
+        handle = ++next_handle_;
+        partitions_.emplace(handle, std::move(part));
+      }
+      r.reply(protocol::register_graph_reply{handle});
+    });
+    rpc_->handle(protocol::deregister_graph, [this](net::request req, net::responder r) {
+      auto m = req.metadata<protocol::deregister_graph_request>();
+      std::lock_guard lock(mu_);
+      partitions_.erase(m.handle);
+      r.reply();
+    });
+    rpc_->handle(protocol::run_graph, [this](net::request req, net::responder r) {
+      auto m = req.metadata<protocol::run_graph_request>();
+      std::shared_ptr<partition> part;
+      {
+        std::lock_guard lock(mu_);
+        auto it = partitions_.find(m.handle);
+        if (it == partitions_.end())
+          throw not_found_error(describe() + " has no registered graph " + std::to_string(m.handle) +
+                                " (was the task restarted?)");
+        part = it->second;
+      }
+      if (req.payloads().size() != part->fed.size())
+        throw invalid_argument_error(describe() + ": a step of graph " + std::to_string(m.handle) +
+                                     " needs " + std::to_string(part->fed.size()) + " feeds, got " +
+                                     std::to_string(req.payloads().size()));
+      // A partition that waits for tensors must not wait on an io thread: the
+      // tensors it waits for arrive on them.
+      if (!part->has_recv) {
+        run_partition(*part, m.step_id, std::move(req.payloads()), std::move(r));
+        return;
+      }
+      std::lock_guard lock(mu_);
+      if (stopping_) throw unavailable_error(describe() + " is shutting down");
+      reap_runners_locked();
+      const std::uint64_t runner = ++next_runner_;
+      runners_.emplace(runner, std::thread([this, runner, part, step = m.step_id,
+                                            feeds = std::move(req.payloads()),
+                                            r = std::move(r)]() mutable {
+        run_partition(*part, step, std::move(feeds), std::move(r));
+        std::lock_guard done(mu_);
+        finished_runners_.push_back(runner);
+      }));
+    });
+    rpc_->handle(protocol::rendezvous_put, [this](net::request req, net::responder r) {
+      auto m = req.metadata<protocol::rendezvous_put_request>();
+      any_tensor value = req.payloads().empty() ? any_tensor{} : std::move(req.payloads()[0]);
+      table_.put(m.step_id, m.key, std::move(value));
+      r.reply();
+    });
+    rpc_->handle(protocol::abort_step, [this](net::request req, net::responder r) {
+      auto m = req.metadata<protocol::abort_step_request>();
+      table_.abort(m.step_id, m.reason);
+      r.reply();
+    });
+    rpc_->handle(protocol::reset, [this](net::request req, net::responder r) {
+      resources_.reset(req.metadata<protocol::reset_request>().containers);
+      r.reply();
+    });
+    rpc_->handle(protocol::shutdown, [this](net::request, net::responder r) {
+      r.reply();
+      {
+        std::lock_guard lock(mu_);
+        stopping_ = true;
+      }
+      cv_.notify_all(); // join() stops the server from its own thread
+    });
+  }
+
+  void run_partition(partition& part, std::uint64_t step, std::vector<any_tensor> feeds,
+                     net::responder r) {
+    detail::step_transfers transfers(table_, *peers_, step);
+    try {
+      std::vector<any_tensor> values(part.g.size());
+      for (std::size_t i = 0; i < part.fed.size(); ++i)
+        values[static_cast<std::size_t>(part.fed[i])] = std::move(feeds[i]);
+      part.p->run(part.g, values, device_, resources_, &transfers);
+      transfers.wait_sent();
+      table_.end_step(step);
+      std::vector<any_tensor> out;
+      out.reserve(part.fetches.size());
+      for (node_id f : part.fetches) out.push_back(std::move(values[static_cast<std::size_t>(f)]));
+      r.reply(net::empty{}, std::move(out));
+    } catch (const error& e) {
+      transfers.cancel_sends();
+      table_.abort(step, describe() + ": " + e.message());
+      r.fail(e.code(), describe() + ": " + e.message());
+    } catch (const std::exception& e) {
+      transfers.cancel_sends();
+      table_.abort(step, describe() + ": " + e.what());
+      r.fail(error_code::internal, describe() + ": " + e.what());
+    }
+  }
+
+  // Joins the runner threads that said they finished (called with mu_ held;
+  // each is past its last statement, so the join does not wait on a step).
+  void reap_runners_locked() {
+    for (std::uint64_t id : finished_runners_) {
+      auto it = runners_.find(id);
+      it->second.join();
+      runners_.erase(it);
+    }
+    finished_runners_.clear();
+  }
+
+  std::string job_;
+  int task_;
+  server_options options_;
+  cluster_spec cluster_;
+  Eigen::ThreadPool pool_;
+  cpu_device device_;
+  resource_manager resources_;
+  rendezvous_table table_;
+  std::unique_ptr<detail::peer_channels> peers_;
+  std::unique_ptr<net::rpc_server> rpc_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::once_flag stopped_;
+  std::map<std::uint64_t, std::shared_ptr<partition>> partitions_;
+  std::uint64_t next_handle_ = 0;
+  std::map<std::uint64_t, std::thread> runners_; // steps that wait for tensors
+  std::vector<std::uint64_t> finished_runners_;
+  std::uint64_t next_runner_ = 0;
+};
+
+} // namespace loom
