@@ -44,8 +44,14 @@ struct kernel_context {
   const cpu_device& device;
   resource_access& resources;
   any_tensor output;
+  // Bit i: no later step reads input i and the request does not return it, so
+  // the kernel may keep its buffer (TF's forward_input) if nothing else holds it.
+  std::uint32_t forwardable = 0;
 
   const any_tensor& input(std::size_t i) const { return *inputs[i]; }
+  bool may_forward(std::size_t i) const {
+    return (forwardable >> i & 1u) && inputs[i] && inputs[i]->sole_owner();
+  }
 };
 
 using kernel_fn = void (*)(kernel_context&);

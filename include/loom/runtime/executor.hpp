@@ -246,7 +246,17 @@ public:
         rendezvous->send(g.node(s.id), values[static_cast<std::size_t>(s.inputs[0])]);
         break;
       case step::kind::fused: run_fused(g, s, values, device, resources); break;
-      case step::kind::kernel: run_step(g, s, values, device, resources); break;
+      case step::kind::kernel: {
+        std::uint32_t forwardable = 0;
+        for (std::size_t i = 0; i < s.inputs.size() && i < 32; ++i) {
+          const node_id in = s.inputs[i];
+          if (in != no_node && readers[static_cast<std::size_t>(in)] == 1 &&
+              !keep_[static_cast<std::size_t>(in)])
+            forwardable |= 1u << i;
+        }
+        run_step(g, s, values, device, resources, forwardable);
+        break;
+      }
       }
       finish(k);
     }
@@ -299,7 +309,8 @@ private:
   }
 
   static void run_step(const graph& g, const step& s, std::vector<any_tensor>& values,
-                       const cpu_device& device, resource_access& resources) {
+                       const cpu_device& device, resource_access& resources,
+                       std::uint32_t forwardable = 0) {
     const node_def& n = g.node(s.id);
     std::vector<const any_tensor*> inputs;
     inputs.reserve(s.inputs.size());
@@ -308,7 +319,7 @@ private:
     std::vector<variable_resource*> refs;
     refs.reserve(s.refs.size());
     for (node_id r : s.refs) refs.push_back(&resources.variable(g.node(r)));
-    kernel_context ctx{n, inputs, refs, device, resources, {}};
+    kernel_context ctx{n, inputs, refs, device, resources, {}, forwardable};
     s.kernel(ctx);
     values[static_cast<std::size_t>(s.id)] = std::move(ctx.output);
   }

@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -128,6 +130,61 @@ private:
   std::vector<net::call_handle> sends_;
 };
 
+// Threads for steps that wait for tensors from other tasks. A step never
+// waits for a free thread (it could be waiting for a step queued behind it):
+// one is started whenever none is idle, and idle ones are reused.
+class step_runners {
+public:
+  step_runners() = default;
+  step_runners(const step_runners&) = delete;
+  step_runners& operator=(const step_runners&) = delete;
+  ~step_runners() { stop(); }
+
+  // False once stopped.
+  bool submit(std::function<void()> fn) {
+    std::lock_guard lock(mu_);
+    if (stopping_) return false;
+    queue_.push_back(std::move(fn));
+    if (idle_ == 0) threads_.emplace_back([this] { loop(); });
+    else cv_.notify_one();
+    return true;
+  }
+
+  // Runs what is queued, then joins every thread.
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+private:
+  void loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      ++idle_;
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      --idle_;
+      if (queue_.empty()) return; // stopping
+      auto fn = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  std::vector<std::thread> threads_;
+  int idle_ = 0;
+  bool stopping_ = false;
+};
+
 } // namespace detail
 
 class server {
@@ -204,13 +261,7 @@ public:
       if (rpc_) rpc_->stop();
       table_.close(describe() + " stopped");
       if (peers_) peers_->stop();
-      std::map<std::uint64_t, std::thread> runners;
-      {
-        std::lock_guard lock(mu_);
-        runners.swap(runners_);
-        finished_runners_.clear();
-      }
-      for (auto& [id, t] : runners) t.join();
+      runners_.stop();
     });
   }
 
@@ -287,17 +338,13 @@ private:
         run_partition(*part, m.step_id, std::move(req.payloads()), std::move(r));
         return;
       }
-      std::lock_guard lock(mu_);
-      if (stopping_) throw unavailable_error(describe() + " is shutting down");
-      reap_runners_locked();
-      const std::uint64_t runner = ++next_runner_;
-      runners_.emplace(runner, std::thread([this, runner, part, step = m.step_id,
-                                            feeds = std::move(req.payloads()),
-                                            r = std::move(r)]() mutable {
-        run_partition(*part, step, std::move(feeds), std::move(r));
-        std::lock_guard done(mu_);
-        finished_runners_.push_back(runner);
-      }));
+      // std::function needs a copyable callable: the responder moves into a shared_ptr.
+      auto job = std::make_shared<std::tuple<std::vector<any_tensor>, net::responder>>(
+          std::move(req.payloads()), std::move(r));
+      if (!runners_.submit([this, part, step = m.step_id, job] {
+            run_partition(*part, step, std::move(std::get<0>(*job)), std::move(std::get<1>(*job)));
+          }))
+        throw unavailable_error(describe() + " is shutting down");
     });
     rpc_->handle(protocol::rendezvous_put, [this](net::request req, net::responder r) {
       auto m = req.metadata<protocol::rendezvous_put_request>();
@@ -349,16 +396,6 @@ private:
     }
   }
 
-  // Joins the runner threads that said they finished (called with mu_ held;
-  // each is past its last statement, so the join does not wait on a step).
-  void reap_runners_locked() {
-    for (std::uint64_t id : finished_runners_) {
-      auto it = runners_.find(id);
-      it->second.join();
-      runners_.erase(it);
-    }
-    finished_runners_.clear();
-  }
 
   std::string job_;
   int task_;
@@ -377,9 +414,7 @@ private:
   std::once_flag stopped_;
   std::map<std::uint64_t, std::shared_ptr<partition>> partitions_;
   std::uint64_t next_handle_ = 0;
-  std::map<std::uint64_t, std::thread> runners_; // steps that wait for tensors
-  std::vector<std::uint64_t> finished_runners_;
-  std::uint64_t next_runner_ = 0;
+  detail::step_runners runners_; // steps that wait for tensors
 };
 
 } // namespace loom

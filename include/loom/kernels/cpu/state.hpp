@@ -33,7 +33,10 @@ template <class T> struct assign_cpu {
     const node_def& n = c.node;
     std::lock_guard lock(v.mu);
     if (n.op == "assign") {
-      v.value = value.clone();
+      // A value nothing else holds (a tensor received for this step) becomes
+      // the variable's buffer as it is: a 64 MB assign from the network is
+      // then never copied. Otherwise a copy, so the variable owns its state.
+      v.value = c.may_forward(1) ? value : value.clone();
       v.initialized = true;
     } else {
       if (!v.initialized)
