@@ -134,6 +134,30 @@ inline graph graph_from_image(graph_image&& img) {
     for (node_id in : nd.inputs) check_ref(in, i, "an input of node '" + nd.name + "'");
     for (node_id in : nd.control_inputs)
       check_ref(in, i, "a control input of node '" + nd.name + "'");
+    // Kernels index their inputs and switch on dtypes without checking again.
+    const int arity = op_registry::instance().find(nd.op).num_inputs;
+    if (arity >= 0 && static_cast<std::size_t>(arity) != nd.inputs.size())
+      throw data_loss_error("serialized graph: node '" + nd.name + "' (" + nd.op + ") has " +
+                            std::to_string(nd.inputs.size()) + " inputs, the op takes " +
+                            std::to_string(arity));
+    auto check_dtype = [&](dtype d, const std::string& what) {
+      if (static_cast<unsigned>(d) > static_cast<unsigned>(dtype::string))
+        throw data_loss_error("serialized graph: " + what + " of node '" + nd.name +
+                              "' has an unknown dtype tag " +
+                              std::to_string(static_cast<unsigned>(d)));
+    };
+    auto check_shape = [&](const loom::shape& s, const std::string& what) {
+      for (auto d : s.dims())
+        if (d < shape::unknown)
+          throw data_loss_error("serialized graph: " + what + " of node '" + nd.name +
+                                "' has a negative dimension " + std::to_string(d));
+    };
+    check_dtype(nd.type, "the dtype");
+    check_shape(nd.shape, "the shape");
+    for (const auto& [key, value] : nd.attrs) {
+      if (auto* d = std::get_if<dtype>(&value)) check_dtype(*d, "attribute '" + key + "'");
+      if (auto* s = std::get_if<loom::shape>(&value)) check_shape(*s, "attribute '" + key + "'");
+    }
     if (!st.by_name.emplace(nd.name, i).second)
       throw data_loss_error("serialized graph: two nodes are named '" + nd.name + "'");
     st.name_uses.emplace(nd.name, 0);

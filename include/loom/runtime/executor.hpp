@@ -89,7 +89,9 @@ public:
     std::vector<step> fallback;
   };
 
-  plan(const graph& g, const run_request& req) : request_(req) {
+  // allow_fusion = false runs every fusable region as its primitive ops (the
+  // path a process without the region's instantiation takes), for testing.
+  plan(const graph& g, const run_request& req, bool allow_fusion = true) : request_(req) {
     std::unordered_set<node_id> fed(req.fed.begin(), req.fed.end());
     // 1. The nodes the request needs.
     const std::vector<char> needed = needed_nodes(g, req);
@@ -108,7 +110,8 @@ public:
     std::unordered_set<node_id> fused_away;
     std::set<node_id> fetched(req.fetches.begin(), req.fetches.end());
     std::vector<const fusion_candidate*> candidates;
-    for (auto& c : g.fusions()) candidates.push_back(&c);
+    if (allow_fusion)
+      for (auto& c : g.fusions()) candidates.push_back(&c);
     std::stable_sort(candidates.begin(), candidates.end(),
                      [](auto* a, auto* b) { return a->leaves.size() > b->leaves.size(); });
     for (const fusion_candidate* c : candidates) {
@@ -173,6 +176,9 @@ public:
     keep_.assign(g.size(), 0);
     for (node_id f : req.fetches) keep_[static_cast<std::size_t>(f)] = 1;
     for (node_id f : req.fed) keep_[static_cast<std::size_t>(f)] = 1;
+    variable_read_.assign(g.size(), 0);
+    for (const step& s : steps_)
+      if (g.node(s.id).op == "variable") variable_read_[static_cast<std::size_t>(s.id)] = 1;
   }
 
   const std::vector<step>& steps() const noexcept { return steps_; }
@@ -245,8 +251,12 @@ public:
         if (!rendezvous) throw internal_error("executor: a _send node without a rendezvous");
         rendezvous->send(g.node(s.id), values[static_cast<std::size_t>(s.inputs[0])]);
         break;
-      case step::kind::fused: run_fused(g, s, values, device, resources); break;
+      case step::kind::fused:
+        reread_variables(g, s, values, resources);
+        run_fused(g, s, values, device, resources);
+        break;
       case step::kind::kernel: {
+        reread_variables(g, s, values, resources);
         std::uint32_t forwardable = 0;
         for (std::size_t i = 0; i < s.inputs.size() && i < 32; ++i) {
           const node_id in = s.inputs[i];
@@ -263,6 +273,20 @@ public:
   }
 
 private:
+  // TF reads a variable when its consumer runs, not when the variable's node
+  // does: a read under a control dependency on an update sees the update.
+  void reread_variables(const graph& g, const step& s, std::vector<any_tensor>& values,
+                        resource_access& resources) const {
+    for (node_id in : s.inputs) {
+      if (in == no_node || !variable_read_[static_cast<std::size_t>(in)]) continue;
+      any_tensor& v = values[static_cast<std::size_t>(in)];
+      if (v.empty()) continue;
+      variable_resource& r = resources.variable(g.node(in));
+      std::lock_guard lock(r.mu);
+      if (r.initialized) v = r.value;
+    }
+  }
+
   static step make_step(const graph& g, node_id id) {
     const node_def& n = g.node(id);
     const op_def& def = op_registry::instance().find(n.op);
@@ -350,6 +374,7 @@ private:
   std::vector<int> pending_;                        // per step: how many it waits on
   std::vector<int> readers_;                        // per node id: steps reading its value
   std::vector<char> keep_;                          // per node id: fetched or fed
+  std::vector<char> variable_read_;                 // per node id: a variable read by a step
 };
 
 } // namespace loom

@@ -63,13 +63,16 @@ template <class... F> fetch_list<std::remove_cvref_t<F>...> fetches(F&&... f) {
 struct session_options {
   // Threads of the intra-op pool; 0 means one per hardware thread.
   int intra_op_threads = 0;
+  // Run fusable elementwise regions as their primitive ops, as a process
+  // without the regions' instantiations does (for tests and comparisons).
+  bool disable_fusion = false;
 };
 
 class session {
 public:
   explicit session(graph g, session_options o = {})
       : graph_(std::move(g)), resources_(std::make_shared<resource_manager>()),
-        pool_(threads(o)), device_(&pool_, threads(o)) {}
+        pool_(threads(o)), device_(&pool_, threads(o)), allow_fusion_(!o.disable_fusion) {}
 
   // A session on a cluster: `target` is a server's target() ("loom://host:port").
   // Variables live in the tasks' resource containers, shared with every other
@@ -119,7 +122,11 @@ public:
     std::vector<node_id> ids = fetch_ids;
     for (node_id t : target_ids) ids.push_back(-2 - t); // targets encoded below zero
     feed_dict none;
-    return execute(ids, none, &feeds);
+    std::vector<any_tensor> values = execute(ids, none, &feeds);
+    std::vector<any_tensor> out; // one value per fetch, in order
+    out.reserve(fetch_ids.size());
+    for (node_id id : fetch_ids) out.push_back(take(values, id));
+    return out;
   }
 
   const graph& graph_ref() const noexcept { return graph_; }
@@ -218,7 +225,7 @@ private:
       key += "|";
     }
     auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, std::make_unique<plan>(graph_, req)).first;
+    if (it == plans_.end()) it = plans_.emplace(key, std::make_unique<plan>(graph_, req, allow_fusion_)).first;
     return *it->second;
   }
 
@@ -229,6 +236,7 @@ private:
   std::map<std::string, std::unique_ptr<plan>> plans_;
   std::uint64_t planned_version_ = 0;
   std::unique_ptr<cluster_master> master_; // set for a session on a cluster
+  bool allow_fusion_ = true;
 };
 
 } // namespace loom
