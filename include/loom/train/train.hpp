@@ -1,9 +1,7 @@
-// Everything for training: the optimizers, the global step, and the CPU
-// kernels of the update ops (a program that builds graphs only, for another
-// process to run, can include the optimizer headers alone).
+// Everything for training: the optimizers and the global step. Their update
+// ops' CPU kernels come with <loom/kernels/cpu/cpu.hpp> (and <loom/loom.hpp>).
 #pragma once
 
-#include <loom/kernels/cpu/training.hpp>
 #include <loom/train/adagrad.hpp>
 #include <loom/train/adam.hpp>
 #include <loom/train/global_step.hpp>

@@ -1,0 +1,28 @@
+// Everything to build graphs and run them, locally or on a cluster, without
+// instantiating the CPU kernels. A program made of several translation units
+// includes this in all of them but one, and <loom/loom.hpp> (this plus the
+// kernels) in that one: the kernels are registered once per program, and the
+// other units compile in about a quarter of the time.
+#pragma once
+
+#include <loom/cluster/cluster.hpp>
+#include <loom/core/device_spec.hpp>
+#include <loom/core/dtype.hpp>
+#include <loom/core/error.hpp>
+#include <loom/core/flags.hpp>
+#include <loom/core/shape.hpp>
+#include <loom/core/tensor.hpp>
+#include <loom/expr/eval.hpp>
+#include <loom/expr/expr.hpp>
+#include <loom/graph/gradients.hpp>
+#include <loom/graph/graph.hpp>
+#include <loom/graph/lower.hpp>
+#include <loom/graph/ops/elementwise.hpp>
+#include <loom/graph/ops/math.hpp>
+#include <loom/graph/ops/nn.hpp>
+#include <loom/graph/output.hpp>
+#include <loom/graph/variables.hpp>
+#include <loom/placement/placement.hpp>
+#include <loom/runtime/server.hpp>
+#include <loom/runtime/session.hpp>
+#include <loom/train/train.hpp>

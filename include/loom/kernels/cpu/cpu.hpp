@@ -1,0 +1,10 @@
+// Every CPU kernel of the op registry, registered under (op id, dtype, "CPU")
+// when a translation unit includes this. One unit per program is enough.
+#pragma once
+
+#include <loom/kernels/cpu/elementwise.hpp>
+#include <loom/kernels/cpu/math.hpp>
+#include <loom/kernels/cpu/nn.hpp>
+#include <loom/kernels/cpu/random.hpp>
+#include <loom/kernels/cpu/state.hpp>
+#include <loom/kernels/cpu/training.hpp>
