@@ -300,3 +300,18 @@ TEST_CASE("handler errors and unknown methods reach the caller with their codes"
   CHECK_THROWS_AS(ch.call("fails", empty{}, {any_tensor(dtype::string, shape{1})}),
                   invalid_argument_error);
 }
+
+TEST_CASE("a small request can fetch a big reply (sent over the client's bulk connection)") {
+  rpc_server srv(local_server());
+  const auto value = filled_f32(shape{512, 1024}, 2); // 2 MiB, over the bulk threshold
+  srv.handle("fetch", [&](request, responder r) { r.reply(empty{}, {value}); });
+  srv.handle("ping", [](request, responder r) { r.reply(); });
+  channel ch(local_address(srv), local_channel());
+  for (int i = 0; i < 3; ++i) {
+    auto big = ch.call_async("fetch");
+    CHECK_NOTHROW(ch.call("ping"));
+    const auto res = big.get();
+    REQUIRE(res.payloads.size() == 1);
+    CHECK(same_bytes(res.payloads[0], value));
+  }
+}

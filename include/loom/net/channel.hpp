@@ -34,6 +34,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -52,7 +53,10 @@ struct channel_options {
   std::chrono::milliseconds initial_backoff{50};
   std::chrono::milliseconds max_backoff{2000};
   std::chrono::milliseconds default_timeout{300000}; // per call, when the call sets none
-  std::size_t bulk_threshold = 256u << 10;           // payload bytes that go over bulk
+  // call_handle::get() first waits this long yielding the CPU (no sleep), so a
+  // fast reply reaches the caller without a futex wake-up; then it blocks.
+  std::chrono::microseconds spin_wait{0};
+  std::size_t bulk_threshold = 256u << 10; // payload bytes that go over bulk
   frame_limits limits{};
   log_fn log{}; // empty: stderr
 };
@@ -96,6 +100,7 @@ struct call_state {
   std::mutex m;
   std::condition_variable cv;
   bool done = false;
+  std::atomic<bool> done_flag{false}; // done, readable without the mutex (spin-wait)
   std::exception_ptr error;
   net::response result;
 
@@ -602,8 +607,9 @@ private:
 class call_handle {
 public:
   call_handle() = default;
-  call_handle(std::shared_ptr<detail::call_state> st, std::weak_ptr<detail::channel_core> ch)
-      : st_(std::move(st)), ch_(std::move(ch)) {}
+  call_handle(std::shared_ptr<detail::call_state> st, std::weak_ptr<detail::channel_core> ch,
+              std::chrono::microseconds spin = {})
+      : st_(std::move(st)), ch_(std::move(ch)), spin_(spin) {}
 
   bool valid() const noexcept { return static_cast<bool>(st_); }
   std::uint64_t id() const noexcept { return st_->id; }
@@ -641,6 +647,13 @@ public:
   // Waits for the response; throws deadline_exceeded_error (naming the method
   // and the peer), cancelled_error, unavailable_error, or the server's error.
   response get() {
+    if (spin_.count() > 0 && !st_->done_flag.load(std::memory_order_acquire)) {
+      const auto until = std::chrono::steady_clock::now() + spin_;
+      do
+        std::this_thread::yield();
+      while (!st_->done_flag.load(std::memory_order_acquire) &&
+             std::chrono::steady_clock::now() < until);
+    }
     {
       std::unique_lock lk(st_->m);
       if (!st_->cv.wait_until(lk, st_->deadline, [&] { return st_->done; })) {
@@ -673,6 +686,7 @@ private:
 
   std::shared_ptr<detail::call_state> st_;
   std::weak_ptr<detail::channel_core> ch_;
+  std::chrono::microseconds spin_{0};
 };
 
 class channel {
@@ -732,7 +746,7 @@ public:
     f.payloads = std::move(payloads);
     core_->ensure_connected(st->deadline);
     core_->submit(st, std::move(f), bytes);
-    return call_handle(std::move(st), core_);
+    return call_handle(std::move(st), core_, co.spin_wait);
   }
 
   // A blocking call: the response, or the call's error.

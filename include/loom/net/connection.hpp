@@ -37,6 +37,7 @@
 #define LOOM_NET_DIRECT_SEND 1
 #endif
 
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -111,30 +112,32 @@ inline std::string to_string(const asio::ip::tcp::endpoint& ep) {
 
 namespace detail {
 
-// An io_context run by a few threads. shutdown() lets the threads finish the
-// outstanding work (callers close their sockets first), joins them, and from
-// then on runs anything posted late inline, so nothing is left in the queue
-// holding a connection (no leak, no cycle).
+// A pool of io_contexts, each run by one thread (so Asio never wakes a second
+// thread per event); connections are spread over them round-robin.
+// shutdown() lets the threads finish the outstanding work (callers close their
+// sockets first), joins them, and from then on runs anything posted late
+// inline, so nothing is left in a queue holding a connection (no leak, no cycle).
 class io_runtime {
 public:
-  io_runtime(int threads, log_fn log)
-      : ctx_(threads > 1 ? threads : 1), work_(asio::make_work_guard(ctx_)), log_(std::move(log)) {
-    const int n = threads > 1 ? threads : 1;
-    threads_.reserve(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i)
-      threads_.emplace_back([this] { run(); });
+  io_runtime(int threads, log_fn log) : log_(std::move(log)) {
+    const std::size_t n = threads > 1 ? static_cast<std::size_t>(threads) : 1;
+    for (std::size_t i = 0; i < n; ++i) {
+      ctxs_.push_back(std::make_unique<asio::io_context>(1));
+      works_.emplace_back(asio::make_work_guard(*ctxs_.back()));
+    }
+    threads_.reserve(n);
+    for (std::size_t i = 0; i < n; ++i)
+      threads_.emplace_back([this, i] { run(*ctxs_[i]); });
   }
   io_runtime(const io_runtime&) = delete;
   io_runtime& operator=(const io_runtime&) = delete;
   ~io_runtime() { shutdown(); }
 
-  asio::io_context& context() noexcept { return ctx_; }
-
-  bool on_io_thread() const noexcept {
-    for (const auto& t : threads_)
-      if (t.get_id() == std::this_thread::get_id())
-        return true;
-    return false;
+  // The first context (acceptor, resolver).
+  asio::io_context& context() noexcept { return *ctxs_.front(); }
+  // The context for the next connection.
+  asio::io_context& next_context() noexcept {
+    return *ctxs_[next_.fetch_add(1, std::memory_order_relaxed) % ctxs_.size()];
   }
 
   void shutdown() {
@@ -144,7 +147,7 @@ public:
         return;
       shutting_down_ = true;
     }
-    work_.reset();
+    works_.clear();
     for (auto& t : threads_) {
       if (!t.joinable())
         continue;
@@ -160,8 +163,10 @@ public:
       std::lock_guard lk(m_);
       joined_ = true;
     }
-    ctx_.restart();
-    ctx_.poll();
+    for (auto& c : ctxs_) {
+      c->restart();
+      c->poll();
+    }
   }
 
   // Runs f on the strand (inline if already there); after shutdown, inline.
@@ -180,10 +185,10 @@ public:
   }
 
 private:
-  void run() {
+  void run(asio::io_context& ctx) {
     for (;;) {
       try {
-        ctx_.run();
+        ctx.run();
         return;
       } catch (const std::exception& e) {
         log_line(log_, std::string("unexpected exception in an io thread: ") + e.what());
@@ -191,10 +196,11 @@ private:
     }
   }
 
-  asio::io_context ctx_;
-  asio::executor_work_guard<asio::io_context::executor_type> work_;
   log_fn log_;
+  std::vector<std::unique_ptr<asio::io_context>> ctxs_;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> works_;
   std::vector<std::thread> threads_;
+  std::atomic<std::size_t> next_{0};
   std::mutex m_;
   bool shutting_down_ = false, joined_ = false;
 };
@@ -255,7 +261,7 @@ public:
   using once_fn = std::function<void(std::exception_ptr, incoming_frame&&)>;
 
   connection(std::shared_ptr<detail::io_runtime> rt, const frame_limits& limits, log_fn log)
-      : rt_(std::move(rt)), strand_(asio::make_strand(rt_->context())), sock_(strand_),
+      : rt_(std::move(rt)), strand_(asio::make_strand(rt_->next_context())), sock_(strand_),
         timer_(strand_), limits_(limits), log_(std::move(log)) {}
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
@@ -282,6 +288,7 @@ public:
   void configure_socket() {
     std::error_code ec;
     sock_.set_option(tcp::no_delay(true), ec);
+    sock_.non_blocking(true, ec); // read_available() reads without blocking
     if (peer_.empty()) {
       const auto ep = sock_.remote_endpoint(ec);
       if (!ec)
@@ -627,6 +634,8 @@ private:
     if (sink)
       sink->on_closed(self, reason);
   }
+
+  static constexpr std::size_t sync_read_limit = 4u << 20;
 
   std::shared_ptr<detail::io_runtime> rt_; // first: destroyed last
   strand_type strand_;
