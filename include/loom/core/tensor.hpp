@@ -208,6 +208,15 @@ public:
   tensor(T v)
     requires(R == 0)
       : value_(any_tensor::scalar<T>(std::move(v))) {}
+  // Never converts between element types or ranks; this constructor exists only
+  // to say so in words (e.g. for `tensor<double, 2> t = sess.run(float_node);`).
+  template <element_type U, int R2>
+    requires(!std::is_same_v<U, T> || R2 != R)
+  tensor(const tensor<U, R2>&) {
+    static_assert(std::is_same_v<U, T> && R2 == R,
+                  "loom::tensor: a tensor of another dtype or rank does not convert; a fetch "
+                  "returns the fetched node's dtype and rank (use loom::cast<T>() in the graph)");
+  }
 
   // Adopts a runtime value, checking its dtype and rank; `what` names it in the error.
   static tensor from(any_tensor v, const std::string& what = "tensor") {
