@@ -69,7 +69,9 @@ inline bool register_elementwise_ops() {
   register_elementwise<ops::abs>([=](graph& g, const node_def& n, node_id dy) {
     return std::vector{mul(g, dy, op(g, "sign", {in(n, 0)}))};
   });
-  register_elementwise<ops::sign>({});
+  register_elementwise<ops::sign>([](graph&, const node_def&, node_id) { // zero a.e. (TF)
+    return std::vector{no_node};
+  });
   register_elementwise<ops::relu>([=](graph& g, const node_def& n, node_id dy) {
     return std::vector{op(g, "relu_grad", {dy, in(n, 0)})};
   });

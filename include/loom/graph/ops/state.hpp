@@ -36,6 +36,7 @@ inline void infer_assign(node_def& n, const std::vector<const node_def*>& in) {
   n.type = var.type;
   n.shape = var.shape;
   n.colocation_group = var.name; // updates run where their variable lives
+  n.attrs["_ref_name_0"] = var.name; // the kernel's errors name the variable
 }
 
 inline bool register_state_ops() {
@@ -83,8 +84,13 @@ inline bool register_state_ops() {
          .stateful = true,
          .no_output = true,
          .type_input = -1});
+  // Their values do not depend on the input's values: a zero gradient (no_node),
+  // not "not differentiable", so second-order gradients can pass through them.
   for (const char* name : {"zeros_like", "ones_like"})
-    r.add({.name = name, .num_inputs = 1, .infer = infer_same_as_input});
+    r.add({.name = name,
+           .num_inputs = 1,
+           .infer = infer_same_as_input,
+           .gradient = [](graph&, const node_def&, node_id) { return std::vector{no_node}; }});
   r.add({.name = "sum_to_shape",
          .num_inputs = 2,
          .infer =

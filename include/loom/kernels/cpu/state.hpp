@@ -40,8 +40,10 @@ template <class T> struct assign_cpu {
       v.initialized = true;
     } else {
       if (!v.initialized)
-        throw failed_precondition_error("node " + n.describe() +
-                                        ": attempting to use uninitialized variable");
+        throw failed_precondition_error(
+            "node " + n.describe() + ": attempting to use uninitialized variable '" +
+            n.attr_or<std::string>("_ref_name_0", "?") +
+            "' (run its initializer, or global_variables_initializer, first)");
       if (value.shape() != v.value.shape())
         throw invalid_argument_error("node " + n.describe() + ": value of shape " +
                                      value.shape().to_string() +
