@@ -288,7 +288,7 @@ public:
   void configure_socket() {
     std::error_code ec;
     sock_.set_option(tcp::no_delay(true), ec);
-    sock_.non_blocking(true, ec); // read_available() reads without blocking
+    sock_.non_blocking(true, ec); // read_rest() reads without blocking
     if (peer_.empty()) {
       const auto ep = sock_.remote_endpoint(ec);
       if (!ec)
@@ -391,11 +391,44 @@ private:
       return bad_frame(e);
     }
     meta_.assign(h_.metadata_bytes, '\0');
-    if (meta_.empty())
-      return on_metadata({});
+    in_bufs_.clear();
+    if (!meta_.empty())
+      in_bufs_.emplace_back(meta_.data(), meta_.size());
+    read_rest(&connection::on_metadata);
+  }
+
+  // Reads in_bufs_ completely, then calls (this->*next)(ec). What the socket
+  // already holds is read at once on this strand (no trip through the
+  // scheduler), at most sync_read_limit bytes per turn so a big payload that
+  // arrives as fast as it is read cannot hold this thread; the rest waits in
+  // an async_read.
+  void read_rest(void (connection::*next)(std::error_code)) {
+    std::error_code ec;
+    std::size_t budget = sync_read_limit;
+    while (!in_bufs_.empty() && budget > 0) {
+      const std::size_t n = sock_.read_some(in_bufs_, ec);
+      if (ec)
+        break;
+      consume(n);
+      budget = n < budget ? budget - n : 0;
+    }
+    if (in_bufs_.empty())
+      return (this->*next)({});
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again)
+      return (this->*next)(ec);
     asio::async_read(
-        sock_, asio::buffer(meta_),
-        [self = shared_from_this()](std::error_code e, std::size_t) { self->on_metadata(e); });
+        sock_, in_bufs_,
+        [self = shared_from_this(), next](std::error_code e, std::size_t) { ((*self).*next)(e); });
+  }
+
+  // Drops the first n bytes of in_bufs_.
+  void consume(std::size_t n) {
+    std::size_t i = 0;
+    while (i < in_bufs_.size() && n >= in_bufs_[i].size())
+      n -= in_bufs_[i++].size();
+    in_bufs_.erase(in_bufs_.begin(), in_bufs_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (n && !in_bufs_.empty())
+      in_bufs_.front() += n;
   }
 
   void on_metadata(std::error_code ec) {
@@ -448,11 +481,7 @@ private:
       return bad_frame(resource_exhausted_error(
           "cannot allocate " + std::to_string(fm_.payload_bytes) + " payload bytes"));
     }
-    if (in_bufs_.empty())
-      return on_payloads({});
-    asio::async_read(sock_, in_bufs_, [self = shared_from_this()](std::error_code e, std::size_t) {
-      self->on_payloads(e);
-    });
+    read_rest(&connection::on_payloads);
   }
 
   void on_payloads(std::error_code ec) {
