@@ -5,6 +5,8 @@
 //       the RPC (one-way with an empty reply, and echoed back), with the layer
 //       allocating the destination and with caller-supplied destinations.
 // Targets: RPC round trip <= 2.0 x raw ping-pong; 64 MB bytes/s >= 0.9 x raw.
+// Flags: --quick (fewer repetitions), --bulk (only the 64 MB cases). Figures:
+// docs/wire-protocol.md.
 #include "../bench_util.hpp"
 
 #include <loom/net/rpc.hpp>

@@ -161,6 +161,18 @@ TEST_CASE("garbage and oversized frames close only that connection") {
     CHECK(reply.meta.env.code() == error_code::unimplemented);
     CHECK(raw.closed_by_peer());
   }
+  SUBCASE("an unknown protocol version gets an error reply") {
+    raw_client raw(srv.port());
+    raw.handshake();
+    std::string f = encode_frame(frame_kind::request, 8, envelope{}, {});
+    f[4] = 9;
+    raw.write(f);
+    const auto reply = raw.read_frame();
+    CHECK(reply.header.request_id == 8);
+    CHECK(reply.meta.env.code() == error_code::unimplemented);
+    CHECK(reply.meta.env.message.find("version 9") != std::string::npos);
+    CHECK(raw.closed_by_peer());
+  }
   SUBCASE("a client that disconnects in the middle of a payload") {
     raw_client raw(srv.port());
     raw.handshake();
