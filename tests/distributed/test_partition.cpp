@@ -1,0 +1,265 @@
+// Sessions on an in-process cluster: the master's placement, partitioning and
+// send/recv transfers compute what a local session computes, state is shared
+// through resource containers, and failures name their task and never hang.
+#include <loom/api.hpp>
+
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <sstream>
+#include <thread>
+#include <string>
+#include <vector>
+
+namespace {
+
+// n distinct free loopback ports: all sockets stay bound until every port is chosen.
+std::vector<int> free_ports(int n) {
+  std::vector<int> fds, ports;
+  for (int i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    fds.push_back(fd);
+    ports.push_back(ntohs(a.sin_port));
+  }
+  for (int fd : fds) ::close(fd);
+  return ports;
+}
+
+// A cluster of `ps` ps tasks and `workers` workers, every task served in this process.
+struct local_cluster {
+  loom::cluster_spec spec;
+  std::vector<std::unique_ptr<loom::server>> servers;
+
+  local_cluster(int ps, int workers) {
+    auto ports = free_ports(ps + workers);
+    std::vector<std::string> ps_hosts, worker_hosts;
+    for (int i = 0; i < ps + workers; ++i)
+      (i < ps ? ps_hosts : worker_hosts).push_back("127.0.0.1:" + std::to_string(ports[i]));
+    spec = loom::cluster_spec{{"ps", loom::cluster_spec::job_def(ps_hosts)},
+                              {"worker", loom::cluster_spec::job_def(worker_hosts)}};
+    for (int i = 0; i < ps; ++i) servers.push_back(std::make_unique<loom::server>(spec, "ps", i));
+    for (int i = 0; i < workers; ++i)
+      servers.push_back(std::make_unique<loom::server>(spec, "worker", i));
+  }
+  loom::server& worker(int i) { return *servers[servers.size() - workers_count() + i]; }
+  std::size_t workers_count() const { return static_cast<std::size_t>(spec.num_tasks("worker")); }
+};
+
+// The what() of the loom::error that f throws, checking its code; "" if none.
+template <class F> std::string error_of(F&& f, loom::error_code code) {
+  try {
+    f();
+  } catch (const loom::error& e) {
+    CHECK(e.code() == code);
+    return e.what();
+  }
+  return "";
+}
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+loom::cluster_session_options quiet() {
+  static std::ostringstream sink;
+  loom::cluster_session_options o;
+  o.placement_log = &sink;
+  return o;
+}
+
+// A linear model y = x w + b trained by gradient descent, variables placed by
+// replica_device_setter over the ps tasks when `ps_tasks` > 0.
+struct model {
+  loom::graph g;
+  loom::placeholder<float, 2> x{g, loom::shape{-1, 3}, "x"};
+  loom::placeholder<float, 2> y{g, loom::shape{-1, 2}, "y"};
+  std::optional<loom::variable<float, 2>> w;
+  std::optional<loom::variable<float, 1>> b;
+  std::optional<loom::output<float, 0>> loss;
+  std::optional<loom::operation> train;
+
+  explicit model(int ps_tasks) {
+    g.set_random_seed(3);
+    auto build = [&] {
+      w.emplace(g, "w", loom::shape{3, 2}, loom::random_normal_initializer{.stddev = 0.5});
+      b.emplace(g, "b", loom::shape{2}, loom::ones_initializer{});
+      auto pred = loom::xw_plus_b(x, *w, *b);
+      loss = loom::lower(loom::reduce_mean(loom::square(pred - y)));
+      train = loom::gradient_descent_optimizer{0.1}.minimize(*loss);
+    };
+    if (ps_tasks > 0) {
+      auto _ = g.device(loom::replica_device_setter({.ps_tasks = ps_tasks}));
+      build();
+    } else {
+      build();
+    }
+  }
+};
+
+loom::tensor<float, 2> batch_x() {
+  return loom::tensor<float, 2>(loom::shape{4, 3}, {1, 2, 3, 0, 1, 0, -1, 2, 1, 3, 0, 1});
+}
+loom::tensor<float, 2> batch_y() {
+  return loom::tensor<float, 2>(loom::shape{4, 2}, {1, 0, 0, 1, 1, 1, 0.5f, -1});
+}
+
+} // namespace
+
+TEST_CASE("a model trained on 2 ps tasks and a worker matches the same model trained locally") {
+  local_cluster cluster(2, 1);
+  model remote(2), local(0);
+  loom::session rs(remote.g, cluster.worker(0).target(), quiet());
+  loom::session ls(local.g);
+  rs.run(loom::global_variables_initializer(remote.g));
+  ls.run(loom::global_variables_initializer(local.g));
+  for (int step = 0; step < 5; ++step) {
+    auto [_, rl] = rs.run(loom::fetches(*remote.train, *remote.loss),
+                          {{remote.x, batch_x()}, {remote.y, batch_y()}});
+    auto [__, ll] = ls.run(loom::fetches(*local.train, *local.loss),
+                           {{local.x, batch_x()}, {local.y, batch_y()}});
+    CHECK(static_cast<float>(rl) == doctest::Approx(static_cast<float>(ll)).epsilon(1e-5));
+  }
+  auto rw = rs.run(*remote.w);
+  auto lw = ls.run(*local.w);
+  for (std::size_t i = 0; i < 6; ++i)
+    CHECK(rw.flat()[i] == doctest::Approx(lw.flat()[i]).epsilon(1e-5));
+  // The variables live where replica_device_setter put them: w on ps 0, b on ps 1.
+  CHECK(cluster.servers[0]->resources().uninitialized("", {"w"}).empty());
+  CHECK(cluster.servers[1]->resources().uninitialized("", {"b"}).empty());
+  CHECK(cluster.servers[1]->resources().uninitialized("", {"w"}) == std::vector<std::string>{"w"});
+}
+
+TEST_CASE("two sessions share the variables of the cluster; reset clears them") {
+  local_cluster cluster(1, 2);
+  auto make = [](loom::graph& g) {
+    auto _ = g.device("/job:ps/task:0");
+    return loom::variable<float, 0>(g, "counter", loom::shape{}, loom::zeros_initializer{});
+  };
+  loom::graph g1, g2;
+  auto c1 = make(g1);
+  auto c2 = make(g2);
+  auto inc1 = c1.assign_add(1.0f);
+  auto inc2 = c2.assign_add(1.0f);
+  loom::session s1(g1, cluster.worker(0).target(), quiet());
+  loom::session s2(g2, cluster.worker(1).target(), quiet());
+  s1.run(c1.initializer());
+  CHECK(static_cast<float>(s1.run(inc1)) == 1.0f);
+  CHECK(static_cast<float>(s2.run(inc2)) == 2.0f); // through another worker, same variable
+  CHECK(static_cast<float>(s1.run(c1)) == 2.0f);
+  loom::session::reset(cluster.worker(0).target());
+  CHECK_THROWS_WITH_AS(s2.run(c2), doctest::Contains("counter"), loom::failed_precondition_error);
+}
+
+TEST_CASE("one run fetches values computed on several tasks, with control edges across tasks") {
+  local_cluster cluster(2, 1);
+  loom::graph g;
+  auto on = [&](const char* device, auto f) {
+    auto _ = g.device(device);
+    return f();
+  };
+  auto a = on("/job:ps/task:0", [&] { return loom::constant(g, 2.0f, "a"); });
+  auto b = on("/job:ps/task:1", [&] { return loom::lower(a * 3.0f); });
+  auto v = on("/job:ps/task:1", [&] {
+    return loom::variable<float, 0>(g, "v", loom::shape{}, loom::zeros_initializer{});
+  });
+  auto set = on("/job:ps/task:0", [&] { return v.assign(b); }); // runs on ps 1, v's task
+  auto c = on("/job:worker/task:0", [&] { return loom::lower(a + b); });
+  loom::session s(g, cluster.worker(0).target(), quiet());
+  s.run(v.initializer());
+  auto [va, vb, vc, vset] = s.run(loom::fetches(a, b, c, set));
+  CHECK(static_cast<float>(va) == 2.0f);
+  CHECK(static_cast<float>(vb) == 6.0f);
+  CHECK(static_cast<float>(vc) == 8.0f);
+  CHECK(static_cast<float>(vset) == 6.0f);
+  // A group across tasks: the no_op runs after both assignments.
+  auto both = loom::group(g, v.assign_add(1.0f), v.assign_add(2.0f));
+  s.run(both);
+  CHECK(static_cast<float>(s.run(v)) == 9.0f);
+}
+
+TEST_CASE("a failing partition aborts the step everywhere and its error names the task") {
+  local_cluster cluster(1, 1);
+  loom::graph g;
+  auto v = [&] {
+    auto _ = g.device("/job:ps/task:0");
+    return loom::variable<float, 1>(g, "never_initialized", loom::shape{3}, loom::ones_initializer{});
+  }();
+  // The worker waits for v's value, which the ps cannot read: the step must fail, not hang.
+  auto doubled = [&] {
+    auto _ = g.device("/job:worker/task:0");
+    return loom::lower(v * 2.0f);
+  }();
+  loom::session s(g, cluster.worker(0).target(), quiet());
+  const auto what = error_of([&] { s.run(doubled); }, loom::error_code::failed_precondition);
+  CHECK(contains(what, "/job:ps/replica:0/task:0"));
+  CHECK(contains(what, "never_initialized"));
+  // The session still works afterwards.
+  s.run(v.initializer());
+  CHECK(s.run(doubled).flat()[2] == 2.0f);
+}
+
+TEST_CASE("a session to a target nobody serves fails after its connect deadline, naming the address") {
+  const int port = free_ports(1)[0];
+  loom::cluster_session_options o = quiet();
+  o.connect_timeout = std::chrono::milliseconds(300);
+  loom::graph g;
+  const auto address = "127.0.0.1:" + std::to_string(port);
+  const auto what = error_of([&] { loom::session(g, "loom://" + address, o); },
+                             loom::error_code::unavailable);
+  CHECK(contains(what, address));
+}
+
+TEST_CASE("a device string naming a task the cluster lacks fails placement, naming node and device") {
+  local_cluster cluster(1, 1);
+  loom::graph g;
+  auto c = [&] {
+    auto _ = g.device("/job:ps/task:7");
+    return loom::constant(g, 1.0f, "lost");
+  }();
+  loom::session s(g, cluster.worker(0).target(), quiet());
+  const auto what = error_of([&] { s.run(c); }, loom::error_code::invalid_argument);
+  CHECK(contains(what, "lost"));
+  CHECK(contains(what, "/job:ps/task:7"));
+}
+
+TEST_CASE("a server's port already taken is a clear error naming the address") {
+  local_cluster cluster(1, 1);
+  const auto what =
+      error_of([&] { loom::server(cluster.spec, "ps", 0); }, loom::error_code::unavailable);
+  CHECK(contains(what, cluster.spec.task_address("ps", 0)));
+}
+
+TEST_CASE("create_local_server serves job localhost on a port of the OS's choosing") {
+  auto server = loom::server::create_local_server();
+  CHECK(server->target().rfind("loom://127.0.0.1:", 0) == 0);
+  CHECK(server->target() != "loom://127.0.0.1:0");
+  loom::graph g;
+  auto hello = loom::constant(g, std::string("Hello distributed loom!"));
+  loom::session s(g, server->target(), quiet());
+  CHECK(s.run(hello).flat()[0] == "Hello distributed loom!");
+}
+
+TEST_CASE("join returns once a client shuts the cluster down") {
+  local_cluster cluster(1, 1);
+  std::thread ps([&] { cluster.servers[0]->join(); });
+  loom::session::shutdown_cluster(cluster.worker(0).target());
+  ps.join(); // hangs (and the test times out) if join never returns
+  loom::cluster_session_options o = quiet();
+  o.connect_timeout = std::chrono::milliseconds(300);
+  loom::graph g;
+  auto c = [&] {
+    auto _ = g.device("/job:ps/task:0");
+    return loom::constant(g, 1.0f);
+  }();
+  CHECK_THROWS_AS(loom::session(g, cluster.servers[0]->target(), o).run(c), loom::unavailable_error);
+}
