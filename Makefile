@@ -14,7 +14,7 @@ CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 export CMAKE_BUILD_PARALLEL_LEVEL
 
 FORMAT_DIRS := $(wildcard include examples tests benchmarks tools)
-DEMO_ARGS ?= --data_dir /usr/share/datasets/fashion-mnist --epochs 3
+DEMO_ARGS ?= --data_dir /usr/share/datasets/fashion-mnist --epochs 5
 
 .PHONY: all setup configure build test demo bench format clean
 
