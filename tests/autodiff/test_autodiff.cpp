@@ -1,0 +1,456 @@
+// Reverse-mode autodiff: the gradient of every differentiable op against
+// central finite differences in double (inputs from a seeded RNG, away from
+// kinks), broadcasting, reductions, softmax and the cross-entropies, matmul
+// with transposes, reshape, the MNIST cross-entropy, accumulation of adjoints,
+// second-order gradients and what gradients() returns for an unrelated x.
+#include <doctest/doctest.h>
+
+#include <loom/loom.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+using loom::any_tensor;
+using loom::graph;
+using loom::node_id;
+using loom::shape;
+using loom::tensor;
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+using feeds_t = std::vector<std::pair<node_id, any_tensor>>;
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 r(20240607);
+  return r;
+}
+
+// Values in [lo, hi) that keep at least `margin` away from every kink.
+any_tensor random_tensor(const shape& s, double lo, double hi, std::vector<double> kinks = {},
+                         double margin = 0.05) {
+  std::uniform_real_distribution<double> d(lo, hi);
+  any_tensor t(loom::dtype::f64, s);
+  for (double& v : t.flat<double>()) {
+    bool ok = false;
+    while (!ok) {
+      v = d(rng());
+      ok = std::all_of(kinks.begin(), kinks.end(),
+                       [&](double k) { return std::abs(v - k) >= margin; });
+    }
+  }
+  return t;
+}
+
+double sum_of(const any_tensor& t) {
+  double s = 0;
+  for (double v : t.flat<double>())
+    s += v;
+  return s;
+}
+
+// Checks the gradient of sum(y) with respect to each x (a node fed with the
+// given value) against central differences; `others` feeds the rest.
+void check_gradients(graph& g, node_id y, const feeds_t& xs, const feeds_t& others = {},
+                     double tol = 1e-6) {
+  std::vector<node_id> ids;
+  for (const auto& [id, v] : xs)
+    ids.push_back(id);
+  const std::vector<node_id> grads = loom::gradients(g, {y}, ids);
+  REQUIRE(grads.size() == xs.size());
+  for (node_id d : grads)
+    REQUIRE(d != loom::no_node);
+
+  loom::session s(g, loom::session_options{.intra_op_threads = 2});
+  feeds_t all = others;
+  for (const auto& x : xs)
+    all.push_back(x);
+  const std::vector<any_tensor> analytic = s.run_nodes(grads, {}, all);
+
+  auto f = [&](std::size_t which, std::size_t element, double delta) {
+    feeds_t fd = others;
+    for (std::size_t k = 0; k < xs.size(); ++k) {
+      any_tensor v = xs[k].second.clone();
+      if (k == which)
+        v.flat<double>()[element] += delta;
+      fd.emplace_back(xs[k].first, std::move(v));
+    }
+    return sum_of(s.run_nodes({y}, {}, fd)[0]);
+  };
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    INFO("gradient with respect to '" << g.node(xs[k].first).name << "' of '" << g.node(y).name
+                                      << "'");
+    REQUIRE(analytic[k].type() == loom::dtype::f64);
+    REQUIRE(analytic[k].shape() == xs[k].second.shape());
+    const auto values = xs[k].second.flat<double>();
+    for (std::size_t e = 0; e < values.size(); ++e) {
+      const double h = 1e-5 * std::max(1.0, std::abs(values[e]));
+      const double numeric = (f(k, e, h) - f(k, e, -h)) / (2 * h);
+      const double a = analytic[k].flat<double>()[e];
+      INFO("element " << e << ": analytic " << a << ", numeric " << numeric);
+      CHECK(std::abs(a - numeric) <= tol * std::max({1.0, std::abs(a), std::abs(numeric)}));
+    }
+  }
+}
+
+node_id placeholder(graph& g, const shape& s, const std::string& name) {
+  return g.add_node("placeholder", {}, {{"dtype", loom::dtype::f64}, {"shape", s}}, name);
+}
+
+// sum(y * w) for fixed random weights w, so that no gradient is trivially ones.
+node_id weighted(graph& g, node_id y, feeds_t& others) {
+  const shape s = g.node(y).shape;
+  node_id w = placeholder(g, s, "weights");
+  others.emplace_back(w, random_tensor(s, -1, 1));
+  return loom::build::mul(g, y, w);
+}
+
+} // namespace
+
+TEST_CASE("unary elementwise ops") {
+  struct unary {
+    const char* op;
+    double lo, hi;
+    std::vector<double> kinks;
+  };
+  for (const unary& u :
+       {unary{"neg", -2, 2, {}}, unary{"exp", -2, 2, {}}, unary{"log", 0.2, 3, {}},
+        unary{"sqrt", 0.2, 3, {}}, unary{"square", -2, 2, {}}, unary{"abs", -2, 2, {0}},
+        unary{"relu", -2, 2, {0}}, unary{"sigmoid", -3, 3, {}}, unary{"tanh", -2, 2, {}},
+        unary{"reciprocal", 0.3, 2, {}}, unary{"identity", -2, 2, {}}}) {
+    INFO("op " << u.op);
+    graph g;
+    feeds_t others;
+    const node_id x = placeholder(g, shape{3, 4}, "x");
+    const node_id y = weighted(g, g.add_node(u.op, {x}), others);
+    check_gradients(g, y, {{x, random_tensor(shape{3, 4}, u.lo, u.hi, u.kinks)}}, others);
+  }
+}
+
+TEST_CASE("binary elementwise ops, with every kind of broadcasting") {
+  struct shapes {
+    shape a, b;
+  };
+  for (const char* op : {"add", "sub", "mul", "div", "maximum", "minimum"}) {
+    for (const shapes& sh :
+         {shapes{shape{3, 4}, shape{3, 4}}, shapes{shape{3, 4}, shape{4}},
+          shapes{shape{3, 4}, shape{3, 1}}, shapes{shape{}, shape{3, 4}},
+          shapes{shape{2, 1, 3}, shape{4, 1}}, shapes{shape{1, 4}, shape{3, 1}}}) {
+      INFO("op " << op << " on " << sh.a.to_string() << " and " << sh.b.to_string());
+      graph g;
+      feeds_t others;
+      const node_id a = placeholder(g, sh.a, "a");
+      const node_id b = placeholder(g, sh.b, "b");
+      const node_id y = weighted(g, g.add_node(op, {a, b}), others);
+      const bool choose = std::string(op) == "maximum" || std::string(op) == "minimum";
+      // For maximum/minimum, a on the 0.05 + 0.1 k grid and b on the 0.1 k grid never tie.
+      auto av = random_tensor(sh.a, -2, 2);
+      auto bv = random_tensor(sh.b, std::string(op) == "div" ? 0.5 : -2, 2);
+      if (choose) {
+        for (double& v : av.flat<double>())
+          v = std::round(v * 10) / 10 + 0.05;
+        for (double& v : bv.flat<double>())
+          v = std::round(v * 10) / 10;
+      }
+      check_gradients(g, y, {{a, av}, {b, bv}}, others);
+    }
+  }
+}
+
+TEST_CASE("broadcast adjoints are sums over the broadcast dimensions") {
+  graph g;
+  loom::placeholder<double, 2> a(g, shape{3, 4}, "a");
+  loom::placeholder<double, 1> row(g, shape{4}, "row");
+  loom::placeholder<double, 2> col(g, shape{3, 1}, "col");
+  auto [d_row] = loom::gradients(loom::reduce_sum(a + row), row);
+  auto [d_col, d_a] = loom::gradients(loom::reduce_sum(a * col), col, a);
+  loom::session s(g, loom::session_options{.intra_op_threads = 2});
+  tensor<double, 2> av(shape{3, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  const loom::feed_dict feeds{{a, av},
+                              {row, tensor<double, 1>(shape{4}, {1, 1, 1, 1})},
+                              {col, tensor<double, 2>(shape{3, 1}, {1, 2, 3})}};
+  auto [gr, gc, ga] = s.run(loom::fetches(d_row, d_col, d_a), feeds);
+  REQUIRE(gr.shape() == shape{4});
+  for (int j = 0; j < 4; ++j)
+    CHECK(gr(j) == 3.0); // one per row
+  REQUIRE(gc.shape() == shape{3, 1});
+  CHECK(gc(0, 0) == 10.0); // the rows of a summed
+  CHECK(gc(1, 0) == 26.0);
+  CHECK(gc(2, 0) == 42.0);
+  CHECK(ga(2, 3) == 3.0);
+}
+
+TEST_CASE("clip_by_value, where and cast") {
+  SUBCASE("clip_by_value: inside the bounds dy, outside zero; the bounds get none") {
+    graph g;
+    feeds_t others;
+    const node_id x = placeholder(g, shape{4, 5}, "x");
+    const node_id lo = loom::build::scalar(g, loom::dtype::f64, -0.5);
+    const node_id hi = loom::build::scalar(g, loom::dtype::f64, 0.5);
+    const node_id y = weighted(g, g.add_node("clip_by_value", {x, lo, hi}), others);
+    check_gradients(g, y, {{x, random_tensor(shape{4, 5}, -1.5, 1.5, {-0.5, 0.5})}}, others);
+    CHECK(loom::gradients(g, {y}, {lo})[0] == loom::no_node);
+  }
+  SUBCASE("where") {
+    graph g;
+    feeds_t others;
+    const node_id a = placeholder(g, shape{3, 3}, "a");
+    const node_id b = placeholder(g, shape{3, 3}, "b");
+    const node_id c = loom::constant_node(
+        g, any_tensor::from_vector<bool>(
+               shape{3, 3}, {true, false, true, true, true, false, false, false, true}));
+    const node_id y = weighted(g, g.add_node("select", {c, a, b}), others);
+    check_gradients(
+        g, y, {{a, random_tensor(shape{3, 3}, -1, 1)}, {b, random_tensor(shape{3, 3}, -1, 1)}},
+        others);
+  }
+  SUBCASE("cast: float to double and back passes the adjoint through") {
+    graph g;
+    loom::placeholder<float, 1> xf(g, shape{3}, "xf");
+    auto w = loom::constant(g, tensor<double, 1>(shape{3}, {0.5, -2.0, 4.0}));
+    auto [dx] = loom::gradients(loom::reduce_sum(loom::cast<double>(xf) * w), xf);
+    static_assert(std::is_same_v<decltype(dx), loom::output<float, 1>>);
+    loom::session s(g, loom::session_options{.intra_op_threads = 2});
+    auto got = s.run(dx, {{xf, tensor<float, 1>(shape{3}, {1.f, 2.f, 3.f})}});
+    CHECK(got(0) == 0.5f);
+    CHECK(got(1) == -2.0f);
+    CHECK(got(2) == 4.0f);
+  }
+}
+
+TEST_CASE("matmul with the four transpose combinations, and xw_plus_b") {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      INFO("transpose_a " << ta << " transpose_b " << tb);
+      graph g;
+      feeds_t others;
+      const shape sa = ta ? shape{4, 3} : shape{3, 4};
+      const shape sb = tb ? shape{2, 4} : shape{4, 2};
+      const node_id a = placeholder(g, sa, "a");
+      const node_id b = placeholder(g, sb, "b");
+      const node_id m = g.add_node("matmul", {a, b}, {{"transpose_a", ta}, {"transpose_b", tb}});
+      CHECK(g.node(m).shape == shape{3, 2});
+      const node_id y = weighted(g, m, others);
+      check_gradients(g, y, {{a, random_tensor(sa, -1, 1)}, {b, random_tensor(sb, -1, 1)}}, others);
+    }
+  graph g;
+  feeds_t others;
+  const node_id x = placeholder(g, shape{5, 3}, "x");
+  const node_id w = placeholder(g, shape{3, 2}, "w");
+  const node_id b = placeholder(g, shape{2}, "b");
+  const node_id y = weighted(g, g.add_node("xw_plus_b", {x, w, b}), others);
+  check_gradients(g, y,
+                  {{x, random_tensor(shape{5, 3}, -1, 1)},
+                   {w, random_tensor(shape{3, 2}, -1, 1)},
+                   {b, random_tensor(shape{2}, -1, 1)}},
+                  others);
+}
+
+TEST_CASE("reductions over axes, with and without keepdims") {
+  struct reduction {
+    std::vector<std::int64_t> axes;
+    bool keep;
+  };
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"})
+    for (const reduction& r :
+         {reduction{{}, false}, reduction{{}, true}, reduction{{0}, false}, reduction{{1}, true},
+          reduction{{2}, false}, reduction{{-1}, true}, reduction{{0, 2}, false},
+          reduction{{0, 2}, true}, reduction{{1, 2}, false}}) {
+      INFO(op << " over " << r.axes.size() << " axes, keepdims " << r.keep);
+      graph g;
+      feeds_t others;
+      const node_id x = placeholder(g, shape{2, 3, 4}, "x");
+      const node_id red = g.add_node(op, {x}, {{"axes", r.axes}, {"keepdims", r.keep}});
+      const node_id y = weighted(g, red, others);
+      check_gradients(g, y, {{x, random_tensor(shape{2, 3, 4}, -2, 2)}}, others);
+    }
+}
+
+TEST_CASE("softmax, log_softmax and the cross-entropies") {
+  for (const char* op : {"softmax", "log_softmax"})
+    for (const shape& s : {shape{5}, shape{3, 4}, shape{2, 2, 3}}) {
+      INFO(op << " of " << s.to_string());
+      graph g;
+      feeds_t others;
+      const node_id x = placeholder(g, s, "x");
+      const node_id y = weighted(g, g.add_node(op, {x}), others);
+      check_gradients(g, y, {{x, random_tensor(s, -3, 3)}}, others);
+    }
+  SUBCASE("softmax_cross_entropy_with_logits: labels and logits") {
+    graph g;
+    feeds_t others;
+    const node_id labels = placeholder(g, shape{3, 4}, "labels");
+    const node_id logits = placeholder(g, shape{3, 4}, "logits");
+    const node_id y =
+        weighted(g, g.add_node("softmax_cross_entropy_with_logits", {labels, logits}), others);
+    // Labels are a distribution per row (TF's logits gradient, softmax - labels,
+    // assumes it); the loss is linear in them, so perturbing them is fine.
+    any_tensor lv = random_tensor(shape{3, 4}, 0.1, 1);
+    auto l = lv.flat<double>();
+    for (std::size_t r = 0; r < 3; ++r) {
+      double total = 0;
+      for (std::size_t j = 0; j < 4; ++j)
+        total += l[r * 4 + j];
+      for (std::size_t j = 0; j < 4; ++j)
+        l[r * 4 + j] /= total;
+    }
+    check_gradients(g, y, {{labels, lv}, {logits, random_tensor(shape{3, 4}, -3, 3)}}, others);
+  }
+  SUBCASE("sparse_softmax_cross_entropy_with_logits: logits") {
+    graph g;
+    feeds_t others;
+    const node_id labels =
+        loom::constant_node(g, any_tensor::from_vector<std::int64_t>(shape{3}, {2, 0, 3}));
+    const node_id logits = placeholder(g, shape{3, 4}, "logits");
+    const node_id y = weighted(
+        g, g.add_node("sparse_softmax_cross_entropy_with_logits", {labels, logits}), others);
+    check_gradients(g, y, {{logits, random_tensor(shape{3, 4}, -3, 3)}}, others);
+  }
+}
+
+TEST_CASE("reshape, with a static and with a run-time shape") {
+  {
+    graph g;
+    feeds_t others;
+    const node_id x = placeholder(g, shape{2, 6}, "x");
+    const node_id y = weighted(
+        g, g.add_node("reshape", {x}, {{"dims", std::vector<std::int64_t>{3, -1}}}), others);
+    CHECK(g.node(y).shape == shape{3, 4});
+    check_gradients(g, y, {{x, random_tensor(shape{2, 6}, -1, 1)}}, others);
+  }
+  {
+    // x's batch dimension is unknown: the gradient reshapes to x's run-time shape.
+    graph g;
+    loom::placeholder<double, 2> x(g, shape{-1, 6}, "x");
+    auto r = loom::reshape(x, {-1, 3});
+    auto w = loom::constant(g, tensor<double, 2>(shape{1, 3}, {1, 2, 3}));
+    auto [dx] = loom::gradients(loom::reduce_sum(loom::square(r) * w), x);
+    loom::session s(g, loom::session_options{.intra_op_threads = 2});
+    auto xv = tensor<double, 2>(shape{2, 6}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+    auto got = s.run(dx, {{x, xv}});
+    REQUIRE(got.shape() == shape{2, 6});
+    for (int i = 0; i < 12; ++i)
+      CHECK(got.flat()[static_cast<std::size_t>(i)] == 2.0 * (i + 1) * (1 + i % 3));
+  }
+}
+
+TEST_CASE("the MNIST cross-entropy expression") {
+  graph g;
+  loom::placeholder<double, 2> x(g, shape{4, 6}, "x");
+  loom::placeholder<double, 2> y_(g, shape{4, 3}, "y_");
+  loom::placeholder<double, 2> hid_w(g, shape{6, 5}, "hid_w");
+  loom::placeholder<double, 1> hid_b(g, shape{5}, "hid_b");
+  loom::placeholder<double, 2> sm_w(g, shape{5, 3}, "sm_w");
+  loom::placeholder<double, 1> sm_b(g, shape{3}, "sm_b");
+  auto hid = loom::relu(loom::xw_plus_b(x, hid_w, hid_b));
+  auto y = loom::softmax(loom::xw_plus_b(hid, sm_w, sm_b));
+  auto cross_entropy =
+      loom::lower(-loom::reduce_sum(y_ * loom::log(loom::clip_by_value(y, 1e-10, 1.0))));
+
+  // Keep relu's inputs away from zero: x w + b with b well away from the sums' range.
+  any_tensor xv = random_tensor(shape{4, 6}, -1, 1);
+  any_tensor hwv = random_tensor(shape{6, 5}, -0.3, 0.3);
+  any_tensor hbv = any_tensor::from_vector<double>(shape{5}, {2.5, -2.5, 2.5, -2.5, 2.5});
+  any_tensor labels =
+      any_tensor::from_vector<double>(shape{4, 3}, {1, 0, 0, 0, 1, 0, 0, 0, 1, 0.5, 0.5, 0});
+  check_gradients(g, cross_entropy.id(),
+                  {{hid_w.id(), hwv},
+                   {hid_b.id(), hbv},
+                   {sm_w.id(), random_tensor(shape{5, 3}, -1, 1)},
+                   {sm_b.id(), random_tensor(shape{3}, -1, 1)}},
+                  {{x.id(), xv}, {y_.id(), labels}});
+}
+
+TEST_CASE("a node used twice accumulates both adjoints") {
+  graph g;
+  loom::placeholder<double, 1> x(g, shape{3}, "x");
+  auto sq = x * x;
+  auto [d] = loom::gradients(loom::reduce_sum(sq), x);
+  loom::session s(g, loom::session_options{.intra_op_threads = 2});
+  auto got = s.run(d, {{x, tensor<double, 1>(shape{3}, {1.5, -2, 4})}});
+  CHECK(got(0) == 3.0);
+  CHECK(got(1) == -4.0);
+  CHECK(got(2) == 8.0);
+
+  // e = exp(x) feeds three consumers.
+  feeds_t others;
+  const node_id xp = placeholder(g, shape{2, 3}, "xp");
+  const node_id e = g.add_node("exp", {xp});
+  const node_id y = loom::build::add(g, loom::build::mul(g, e, e), g.add_node("sigmoid", {e}));
+  check_gradients(g, weighted(g, y, others), {{xp, random_tensor(shape{2, 3}, -1, 1)}}, others);
+}
+
+TEST_CASE("second-order gradients pass through the gradient ops") {
+  // d/dx of sum(v * d/dx sum(w * f(x))) against differences of the first gradient.
+  for (const char* op : {"square", "sigmoid", "exp", "tanh"}) {
+    INFO("op " << op);
+    graph g;
+    feeds_t others;
+    const node_id x = placeholder(g, shape{2, 3}, "x");
+    const node_id y = weighted(g, g.add_node(op, {x}), others);
+    const node_id dx = loom::gradients(g, {y}, {x})[0];
+    check_gradients(g, weighted(g, dx, others), {{x, random_tensor(shape{2, 3}, -1, 1)}}, others);
+  }
+  // Through broadcasting (sum_to_shape) and a mean (reduce_grad).
+  graph g;
+  feeds_t others;
+  const node_id a = placeholder(g, shape{3, 4}, "a");
+  const node_id b = placeholder(g, shape{4}, "b");
+  const node_id prod = g.add_node("mul", {g.add_node("square", {a}), b});
+  const node_id m = g.add_node("reduce_mean", {prod}, {{"axes", std::vector<std::int64_t>{0}}});
+  const node_id y = weighted(g, m, others);
+  const auto first = loom::gradients(g, {y}, {a, b});
+  const node_id z =
+      loom::build::add(g, loom::build::op(g, "reduce_sum", {weighted(g, first[0], others)}),
+                       loom::build::op(g, "reduce_sum", {weighted(g, first[1], others)}));
+  check_gradients(
+      g, z, {{a, random_tensor(shape{3, 4}, -1, 1)}, {b, random_tensor(shape{4}, -1, 1)}}, others);
+}
+
+TEST_CASE("grad_ys seeds the adjoint of y") {
+  graph g;
+  loom::placeholder<double, 1> x(g, shape{2}, "x");
+  auto y = loom::lower(x * 3.0);
+  auto seed = loom::constant(g, tensor<double, 1>(shape{2}, {2, -1}));
+  const node_id d = loom::gradients(g, {y.id()}, {x.id()}, {seed.id()})[0];
+  loom::session s(g, loom::session_options{.intra_op_threads = 2});
+  auto got = s.run(loom::output<double, 1>(g, d), {{x, tensor<double, 1>(shape{2}, {7, 7})}});
+  CHECK(got(0) == 6.0);
+  CHECK(got(1) == -3.0);
+  auto two_seeds = [&] { loom::gradients(g, {y.id()}, {x.id()}, {seed.id(), seed.id()}); };
+  CHECK_THROWS_AS(two_seeds(), loom::invalid_argument_error);
+}
+
+TEST_CASE("a y that does not depend on x has no gradient") {
+  graph g;
+  loom::placeholder<double, 1> x(g, shape{3}, "x");
+  loom::placeholder<double, 1> other(g, shape{3}, "other");
+  auto y = loom::lower(loom::reduce_sum(loom::exp(other)));
+  // Untyped: no_node, as TF returns None.
+  CHECK(loom::gradients(g, {y.id()}, {x.id()})[0] == loom::no_node);
+  const auto both = loom::gradients(g, {y.id()}, {x.id(), other.id()});
+  CHECK(both[0] == loom::no_node);
+  CHECK(both[1] != loom::no_node);
+  // Through an integer path there is no gradient either (argmax, then a cast).
+  auto through_int =
+      loom::lower(loom::reduce_sum(loom::cast<double>(loom::argmax(loom::reshape(x, {1, 3}), 1))));
+  CHECK(loom::gradients(g, {through_int.id()}, {x.id()})[0] == loom::no_node);
+  // Typed: an error that names y and x.
+  std::string msg;
+  try {
+    (void)loom::gradients(y, x);
+  } catch (const loom::invalid_argument_error& e) {
+    msg = e.what();
+  }
+  CHECK(contains(msg, "'" + y.name() + "'"));
+  CHECK(contains(msg, "'x'"));
+}
