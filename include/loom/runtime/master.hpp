@@ -89,15 +89,17 @@ public:
     for (auto& p : r.parts) {
       std::vector<any_tensor> feeds;
       for (node_id src : p.fed_sources) feeds.push_back(values[static_cast<std::size_t>(src)]);
-      calls.push_back(channel(p.task).call_async(protocol::run_graph,
-                                                 protocol::run_graph_request{p.handle, step},
-                                                 std::move(feeds), co));
+      protocol::run_graph_request m{p.handle, step};
+      m.strings = protocol::string_values::take(feeds);
+      calls.push_back(
+          channel(p.task).call_async(protocol::run_graph, std::move(m), std::move(feeds), co));
     }
     std::exception_ptr first;
     bool aborted = false;
     for (std::size_t i = 0; i < calls.size(); ++i) {
       try {
         net::response res = calls[i].get();
+        std::move(res.metadata<protocol::run_graph_reply>().strings).restore(res.payloads);
         auto& p = r.parts[i];
         if (res.payloads.size() != p.fetch_sources.size())
           throw internal_error(p.task + " returned " + std::to_string(res.payloads.size()) +

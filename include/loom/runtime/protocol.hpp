@@ -1,21 +1,76 @@
 // The messages between a master (in a client's session) and the worker
 // service of every task, carried as metadata of net/ calls; tensors travel as
-// the calls' payloads, never inside the metadata. docs/wire-protocol.md lists
-// the methods.
+// the calls' payloads, never inside the metadata (string tensors excepted:
+// string_values). docs/wire-protocol.md lists the methods.
 #pragma once
 
 #include <loom/cluster/cluster_spec.hpp>
+#include <loom/core/error.hpp>
+#include <loom/core/tensor.hpp>
+#include <loom/graph/serialize.hpp>
 
 #include <cereal/types/map.hpp>
 #include <cereal/types/string.hpp>
 #include <cereal/types/vector.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
 namespace loom::protocol {
+
+// String tensors are not payloads (their elements are not one buffer), so
+// they travel in the metadata: `positions` says where each one goes back in
+// the list of values, between the payloads, which keep their order.
+struct string_values {
+  std::vector<std::uint32_t> positions;
+  std::vector<any_tensor> values;
+  template <class A> void serialize(A& ar) { ar(positions, values); }
+
+  // Moves the string tensors out of `all`; the others stay, in order.
+  static string_values take(std::vector<any_tensor>& all) {
+    string_values s;
+    auto is_string = [](const any_tensor& t) { return !t.empty() && t.type() == dtype::string; };
+    if (std::none_of(all.begin(), all.end(), is_string)) return s;
+    std::vector<any_tensor> rest;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (is_string(all[i])) {
+        s.positions.push_back(static_cast<std::uint32_t>(i));
+        s.values.push_back(std::move(all[i]));
+      } else {
+        rest.push_back(std::move(all[i]));
+      }
+    }
+    all = std::move(rest);
+    return s;
+  }
+
+  // Puts the string tensors back among `payloads`.
+  void restore(std::vector<any_tensor>& payloads) && {
+    if (values.empty()) return;
+    if (positions.size() != values.size())
+      throw data_loss_error("a message has " + std::to_string(values.size()) +
+                            " string tensors but " + std::to_string(positions.size()) +
+                            " positions");
+    const std::size_t n = payloads.size() + values.size();
+    std::vector<any_tensor> all;
+    all.reserve(n);
+    std::size_t next_string = 0, next_payload = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (next_string < positions.size() && positions[next_string] == i)
+        all.push_back(std::move(values[next_string++]));
+      else if (next_payload < payloads.size())
+        all.push_back(std::move(payloads[next_payload++]));
+      else
+        break;
+    }
+    if (next_string != values.size())
+      throw data_loss_error("a message places its string tensors at invalid positions");
+    payloads = std::move(all);
+  }
+};
 
 // Method names.
 inline constexpr const char* cluster_info = "loom.cluster_info";
@@ -78,7 +133,13 @@ struct deregister_graph_request {
 struct run_graph_request {
   std::uint64_t handle = 0;
   std::uint64_t step_id = 0;
-  template <class A> void serialize(A& ar) { ar(handle, step_id); }
+  string_values strings{}; // the fed string tensors
+  template <class A> void serialize(A& ar) { ar(handle, step_id, strings); }
+};
+
+struct run_graph_reply {
+  string_values strings{}; // the fetched string tensors
+  template <class A> void serialize(A& ar) { ar(strings); }
 };
 
 // A _send's value for the _recv with the same key in step `step_id`; one
@@ -86,7 +147,8 @@ struct run_graph_request {
 struct rendezvous_put_request {
   std::uint64_t step_id = 0;
   std::string key;
-  template <class A> void serialize(A& ar) { ar(step_id, key); }
+  string_values strings{}; // the value when it is a string tensor
+  template <class A> void serialize(A& ar) { ar(step_id, key, strings); }
 };
 
 struct abort_step_request {

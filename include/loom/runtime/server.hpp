@@ -99,9 +99,10 @@ public:
     std::vector<any_tensor> payload;
     if (!n.attr_or<bool>("control", false) && !value.empty()) payload.push_back(value);
     const auto& dst = n.attr<std::string>("dst_task");
-    sends_.push_back(peers_.to(dst).call_async(
-        protocol::rendezvous_put, protocol::rendezvous_put_request{step_, n.attr<std::string>("key")},
-        std::move(payload)));
+    protocol::rendezvous_put_request m{step_, n.attr<std::string>("key")};
+    m.strings = protocol::string_values::take(payload);
+    sends_.push_back(
+        peers_.to(dst).call_async(protocol::rendezvous_put, std::move(m), std::move(payload)));
   }
 
   void recv(const node_def& n, recv_done done) override {
@@ -319,6 +320,7 @@ private:
     });
     rpc_->handle(protocol::run_graph, [this](net::request req, net::responder r) {
       auto m = req.metadata<protocol::run_graph_request>();
+      std::move(m.strings).restore(req.payloads());
       std::shared_ptr<partition> part;
       {
         std::lock_guard lock(mu_);
@@ -348,6 +350,7 @@ private:
     });
     rpc_->handle(protocol::rendezvous_put, [this](net::request req, net::responder r) {
       auto m = req.metadata<protocol::rendezvous_put_request>();
+      std::move(m.strings).restore(req.payloads());
       any_tensor value = req.payloads().empty() ? any_tensor{} : std::move(req.payloads()[0]);
       table_.put(m.step_id, m.key, std::move(value));
       r.reply();
@@ -384,7 +387,9 @@ private:
       std::vector<any_tensor> out;
       out.reserve(part.fetches.size());
       for (node_id f : part.fetches) out.push_back(std::move(values[static_cast<std::size_t>(f)]));
-      r.reply(net::empty{}, std::move(out));
+      protocol::run_graph_reply reply;
+      reply.strings = protocol::string_values::take(out);
+      r.reply(std::move(reply), std::move(out));
     } catch (const error& e) {
       transfers.cancel_sends();
       table_.abort(step, describe() + ": " + e.message());
