@@ -4,8 +4,8 @@
 // shape errors of graph construction and of run time.
 #include <doctest/doctest.h>
 
+#include <loom/api.hpp>
 #include <loom/graph/serialize.hpp>
-#include <loom/loom.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -399,11 +399,12 @@ void check_same_node(const loom::node_def& a, const loom::node_def& b) {
   CHECK(a.assigned_device == b.assigned_device);
   CHECK(a.colocation_group == b.colocation_group);
   REQUIRE(a.attrs.size() == b.attrs.size());
-  for (const auto& [key, value] : a.attrs) {
+  for (const auto& entry : a.attrs) { // no structured binding: INFO captures it (clang 14)
+    const std::string& key = entry.first;
     INFO("attr " << key);
     auto it = b.attrs.find(key);
     REQUIRE(it != b.attrs.end());
-    CHECK(same_attr(value, it->second));
+    CHECK(same_attr(entry.second, it->second));
   }
 }
 
