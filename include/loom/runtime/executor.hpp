@@ -173,9 +173,11 @@ public:
       for (std::size_t d : deps) consumers_[d].push_back(k);
       pending_[k] = static_cast<int>(deps.size());
     }
+    // Fed values are not kept: a kernel may forward one that nothing else holds
+    // (a tensor a task received for this step, which an assign then adopts
+    // without a copy); a caller's own fed tensor is never a sole owner.
     keep_.assign(g.size(), 0);
     for (node_id f : req.fetches) keep_[static_cast<std::size_t>(f)] = 1;
-    for (node_id f : req.fed) keep_[static_cast<std::size_t>(f)] = 1;
     variable_read_.assign(g.size(), 0);
     for (const step& s : steps_)
       if (g.node(s.id).op == "variable") variable_read_[static_cast<std::size_t>(s.id)] = 1;
@@ -373,7 +375,7 @@ private:
   std::vector<std::vector<std::size_t>> consumers_; // per step: the steps waiting on it
   std::vector<int> pending_;                        // per step: how many it waits on
   std::vector<int> readers_;                        // per node id: steps reading its value
-  std::vector<char> keep_;                          // per node id: fetched or fed
+  std::vector<char> keep_;                          // per node id: fetched
   std::vector<char> variable_read_;                 // per node id: a variable read by a step
 };
 

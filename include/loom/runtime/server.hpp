@@ -10,6 +10,7 @@
 
 #include <loom/cluster/cluster_spec.hpp>
 #include <loom/graph/serialize.hpp>
+#include <loom/kernels/cpu/state.hpp>
 #include <loom/net/rpc.hpp>
 #include <loom/runtime/executor.hpp>
 #include <loom/runtime/protocol.hpp>
@@ -287,6 +288,13 @@ private:
     return hp;
   }
 
+  // Large fed and sent tensors land in buffers that assigns released
+  // (kernels/cpu/state.hpp) rather than in fresh allocations.
+  static any_tensor reuse_spare_buffer(const net::request_preview&, std::size_t,
+                                       const net::payload_info& p) {
+    return detail::spare_buffers::instance().take(p.type, p.shape);
+  }
+
   void install_handlers() {
     rpc_->handle(protocol::cluster_info, [this](net::request, net::responder r) {
       r.reply(protocol::cluster_info_reply{protocol::cluster_def::of(cluster_), job_, task_});
@@ -347,14 +355,14 @@ private:
             run_partition(*part, step, std::move(std::get<0>(*job)), std::move(std::get<1>(*job)));
           }))
         throw unavailable_error(describe() + " is shutting down");
-    });
+    }, reuse_spare_buffer);
     rpc_->handle(protocol::rendezvous_put, [this](net::request req, net::responder r) {
       auto m = req.metadata<protocol::rendezvous_put_request>();
       std::move(m.strings).restore(req.payloads());
       any_tensor value = req.payloads().empty() ? any_tensor{} : std::move(req.payloads()[0]);
       table_.put(m.step_id, m.key, std::move(value));
       r.reply();
-    });
+    }, reuse_spare_buffer);
     rpc_->handle(protocol::abort_step, [this](net::request req, net::responder r) {
       auto m = req.metadata<protocol::abort_step_request>();
       table_.abort(m.step_id, m.reason);
