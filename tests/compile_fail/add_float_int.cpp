@@ -1,5 +1,5 @@
 // Adding a float and an int32 expression: loom never converts implicitly.
-#include <loom/loom.hpp>
+#include <loom/api.hpp>
 
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 // Nothing casts to (or from) string.
-#include <loom/loom.hpp>
+#include <loom/api.hpp>
 
 #include <cstdint>
 

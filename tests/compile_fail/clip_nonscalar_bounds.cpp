@@ -1,5 +1,5 @@
 // clip_by_value takes scalar bounds.
-#include <loom/loom.hpp>
+#include <loom/api.hpp>
 
 #include <cstdint>
 

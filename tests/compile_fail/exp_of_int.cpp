@@ -1,5 +1,5 @@
 // exp has kernels for float and double only.
-#include <loom/loom.hpp>
+#include <loom/api.hpp>
 
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 // Feeding a tensor<double, 2> to a placeholder<float, 2>.
-#include <loom/loom.hpp>
+#include <loom/api.hpp>
 
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 // Feeding a rank-1 tensor to a rank-2 placeholder.
-#include <loom/loom.hpp>
+#include <loom/api.hpp>
 
 #include <cstdint>
 

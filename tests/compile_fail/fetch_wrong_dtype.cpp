@@ -1,5 +1,5 @@
 // A fetch of a float node is a tensor<float, R>, not a tensor<double, R>.
-#include <loom/loom.hpp>
+#include <loom/api.hpp>
 
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 // A fetch of a rank-2 node is a tensor<T, 2>, not a tensor<T, 1>.
-#include <loom/loom.hpp>
+#include <loom/api.hpp>
 
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 // matmul needs rank-2 operands.
-#include <loom/loom.hpp>
+#include <loom/api.hpp>
 
 #include <cstdint>
 

@@ -1,5 +1,5 @@
 // The correct versions of every compile-fail case: this must compile.
-#include <loom/loom.hpp>
+#include <loom/api.hpp>
 
 #include <cstdint>
 

@@ -37,6 +37,15 @@ struct cluster_session_options {
   std::ostream* placement_log = &std::cerr;
 };
 
+// Where a session runs: a server's target() ("loom://host:port"). A type of
+// its own, not a bare string, so `session(g, {.intra_op_threads = 2})` stays
+// unambiguous.
+struct session_target {
+  std::string address;
+  session_target(std::string a) : address(std::move(a)) {}
+  session_target(const char* a) : address(a) {}
+};
+
 namespace detail {
 
 // "loom://host:port" (or "grpc://host:port", or "host:port") -> "host:port".

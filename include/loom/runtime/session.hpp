@@ -77,9 +77,10 @@ public:
   // A session on a cluster: `target` is a server's target() ("loom://host:port").
   // Variables live in the tasks' resource containers, shared with every other
   // session on the cluster.
-  session(graph g, const std::string& target, cluster_session_options o = {})
+  session(graph g, const session_target& target, cluster_session_options o = {})
       : graph_(std::move(g)), resources_(std::make_shared<resource_manager>()), pool_(1),
-        device_(&pool_, 1), master_(std::make_unique<cluster_master>(target, std::move(o))) {}
+        device_(&pool_, 1),
+        master_(std::make_unique<cluster_master>(target.address, std::move(o))) {}
 
   // Clears the named resource containers (all when empty) on every task of the
   // cluster behind `target` (TF's tf.Session.reset).
