@@ -23,10 +23,11 @@ int main(int argc, char** argv) try {
       .define_int("task_index", 0, "Index of the task within its job")
       .define_int("max_steps", 0, "Increments before the worker stops (0: forever)")
       .define_int("sleep_ms", 0, "Pause between increments (the seed sleeps 1000)");
-  if (!flags.parse(argc, argv)) return 0;
+  if (!flags.parse(argc, argv))
+    return 0;
 
-  const auto cluster =
-      loom::cluster_spec::from_flags(flags.get_string("ps_hosts"), flags.get_string("worker_hosts"));
+  const auto cluster = loom::cluster_spec::from_flags(flags.get_string("ps_hosts"),
+                                                      flags.get_string("worker_hosts"));
   const std::string job = flags.get_string("job_name");
   const int task = static_cast<int>(flags.get_int("task_index"));
   loom::server server(cluster, job, task);

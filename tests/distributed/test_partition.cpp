@@ -4,6 +4,9 @@
 #include <loom/api.hpp>
 
 #include <doctest/doctest.h>
+#include <support/process.hpp>
+
+#include <utility>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -12,8 +15,8 @@
 
 #include <memory>
 #include <sstream>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -32,7 +35,8 @@ std::vector<int> free_ports(int n) {
     fds.push_back(fd);
     ports.push_back(ntohs(a.sin_port));
   }
-  for (int fd : fds) ::close(fd);
+  for (int fd : fds)
+    ::close(fd);
   return ports;
 }
 
@@ -48,7 +52,8 @@ struct local_cluster {
       (i < ps ? ps_hosts : worker_hosts).push_back("127.0.0.1:" + std::to_string(ports[i]));
     spec = loom::cluster_spec{{"ps", loom::cluster_spec::job_def(ps_hosts)},
                               {"worker", loom::cluster_spec::job_def(worker_hosts)}};
-    for (int i = 0; i < ps; ++i) servers.push_back(std::make_unique<loom::server>(spec, "ps", i));
+    for (int i = 0; i < ps; ++i)
+      servers.push_back(std::make_unique<loom::server>(spec, "ps", i));
     for (int i = 0; i < workers; ++i)
       servers.push_back(std::make_unique<loom::server>(spec, "worker", i));
   }
@@ -192,7 +197,8 @@ TEST_CASE("a failing partition aborts the step everywhere and its error names th
   loom::graph g;
   auto v = [&] {
     auto _ = g.device("/job:ps/task:0");
-    return loom::variable<float, 1>(g, "never_initialized", loom::shape{3}, loom::ones_initializer{});
+    return loom::variable<float, 1>(g, "never_initialized", loom::shape{3},
+                                    loom::ones_initializer{});
   }();
   // The worker waits for v's value, which the ps cannot read: the step must fail, not hang.
   auto doubled = [&] {
@@ -208,18 +214,20 @@ TEST_CASE("a failing partition aborts the step everywhere and its error names th
   CHECK(s.run(doubled).flat()[2] == 2.0f);
 }
 
-TEST_CASE("a session to a target nobody serves fails after its connect deadline, naming the address") {
+TEST_CASE(
+    "a session to a target nobody serves fails after its connect deadline, naming the address") {
   const int port = free_ports(1)[0];
   loom::cluster_session_options o = quiet();
   o.connect_timeout = std::chrono::milliseconds(300);
   loom::graph g;
   const auto address = "127.0.0.1:" + std::to_string(port);
-  const auto what = error_of([&] { loom::session(g, "loom://" + address, o); },
-                             loom::error_code::unavailable);
+  const auto what =
+      error_of([&] { loom::session(g, "loom://" + address, o); }, loom::error_code::unavailable);
   CHECK(contains(what, address));
 }
 
-TEST_CASE("a device string naming a task the cluster lacks fails placement, naming node and device") {
+TEST_CASE(
+    "a device string naming a task the cluster lacks fails placement, naming node and device") {
   local_cluster cluster(1, 1);
   loom::graph g;
   auto c = [&] {
@@ -261,5 +269,37 @@ TEST_CASE("join returns once a client shuts the cluster down") {
     auto _ = g.device("/job:ps/task:0");
     return loom::constant(g, 1.0f);
   }();
-  CHECK_THROWS_AS(loom::session(g, cluster.servers[0]->target(), o).run(c), loom::unavailable_error);
+  CHECK_THROWS_AS(loom::session(g, cluster.servers[0]->target(), o).run(c),
+                  loom::unavailable_error);
+}
+
+TEST_CASE("loom-server serves a task for a graph it never saw, fused regions through their "
+          "primitive ops" *
+          doctest::skip(std::string(LOOM_SERVER_BIN).empty())) {
+  auto ports = free_ports(2);
+  const std::string ps_host = "127.0.0.1:" + std::to_string(ports[0]);
+  const std::string worker_host = "127.0.0.1:" + std::to_string(ports[1]);
+  loom::testing::child ps(LOOM_SERVER_BIN,
+                          {"--ps_hosts=" + ps_host, "--worker_hosts=" + worker_host,
+                           "--job_name=ps", "--task_index=0"});
+  REQUIRE(ps.wait_for_output("serving /job:ps/task:0"));
+  loom::server worker(loom::cluster_spec::from_flags(ps_host, worker_host), "worker", 0);
+  loom::graph g;
+  auto [v, update] = [&] {
+    auto _ = g.device("/job:ps/task:0");
+    loom::variable<float, 1> var(g, "v", loom::shape{3}, loom::ones_initializer{});
+    // A fused region on the ps: this test binary has its instantiation, loom-server does not.
+    auto up = var.assign(var * 2.0f + 1.0f);
+    return std::make_pair(var, up);
+  }();
+  loom::session s(g, worker.target(), quiet());
+  s.run(v.initializer());
+  s.run(update);
+  auto value = s.run(update);
+  for (float x : value.flat())
+    CHECK(x == 7.0f); // 1 -> 3 -> 7
+  loom::session::shutdown_cluster(worker.target());
+  auto status = ps.wait(std::chrono::seconds(30));
+  REQUIRE(status.has_value());
+  CHECK_MESSAGE(status->success(), ps.report());
 }

@@ -20,7 +20,8 @@ int main(int argc, char** argv) try {
       .define_string("job_name", "", "The job of this task (ps, worker, ...)")
       .define_int("task_index", 0, "The index of this task within its job")
       .define_int("intra_op_threads", 0, "Threads for kernels (0: one per core)");
-  if (!flags.parse(argc, argv)) return 0;
+  if (!flags.parse(argc, argv))
+    return 0;
 
   loom::cluster_spec cluster;
   std::string job = flags.get_string("job_name");

@@ -12,11 +12,11 @@
 #include <loom/expr/expr.hpp>
 
 #include <array>
+#include <cstddef>
 #include <map>
 #include <mutex>
-#include <string>
-#include <cstddef>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace loom {
@@ -28,7 +28,8 @@ namespace detail {
 // The shape all operands broadcast to; `what` names the op for the error.
 inline loom::shape broadcast_all(std::span<const any_tensor* const> in, const std::string& what) {
   loom::shape s = in.empty() ? loom::shape{} : in[0]->shape();
-  for (std::size_t i = 1; i < in.size(); ++i) s = broadcast_shapes(s, in[i]->shape(), what);
+  for (std::size_t i = 1; i < in.size(); ++i)
+    s = broadcast_shapes(s, in[i]->shape(), what);
   return s;
 }
 
@@ -37,12 +38,14 @@ inline loom::shape broadcast_all(std::span<const any_tensor* const> in, const st
 // single-threaded). That instantiates Eigen's light default executor once per
 // expression instead of the ThreadPoolDevice executor with its tiling machinery:
 // the same speed on these sizes at well under half the compile time.
-template <class T> using chunk_map = Eigen::TensorMap<Eigen::Tensor<T, 1, Eigen::RowMajor, Eigen::DenseIndex>>;
+template <class T>
+using chunk_map = Eigen::TensorMap<Eigen::Tensor<T, 1, Eigen::RowMajor, Eigen::DenseIndex>>;
 
 // A chunk [first, first + len) of a rank-1 operand that is either the tensor
 // itself or, when the tensor holds one element, that element repeated.
 // constant() reads only the dimensions of the map it is called on.
-template <class T> auto flat_operand(const any_tensor& t, Eigen::DenseIndex first, Eigen::DenseIndex len) {
+template <class T>
+auto flat_operand(const any_tensor& t, Eigen::DenseIndex first, Eigen::DenseIndex len) {
   return chunk_map<const T>(t.data<T>() + first, len);
 }
 template <class T> auto repeated_operand(const any_tensor& t, Eigen::DenseIndex len) {
@@ -59,7 +62,8 @@ void parallel_chunks(const cpu_device& d, Eigen::DenseIndex n, const Eigen::Tens
 }
 
 // Materialises t broadcast to `to` (TF semantics), for the general case.
-template <class T> any_tensor broadcast_to(const cpu_device& d, const any_tensor& t, const loom::shape& to) {
+template <class T>
+any_tensor broadcast_to(const cpu_device& d, const any_tensor& t, const loom::shape& to) {
   constexpr int max_rank = 6;
   if (to.rank() > max_rank)
     throw unimplemented_error("broadcasting beyond rank 6 (shape " + to.to_string() + ")");
@@ -137,26 +141,28 @@ any_tensor elementwise_kernel(const cpu_device& d, std::span<const any_tensor* c
   std::array<const any_tensor*, n_in> operands{};
   for (std::size_t i = 0; i < n_in; ++i) {
     const any_tensor& t = *in[i];
-    if (t.num_elements() == 1 || t.shape() == out_shape) operands[i] = &t;
+    if (t.num_elements() == 1 || t.shape() == out_shape)
+      operands[i] = &t;
     else {
       expanded[i] = visit_dtype(t.type(), [&]<class E>() -> any_tensor {
         if constexpr (std::is_same_v<E, std::string>)
           throw invalid_argument_error(node_name + ": string operand");
-        else return detail::broadcast_to<E>(d, t, out_shape);
+        else
+          return detail::broadcast_to<E>(d, t, out_shape);
       });
       operands[i] = &expanded[i];
     }
   }
   any_tensor out(dtype_of<Out>, out_shape);
-  if (n == 0) return out;
+  if (n == 0)
+    return out;
   Out* dst = out.data<Out>();
   constexpr bool first_is_bool = std::is_same_v<Op, ops::select>; // select's condition
   const Eigen::TensorOpCost cost(static_cast<double>(n_in * sizeof(T)), sizeof(Out), 4.0);
   detail::parallel_chunks(d, n, cost, [&](Eigen::DenseIndex first, Eigen::DenseIndex len) {
     detail::with_flat_operands<T, first_is_bool, 0, n_in>(
-        operands, n, first, len, [&](const auto&... ops) {
-          detail::chunk_map<Out>(dst + first, len) = Op::eval(ops...);
-        });
+        operands, n, first, len,
+        [&](const auto&... ops) { detail::chunk_map<Out>(dst + first, len) = Op::eval(ops...); });
   });
   return out;
 }
@@ -173,8 +179,10 @@ auto fused_operand(std::span<const any_tensor* const> in, Eigen::DenseIndex firs
   if constexpr (E::is_leaf) {
     using T = typename E::value_type;
     const any_tensor& t = *in[Offset];
-    if constexpr (E::rank == 0) return repeated_operand<T>(t, len);
-    else return flat_operand<T>(t, first, len);
+    if constexpr (E::rank == 0)
+      return repeated_operand<T>(t, len);
+    else
+      return flat_operand<T>(t, first, len);
   } else {
     return []<class Op, class... C>(std::type_identity<expr<Op, C...>>,
                                     std::span<const any_tensor* const> leaves,
@@ -183,11 +191,13 @@ auto fused_operand(std::span<const any_tensor* const> in, Eigen::DenseIndex firs
         constexpr std::array<std::size_t, sizeof...(C)> counts{leaf_count<C>()...};
         constexpr auto offset = [counts](std::size_t k) {
           std::size_t o = Offset;
-          for (std::size_t j = 0; j < k; ++j) o += counts[j];
+          for (std::size_t j = 0; j < k; ++j)
+            o += counts[j];
           return o;
         };
         return Op::eval(fused_operand<C, offset(I)>(leaves, begin, size)...);
-      }(std::index_sequence_for<C...>{});
+      }
+      (std::index_sequence_for<C...>{});
     }(std::type_identity<E>{}, in, first, len);
   }
 }
@@ -197,19 +207,21 @@ bool leaves_have_shape(std::span<const any_tensor* const> in, const loom::shape&
   if constexpr (E::is_leaf) {
     return E::rank == 0 ? in[Offset]->num_elements() == 1 : in[Offset]->shape() == s;
   } else {
-    return []<class Op, class... C>(std::type_identity<expr<Op, C...>>,
-                                    std::span<const any_tensor* const> leaves,
-                                    const loom::shape& sh) {
-      return [&]<std::size_t... I>(std::index_sequence<I...>) {
-        constexpr std::array<std::size_t, sizeof...(C)> counts{leaf_count<C>()...};
-        constexpr auto offset = [counts](std::size_t k) {
-          std::size_t o = Offset;
-          for (std::size_t j = 0; j < k; ++j) o += counts[j];
-          return o;
-        };
-        return (leaves_have_shape<C, offset(I)>(leaves, sh) && ...);
-      }(std::index_sequence_for<C...>{});
-    }(std::type_identity<E>{}, in, s);
+    return
+        []<class Op, class... C>(std::type_identity<expr<Op, C...>>,
+                                 std::span<const any_tensor* const> leaves, const loom::shape& sh) {
+          return [&]<std::size_t... I>(std::index_sequence<I...>) {
+            constexpr std::array<std::size_t, sizeof...(C)> counts{leaf_count<C>()...};
+            constexpr auto offset = [counts](std::size_t k) {
+              std::size_t o = Offset;
+              for (std::size_t j = 0; j < k; ++j)
+                o += counts[j];
+              return o;
+            };
+            return (leaves_have_shape<C, offset(I)>(leaves, sh) && ...);
+          }
+          (std::index_sequence_for<C...>{});
+        }(std::type_identity<E>{}, in, s);
   }
 }
 
@@ -227,11 +239,13 @@ bool fused_kernel(const cpu_device& d, std::span<const any_tensor* const> leaves
     throw internal_error(node_name + ": fused region expects " + std::to_string(leaf_count<E>()) +
                          " inputs, got " + std::to_string(leaves.size()));
   const loom::shape s = detail::broadcast_all(leaves, node_name);
-  if (!detail::leaves_have_shape<E>(leaves, s)) return false;
+  if (!detail::leaves_have_shape<E>(leaves, s))
+    return false;
   using T = typename E::value_type;
   out = any_tensor(dtype_of<T>, s);
   const Eigen::DenseIndex n = s.num_elements();
-  if (n == 0) return true;
+  if (n == 0)
+    return true;
   T* dst = out.data<T>();
   const Eigen::TensorOpCost cost(static_cast<double>(leaf_count<E>() * sizeof(T)), sizeof(T),
                                  4.0 * static_cast<double>(op_count<E>()));

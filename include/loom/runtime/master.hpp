@@ -52,7 +52,8 @@ namespace detail {
 inline std::string target_address(const std::string& target) {
   std::string a = target;
   for (const char* scheme : {"loom://", "grpc://"})
-    if (a.rfind(scheme, 0) == 0) a = a.substr(std::string(scheme).size());
+    if (a.rfind(scheme, 0) == 0)
+      a = a.substr(std::string(scheme).size());
   if (a.empty() || a.find(':') == std::string::npos)
     throw invalid_argument_error("session target '" + target +
                                  "' is not a server's target (\"loom://host:port\")");
@@ -94,10 +95,12 @@ public:
     }
     std::vector<net::call_handle> calls;
     net::call_options co;
-    if (options_.step_timeout.count() > 0) co.timeout = options_.step_timeout;
+    if (options_.step_timeout.count() > 0)
+      co.timeout = options_.step_timeout;
     for (auto& p : r.parts) {
       std::vector<any_tensor> feeds;
-      for (node_id src : p.fed_sources) feeds.push_back(values[static_cast<std::size_t>(src)]);
+      for (node_id src : p.fed_sources)
+        feeds.push_back(values[static_cast<std::size_t>(src)]);
       protocol::run_graph_request m{p.handle, step};
       m.strings = protocol::string_values::take(feeds);
       calls.push_back(
@@ -125,7 +128,8 @@ public:
         }
       }
     }
-    if (first) std::rethrow_exception(first);
+    if (first)
+      std::rethrow_exception(first);
   }
 
   // Clears resource containers on every task (TF's Session.reset).
@@ -167,14 +171,16 @@ private:
   std::vector<std::string> all_tasks() const {
     std::vector<std::string> out;
     for (const auto& j : cluster_.jobs())
-      for (int t : cluster_.task_indices(j)) out.push_back(detail::task_name(j, t));
+      for (int t : cluster_.task_indices(j))
+        out.push_back(detail::task_name(j, t));
     return out;
   }
 
   void abort_step(const registered& r, std::uint64_t step, const std::string& reason) {
     for (const auto& p : r.parts) {
       try {
-        channel(p.task).call_async(protocol::abort_step, protocol::abort_step_request{step, reason});
+        channel(p.task).call_async(protocol::abort_step,
+                                   protocol::abort_step_request{step, reason});
       } catch (...) { // the task may be the one that failed
       }
     }
@@ -183,7 +189,8 @@ private:
   net::channel& channel(const std::string& task) {
     std::lock_guard lock(mu_);
     auto it = channels_.find(task);
-    if (it != channels_.end()) return *it->second;
+    if (it != channels_.end())
+      return *it->second;
     const device_spec d = device_spec::from_string(task);
     net::channel_options co;
     co.peer_name = *d.job() + " task " + std::to_string(*d.task());
@@ -196,7 +203,8 @@ private:
   registered& registration(const graph& g, const run_request& req) {
     std::string key = std::to_string(g.version()) + "|";
     for (auto v : {&req.fetches, &req.targets, &req.fed}) {
-      for (node_id id : *v) key += std::to_string(id) + ",";
+      for (node_id id : *v)
+        key += std::to_string(id) + ",";
       key += "|";
     }
     {
@@ -205,7 +213,8 @@ private:
         registered_.clear(); // partitions of an older graph version are stale
         registered_version_ = g.version();
       }
-      if (auto it = registered_.find(key); it != registered_.end()) return *it->second;
+      if (auto it = registered_.find(key); it != registered_.end())
+        return *it->second;
     }
     std::set<node_id> ref_only;
     std::vector<node_def> nodes = nodes_to_place(g, req, ref_only);

@@ -36,7 +36,8 @@ inline std::vector<node_def> nodes_to_place(const graph& g, const run_request& r
   std::vector<char> needed = needed_nodes(g, req);
   const std::set<node_id> fed(req.fed.begin(), req.fed.end());
   for (std::size_t i = 0; i < needed.size(); ++i) {
-    if (!needed[i] || fed.count(static_cast<node_id>(i))) continue;
+    if (!needed[i] || fed.count(static_cast<node_id>(i)))
+      continue;
     const node_def& n = g.node(static_cast<node_id>(i));
     const op_def& def = op_registry::instance().find(n.op);
     for (std::size_t k = 0; k < n.inputs.size(); ++k)
@@ -47,7 +48,8 @@ inline std::vector<node_def> nodes_to_place(const graph& g, const run_request& r
   }
   std::vector<node_def> out;
   for (std::size_t i = 0; i < needed.size(); ++i)
-    if (needed[i]) out.push_back(g.node(static_cast<node_id>(i)));
+    if (needed[i])
+      out.push_back(g.node(static_cast<node_id>(i)));
   return out;
 }
 
@@ -57,8 +59,9 @@ inline std::vector<graph_partition> partition_graph(const graph& g, const run_re
                                                     const std::set<node_id>& ref_only) {
   auto task_of = [](const node_def& n) {
     const device_spec d = device_spec::from_string(n.assigned_device);
-    return "/job:" + d.job().value_or("localhost") + "/replica:" +
-           std::to_string(d.replica().value_or(0)) + "/task:" + std::to_string(d.task().value_or(0));
+    return "/job:" + d.job().value_or("localhost") +
+           "/replica:" + std::to_string(d.replica().value_or(0)) +
+           "/task:" + std::to_string(d.task().value_or(0));
   };
   std::map<node_id, const node_def*> by_id;
   std::map<node_id, std::string> task;
@@ -86,11 +89,13 @@ inline std::vector<graph_partition> partition_graph(const graph& g, const run_re
   // Which tasks read each node, by data and by control edges.
   std::map<node_id, std::set<std::string>> data_readers, control_readers;
   for (const node_def& n : placed) {
-    if (fed.count(n.id)) continue;
+    if (fed.count(n.id))
+      continue;
     const op_def& def = op_registry::instance().find(n.op);
     for (std::size_t i = 0; i < n.inputs.size(); ++i) {
       const node_id in = n.inputs[i];
-      if (task.at(in) == task.at(n.id)) continue;
+      if (task.at(in) == task.at(n.id))
+        continue;
       if (def.ref_inputs >> i & 1u)
         throw invalid_argument_error("node " + n.describe() + " on " + task.at(n.id) +
                                      " updates variable '" + by_id.at(in)->name + "' on " +
@@ -98,11 +103,13 @@ inline std::vector<graph_partition> partition_graph(const graph& g, const run_re
       data_readers[in].insert(task.at(n.id));
     }
     for (node_id in : n.control_inputs)
-      if (task.at(in) != task.at(n.id)) control_readers[in].insert(task.at(n.id));
+      if (task.at(in) != task.at(n.id))
+        control_readers[in].insert(task.at(n.id));
   }
   auto recv_into = [&](const std::string& t, node_id src, bool control) {
     auto& cache = control ? local_control : local;
-    if (auto it = cache.find({t, src}); it != cache.end()) return it->second;
+    if (auto it = cache.find({t, src}); it != cache.end())
+      return it->second;
     const node_def& s = *by_id.at(src);
     node_def r;
     r.op = "_recv";
@@ -131,13 +138,15 @@ inline std::vector<graph_partition> partition_graph(const graph& g, const run_re
       n.control_inputs.clear();
       n.attrs = {{"dtype", n.type}, {"shape", n.shape}};
     } else {
-      for (node_id& in : n.inputs) in = task.at(in) == t ? local.at({t, in}) : recv_into(t, in, false);
+      for (node_id& in : n.inputs)
+        in = task.at(in) == t ? local.at({t, in}) : recv_into(t, in, false);
       for (node_id& in : n.control_inputs)
         in = task.at(in) == t ? local.at({t, in}) : recv_into(t, in, true);
     }
     const node_id id = add(p, std::move(n));
     local[{t, src.id}] = id;
-    if (!ref_only.count(src.id)) p.targets.push_back(id);
+    if (!ref_only.count(src.id))
+      p.targets.push_back(id);
     if (fed.count(src.id)) {
       p.fed.push_back(id);
       p.fed_sources.push_back(src.id);
@@ -145,7 +154,8 @@ inline std::vector<graph_partition> partition_graph(const graph& g, const run_re
     for (bool control : {false, true}) {
       const auto& readers = control ? control_readers : data_readers;
       auto it = readers.find(src.id);
-      if (it == readers.end()) continue;
+      if (it == readers.end())
+        continue;
       for (const std::string& dst : it->second) {
         node_def s;
         s.op = "_send";
@@ -167,7 +177,8 @@ inline std::vector<graph_partition> partition_graph(const graph& g, const run_re
   // Fused regions whose root, interior and leaves all landed on one task.
   for (const fusion_candidate& c : g.fusions()) {
     auto root = task.find(c.root);
-    if (root == task.end()) continue;
+    if (root == task.end())
+      continue;
     graph_partition& p = parts.at(root->second);
     fusion_candidate local_c{local.at({p.task, c.root}), c.key, {}};
     bool ok = true;
@@ -179,10 +190,12 @@ inline std::vector<graph_partition> partition_graph(const graph& g, const run_re
       }
       local_c.leaves.push_back(it->second);
     }
-    if (ok) p.image.fusions.push_back(std::move(local_c));
+    if (ok)
+      p.image.fusions.push_back(std::move(local_c));
   }
   std::vector<graph_partition> out;
-  for (auto& [t, p] : parts) out.push_back(std::move(p));
+  for (auto& [t, p] : parts)
+    out.push_back(std::move(p));
   return out;
 }
 

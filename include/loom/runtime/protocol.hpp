@@ -33,7 +33,8 @@ struct string_values {
   static string_values take(std::vector<any_tensor>& all) {
     string_values s;
     auto is_string = [](const any_tensor& t) { return !t.empty() && t.type() == dtype::string; };
-    if (std::none_of(all.begin(), all.end(), is_string)) return s;
+    if (std::none_of(all.begin(), all.end(), is_string))
+      return s;
     std::vector<any_tensor> rest;
     for (std::size_t i = 0; i < all.size(); ++i) {
       if (is_string(all[i])) {
@@ -49,7 +50,8 @@ struct string_values {
 
   // Puts the string tensors back among `payloads`.
   void restore(std::vector<any_tensor>& payloads) && {
-    if (values.empty()) return;
+    if (values.empty())
+      return;
     if (positions.size() != values.size())
       throw data_loss_error("a message has " + std::to_string(values.size()) +
                             " string tensors but " + std::to_string(positions.size()) +
@@ -89,12 +91,14 @@ struct cluster_def {
   static cluster_def of(const cluster_spec& c) {
     cluster_def d;
     for (const auto& job : c.jobs())
-      for (int t : c.task_indices(job)) d.jobs[job][t] = c.task_address(job, t);
+      for (int t : c.task_indices(job))
+        d.jobs[job][t] = c.task_address(job, t);
     return d;
   }
   cluster_spec spec() const {
     cluster_spec c;
-    for (const auto& [job, tasks] : jobs) c.add_job(job, cluster_spec::job_def(tasks));
+    for (const auto& [job, tasks] : jobs)
+      c.add_job(job, cluster_spec::job_def(tasks));
     return c;
   }
   template <class A> void serialize(A& ar) { ar(jobs); }

@@ -29,7 +29,8 @@ public:
     done_fn waiter;
     {
       std::lock_guard lock(mu_);
-      if (closed_ || aborted_.count(step)) return;
+      if (closed_ || aborted_.count(step))
+        return;
       auto& e = entries_[{step, key}];
       if (e.value)
         throw already_exists_error("rendezvous: a second value for key '" + key + "' in step " +
@@ -72,7 +73,8 @@ public:
     std::vector<done_fn> waiters;
     {
       std::lock_guard lock(mu_);
-      if (!aborted_.emplace(step, reason).second) return;
+      if (!aborted_.emplace(step, reason).second)
+        return;
       aborted_order_.push_back(step);
       if (aborted_order_.size() > max_remembered_aborts) {
         aborted_.erase(aborted_order_.front());
@@ -80,11 +82,13 @@ public:
       }
       for (auto it = entries_.lower_bound({step, std::string()});
            it != entries_.end() && it->first.first == step;) {
-        if (it->second.waiter) waiters.push_back(std::move(it->second.waiter));
+        if (it->second.waiter)
+          waiters.push_back(std::move(it->second.waiter));
         it = entries_.erase(it);
       }
     }
-    for (auto& w : waiters) w({}, std::make_exception_ptr(aborted_error(reason)));
+    for (auto& w : waiters)
+      w({}, std::make_exception_ptr(aborted_error(reason)));
   }
 
   // Fails every waiting recv and every later one: the task is stopping.
@@ -94,10 +98,12 @@ public:
       std::lock_guard lock(mu_);
       closed_ = reason;
       for (auto& [k, e] : entries_)
-        if (e.waiter) waiters.push_back(std::move(e.waiter));
+        if (e.waiter)
+          waiters.push_back(std::move(e.waiter));
       entries_.clear();
     }
-    for (auto& w : waiters) w({}, std::make_exception_ptr(unavailable_error(reason)));
+    for (auto& w : waiters)
+      w({}, std::make_exception_ptr(unavailable_error(reason)));
   }
 
   // Forgets whatever a finished step left behind.

@@ -34,9 +34,9 @@ public:
   }
   // A number for a rank-0 node.
   template <class T, class S>
-    requires std::is_arithmetic_v<S>
-  feed(const output<T, 0>& node, S value)
-      : graph_(node.graph()), id_(node.id()), value_(any_tensor::scalar<T>(static_cast<T>(value))) {}
+  requires std::is_arithmetic_v<S> feed(const output<T, 0>& node, S value)
+      : graph_(node.graph()), id_(node.id()), value_(any_tensor::scalar<T>(static_cast<T>(value))) {
+  }
 
   const graph& graph_ref() const noexcept { return graph_; }
   node_id id() const noexcept { return id_; }
@@ -52,9 +52,7 @@ using feed_dict = std::vector<feed>;
 // The result of fetching an operation.
 struct nothing {};
 
-template <class... F> struct fetch_list {
-  std::tuple<F...> items;
-};
+template <class... F> struct fetch_list { std::tuple<F...> items; };
 // Several fetches in one run: sess.run(fetches(train_op, loss), feeds).
 template <class... F> fetch_list<std::remove_cvref_t<F>...> fetches(F&&... f) {
   return {{std::forward<F>(f)...}};
@@ -71,8 +69,8 @@ struct session_options {
 class session {
 public:
   explicit session(graph g, session_options o = {})
-      : graph_(std::move(g)), resources_(std::make_shared<resource_manager>()),
-        pool_(threads(o)), device_(&pool_, threads(o)), allow_fusion_(!o.disable_fusion) {}
+      : graph_(std::move(g)), resources_(std::make_shared<resource_manager>()), pool_(threads(o)),
+        device_(&pool_, threads(o)), allow_fusion_(!o.disable_fusion) {}
 
   // A session on a cluster: `target` is a server's target() ("loom://host:port").
   // Variables live in the tasks' resource containers, shared with every other
@@ -121,12 +119,14 @@ public:
                                     const std::vector<node_id>& target_ids,
                                     const std::vector<std::pair<node_id, any_tensor>>& feeds = {}) {
     std::vector<node_id> ids = fetch_ids;
-    for (node_id t : target_ids) ids.push_back(-2 - t); // targets encoded below zero
+    for (node_id t : target_ids)
+      ids.push_back(-2 - t); // targets encoded below zero
     feed_dict none;
     std::vector<any_tensor> values = execute(ids, none, &feeds);
     std::vector<any_tensor> out; // one value per fetch, in order
     out.reserve(fetch_ids.size());
-    for (node_id id : fetch_ids) out.push_back(take(values, id));
+    for (node_id id : fetch_ids)
+      out.push_back(take(values, id));
     return out;
   }
 
@@ -136,7 +136,8 @@ public:
 
 private:
   static int threads(const session_options& o) {
-    if (o.intra_op_threads > 0) return o.intra_op_threads;
+    if (o.intra_op_threads > 0)
+      return o.intra_op_threads;
     return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   }
 
@@ -180,8 +181,10 @@ private:
           const std::vector<std::pair<node_id, any_tensor>>* raw_feeds = nullptr) {
     run_request req;
     for (node_id id : ids) {
-      if (id <= -2) req.targets.push_back(-2 - id);
-      else req.fetches.push_back(id);
+      if (id <= -2)
+        req.targets.push_back(-2 - id);
+      else
+        req.fetches.push_back(id);
     }
     std::vector<any_tensor> values(graph_.size());
     auto add_feed = [&](node_id id, const any_tensor& v) {
@@ -195,24 +198,26 @@ private:
       add_feed(f.id(), f.value());
     }
     if (raw_feeds)
-      for (auto& [id, v] : *raw_feeds) add_feed(id, v);
+      for (auto& [id, v] : *raw_feeds)
+        add_feed(id, v);
 
     std::sort(req.fed.begin(), req.fed.end());
-    if (master_) master_->run(graph_, req, values);
-    else plan_for(req).run(graph_, values, device_, *resources_);
+    if (master_)
+      master_->run(graph_, req, values);
+    else
+      plan_for(req).run(graph_, values, device_, *resources_);
     return values;
   }
 
   void check_feed(node_id id, const any_tensor& v) const {
     const node_def& n = graph_.node(id);
     if (v.type() != n.type)
-      throw invalid_argument_error("feed for '" + n.name + "': a " + std::string(to_string(v.type())) +
-                                   " tensor cannot feed a node of dtype " +
-                                   std::string(to_string(n.type)));
+      throw invalid_argument_error(
+          "feed for '" + n.name + "': a " + std::string(to_string(v.type())) +
+          " tensor cannot feed a node of dtype " + std::string(to_string(n.type)));
     if (!v.shape().compatible_with(n.shape))
       throw invalid_argument_error("feed for '" + n.name + "': shape " + v.shape().to_string() +
-                                   " is incompatible with the node's shape " +
-                                   n.shape.to_string());
+                                   " is incompatible with the node's shape " + n.shape.to_string());
   }
 
   const plan& plan_for(const run_request& req) {
@@ -222,11 +227,13 @@ private:
     }
     std::string key = std::to_string(graph_.version()) + "|";
     for (auto v : {&req.fetches, &req.targets, &req.fed}) {
-      for (node_id id : *v) key += std::to_string(id) + ",";
+      for (node_id id : *v)
+        key += std::to_string(id) + ",";
       key += "|";
     }
     auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, std::make_unique<plan>(graph_, req, allow_fusion_)).first;
+    if (it == plans_.end())
+      it = plans_.emplace(key, std::make_unique<plan>(graph_, req, allow_fusion_)).first;
     return *it->second;
   }
 

@@ -36,7 +36,8 @@ public:
     for (std::size_t i = 1; i < n; ++i)
       for (std::size_t j = i; j > 0 && std::less<>{}(mus[j], mus[j - 1]); --j)
         std::swap(mus[j], mus[j - 1]);
-    for (std::size_t k = 0; k < n; ++k) locks_[k] = std::unique_lock(*mus[k]);
+    for (std::size_t k = 0; k < n; ++k)
+      locks_[k] = std::unique_lock(*mus[k]);
   }
 
 private:
@@ -54,8 +55,7 @@ inline void check_apply_inputs(const kernel_context& c, const any_tensor& grad) 
   for (std::size_t k = 0; k < c.refs.size(); ++k)
     if (!c.refs[k]->initialized)
       throw failed_precondition_error("node " + n.describe() +
-                                      ": attempting to use uninitialized variable '" +
-                                      ref_name(k) +
+                                      ": attempting to use uninitialized variable '" + ref_name(k) +
                                       "' (run its initializer, or global_variables_initializer, "
                                       "first)");
   const any_tensor& var = c.refs[0]->value;
@@ -83,7 +83,8 @@ template <class T> T apply_scalar(const kernel_context& c, std::size_t i, const 
 // The chunk [first, first + len) of a tensor's elements, for the update
 // kernels below: each runs all of its statements on one chunk before the next,
 // so the variable and its slots pass through the cache once per step.
-template <class T> chunk_map<T> chunk(any_tensor& t, Eigen::DenseIndex first, Eigen::DenseIndex len) {
+template <class T>
+chunk_map<T> chunk(any_tensor& t, Eigen::DenseIndex first, Eigen::DenseIndex len) {
   return chunk_map<T>(t.data<T>() + first, len);
 }
 template <class T>
@@ -93,8 +94,7 @@ chunk_map<const T> chunk(const any_tensor& t, Eigen::DenseIndex first, Eigen::De
 
 // Runs update(first, len) over a variable's elements on the pool; `tensors` is
 // how many tensors of T each element touches.
-template <class T, class F>
-void update_chunks(const kernel_context& c, int tensors, F&& update) {
+template <class T, class F> void update_chunks(const kernel_context& c, int tensors, F&& update) {
   const auto n = static_cast<Eigen::DenseIndex>(c.refs[0]->value.num_elements());
   const Eigen::TensorOpCost cost(static_cast<double>(tensors) * sizeof(T), 2.0 * sizeof(T),
                                  4.0 * tensors);
@@ -129,8 +129,10 @@ template <class T> struct apply_momentum_cpu {
       auto accum = chunk<T>(c.refs[1]->value, f, len);
       const auto grad = chunk<T>(g, f, len);
       accum = accum * momentum + grad;
-      if (nesterov) w -= grad * lr + accum * momentum * lr;
-      else w -= accum * lr;
+      if (nesterov)
+        w -= grad * lr + accum * momentum * lr;
+      else
+        w -= accum * lr;
     });
     c.output = var.value;
   }
@@ -177,7 +179,8 @@ template <class T> struct apply_adam_cpu {
       v += (grad.square() - v) * (T(1) - beta2);
       if (nesterov)
         w -= ((grad * (T(1) - beta1) + m * beta1) * alpha) / (v.sqrt() + v.constant(epsilon));
-      else w -= (m * alpha) / (v.sqrt() + v.constant(epsilon));
+      else
+        w -= (m * alpha) / (v.sqrt() + v.constant(epsilon));
     });
     c.output = var.value;
   }
