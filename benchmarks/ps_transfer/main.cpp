@@ -22,11 +22,14 @@
 
 #include <loom/loom.hpp>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -140,6 +143,20 @@ struct kv_graph {
   }
 };
 
+// Sets the CPU affinity of every thread of this process: all on `cpu`, or
+// (cpu < 0) on every CPU again. Threads started later inherit their creator's.
+void pin_all_threads(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int n = static_cast<int>(std::thread::hardware_concurrency());
+  for (int c = 0; c < n; ++c)
+    if (cpu < 0 || c == cpu)
+      CPU_SET(c, &set);
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+    ::sched_setaffinity(static_cast<pid_t>(std::stol(e.path().filename().string())), sizeof set,
+                        &set);
+}
+
 // Median seconds per call of each case, the cases interleaved: every
 // repetition times `inner` calls of each in turn, so a burst of load from
 // other processes on this shared machine falls on baselines and loom alike.
@@ -212,7 +229,7 @@ int main(int argc, char** argv) try {
     }
   }
   const auto want = [&](int part) { return only == 0 || only == part; };
-  const int small_reps = quick ? 5 : 21;
+  const int small_reps = quick ? 5 : 101; // short and many: latency here is bimodal
   const int bulk_reps = quick ? 3 : 11;
   const auto run_start = clk::now();
 
@@ -264,9 +281,17 @@ int main(int argc, char** argv) try {
       step_a_once();
       step_b_once();
     }
-    const auto m = interleaved_medians(
-        {{[&] { ping.once(); }, 500}, {echo, 300}, {step_a_once, 300}, {step_b_once, 100}},
-        small_reps);
+    const std::vector<timed_case> cases{
+        {[&] { ping.once(); }, 100}, {echo, 60}, {step_a_once, 60}, {step_b_once, 20}};
+    // A wake-up across CPUs costs 40-80 us on this VM (the idle vCPU is halted)
+    // against ~7 us on the same CPU, and the scheduler places each case's
+    // threads its own way for a whole run: figures with every thread on CPU 0
+    // compare like with like (each hop a context switch); the scheduler's own
+    // placement is printed after them.
+    pin_all_threads(0);
+    const auto m = interleaved_medians(cases, small_reps);
+    pin_all_threads(-1);
+    const auto free_m = interleaved_medians(cases, small_reps);
     const double raw_pp = m[0], rpc_echo = m[1], step_a = m[2], step_b = m[3];
     const float got = sess.run(c);
     if (got != static_cast<float>(count)) {
@@ -275,7 +300,8 @@ int main(int argc, char** argv) try {
       return 1;
     }
     loom::bench::print_table(
-        "1. scalar round trip (float scalar variable on /job:ps/task:0; session on worker 0)",
+        "1. scalar round trip (float scalar variable on /job:ps/task:0; session on worker 0;\n"
+        "   every thread of the process on CPU 0)",
         {{"raw TCP ping-pong, 64 B each way (baseline)", raw_pp},
          {"loom net::channel echo of a scalar tensor", rpc_echo},
          {"(a) sess.run(c.assign_add(1)), all on the ps", step_a},
@@ -285,6 +311,10 @@ int main(int argc, char** argv) try {
     std::printf("%-44s %14s %10s\n", "torch.distributed.rpc (NOT measured here)", "~250", "ref");
     std::printf("target (a) <= 2.0 x raw: %.2f x -> %s\n", step_a / raw_pp,
                 step_a / raw_pp <= 2.0 ? "met" : "MISSED");
+    std::printf("threads placed by the scheduler (us): raw %.1f, echo %.1f, (a) %.1f, (b) %.1f; "
+                "(a) / raw %.2f\n",
+                free_m[0] * 1e6, free_m[1] * 1e6, free_m[2] * 1e6, free_m[3] * 1e6,
+                free_m[2] / free_m[0]);
   }
 
   // ================= 2. 64 MB =================
