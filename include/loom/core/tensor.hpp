@@ -20,7 +20,9 @@
 #include <array>
 #include <cstddef>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <span>
 #include <string>
@@ -30,6 +32,54 @@ namespace loom {
 
 namespace detail {
 
+// Large blocks that tensors released, kept for the next tensor of the same
+// size. A ps that takes a 64 MB assign or sends a 64 MB variable every step
+// would otherwise pay a fresh mapping each time (an mmap, 16384 page faults,
+// an munmap: on loopback about as long as moving the bytes). Blocks under
+// min_bytes come from malloc's own free lists; at most max_idle_bytes wait.
+class block_cache {
+public:
+  static constexpr std::size_t alignment = 64;
+  static constexpr std::size_t min_bytes = 256u << 10;
+  static constexpr std::size_t max_idle_bytes = 512u << 20;
+
+  // Never destroyed: tensors in other static objects may outlive any order.
+  static block_cache& instance() {
+    static block_cache* c = new block_cache;
+    return *c;
+  }
+
+  void* allocate(std::size_t bytes) {
+    if (bytes >= min_bytes) {
+      std::lock_guard lock(mu_);
+      if (auto it = idle_.find(bytes); it != idle_.end()) {
+        void* p = it->second;
+        idle_.erase(it);
+        idle_bytes_ -= bytes;
+        return p;
+      }
+    }
+    return ::operator new (bytes, std::align_val_t{alignment});
+  }
+
+  void release(void* p, std::size_t bytes) noexcept {
+    if (bytes >= min_bytes) {
+      std::lock_guard lock(mu_);
+      if (idle_bytes_ + bytes <= max_idle_bytes) {
+        idle_.emplace(bytes, p);
+        idle_bytes_ += bytes;
+        return;
+      }
+    }
+    ::operator delete (p, std::align_val_t{alignment});
+  }
+
+private:
+  std::mutex mu_;
+  std::multimap<std::size_t, void*> idle_;
+  std::size_t idle_bytes_ = 0;
+};
+
 // An aligned allocation of n elements of one dtype. Strings are constructed and
 // destroyed; arithmetic elements are left uninitialised, because kernels
 // overwrite every output element and zeroing would be a wasted pass.
@@ -38,15 +88,17 @@ public:
   static constexpr std::size_t alignment = 64;
 
   buffer(dtype d, std::int64_t n) : dtype_(d), n_(n) {
-    const std::size_t bytes = std::max<std::size_t>(size_of(d) * static_cast<std::size_t>(n), 1);
-    data_ = ::operator new(bytes, std::align_val_t{alignment});
-    if (d == dtype::string) std::uninitialized_default_construct_n(strings(), n);
+    bytes_ = std::max<std::size_t>(size_of(d) * static_cast<std::size_t>(n), 1);
+    data_ = block_cache::instance().allocate(bytes_);
+    if (d == dtype::string)
+      std::uninitialized_default_construct_n(strings(), n);
   }
   buffer(const buffer&) = delete;
   buffer& operator=(const buffer&) = delete;
   ~buffer() {
-    if (dtype_ == dtype::string) std::destroy_n(strings(), n_);
-    ::operator delete(data_, std::align_val_t{alignment});
+    if (dtype_ == dtype::string)
+      std::destroy_n(strings(), n_);
+    block_cache::instance().release(data_, bytes_);
   }
 
   void* data() noexcept { return data_; }
@@ -55,18 +107,18 @@ private:
   std::string* strings() noexcept { return static_cast<std::string*>(data_); }
   dtype dtype_;
   std::int64_t n_;
+  std::size_t bytes_;
   void* data_;
 };
 
 } // namespace detail
 
 template <element_type T, int R>
-using tensor_map = Eigen::TensorMap<Eigen::Tensor<T, R, Eigen::RowMajor, Eigen::DenseIndex>,
-                                    Eigen::Aligned>;
+using tensor_map =
+    Eigen::TensorMap<Eigen::Tensor<T, R, Eigen::RowMajor, Eigen::DenseIndex>, Eigen::Aligned>;
 template <element_type T, int R>
 using const_tensor_map =
-    Eigen::TensorMap<Eigen::Tensor<const T, R, Eigen::RowMajor, Eigen::DenseIndex>,
-                     Eigen::Aligned>;
+    Eigen::TensorMap<Eigen::Tensor<const T, R, Eigen::RowMajor, Eigen::DenseIndex>, Eigen::Aligned>;
 
 class any_tensor {
 public:
@@ -137,8 +189,8 @@ public:
   // The same buffer under another shape with the same element count.
   any_tensor reshaped(loom::shape s) const {
     if (s.num_elements() != num_elements())
-      throw invalid_argument_error("cannot reshape a tensor of shape " + shape_.to_string() +
-                                   " (" + std::to_string(num_elements()) + " elements) to " +
+      throw invalid_argument_error("cannot reshape a tensor of shape " + shape_.to_string() + " (" +
+                                   std::to_string(num_elements()) + " elements) to " +
                                    s.to_string());
     any_tensor t = *this;
     t.shape_ = std::move(s);
@@ -146,7 +198,8 @@ public:
   }
 
   any_tensor clone() const {
-    if (empty()) return {};
+    if (empty())
+      return {};
     any_tensor t(dtype_, shape_);
     if (dtype_ == dtype::string)
       std::copy_n(data<std::string>(), num_elements(), t.data<std::string>());
@@ -163,9 +216,7 @@ public:
   }
 
   // "float32[100, 784]", for error messages.
-  std::string describe() const {
-    return std::string(to_string(dtype_)) + shape_.to_string();
-  }
+  std::string describe() const { return std::string(to_string(dtype_)) + shape_.to_string(); }
 
 private:
   template <element_type T> void check_type() const {
@@ -175,10 +226,11 @@ private:
   }
   template <int R> std::array<Eigen::DenseIndex, static_cast<std::size_t>(R)> dims() const {
     if (shape_.rank() != R)
-      throw invalid_argument_error("tensor of shape " + shape_.to_string() +
-                                   " viewed with rank " + std::to_string(R));
+      throw invalid_argument_error("tensor of shape " + shape_.to_string() + " viewed with rank " +
+                                   std::to_string(R));
     std::array<Eigen::DenseIndex, static_cast<std::size_t>(R)> d{};
-    for (int i = 0; i < R; ++i) d[static_cast<std::size_t>(i)] = shape_[i];
+    for (int i = 0; i < R; ++i)
+      d[static_cast<std::size_t>(i)] = shape_[i];
     return d;
   }
 
@@ -205,14 +257,11 @@ public:
     std::fill_n(data(), size(), fill);
   }
   // A scalar from its value: tensor<float, 0> t = 3.f;
-  tensor(T v)
-    requires(R == 0)
-      : value_(any_tensor::scalar<T>(std::move(v))) {}
+  tensor(T v) requires(R == 0) : value_(any_tensor::scalar<T>(std::move(v))) {}
   // Never converts between element types or ranks; this constructor exists only
   // to say so in words (e.g. for `tensor<double, 2> t = sess.run(float_node);`).
   template <element_type U, int R2>
-    requires(!std::is_same_v<U, T> || R2 != R)
-  tensor(const tensor<U, R2>&) {
+  requires(!std::is_same_v<U, T> || R2 != R) tensor(const tensor<U, R2>&) {
     static_assert(std::is_same_v<U, T> && R2 == R,
                   "loom::tensor: a tensor of another dtype or rank does not convert; a fetch "
                   "returns the fetched node's dtype and rank (use loom::cast<T>() in the graph)");
@@ -240,26 +289,17 @@ public:
   const_tensor_map<T, R> map() const { return value_.template map<T, R>(); }
 
   template <class... I>
-    requires(sizeof...(I) == R && (std::is_integral_v<I> && ...))
-  T& operator()(I... idx) {
+  requires(sizeof...(I) == R && (std::is_integral_v<I> && ...)) T& operator()(I... idx) {
     return data()[offset(static_cast<std::int64_t>(idx)...)];
   }
   template <class... I>
-    requires(sizeof...(I) == R && (std::is_integral_v<I> && ...))
-  const T& operator()(I... idx) const {
+  requires(sizeof...(I) == R && (std::is_integral_v<I> && ...)) const T&
+  operator()(I... idx) const {
     return data()[offset(static_cast<std::int64_t>(idx)...)];
   }
 
-  operator T() const
-    requires(R == 0)
-  {
-    return *data();
-  }
-  T item() const
-    requires(R == 0)
-  {
-    return *data();
-  }
+  operator T() const requires(R == 0) { return *data(); }
+  T item() const requires(R == 0) { return *data(); }
 
   const any_tensor& value() const& noexcept { return value_; }
   any_tensor&& value() && noexcept { return std::move(value_); }
@@ -282,8 +322,8 @@ private:
       const auto d = shape()[i];
       if (ix[static_cast<std::size_t>(i)] < 0 || ix[static_cast<std::size_t>(i)] >= d)
         throw out_of_range_error("index " + std::to_string(ix[static_cast<std::size_t>(i)]) +
-                                 " out of range for dimension " + std::to_string(i) +
-                                 " of shape " + shape().to_string());
+                                 " out of range for dimension " + std::to_string(i) + " of shape " +
+                                 shape().to_string());
       off = off * d + ix[static_cast<std::size_t>(i)];
     }
     return off;

@@ -10,7 +10,6 @@
 
 #include <loom/cluster/cluster_spec.hpp>
 #include <loom/graph/serialize.hpp>
-#include <loom/kernels/cpu/state.hpp>
 #include <loom/net/rpc.hpp>
 #include <loom/runtime/executor.hpp>
 #include <loom/runtime/protocol.hpp>
@@ -19,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -51,7 +51,8 @@ inline std::string task_name(const std::string& job, int task) {
 }
 
 inline int intra_op_threads(int requested) {
-  if (requested > 0) return requested;
+  if (requested > 0)
+    return requested;
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
@@ -64,7 +65,8 @@ public:
   net::channel& to(const std::string& task) {
     std::lock_guard lock(mu_);
     auto it = channels_.find(task);
-    if (it != channels_.end()) return *it->second;
+    if (it != channels_.end())
+      return *it->second;
     const device_spec d = device_spec::from_string(task);
     if (!d.job() || !d.task())
       throw invalid_argument_error("no task named '" + task + "' in the cluster");
@@ -78,7 +80,8 @@ public:
 
   void stop() {
     std::lock_guard lock(mu_);
-    for (auto& [name, ch] : channels_) ch->stop();
+    for (auto& [name, ch] : channels_)
+      ch->stop();
   }
 
 private:
@@ -98,7 +101,8 @@ public:
 
   void send(const node_def& n, const any_tensor& value) override {
     std::vector<any_tensor> payload;
-    if (!n.attr_or<bool>("control", false) && !value.empty()) payload.push_back(value);
+    if (!n.attr_or<bool>("control", false) && !value.empty())
+      payload.push_back(value);
     const auto& dst = n.attr<std::string>("dst_task");
     protocol::rendezvous_put_request m{step_, n.attr<std::string>("key")};
     m.strings = protocol::string_values::take(payload);
@@ -112,7 +116,8 @@ public:
 
   // Waits until every value sent in this step was delivered; throws the first failure.
   void wait_sent() {
-    for (auto& s : sends_) s.get();
+    for (auto& s : sends_)
+      s.get();
     sends_.clear();
   }
   void cancel_sends() noexcept {
@@ -145,10 +150,13 @@ public:
   // False once stopped.
   bool submit(std::function<void()> fn) {
     std::lock_guard lock(mu_);
-    if (stopping_) return false;
+    if (stopping_)
+      return false;
     queue_.push_back(std::move(fn));
-    if (idle_ == 0) threads_.emplace_back([this] { loop(); });
-    else cv_.notify_one();
+    if (idle_ == 0)
+      threads_.emplace_back([this] { loop(); });
+    else
+      cv_.notify_one();
     return true;
   }
 
@@ -160,7 +168,8 @@ public:
     }
     cv_.notify_all();
     for (auto& t : threads_)
-      if (t.joinable()) t.join();
+      if (t.joinable())
+        t.join();
   }
 
 private:
@@ -170,7 +179,8 @@ private:
       ++idle_;
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       --idle_;
-      if (queue_.empty()) return; // stopping
+      if (queue_.empty())
+        return; // stopping
       auto fn = std::move(queue_.front());
       queue_.pop_front();
       lock.unlock();
@@ -260,14 +270,70 @@ public:
     }
     cv_.notify_all();
     std::call_once(stopped_, [&] {
-      if (rpc_) rpc_->stop();
+      std::thread watchdog;
+      {
+        std::lock_guard lock(mu_);
+        watchdog.swap(watchdog_);
+      }
+      if (watchdog.joinable())
+        watchdog.join();
+      if (rpc_)
+        rpc_->stop();
       table_.close(describe() + " stopped");
-      if (peers_) peers_->stop();
+      if (peers_)
+        peers_->stop();
       runners_.stop();
     });
   }
 
 private:
+  using clock = std::chrono::steady_clock;
+
+  // A step that waits for tensors from other tasks, watched so that it cannot
+  // wait forever: when its client's connection closes (the client died or gave
+  // up) or its deadline passes, the step is aborted here, which fails its recvs.
+  struct watched_step {
+    clock::time_point deadline;
+    std::function<bool()> client_connected;
+  };
+
+  void watch_step(std::uint64_t step, clock::time_point deadline, std::function<bool()> alive) {
+    std::lock_guard lock(mu_);
+    watched_.insert_or_assign(step, watched_step{deadline, std::move(alive)});
+    if (!watchdog_.joinable() && !stopping_)
+      watchdog_ = std::thread([this] { watch_steps(); });
+  }
+
+  void unwatch_step(std::uint64_t step) {
+    std::lock_guard lock(mu_);
+    watched_.erase(step);
+  }
+
+  // Checks the watched steps every 200 ms: a closed connection gives no event
+  // of its own, and a deadline is a timer anyway.
+  void watch_steps() {
+    std::unique_lock lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; })) {
+      std::vector<std::pair<std::uint64_t, std::string>> expired;
+      const auto now = clock::now();
+      for (auto it = watched_.begin(); it != watched_.end();) {
+        if (now >= it->second.deadline)
+          expired.emplace_back(it->first, "the step's deadline passed");
+        else if (!it->second.client_connected())
+          expired.emplace_back(it->first, "the client that started the step disconnected");
+        else {
+          ++it;
+          continue;
+        }
+        it = watched_.erase(it);
+      }
+      lock.unlock();
+      for (auto& [step, why] : expired)
+        table_.abort(step, describe() + ": " + why);
+      lock.lock();
+    }
+  }
+
   struct partition {
     graph g;
     std::unique_ptr<plan> p;
@@ -283,16 +349,10 @@ private:
     const auto colon = address.rfind(':');
     host_port hp;
     hp.host = address.substr(0, colon);
-    if (hp.host.size() >= 2 && hp.host.front() == '[') hp.host = hp.host.substr(1, hp.host.size() - 2);
+    if (hp.host.size() >= 2 && hp.host.front() == '[')
+      hp.host = hp.host.substr(1, hp.host.size() - 2);
     hp.port = static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1)));
     return hp;
-  }
-
-  // Large fed and sent tensors land in buffers that assigns released
-  // (kernels/cpu/state.hpp) rather than in fresh allocations.
-  static any_tensor reuse_spare_buffer(const net::request_preview&, std::size_t,
-                                       const net::payload_info& p) {
-    return detail::spare_buffers::instance().take(p.type, p.shape);
   }
 
   void install_handlers() {
@@ -334,8 +394,8 @@ private:
         std::lock_guard lock(mu_);
         auto it = partitions_.find(m.handle);
         if (it == partitions_.end())
-          throw not_found_error(describe() + " has no registered graph " + std::to_string(m.handle) +
-                                " (was the task restarted?)");
+          throw not_found_error(describe() + " has no registered graph " +
+                                std::to_string(m.handle) + " (was the task restarted?)");
         part = it->second;
       }
       if (req.payloads().size() != part->fed.size())
@@ -345,24 +405,30 @@ private:
       // A partition that waits for tensors must not wait on an io thread: the
       // tensors it waits for arrive on them.
       if (!part->has_recv) {
-        run_partition(*part, m.step_id, std::move(req.payloads()), std::move(r));
+        run_partition(*part, m.step_id, std::move(req.payloads()), r);
         return;
       }
       // std::function needs a copyable callable: the responder moves into a shared_ptr.
       auto job = std::make_shared<std::tuple<std::vector<any_tensor>, net::responder>>(
           std::move(req.payloads()), std::move(r));
+      const auto timeout = req.timeout();
+      watch_step(m.step_id, timeout.count() > 0 ? clock::now() + timeout : clock::time_point::max(),
+                 [job] { return std::get<1>(*job).peer_connected(); });
       if (!runners_.submit([this, part, step = m.step_id, job] {
-            run_partition(*part, step, std::move(std::get<0>(*job)), std::move(std::get<1>(*job)));
-          }))
+            run_partition(*part, step, std::move(std::get<0>(*job)), std::get<1>(*job));
+            unwatch_step(step);
+          })) {
+        unwatch_step(m.step_id);
         throw unavailable_error(describe() + " is shutting down");
-    }, reuse_spare_buffer);
+      }
+    });
     rpc_->handle(protocol::rendezvous_put, [this](net::request req, net::responder r) {
       auto m = req.metadata<protocol::rendezvous_put_request>();
       std::move(m.strings).restore(req.payloads());
       any_tensor value = req.payloads().empty() ? any_tensor{} : std::move(req.payloads()[0]);
       table_.put(m.step_id, m.key, std::move(value));
       r.reply();
-    }, reuse_spare_buffer);
+    });
     rpc_->handle(protocol::abort_step, [this](net::request req, net::responder r) {
       auto m = req.metadata<protocol::abort_step_request>();
       table_.abort(m.step_id, m.reason);
@@ -383,7 +449,7 @@ private:
   }
 
   void run_partition(partition& part, std::uint64_t step, std::vector<any_tensor> feeds,
-                     net::responder r) {
+                     net::responder& r) {
     detail::step_transfers transfers(table_, *peers_, step);
     try {
       std::vector<any_tensor> values(part.g.size());
@@ -394,7 +460,8 @@ private:
       table_.end_step(step);
       std::vector<any_tensor> out;
       out.reserve(part.fetches.size());
-      for (node_id f : part.fetches) out.push_back(std::move(values[static_cast<std::size_t>(f)]));
+      for (node_id f : part.fetches)
+        out.push_back(std::move(values[static_cast<std::size_t>(f)]));
       protocol::run_graph_reply reply;
       reply.strings = protocol::string_values::take(out);
       r.reply(std::move(reply), std::move(out));
@@ -408,7 +475,6 @@ private:
       r.fail(error_code::internal, describe() + ": " + e.what());
     }
   }
-
 
   std::string job_;
   int task_;
@@ -427,6 +493,8 @@ private:
   std::once_flag stopped_;
   std::map<std::uint64_t, std::shared_ptr<partition>> partitions_;
   std::uint64_t next_handle_ = 0;
+  std::map<std::uint64_t, watched_step> watched_;
+  std::thread watchdog_;
   detail::step_runners runners_; // steps that wait for tensors
 };
 

@@ -4,77 +4,10 @@
 #include <loom/kernels/registry.hpp>
 
 #include <algorithm>
-#include <cstring>
-#include <deque>
-#include <iterator>
 #include <mutex>
 #include <numeric>
 
 namespace loom::detail {
-
-// Buffers of variable values that an assign replaced while nothing else held
-// them, kept for the next large tensor of the same dtype and size that a task
-// receives (runtime/server.hpp) or an assign_add computes. A ps taking a 64 MB
-// assign every step then cycles through two buffers instead of paying for a
-// fresh mapping each time (an mmap, 16384 page faults, an munmap: on loopback
-// about as long as moving the bytes). A caching allocator under any_tensor
-// would do this for every tensor; until there is one, this covers the ps.
-class spare_buffers {
-public:
-  static constexpr std::size_t min_bytes = 256u << 10; // smaller: malloc is cheap
-  static constexpr std::size_t max_bytes = 512u << 20; // idle bytes kept at most
-
-  static spare_buffers& instance() {
-    static spare_buffers s;
-    return s;
-  }
-
-  // Keeps t when it is large and nothing else holds it (then nothing else can
-  // come to hold it: the caller had the only handle).
-  void give(any_tensor t) {
-    if (t.empty() || t.type() == dtype::string || t.byte_size() < min_bytes || !t.sole_owner())
-      return;
-    std::deque<any_tensor> evicted; // freed after the lock is released
-    std::lock_guard lock(mu_);
-    held_ += t.byte_size();
-    items_.push_back(std::move(t));
-    while (held_ > max_bytes) {
-      held_ -= items_.front().byte_size();
-      evicted.push_back(std::move(items_.front()));
-      items_.pop_front();
-    }
-  }
-
-  // A kept buffer of dtype d and as many elements as s (reshaped to s), or an
-  // empty tensor.
-  any_tensor take(dtype d, const loom::shape& s) {
-    if (d == dtype::string) return {};
-    const std::size_t bytes = size_of(d) * static_cast<std::size_t>(s.num_elements());
-    if (bytes < min_bytes) return {};
-    std::lock_guard lock(mu_);
-    for (auto it = items_.rbegin(); it != items_.rend(); ++it) {
-      if (it->type() != d || it->byte_size() != bytes) continue;
-      any_tensor t = std::move(*it);
-      items_.erase(std::next(it).base());
-      held_ -= bytes;
-      return t.shape() == s ? t : t.reshaped(s);
-    }
-    return {};
-  }
-
-  // A copy of t, in a kept buffer when there is one.
-  any_tensor copy(const any_tensor& t) {
-    any_tensor out = take(t.type(), t.shape());
-    if (out.empty()) return t.clone();
-    std::memcpy(out.raw_data(), t.raw_data(), t.byte_size());
-    return out;
-  }
-
-private:
-  std::mutex mu_;
-  std::deque<any_tensor> items_;
-  std::size_t held_ = 0;
-};
 
 template <class T> struct constant_cpu {
   static void run(kernel_context& c) { c.output = c.node.attr<any_tensor>("value"); }
@@ -104,11 +37,8 @@ template <class T> struct assign_cpu {
       // A value nothing else holds (a tensor received for this step) becomes
       // the variable's buffer as it is: a 64 MB assign from the network is
       // then never copied. Otherwise a copy, so the variable owns its state.
-      // The replaced buffer is kept for reuse if nothing else holds it.
-      any_tensor old = std::move(v.value);
-      v.value = c.may_forward(1) ? value : spare_buffers::instance().copy(value);
+      v.value = c.may_forward(1) ? value : value.clone();
       v.initialized = true;
-      spare_buffers::instance().give(std::move(old));
     } else {
       if (!v.initialized)
         throw failed_precondition_error(
@@ -116,10 +46,9 @@ template <class T> struct assign_cpu {
             n.attr_or<std::string>("_ref_name_0", "?") +
             "' (run its initializer, or global_variables_initializer, first)");
       if (value.shape() != v.value.shape())
-        throw invalid_argument_error("node " + n.describe() + ": value of shape " +
-                                     value.shape().to_string() +
-                                     " does not match the variable's shape " +
-                                     v.value.shape().to_string());
+        throw invalid_argument_error(
+            "node " + n.describe() + ": value of shape " + value.shape().to_string() +
+            " does not match the variable's shape " + v.value.shape().to_string());
       if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, bool>) {
         throw invalid_argument_error("node " + n.describe() + ": no arithmetic on " +
                                      std::string(to_string(dtype_of<T>)));
@@ -127,10 +56,8 @@ template <class T> struct assign_cpu {
         // In place when nothing else holds the value (TF's AssignAdd updates in
         // place too); otherwise into another buffer, so values read earlier in
         // this step stay as they were.
-        any_tensor next = v.value.sole_owner()
-                              ? v.value
-                              : spare_buffers::instance().take(v.value.type(), v.value.shape());
-        if (next.empty()) next = any_tensor(v.value.type(), v.value.shape());
+        any_tensor next =
+            v.value.sole_owner() ? v.value : any_tensor(v.value.type(), v.value.shape());
         const auto count = static_cast<Eigen::DenseIndex>(next.num_elements());
         const bool add = n.op == "assign_add";
         parallel_chunks(c.device, count, Eigen::TensorOpCost(2.0 * sizeof(T), sizeof(T), 1.0),
@@ -138,8 +65,10 @@ template <class T> struct assign_cpu {
                           auto out = chunk_map<T>(next.data<T>() + f, len);
                           const auto old = chunk_map<const T>(v.value.data<T>() + f, len);
                           const auto d = chunk_map<const T>(value.data<T>() + f, len);
-                          if (add) out = old + d;
-                          else out = old - d;
+                          if (add)
+                            out = old + d;
+                          else
+                            out = old - d;
                         });
         v.value = std::move(next);
       }
@@ -203,7 +132,8 @@ template <class T> struct sum_to_shape_cpu {
         auto ui = static_cast<std::size_t>(i);
         ++idx[ui];
         o += to_stride[ui];
-        if (idx[ui] < from[i]) break;
+        if (idx[ui] < from[i])
+          break;
         o -= to_stride[ui] * idx[ui];
         idx[ui] = 0;
       }
