@@ -40,7 +40,7 @@ struct host_port {
 
 namespace detail::cluster_impl {
 
-inline std::string quoted(std::string_view s) {
+inline std::string in_quotes(std::string_view s) {
   return "\"" + std::string(s) + "\"";
 }
 
@@ -49,12 +49,12 @@ inline std::string check_address(std::string_view address, host_port& out) {
   if (address.empty())
     return "it is empty";
   if (const auto scheme = address.find("://"); scheme != std::string_view::npos)
-    return "drop the scheme " + quoted(address.substr(0, scheme + 3)) + "; expected host:port";
+    return "drop the scheme " + in_quotes(address.substr(0, scheme + 3)) + "; expected host:port";
   for (char c : address)
     if (c <= ' ' || c == '/' || c == '\\' || c == '"' || c == '\'' || c == ',' || c == 127)
       return "it contains the character " +
              (c <= ' ' ? std::string("code ") + std::to_string(static_cast<int>(c))
-                       : quoted(std::string(1, c)));
+                       : in_quotes(std::string(1, c)));
   std::string_view host, port;
   if (address.front() == '[') {
     const auto close = address.find(']');
@@ -66,7 +66,7 @@ inline std::string check_address(std::string_view address, host_port& out) {
     for (char c : host)
       if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
             c == ':' || c == '.' || c == '%'))
-        return "the bracketed host " + quoted(host) + " is not an IPv6 address";
+        return "the bracketed host " + in_quotes(host) + " is not an IPv6 address";
     const std::string_view rest = address.substr(close + 1);
     if (rest.empty() || rest.front() != ':')
       return "it has no port; expected [host]:port";
@@ -87,15 +87,15 @@ inline std::string check_address(std::string_view address, host_port& out) {
   if (port.empty())
     return "the port is empty";
   if (port.size() > 5)
-    return "the port " + quoted(port) + " is not a number in 0..65535";
+    return "the port " + in_quotes(port) + " is not a number in 0..65535";
   unsigned value = 0;
   for (char c : port) {
     if (c < '0' || c > '9')
-      return "the port " + quoted(port) + " is not a number in 0..65535";
+      return "the port " + in_quotes(port) + " is not a number in 0..65535";
     value = value * 10 + static_cast<unsigned>(c - '0');
   }
   if (value > 65535)
-    return "the port " + quoted(port) + " is not a number in 0..65535";
+    return "the port " + in_quotes(port) + " is not a number in 0..65535";
   out.host = std::string(host);
   out.port = static_cast<std::uint16_t>(value);
   return {};
@@ -128,7 +128,7 @@ inline host_port parse_host_port(std::string_view address) {
   host_port out;
   const std::string why = detail::cluster_impl::check_address(address, out);
   if (!why.empty())
-    throw invalid_argument_error("address " + detail::cluster_impl::quoted(address) +
+    throw invalid_argument_error("address " + detail::cluster_impl::in_quotes(address) +
                                  " is not host:port: " + why);
   return out;
 }
@@ -192,7 +192,7 @@ public:
   cluster_spec& add_job(const std::string& name, const job_def& def) {
     namespace impl = detail::cluster_impl;
     if (!impl::valid_job_name(name))
-      throw invalid_argument_error("cluster_spec: job name " + impl::quoted(name) +
+      throw invalid_argument_error("cluster_spec: job name " + impl::in_quotes(name) +
                                    " is not valid; expected a letter followed by letters, "
                                    "digits or '_'");
     if (jobs_.count(name))
@@ -205,7 +205,7 @@ public:
       const std::string why = impl::check_address(address, hp);
       if (!why.empty())
         throw invalid_argument_error("cluster_spec: job '" + name + "' task " +
-                                     std::to_string(index) + ": address " + impl::quoted(address) +
+                                     std::to_string(index) + ": address " + impl::in_quotes(address) +
                                      " is not host:port: " + why);
     }
     jobs_.emplace(name, def.tasks);
@@ -360,7 +360,7 @@ private:
       const std::string why = detail::cluster_impl::check_address(entry, hp);
       if (!why.empty())
         throw invalid_argument_error(std::string(flag) + ": entry " + std::to_string(out.size()) +
-                                     " " + detail::cluster_impl::quoted(entry) +
+                                     " " + detail::cluster_impl::in_quotes(entry) +
                                      " is not host:port: " + why);
       out.push_back(entry);
       if (comma == std::string_view::npos)
