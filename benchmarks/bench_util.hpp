@@ -18,7 +18,8 @@ template <class F> double median_seconds(F&& f, int reps, int inner = 1) {
   t.reserve(static_cast<std::size_t>(reps));
   for (int r = 0; r < reps; ++r) {
     const auto a = std::chrono::steady_clock::now();
-    for (int i = 0; i < inner; ++i) f();
+    for (int i = 0; i < inner; ++i)
+      f();
     const auto b = std::chrono::steady_clock::now();
     t.push_back(std::chrono::duration<double>(b - a).count() / inner);
   }

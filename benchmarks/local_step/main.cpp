@@ -42,7 +42,8 @@ struct eigen_mlp {
   static matrix random(int r, int c, std::mt19937& rng) {
     std::normal_distribution<float> d(0, 0.05f);
     matrix m(r, c);
-    for (int i = 0; i < m.size(); ++i) m.data()[i] = d(rng);
+    for (int i = 0; i < m.size(); ++i)
+      m.data()[i] = d(rng);
     return m;
   }
 
@@ -58,10 +59,10 @@ struct eigen_mlp {
     matrix clipped = y.cwiseMax(1e-10f).cwiseMin(1.f);
     const float loss = -(labels.array() * clipped.array().log()).sum();
     // backward
-    matrix dy = (y.array() >= 1e-10f && y.array() <= 1.f)
-                    .select(-labels.array() / clipped.array(), 0.f);
-    matrix dz = y.array() * (dy.colwise() - (dy.array() * y.array()).rowwise().sum().matrix())
-                                .array();
+    matrix dy =
+        (y.array() >= 1e-10f && y.array() <= 1.f).select(-labels.array() / clipped.array(), 0.f);
+    matrix dz =
+        y.array() * (dy.colwise() - (dy.array() * y.array()).rowwise().sum().matrix()).array();
     matrix dw2 = h.transpose() * dz;
     matrix db2 = dz.colwise().sum();
     matrix dh = (dz * w2.w.transpose()).array() * (h_lin.array() > 0.f).cast<float>();
@@ -90,8 +91,10 @@ int main(int argc, char** argv) {
   std::vector<matrix> exs, eys;
   for (int k = 0; k < pool; ++k) {
     loom::tensor<float, 2> x(loom::shape{batch, in_dim}), y(loom::shape{batch, classes}, 0.f);
-    for (auto& v : x.flat()) v = u(rng);
-    for (int i = 0; i < batch; ++i) y(i, static_cast<int>(rng() % classes)) = 1.f;
+    for (auto& v : x.flat())
+      v = u(rng);
+    for (int i = 0; i < batch; ++i)
+      y(i, static_cast<int>(rng() % classes)) = 1.f;
     exs.push_back(Eigen::Map<const matrix>(x.data(), batch, in_dim));
     eys.push_back(Eigen::Map<const matrix>(y.data(), batch, classes));
     xs.push_back(x);

@@ -13,15 +13,17 @@
 
 int main(int argc, char** argv) try {
   loom::flags flags("Trains the seed's MLP on Fashion-MNIST in one process.");
-  flags.define_string("data_dir", std::string(loom::data::default_fashion_mnist_dir),
-                      "Directory with the (Fashion-)MNIST IDX files")
+  flags
+      .define_string("data_dir", std::string(loom::data::default_fashion_mnist_dir),
+                     "Directory with the (Fashion-)MNIST IDX files")
       .define_int("hidden_units", 100, "Number of units in the hidden layer of the NN")
       .define_int("batch_size", 100, "Training batch size")
       .define_float("learning_rate", 0.001, "Learning rate of Adam")
       .define_int("epochs", 3, "Passes over the training set")
       .define_int("log_every", 100, "Print progress every this many steps")
       .define_int("seed", 1, "Graph-level random seed (initial weights, shuffling)");
-  if (!flags.parse(argc, argv)) return 0;
+  if (!flags.parse(argc, argv))
+    return 0;
 
   constexpr int image_pixels = 28;
   const auto hidden = flags.get_int("hidden_units");
@@ -38,9 +40,8 @@ int main(int argc, char** argv) try {
   g.set_random_seed(seed);
   auto global_step = loom::create_global_step(g);
   using loom::shape;
-  loom::variable<float, 2> hid_w(
-      g, "hid_w", shape{image_pixels * image_pixels, hidden},
-      loom::truncated_normal_initializer{.stddev = 1.0 / image_pixels});
+  loom::variable<float, 2> hid_w(g, "hid_w", shape{image_pixels * image_pixels, hidden},
+                                 loom::truncated_normal_initializer{.stddev = 1.0 / image_pixels});
   loom::variable<float, 1> hid_b(g, "hid_b", shape{hidden}, loom::zeros_initializer{});
   loom::variable<float, 2> sm_w(
       g, "sm_w", shape{hidden, 10},
@@ -51,8 +52,8 @@ int main(int argc, char** argv) try {
   loom::placeholder<float, 2> y_(g, shape{-1, 10}, "y_");
   auto hid = loom::relu(loom::xw_plus_b(x, hid_w, hid_b));
   auto y = loom::softmax(loom::xw_plus_b(hid, sm_w, sm_b));
-  auto cross_entropy = loom::named(-loom::reduce_sum(y_ * loom::log(loom::clip_by_value(y, 1e-10, 1.0))),
-                                   "cross_entropy");
+  auto cross_entropy = loom::named(
+      -loom::reduce_sum(y_ * loom::log(loom::clip_by_value(y, 1e-10, 1.0))), "cross_entropy");
   auto correct = loom::equal(loom::argmax(y, 1), loom::argmax(y_, 1));
   auto accuracy = loom::reduce_mean(loom::cast<float>(correct));
 
@@ -70,9 +71,8 @@ int main(int argc, char** argv) try {
   auto window = begin;
   for (std::int64_t local_step = 1; local_step <= steps; ++local_step) {
     auto b = batches.next_batch();
-    auto [_, loss, step] =
-        sess.run(loom::fetches(train_step, cross_entropy, global_step),
-                 {{x, b.images}, {y_, b.labels_one_hot}});
+    auto [_, loss, step] = sess.run(loom::fetches(train_step, cross_entropy, global_step),
+                                    {{x, b.images}, {y_, b.labels_one_hot}});
     if (local_step % log_every == 0 || local_step == steps) {
       const auto now = clock::now();
       const double secs = std::chrono::duration<double>(now - window).count();
@@ -90,8 +90,8 @@ int main(int argc, char** argv) try {
   auto val_xent = sess.run(cross_entropy, {{x, mnist.validation.images},
                                            {y_, loom::data::one_hot(mnist.validation.labels, 10)}});
   std::printf("validation cross entropy = %g\n", static_cast<double>(static_cast<float>(val_xent)));
-  auto test_acc = sess.run(accuracy, {{x, mnist.test.images},
-                                      {y_, loom::data::one_hot(mnist.test.labels, 10)}});
+  auto test_acc = sess.run(
+      accuracy, {{x, mnist.test.images}, {y_, loom::data::one_hot(mnist.test.labels, 10)}});
   std::printf("test accuracy = %.4f\n", static_cast<double>(static_cast<float>(test_acc)));
   return 0;
 } catch (const loom::error& e) {

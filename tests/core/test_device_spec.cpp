@@ -10,9 +10,13 @@ using loom::device_spec;
 
 namespace {
 
-device_spec parse(std::string_view s) { return device_spec::from_string(s); }
+device_spec parse(std::string_view s) {
+  return device_spec::from_string(s);
+}
 
-std::string canonical(std::string_view s) { return parse(s).to_string(); }
+std::string canonical(std::string_view s) {
+  return parse(s).to_string();
+}
 
 // The message (without the "invalid argument: " prefix) of the error that
 // parsing `s` throws, or a marker that makes the comparison fail if none.
@@ -176,8 +180,12 @@ TEST_CASE("device_spec: a repeated field that agrees is accepted") {
 
 TEST_CASE("device_spec: setters build a spec and chain") {
   SUBCASE("on a temporary") {
-    const device_spec d =
-        device_spec{}.with_job("ps").with_replica(0).with_task(1).with_device_type("CPU").with_device_index(0);
+    const device_spec d = device_spec{}
+                              .with_job("ps")
+                              .with_replica(0)
+                              .with_task(1)
+                              .with_device_type("CPU")
+                              .with_device_index(0);
     CHECK(d.to_string() == "/job:ps/replica:0/task:1/device:CPU:0");
     CHECK(d == parse("/job:ps/replica:0/task:1/device:CPU:0"));
   }
@@ -207,7 +215,8 @@ TEST_CASE("device_spec: setters build a spec and chain") {
   }
   SUBCASE("copying fields from another spec") {
     const auto src = parse("/job:ps/task:2");
-    const auto d = device_spec{}.with_job(src.job()).with_task(src.task()).with_replica(src.replica());
+    const auto d =
+        device_spec{}.with_job(src.job()).with_task(src.task()).with_replica(src.replica());
     CHECK(d == src);
   }
 }
@@ -221,7 +230,8 @@ TEST_CASE("device_spec: setters reject values that could not round-trip") {
                        invalid_argument_error);
   CHECK_THROWS_WITH_AS(d.with_device_index(-3), doctest::Contains("device index -3 is negative"),
                        invalid_argument_error);
-  CHECK_THROWS_WITH_AS(d.with_job(""), doctest::Contains("job name is empty"), invalid_argument_error);
+  CHECK_THROWS_WITH_AS(d.with_job(""), doctest::Contains("job name is empty"),
+                       invalid_argument_error);
   CHECK_THROWS_WITH_AS(d.with_job("a/b"), doctest::Contains("job name \"a/b\" must not contain"),
                        invalid_argument_error);
   CHECK_THROWS_WITH_AS(d.with_job("ps:1"), doctest::Contains("job name \"ps:1\""),
@@ -280,7 +290,8 @@ TEST_CASE("device_spec: merge_from overwrites exactly the fields set in the othe
   }
   SUBCASE("type and index merge independently") {
     // A type without index keeps the old index; TF does the same.
-    CHECK(device_spec::merged(parse("/device:GPU:1"), parse("/cpu")).to_string() == "/device:CPU:1");
+    CHECK(device_spec::merged(parse("/device:GPU:1"), parse("/cpu")).to_string() ==
+          "/device:CPU:1");
     // A wildcard index is unset, so it does not clear a concrete one.
     CHECK(device_spec::merged(parse("/device:GPU:1"), parse("/device:GPU:*")).to_string() ==
           "/device:GPU:1");
@@ -326,8 +337,8 @@ TEST_CASE("device_spec: nested device scopes merge with the inner scope winning"
   const auto inner_gpu = device_spec::merged(train, parse("/device:GPU:1"));
   CHECK(inner_gpu.to_string() == "/job:train/device:GPU:1");
 
-  std::vector<device_spec> scopes = {parse("/job:worker/replica:0"), parse("/task:3"), parse("/cpu:0"),
-                                     parse("/device:GPU:*")};
+  std::vector<device_spec> scopes = {parse("/job:worker/replica:0"), parse("/task:3"),
+                                     parse("/cpu:0"), parse("/device:GPU:*")};
   std::vector<std::string> expected = {"/job:worker/replica:0", "/job:worker/replica:0/task:3",
                                        "/job:worker/replica:0/task:3/device:CPU:0",
                                        "/job:worker/replica:0/task:3/device:GPU:0"};
@@ -371,30 +382,44 @@ TEST_CASE("device_spec: malformed strings are rejected with the offending part n
   };
   const std::vector<bad> cases = {
       // Unknown or malformed keys.
-      {"/foo:1", R"(device string "/foo:1": unknown key "foo" in part "foo:1"; expected job, replica, task, device, cpu or gpu)"},
+      {"/foo:1",
+       R"(device string "/foo:1": unknown key "foo" in part "foo:1"; expected job, replica, task, device, cpu or gpu)"},
       {"/job:ps/task:0/device:CPU:0/extra",
        R"(device string "/job:ps/task:0/device:CPU:0/extra": unknown key "extra" in part "extra"; expected job, replica, task, device, cpu or gpu)"},
-      {"/Job:ps", R"(device string "/Job:ps": unknown key "Job" in part "Job:ps"; expected job, replica, task, device, cpu or gpu)"},
-      {"/tpu:0", R"(device string "/tpu:0": unknown key "tpu" in part "tpu:0"; expected job, replica, task, device, cpu or gpu)"},
+      {"/Job:ps",
+       R"(device string "/Job:ps": unknown key "Job" in part "Job:ps"; expected job, replica, task, device, cpu or gpu)"},
+      {"/tpu:0",
+       R"(device string "/tpu:0": unknown key "tpu" in part "tpu:0"; expected job, replica, task, device, cpu or gpu)"},
       {"/:0", R"(device string "/:0": part ":0" has no key)"},
       {"/job", R"(device string "/job": part "job" has no value; expected "job:VALUE")"},
       {"/task", R"(device string "/task": part "task" has no value; expected "task:VALUE")"},
-      {"/device", R"(device string "/device": part "device" is incomplete; expected "device:TYPE:INDEX" or "device:TYPE:*")"},
-      {"/device:GPU", R"(device string "/device:GPU": part "device:GPU" is incomplete; expected "device:TYPE:INDEX" or "device:TYPE:*")"},
+      {"/device",
+       R"(device string "/device": part "device" is incomplete; expected "device:TYPE:INDEX" or "device:TYPE:*")"},
+      {"/device:GPU",
+       R"(device string "/device:GPU": part "device:GPU" is incomplete; expected "device:TYPE:INDEX" or "device:TYPE:*")"},
       // Non-integer, negative or out-of-range indices.
-      {"/job:ps/task:x", R"(device string "/job:ps/task:x": task index "x" is not a non-negative integer)"},
-      {"/replica:one", R"(device string "/replica:one": replica index "one" is not a non-negative integer)"},
+      {"/job:ps/task:x",
+       R"(device string "/job:ps/task:x": task index "x" is not a non-negative integer)"},
+      {"/replica:one",
+       R"(device string "/replica:one": replica index "one" is not a non-negative integer)"},
       {"/task:-1", R"(device string "/task:-1": task index "-1" is not a non-negative integer)"},
-      {"/replica:+1", R"(device string "/replica:+1": replica index "+1" is not a non-negative integer)"},
+      {"/replica:+1",
+       R"(device string "/replica:+1": replica index "+1" is not a non-negative integer)"},
       {"/task:", R"(device string "/task:": task index "" is not a non-negative integer)"},
       {"/task:*", R"(device string "/task:*": task index "*" is not a non-negative integer)"},
-      {"/task:1abc", R"(device string "/task:1abc": task index "1abc" is not a non-negative integer)"},
+      {"/task:1abc",
+       R"(device string "/task:1abc": task index "1abc" is not a non-negative integer)"},
       {"/task:0 ", R"(device string "/task:0 ": task index "0 " is not a non-negative integer)"},
-      {"/task:99999999999", R"(device string "/task:99999999999": task index "99999999999" is out of range)"},
-      {"/device:GPU:x", R"(device string "/device:GPU:x": device index "x" is not a non-negative integer or "*")"},
-      {"/device:GPU:-1", R"(device string "/device:GPU:-1": device index "-1" is not a non-negative integer or "*")"},
-      {"/cpu:x", R"(device string "/cpu:x": device index "x" is not a non-negative integer or "*")"},
-      {"/gpu:-1", R"(device string "/gpu:-1": device index "-1" is not a non-negative integer or "*")"},
+      {"/task:99999999999",
+       R"(device string "/task:99999999999": task index "99999999999" is out of range)"},
+      {"/device:GPU:x",
+       R"(device string "/device:GPU:x": device index "x" is not a non-negative integer or "*")"},
+      {"/device:GPU:-1",
+       R"(device string "/device:GPU:-1": device index "-1" is not a non-negative integer or "*")"},
+      {"/cpu:x",
+       R"(device string "/cpu:x": device index "x" is not a non-negative integer or "*")"},
+      {"/gpu:-1",
+       R"(device string "/gpu:-1": device index "-1" is not a non-negative integer or "*")"},
       {"/gpu:", R"(device string "/gpu:": device index "" is not a non-negative integer or "*")"},
       // Empty names.
       {"/job:", R"(device string "/job:": job name is empty in part "job:")"},
@@ -402,17 +427,25 @@ TEST_CASE("device_spec: malformed strings are rejected with the offending part n
       {"/device::0", R"(device string "/device::0": device type is empty in part "device::0")"},
       // Trailing garbage inside a part.
       {"/job:ps:1", R"(device string "/job:ps:1": part "job:ps:1" has unexpected trailing ":1")"},
-      {"/task:1:2:3", R"(device string "/task:1:2:3": part "task:1:2:3" has unexpected trailing ":2:3")"},
+      {"/task:1:2:3",
+       R"(device string "/task:1:2:3": part "task:1:2:3" has unexpected trailing ":2:3")"},
       {"/cpu:0:1", R"(device string "/cpu:0:1": part "cpu:0:1" has unexpected trailing ":1")"},
-      {"/device:GPU:0:junk", R"(device string "/device:GPU:0:junk": part "device:GPU:0:junk" has unexpected trailing ":junk")"},
-      {"/device:GPU:0:", R"(device string "/device:GPU:0:": part "device:GPU:0:" has unexpected trailing ":")"},
+      {"/device:GPU:0:junk",
+       R"(device string "/device:GPU:0:junk": part "device:GPU:0:junk" has unexpected trailing ":junk")"},
+      {"/device:GPU:0:",
+       R"(device string "/device:GPU:0:": part "device:GPU:0:" has unexpected trailing ":")"},
       // Conflicting repeated fields.
       {"/job:a/job:b", R"(device string "/job:a/job:b": job "b" conflicts with earlier job "a")"},
-      {"/replica:0/replica:1", R"(device string "/replica:0/replica:1": replica 1 conflicts with earlier replica 0)"},
-      {"/task:1/job:ps/task:2", R"(device string "/task:1/job:ps/task:2": task 2 conflicts with earlier task 1)"},
-      {"/cpu:0/gpu:0", R"(device string "/cpu:0/gpu:0": device "GPU:0" conflicts with earlier device "CPU:0")"},
-      {"/device:GPU:0/device:GPU:1", R"(device string "/device:GPU:0/device:GPU:1": device "GPU:1" conflicts with earlier device "GPU:0")"},
-      {"/gpu:*/gpu:0", R"(device string "/gpu:*/gpu:0": device "GPU:0" conflicts with earlier device "GPU:*")"},
+      {"/replica:0/replica:1",
+       R"(device string "/replica:0/replica:1": replica 1 conflicts with earlier replica 0)"},
+      {"/task:1/job:ps/task:2",
+       R"(device string "/task:1/job:ps/task:2": task 2 conflicts with earlier task 1)"},
+      {"/cpu:0/gpu:0",
+       R"(device string "/cpu:0/gpu:0": device "GPU:0" conflicts with earlier device "CPU:0")"},
+      {"/device:GPU:0/device:GPU:1",
+       R"(device string "/device:GPU:0/device:GPU:1": device "GPU:1" conflicts with earlier device "GPU:0")"},
+      {"/gpu:*/gpu:0",
+       R"(device string "/gpu:*/gpu:0": device "GPU:0" conflicts with earlier device "GPU:*")"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.spec);
@@ -420,11 +453,13 @@ TEST_CASE("device_spec: malformed strings are rejected with the offending part n
   }
 }
 
-TEST_CASE("device_spec: parse errors are loom::invalid_argument_error and catchable as loom::error") {
+TEST_CASE(
+    "device_spec: parse errors are loom::invalid_argument_error and catchable as loom::error") {
   CHECK_THROWS_WITH_AS(parse("/job:ps/task:x"),
                        doctest::Contains(R"(task index "x" is not a non-negative integer)"),
                        loom::invalid_argument_error);
   CHECK_THROWS_AS(parse("/foo:1"), loom::error);
-  CHECK_THROWS_WITH_AS(parse("/foo:1"), doctest::Contains("invalid argument: device string \"/foo:1\""),
+  CHECK_THROWS_WITH_AS(parse("/foo:1"),
+                       doctest::Contains("invalid argument: device string \"/foo:1\""),
                        std::exception);
 }

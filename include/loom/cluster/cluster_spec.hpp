@@ -205,8 +205,8 @@ public:
       const std::string why = impl::check_address(address, hp);
       if (!why.empty())
         throw invalid_argument_error("cluster_spec: job '" + name + "' task " +
-                                     std::to_string(index) + ": address " + impl::in_quotes(address) +
-                                     " is not host:port: " + why);
+                                     std::to_string(index) + ": address " +
+                                     impl::in_quotes(address) + " is not host:port: " + why);
     }
     jobs_.emplace(name, def.tasks);
     return *this;

@@ -144,26 +144,34 @@ enum class int_parse { ok, not_an_integer, out_of_range };
 // Digits only: a sign, spaces or a suffix would be accepted by Python's int()
 // but almost always mean a malformed string.
 inline int_parse parse_index(std::string_view s, int& value) {
-  if (s.empty()) return int_parse::not_an_integer;
+  if (s.empty())
+    return int_parse::not_an_integer;
   for (char c : s)
-    if (c < '0' || c > '9') return int_parse::not_an_integer;
+    if (c < '0' || c > '9')
+      return int_parse::not_an_integer;
   const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (ec == std::errc::result_out_of_range) return int_parse::out_of_range;
-  if (ec != std::errc() || ptr != s.data() + s.size()) return int_parse::not_an_integer;
+  if (ec == std::errc::result_out_of_range)
+    return int_parse::out_of_range;
+  if (ec != std::errc() || ptr != s.data() + s.size())
+    return int_parse::not_an_integer;
   return int_parse::ok;
 }
 
 inline std::string normalize_device_type(std::string_view type) {
-  if (type == "cpu") return "CPU";
-  if (type == "gpu") return "GPU";
+  if (type == "cpu")
+    return "CPU";
+  if (type == "gpu")
+    return "GPU";
   return std::string(type);
 }
 
 inline bool ascii_iequals(std::string_view a, std::string_view upper) {
-  if (a.size() != upper.size()) return false;
+  if (a.size() != upper.size())
+    return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
     const char c = (a[i] >= 'a' && a[i] <= 'z') ? static_cast<char>(a[i] - 'a' + 'A') : a[i];
-    if (c != upper[i]) return false;
+    if (c != upper[i])
+      return false;
   }
   return true;
 }
@@ -198,7 +206,8 @@ inline device_spec device_spec::from_string(std::string_view spec) {
 
   auto index_of = [&](std::string_view what, std::string_view text, bool star_ok) {
     std::optional<int> out;
-    if (star_ok && text == "*") return out;
+    if (star_ok && text == "*")
+      return out;
     int value = 0;
     switch (impl::parse_index(text, value)) {
     case impl::int_parse::ok: out = value; break;
@@ -230,7 +239,8 @@ inline device_spec device_spec::from_string(std::string_view spec) {
   auto set_device = [&](device_spec& s, std::string type, std::optional<int> index) {
     const std::optional<std::string> t = std::move(type);
     if (have_device && (s.device_type_ != t || s.device_index_ != index))
-      fail("device " + impl::quoted(impl::device_str(t, index)) + " conflicts with earlier device " +
+      fail("device " + impl::quoted(impl::device_str(t, index)) +
+           " conflicts with earlier device " +
            impl::quoted(impl::device_str(s.device_type_, s.device_index_)));
     have_device = true;
     s.device_type_ = t;
@@ -241,14 +251,16 @@ inline device_spec device_spec::from_string(std::string_view spec) {
                       std::size_t expected) {
     // Everything after the expected fields, with its leading ':'.
     std::size_t used = 0;
-    for (std::size_t i = 0; i < expected; ++i) used += fields[i].size() + 1;
+    for (std::size_t i = 0; i < expected; ++i)
+      used += fields[i].size() + 1;
     fail("part " + impl::quoted(part) + " has unexpected trailing " +
          impl::quoted(part.substr(used - 1)));
   };
 
   device_spec s;
   for (std::string_view part : impl::split(spec, '/')) {
-    if (part.empty()) continue;
+    if (part.empty())
+      continue;
     const auto fields = impl::split(part, ':');
     const std::string_view key = fields[0];
     const std::size_t n = fields.size();
@@ -256,11 +268,14 @@ inline device_spec device_spec::from_string(std::string_view spec) {
     if (key.empty()) {
       fail("part " + impl::quoted(part) + " has no key");
     } else if (key == "job" || key == "replica" || key == "task") {
-      if (n == 1) fail("part " + impl::quoted(part) + " has no value; expected \"" +
-                       std::string(key) + ":VALUE\"");
-      if (n > 2) trailing(part, fields, 2);
+      if (n == 1)
+        fail("part " + impl::quoted(part) + " has no value; expected \"" + std::string(key) +
+             ":VALUE\"");
+      if (n > 2)
+        trailing(part, fields, 2);
       if (key == "job") {
-        if (fields[1].empty()) fail("job name is empty in part " + impl::quoted(part));
+        if (fields[1].empty())
+          fail("job name is empty in part " + impl::quoted(part));
         set_job(s, fields[1]);
       } else {
         const std::string what = std::string(key) + " index";
@@ -269,7 +284,8 @@ inline device_spec device_spec::from_string(std::string_view spec) {
       }
     } else if (impl::ascii_iequals(key, "CPU") || impl::ascii_iequals(key, "GPU")) {
       // Legacy "/cpu:0": TF upper-cases the key whatever its case.
-      if (n > 2) trailing(part, fields, 2);
+      if (n > 2)
+        trailing(part, fields, 2);
       const std::optional<int> index =
           n == 2 ? index_of("device index", fields[1], /*star_ok=*/true) : std::nullopt;
       set_device(s, key.front() == 'c' || key.front() == 'C' ? "CPU" : "GPU", index);
@@ -277,8 +293,10 @@ inline device_spec device_spec::from_string(std::string_view spec) {
       if (n < 3)
         fail("part " + impl::quoted(part) +
              " is incomplete; expected \"device:TYPE:INDEX\" or \"device:TYPE:*\"");
-      if (n > 3) trailing(part, fields, 3);
-      if (fields[1].empty()) fail("device type is empty in part " + impl::quoted(part));
+      if (n > 3)
+        trailing(part, fields, 3);
+      if (fields[1].empty())
+        fail("device type is empty in part " + impl::quoted(part));
       const std::optional<int> index = index_of("device index", fields[2], /*star_ok=*/true);
       set_device(s, impl::normalize_device_type(fields[1]), index);
     } else {
@@ -291,15 +309,20 @@ inline device_spec device_spec::from_string(std::string_view spec) {
 
 inline std::string device_spec::to_string() const {
   std::string out;
-  if (job_) out += "/job:" + *job_;
-  if (replica_) out += "/replica:" + std::to_string(*replica_);
-  if (task_) out += "/task:" + std::to_string(*task_);
-  if (device_type_) out += "/device:" + detail::device_spec_impl::device_str(device_type_, device_index_);
+  if (job_)
+    out += "/job:" + *job_;
+  if (replica_)
+    out += "/replica:" + std::to_string(*replica_);
+  if (task_)
+    out += "/task:" + std::to_string(*task_);
+  if (device_type_)
+    out += "/device:" + detail::device_spec_impl::device_str(device_type_, device_index_);
   return out;
 }
 
 inline device_spec& device_spec::with_job(std::optional<std::string_view> job) & {
-  if (job) detail::device_spec_impl::check_name("job name", *job);
+  if (job)
+    detail::device_spec_impl::check_name("job name", *job);
   job_ = job ? std::optional<std::string>(std::string(*job)) : std::nullopt;
   return *this;
 }
@@ -317,7 +340,8 @@ inline device_spec& device_spec::with_task(std::optional<int> task) & {
 }
 
 inline device_spec& device_spec::with_device_type(std::optional<std::string_view> device_type) & {
-  if (device_type) detail::device_spec_impl::check_name("device type", *device_type);
+  if (device_type)
+    detail::device_spec_impl::check_name("device type", *device_type);
   device_type_ = device_type ? std::optional<std::string>(
                                    detail::device_spec_impl::normalize_device_type(*device_type))
                              : std::nullopt;
@@ -331,16 +355,22 @@ inline device_spec& device_spec::with_device_index(std::optional<int> device_ind
 }
 
 inline device_spec& device_spec::merge_from(const device_spec& other) & {
-  if (other.job_) job_ = other.job_;
-  if (other.replica_) replica_ = other.replica_;
-  if (other.task_) task_ = other.task_;
-  if (other.device_type_) device_type_ = other.device_type_;
-  if (other.device_index_) device_index_ = other.device_index_;
+  if (other.job_)
+    job_ = other.job_;
+  if (other.replica_)
+    replica_ = other.replica_;
+  if (other.task_)
+    task_ = other.task_;
+  if (other.device_type_)
+    device_type_ = other.device_type_;
+  if (other.device_index_)
+    device_index_ = other.device_index_;
   return *this;
 }
 
 inline bool device_spec::matches(const device_spec& filter) const noexcept {
-  return (!filter.job_ || filter.job_ == job_) && (!filter.replica_ || filter.replica_ == replica_) &&
+  return (!filter.job_ || filter.job_ == job_) &&
+         (!filter.replica_ || filter.replica_ == replica_) &&
          (!filter.task_ || filter.task_ == task_) &&
          (!filter.device_type_ || filter.device_type_ == device_type_) &&
          (!filter.device_index_ || filter.device_index_ == device_index_);

@@ -58,7 +58,9 @@ template <> struct type_of_impl<dtype::string> { using type = std::string; };
 
 // A C++ type that a tensor can hold.
 template <class T>
-concept element_type = requires { detail::dtype_of_impl<T>::value; };
+concept element_type = requires {
+  detail::dtype_of_impl<T>::value;
+};
 
 // Element types with arithmetic (everything but bool and string).
 template <class T>

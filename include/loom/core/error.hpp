@@ -67,8 +67,7 @@ private:
 };
 
 // One subclass per code that callers catch on its own (TF's errors.*Error).
-template <error_code Code>
-class coded_error : public error {
+template <error_code Code> class coded_error : public error {
 public:
   explicit coded_error(const std::string& message) : error(Code, message) {}
 };

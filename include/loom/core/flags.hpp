@@ -72,9 +72,12 @@ public:
         throw invalid_argument_error("unknown flag --" + name + known());
       entry& e = it->second;
       if (!text) {
-        if (std::holds_alternative<bool>(e.current)) text = "true";
-        else if (i + 1 < argc) text = argv[++i];
-        else throw invalid_argument_error("flag --" + name + " needs a value");
+        if (std::holds_alternative<bool>(e.current))
+          text = "true";
+        else if (i + 1 < argc)
+          text = argv[++i];
+        else
+          throw invalid_argument_error("flag --" + name + " needs a value");
       }
       e.current = convert(name, e.current, *text);
       e.set = true;
@@ -90,7 +93,8 @@ public:
   bool is_set(const std::string& n) const { return find(n).set; }
 
   void print_usage(std::ostream& os, std::string_view program) const {
-    if (!description_.empty()) os << description_ << "\n\n";
+    if (!description_.empty())
+      os << description_ << "\n\n";
     os << "usage: " << program << " [--flag=value ...]\n";
     for (auto& [name, e] : entries_) {
       os << "  --" << name << " (default: ";
@@ -108,18 +112,21 @@ private:
 
   const entry& find(const std::string& n) const {
     auto it = entries_.find(n);
-    if (it == entries_.end()) throw not_found_error("flag --" + n + " is not defined");
+    if (it == entries_.end())
+      throw not_found_error("flag --" + n + " is not defined");
     return it->second;
   }
   template <class T> T get(const std::string& n) const {
     const entry& e = find(n);
-    if (auto* v = std::get_if<T>(&e.current)) return *v;
+    if (auto* v = std::get_if<T>(&e.current))
+      return *v;
     throw invalid_argument_error("flag --" + n + " is read with the wrong type");
   }
 
   std::string known() const {
     std::string s = "; known flags:";
-    for (auto& [name, e] : entries_) s += " --" + name;
+    for (auto& [name, e] : entries_)
+      s += " --" + name;
     return s;
   }
 
@@ -127,22 +134,27 @@ private:
     auto bad = [&](const char* what) {
       return invalid_argument_error("flag --" + name + "=" + text + ": not " + what);
     };
-    if (std::holds_alternative<std::string>(like)) return text;
+    if (std::holds_alternative<std::string>(like))
+      return text;
     if (std::holds_alternative<bool>(like)) {
-      if (text == "true" || text == "True" || text == "1") return true;
-      if (text == "false" || text == "False" || text == "0") return false;
+      if (text == "true" || text == "True" || text == "1")
+        return true;
+      if (text == "false" || text == "False" || text == "0")
+        return false;
       throw bad("a boolean (true or false)");
     }
     if (std::holds_alternative<std::int64_t>(like)) {
       std::int64_t v{};
       auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      if (ec != std::errc{} || p != text.data() + text.size()) throw bad("an integer");
+      if (ec != std::errc{} || p != text.data() + text.size())
+        throw bad("an integer");
       return v;
     }
     try {
       std::size_t used = 0;
       double v = std::stod(text, &used);
-      if (used != text.size()) throw bad("a number");
+      if (used != text.size())
+        throw bad("a number");
       return v;
     } catch (const std::logic_error&) {
       throw bad("a number");

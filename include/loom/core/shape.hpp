@@ -27,7 +27,8 @@ public:
 
   bool fully_defined() const noexcept {
     for (auto d : dims_)
-      if (d < 0) return false;
+      if (d < 0)
+        return false;
     return true;
   }
 
@@ -35,7 +36,8 @@ public:
   std::int64_t num_elements() const {
     std::int64_t n = 1;
     for (auto d : dims_) {
-      if (d < 0) throw invalid_argument_error("num_elements of partial shape " + to_string());
+      if (d < 0)
+        throw invalid_argument_error("num_elements of partial shape " + to_string());
       n *= d;
     }
     return n;
@@ -43,16 +45,19 @@ public:
 
   // True if some fully defined shape matches both (unknown dims match anything).
   bool compatible_with(const shape& o) const noexcept {
-    if (rank() != o.rank()) return false;
+    if (rank() != o.rank())
+      return false;
     for (std::size_t i = 0; i < dims_.size(); ++i)
-      if (dims_[i] >= 0 && o.dims_[i] >= 0 && dims_[i] != o.dims_[i]) return false;
+      if (dims_[i] >= 0 && o.dims_[i] >= 0 && dims_[i] != o.dims_[i])
+        return false;
     return true;
   }
 
   std::string to_string() const {
     std::string s = "[";
     for (std::size_t i = 0; i < dims_.size(); ++i) {
-      if (i) s += ", ";
+      if (i)
+        s += ", ";
       s += dims_[i] < 0 ? std::string("?") : std::to_string(dims_[i]);
     }
     return s + "]";
@@ -81,15 +86,18 @@ inline shape broadcast_shapes(const shape& a, const shape& b, const std::string&
     const int ia = a.rank() - r + i, ib = b.rank() - r + i;
     const std::int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
     std::int64_t d;
-    if (da == 1) d = db;
-    else if (db == 1) d = da;
-    else if (da == shape::unknown) d = db;
-    else if (db == shape::unknown || da == db) d = da;
+    if (da == 1)
+      d = db;
+    else if (db == 1)
+      d = da;
+    else if (da == shape::unknown)
+      d = db;
+    else if (db == shape::unknown || da == db)
+      d = da;
     else
       throw invalid_argument_error(what + ": shapes " + a.to_string() + " and " + b.to_string() +
-                                   " cannot be broadcast together (dimension " +
-                                   std::to_string(i) + ": " + std::to_string(da) + " vs " +
-                                   std::to_string(db) + ")");
+                                   " cannot be broadcast together (dimension " + std::to_string(i) +
+                                   ": " + std::to_string(da) + " vs " + std::to_string(db) + ")");
     out[static_cast<std::size_t>(i)] = d;
   }
   return shape(std::move(out));

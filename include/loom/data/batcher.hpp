@@ -28,7 +28,8 @@ inline std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n) {
   const std::uint64_t threshold = (0 - n) % n; // == 2^64 mod n
   for (;;) {
     const std::uint64_t x = rng();
-    if (x >= threshold) return x % n;
+    if (x >= threshold)
+      return x % n;
   }
 }
 
@@ -78,10 +79,12 @@ public:
                                      " of example " + std::to_string(i) + " is outside [0, " +
                                      std::to_string(data_.num_classes) + ")");
     order_.resize(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) order_[static_cast<std::size_t>(i)] = i;
+    for (std::int64_t i = 0; i < n; ++i)
+      order_[static_cast<std::size_t>(i)] = i;
     // TF shuffles the first epoch lazily on the first call; nothing else draws
     // from the generator in between, so doing it now gives the same order.
-    if (shuffle_) shuffle_in_place(order_, rng_);
+    if (shuffle_)
+      shuffle_in_place(order_, rng_);
   }
 
   // The next batch_size examples. A batch that crosses the end of an epoch
@@ -115,7 +118,8 @@ public:
     if (start + batch_size_ > n) {
       ++epochs_completed_;
       take(start, n);
-      if (shuffle_) shuffle_in_place(order_, rng_);
+      if (shuffle_)
+        shuffle_in_place(order_, rng_);
       index_in_epoch_ = batch_size_ - (n - start);
       take(0, index_in_epoch_);
     } else {
@@ -165,7 +169,8 @@ inline dataset make_synthetic(std::int64_t n, std::uint64_t seed) {
                                  " examples would not fit in memory");
   std::mt19937_64 rng(seed);
   std::vector<float> prototypes(static_cast<std::size_t>(classes * features));
-  for (auto& p : prototypes) p = uniform_unit(rng);
+  for (auto& p : prototypes)
+    p = uniform_unit(rng);
 
   dataset d;
   d.num_classes = classes;
@@ -178,7 +183,8 @@ inline dataset make_synthetic(std::int64_t n, std::uint64_t seed) {
     lab[i] = c;
     const float* proto = prototypes.data() + c * features;
     float* row = img + i * features;
-    for (std::int64_t j = 0; j < features; ++j) row[j] = 0.6f * proto[j] + 0.4f * uniform_unit(rng);
+    for (std::int64_t j = 0; j < features; ++j)
+      row[j] = 0.6f * proto[j] + 0.4f * uniform_unit(rng);
   }
   return d;
 }

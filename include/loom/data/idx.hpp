@@ -74,13 +74,20 @@ inline constexpr std::uint64_t idx_max_payload_bytes = std::uint64_t{1} << 34;
 
 namespace detail {
 template <class T> constexpr std::uint8_t idx_type_of() noexcept {
-  if constexpr (std::is_same_v<T, std::uint8_t>) return idx_ubyte;
-  else if constexpr (std::is_same_v<T, std::int8_t>) return idx_sbyte;
-  else if constexpr (std::is_same_v<T, std::int16_t>) return idx_short;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return idx_int;
-  else if constexpr (std::is_same_v<T, float>) return idx_float;
-  else if constexpr (std::is_same_v<T, double>) return idx_double;
-  else return 0;
+  if constexpr (std::is_same_v<T, std::uint8_t>)
+    return idx_ubyte;
+  else if constexpr (std::is_same_v<T, std::int8_t>)
+    return idx_sbyte;
+  else if constexpr (std::is_same_v<T, std::int16_t>)
+    return idx_short;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return idx_int;
+  else if constexpr (std::is_same_v<T, float>)
+    return idx_float;
+  else if constexpr (std::is_same_v<T, double>)
+    return idx_double;
+  else
+    return 0;
 }
 } // namespace detail
 
@@ -95,7 +102,8 @@ struct idx_array {
   std::size_t element_size() const noexcept { return idx_element_size(type); }
   std::int64_t num_elements() const noexcept {
     std::int64_t n = 1;
-    for (auto d : dims) n *= d;
+    for (auto d : dims)
+      n *= d;
     return n;
   }
 
@@ -113,7 +121,8 @@ struct idx_array {
     for (std::size_t i = 0; i < n; ++i) {
       unsigned char b[sizeof(T)];
       std::memcpy(b, bytes.data() + i * sizeof(T), sizeof(T));
-      if constexpr (std::endian::native == std::endian::little) std::reverse(b, b + sizeof(T));
+      if constexpr (std::endian::native == std::endian::little)
+        std::reverse(b, b + sizeof(T));
       std::memcpy(&out[i], b, sizeof(T));
     }
     return out;
@@ -132,10 +141,12 @@ inline std::string idx_where(const std::filesystem::path& p) {
 }
 
 inline std::string idx_dims_string(const std::vector<std::int64_t>& dims) {
-  if (dims.empty()) return "a scalar";
+  if (dims.empty())
+    return "a scalar";
   std::string s;
   for (std::size_t i = 0; i < dims.size(); ++i) {
-    if (i) s += 'x';
+    if (i)
+      s += 'x';
     s += std::to_string(dims[i]);
   }
   return s;
@@ -146,8 +157,8 @@ inline std::string idx_size_string(const std::vector<std::int64_t>& dims, std::u
                                    std::uint64_t bytes) {
   std::string s = idx_dims_string(dims);
   if (idx_element_size(type) != 1)
-    s += " " + std::string(idx_type_name(type)) + " (" +
-         std::to_string(idx_element_size(type)) + " bytes each)";
+    s += " " + std::string(idx_type_name(type)) + " (" + std::to_string(idx_element_size(type)) +
+         " bytes each)";
   return s + " = " + std::to_string(bytes) + " bytes";
 }
 
@@ -157,7 +168,8 @@ inline constexpr std::size_t gz_max_chunk = std::size_t{1} << 30;
 inline std::string gz_error_text(gzFile f) {
   int code = Z_OK;
   const char* msg = gzerror(f, &code);
-  if (code == Z_ERRNO) return std::strerror(errno);
+  if (code == Z_ERRNO)
+    return std::strerror(errno);
   return msg && *msg ? std::string(msg) : std::string("zlib error ") + std::to_string(code);
 }
 
@@ -170,7 +182,8 @@ inline std::size_t gz_read_fully(gzFile f, std::uint8_t* dst, std::size_t n,
     const int r = gzread(f, dst + got, static_cast<unsigned>(want));
     if (r < 0)
       throw data_loss_error(idx_where(path) + " cannot be read: " + gz_error_text(f));
-    if (r == 0) break;
+    if (r == 0)
+      break;
     got += static_cast<std::size_t>(r);
   }
   return got;
@@ -213,7 +226,8 @@ inline idx_array read_idx(const std::filesystem::path& path) {
 #endif
   if (!file) {
     const std::string why = errno ? std::strerror(errno) : "zlib could not open it";
-    if (errno == EACCES) throw permission_denied_error(idx_where(path) + " cannot be opened: " + why);
+    if (errno == EACCES)
+      throw permission_denied_error(idx_where(path) + " cannot be opened: " + why);
     throw not_found_error(idx_where(path) + " cannot be opened: " + why);
   }
   // The default 8 KiB buffer makes inflating a 26 MB dataset noticeably slower.
@@ -245,7 +259,8 @@ inline idx_array read_idx(const std::filesystem::path& path) {
   if (got_dims < 4 * rank)
     throw data_loss_error(idx_where(path) + " is truncated: its header declares " +
                           std::to_string(rank) + " dimensions (" + std::to_string(4 * rank) +
-                          " bytes) but only " + std::to_string(got_dims) + " bytes follow the magic");
+                          " bytes) but only " + std::to_string(got_dims) +
+                          " bytes follow the magic");
 
   out.dims.resize(rank);
   bool any_zero = false;
@@ -259,7 +274,8 @@ inline idx_array read_idx(const std::filesystem::path& path) {
   // <= 2^34 before the next multiply, so nothing here can overflow 64 bits.
   std::uint64_t payload = out.element_size();
   for (std::size_t i = 0; i < rank; ++i) {
-    if (out.dims[i] == 0) continue;
+    if (out.dims[i] == 0)
+      continue;
     payload *= static_cast<std::uint64_t>(out.dims[i]);
     if (payload > idx_max_payload_bytes)
       throw data_loss_error(idx_where(path) + " has an implausible header: dimensions " +
@@ -267,13 +283,13 @@ inline idx_array read_idx(const std::filesystem::path& path) {
                             std::string(idx_type_name(out.type)) + " exceed the " +
                             std::to_string(idx_max_payload_bytes) + "-byte limit");
   }
-  if (any_zero) payload = 0;
+  if (any_zero)
+    payload = 0;
   const std::uint64_t header = 4 + 4 * rank;
   const auto truncated = [&](std::uint64_t have, bool cut_stream) {
     return data_loss_error(idx_where(path) + " is truncated: header says " +
                            detail::idx_size_string(out.dims, out.type, payload) + ", file has " +
-                           std::to_string(have) +
-                           (gzipped ? " after decompression" : "") +
+                           std::to_string(have) + (gzipped ? " after decompression" : "") +
                            (cut_stream ? " (the gzip stream ends unexpectedly)" : ""));
   };
   const auto trailing = [&](std::uint64_t extra, bool at_least) {
@@ -289,8 +305,10 @@ inline idx_array read_idx(const std::filesystem::path& path) {
     const auto size = fs::file_size(path, ec);
     if (!ec && size >= header) {
       const std::uint64_t have = size - header;
-      if (have < payload) throw truncated(have, false);
-      if (have > payload) throw trailing(have - payload, false);
+      if (have < payload)
+        throw truncated(have, false);
+      if (have > payload)
+        throw trailing(have - payload, false);
     }
   } else {
     alloc_limit = std::min<std::uint64_t>(payload, std::uint64_t{64} << 20);
@@ -305,12 +323,13 @@ inline idx_array read_idx(const std::filesystem::path& path) {
       out.bytes.resize(static_cast<std::size_t>(
           std::min<std::uint64_t>(payload, std::max<std::uint64_t>(2 * got, 1u << 20))));
     const std::size_t want = out.bytes.size() - static_cast<std::size_t>(got);
-    const std::size_t r =
-        detail::gz_read_fully(f, out.bytes.data() + got, want, path);
+    const std::size_t r = detail::gz_read_fully(f, out.bytes.data() + got, want, path);
     got += r;
-    if (r < want) break;
+    if (r < want)
+      break;
   }
-  if (got < payload) throw truncated(got, detail::gz_stream_cut_short(f));
+  if (got < payload)
+    throw truncated(got, detail::gz_stream_cut_short(f));
 
   // Whatever follows the payload is corruption too; count it, within reason.
   std::uint8_t scratch[1 << 14];
@@ -319,9 +338,11 @@ inline idx_array read_idx(const std::filesystem::path& path) {
   while (extra < count_limit) {
     const std::size_t r = detail::gz_read_fully(f, scratch, sizeof scratch, path);
     extra += r;
-    if (r < sizeof scratch) break;
+    if (r < sizeof scratch)
+      break;
   }
-  if (extra > 0) throw trailing(extra, extra >= count_limit);
+  if (extra > 0)
+    throw trailing(extra, extra >= count_limit);
   if (detail::gz_stream_cut_short(f))
     throw data_loss_error(idx_where(path) +
                           " is truncated: the gzip stream ends before its trailer (all " +

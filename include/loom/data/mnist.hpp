@@ -65,8 +65,10 @@ inline std::filesystem::path find_mnist_file(const std::filesystem::path& dir,
   std::error_code ec;
   const auto plain = dir / std::string(base);
   const auto gz = dir / (std::string(base) + ".gz");
-  if (std::filesystem::is_regular_file(plain, ec)) return plain;
-  if (std::filesystem::is_regular_file(gz, ec)) return gz;
+  if (std::filesystem::is_regular_file(plain, ec))
+    return plain;
+  if (std::filesystem::is_regular_file(gz, ec))
+    return gz;
   throw not_found_error("MNIST file " + std::string(base) + " not found in " + dir.string() +
                         " (looked for " + plain.string() + " and " + gz.string() + ")");
 }
@@ -119,11 +121,13 @@ inline dataset decode_mnist(const idx_array& images, const idx_array& labels, st
   // by the same constant reproduces its values bit for bit (and 255 -> 1.0f).
   constexpr float scale = static_cast<float>(1.0 / 255.0);
   const std::int64_t total = n * features;
-  for (std::int64_t i = 0; i < total; ++i) dst[i] = static_cast<float>(px[i]) * scale;
+  for (std::int64_t i = 0; i < total; ++i)
+    dst[i] = static_cast<float>(px[i]) * scale;
 
   const std::uint8_t* lb = labels.bytes.data() + begin;
   std::int64_t* ldst = d.labels.data();
-  for (std::int64_t i = 0; i < n; ++i) ldst[i] = lb[i];
+  for (std::int64_t i = 0; i < n; ++i)
+    ldst[i] = lb[i];
   return d;
 }
 
@@ -167,13 +171,11 @@ inline mnist_splits read_mnist(const std::filesystem::path& dir = default_fashio
   }
   out.test = read_mnist_pair(test_images_path, test_labels_path);
   if (out.test.image_rows != out.train.image_rows || out.test.image_cols != out.train.image_cols)
-    throw data_loss_error("MNIST files disagree on the image size: " +
-                          train_images_path.string() + " has " +
-                          std::to_string(out.train.image_rows) + "x" +
-                          std::to_string(out.train.image_cols) + " images but " +
-                          test_images_path.string() + " has " +
-                          std::to_string(out.test.image_rows) + "x" +
-                          std::to_string(out.test.image_cols));
+    throw data_loss_error(
+        "MNIST files disagree on the image size: " + train_images_path.string() + " has " +
+        std::to_string(out.train.image_rows) + "x" + std::to_string(out.train.image_cols) +
+        " images but " + test_images_path.string() + " has " + std::to_string(out.test.image_rows) +
+        "x" + std::to_string(out.test.image_cols));
   return out;
 }
 

@@ -62,7 +62,8 @@ template <expression E> inline constexpr int rank_of = std::remove_cvref_t<E>::r
 // How many leaves a typed tree has, counted in depth-first order: the fused
 // kernel reads its inputs in that order.
 template <class E> constexpr std::size_t leaf_count() {
-  if constexpr (E::is_leaf) return 1;
+  if constexpr (E::is_leaf)
+    return 1;
   else
     return []<class Op, class... C>(std::type_identity<expr<Op, C...>>) {
       return (leaf_count<C>() + ... + 0);
@@ -71,7 +72,8 @@ template <class E> constexpr std::size_t leaf_count() {
 
 // How many ops a typed tree has; a region of one op is not worth fusing.
 template <class E> constexpr std::size_t op_count() {
-  if constexpr (E::is_leaf) return 0;
+  if constexpr (E::is_leaf)
+    return 0;
   else
     return []<class Op, class... C>(std::type_identity<expr<Op, C...>>) {
       return (op_count<C>() + ... + 1);
@@ -83,15 +85,19 @@ namespace detail {
 template <class T, class... Ts>
 struct is_type_in_list_impl : std::bool_constant<(std::is_same_v<T, Ts> || ...)> {};
 template <class T, class L> struct in_list;
-template <class T, class... Ts> struct in_list<T, type_list<Ts...>> : is_type_in_list_impl<T, Ts...> {};
+template <class T, class... Ts>
+struct in_list<T, type_list<Ts...>> : is_type_in_list_impl<T, Ts...> {};
 
-template <class Op, class T> inline constexpr bool op_supports = in_list<T, typename Op::types>::value;
+template <class Op, class T>
+inline constexpr bool op_supports = in_list<T, typename Op::types>::value;
 
 // Turns a C++ number into a leaf of the other operand's element type, as TF
 // converts a Python scalar to the tensor's dtype.
 template <class T, class S> constexpr auto as_operand(S&& s) {
-  if constexpr (expression<S>) return std::remove_cvref_t<S>(std::forward<S>(s));
-  else return scalar_leaf<T>{static_cast<T>(s)};
+  if constexpr (expression<S>)
+    return std::remove_cvref_t<S>(std::forward<S>(s));
+  else
+    return scalar_leaf<T>{static_cast<T>(s)};
 }
 
 template <class Op, expression A> constexpr void check_unary() {
@@ -122,61 +128,64 @@ template <class Op, class A, class B> constexpr auto make_binary(A&& a, B&& b) {
                                             "nor a number");
     using T = value_type_of<AD>;
     check_binary<Op, AD, scalar_leaf<T>>();
-    return expr<Op, AD, scalar_leaf<T>>{Op{}, {std::forward<A>(a), scalar_leaf<T>{static_cast<T>(b)}}};
+    return expr<Op, AD, scalar_leaf<T>>{Op{},
+                                        {std::forward<A>(a), scalar_leaf<T>{static_cast<T>(b)}}};
   } else {
     static_assert(std::is_arithmetic_v<AD>, "loom: the left operand is neither an expression "
                                             "nor a number");
     using T = value_type_of<BD>;
     check_binary<Op, scalar_leaf<T>, BD>();
-    return expr<Op, scalar_leaf<T>, BD>{Op{}, {scalar_leaf<T>{static_cast<T>(a)}, std::forward<B>(b)}};
+    return expr<Op, scalar_leaf<T>, BD>{Op{},
+                                        {scalar_leaf<T>{static_cast<T>(a)}, std::forward<B>(b)}};
   }
 }
 
 template <class A, class B>
-concept binary_operands = (expression<A> || expression<B>) &&
-                          (expression<A> || std::is_arithmetic_v<std::remove_cvref_t<A>>) &&
-                          (expression<B> || std::is_arithmetic_v<std::remove_cvref_t<B>>);
+concept binary_operands = (expression<A> || expression<B>)&&(
+    expression<A> ||
+    std::is_arithmetic_v<std::remove_cvref_t<A>>)&&(expression<B> ||
+                                                    std::is_arithmetic_v<std::remove_cvref_t<B>>);
 
 } // namespace detail
 
 // -- operators ----------------------------------------------------------------
 template <class A, class B>
-  requires detail::binary_operands<A, B>
+requires detail::binary_operands<A, B>
 constexpr auto operator+(A&& a, B&& b) {
   return detail::make_binary<ops::add>(std::forward<A>(a), std::forward<B>(b));
 }
 template <class A, class B>
-  requires detail::binary_operands<A, B>
+requires detail::binary_operands<A, B>
 constexpr auto operator-(A&& a, B&& b) {
   return detail::make_binary<ops::sub>(std::forward<A>(a), std::forward<B>(b));
 }
 template <class A, class B>
-  requires detail::binary_operands<A, B>
+requires detail::binary_operands<A, B>
 constexpr auto operator*(A&& a, B&& b) {
   return detail::make_binary<ops::mul>(std::forward<A>(a), std::forward<B>(b));
 }
 template <class A, class B>
-  requires detail::binary_operands<A, B>
+requires detail::binary_operands<A, B>
 constexpr auto operator/(A&& a, B&& b) {
   return detail::make_binary<ops::div>(std::forward<A>(a), std::forward<B>(b));
 }
 template <class A, class B>
-  requires detail::binary_operands<A, B>
+requires detail::binary_operands<A, B>
 constexpr auto operator<(A&& a, B&& b) {
   return detail::make_binary<ops::less>(std::forward<A>(a), std::forward<B>(b));
 }
 template <class A, class B>
-  requires detail::binary_operands<A, B>
+requires detail::binary_operands<A, B>
 constexpr auto operator<=(A&& a, B&& b) {
   return detail::make_binary<ops::less_equal>(std::forward<A>(a), std::forward<B>(b));
 }
 template <class A, class B>
-  requires detail::binary_operands<A, B>
+requires detail::binary_operands<A, B>
 constexpr auto operator>(A&& a, B&& b) {
   return detail::make_binary<ops::greater>(std::forward<A>(a), std::forward<B>(b));
 }
 template <class A, class B>
-  requires detail::binary_operands<A, B>
+requires detail::binary_operands<A, B>
 constexpr auto operator>=(A&& a, B&& b) {
   return detail::make_binary<ops::greater_equal>(std::forward<A>(a), std::forward<B>(b));
 }
@@ -188,11 +197,11 @@ template <expression A> constexpr auto operator-(A&& a) {
 }
 
 // -- elementwise functions ------------------------------------------------------
-#define LOOM_UNARY_FUNCTION(NAME)                                                                \
-  template <expression A> constexpr auto NAME(A&& a) {                                           \
-    using AD = std::remove_cvref_t<A>;                                                           \
-    detail::check_unary<ops::NAME, AD>();                                                        \
-    return expr<ops::NAME, AD>{ops::NAME{}, {std::forward<A>(a)}};                               \
+#define LOOM_UNARY_FUNCTION(NAME)                                                                  \
+  template <expression A> constexpr auto NAME(A&& a) {                                             \
+    using AD = std::remove_cvref_t<A>;                                                             \
+    detail::check_unary<ops::NAME, AD>();                                                          \
+    return expr<ops::NAME, AD>{ops::NAME{}, {std::forward<A>(a)}};                                 \
   }
 LOOM_UNARY_FUNCTION(exp)
 LOOM_UNARY_FUNCTION(log)
@@ -206,11 +215,11 @@ LOOM_UNARY_FUNCTION(tanh)
 LOOM_UNARY_FUNCTION(reciprocal)
 #undef LOOM_UNARY_FUNCTION
 
-#define LOOM_BINARY_FUNCTION(NAME)                                                               \
-  template <class A, class B>                                                                    \
-    requires detail::binary_operands<A, B>                                                       \
-  constexpr auto NAME(A&& a, B&& b) {                                                            \
-    return detail::make_binary<ops::NAME>(std::forward<A>(a), std::forward<B>(b));               \
+#define LOOM_BINARY_FUNCTION(NAME)                                                                 \
+  template <class A, class B>                                                                      \
+  requires detail::binary_operands<A, B>                                                           \
+  constexpr auto NAME(A&& a, B&& b) {                                                              \
+    return detail::make_binary<ops::NAME>(std::forward<A>(a), std::forward<B>(b));                 \
   }
 LOOM_BINARY_FUNCTION(maximum)
 LOOM_BINARY_FUNCTION(minimum)
@@ -245,8 +254,8 @@ template <expression C, expression A, expression B> constexpr auto where(C&& c, 
   using BD = std::remove_cvref_t<B>;
   static_assert(std::is_same_v<value_type_of<CD>, bool>, "loom::where: the condition must be bool");
   detail::check_binary<ops::select, AD, BD>();
-  return expr<ops::select, CD, AD, BD>{ops::select{},
-                                       {std::forward<C>(c), std::forward<A>(a), std::forward<B>(b)}};
+  return expr<ops::select, CD, AD, BD>{
+      ops::select{}, {std::forward<C>(c), std::forward<A>(a), std::forward<B>(b)}};
 }
 
 // cast<U>(x): converts the element type.

@@ -13,22 +13,22 @@ namespace loom::ops {
 
 using int_and_float_types = type_list<float, double, std::int32_t, std::int64_t>;
 
-#define LOOM_UNARY_OP(NAME, ID, TYPES, BODY)                                                     \
-  struct NAME {                                                                                  \
-    static constexpr const char* id = ID;                                                        \
-    static constexpr int arity = 1;                                                              \
-    using types = TYPES;                                                                         \
-    template <class T> using result = T;                                                         \
-    template <class A> static auto eval(const A& a) { return BODY; }                             \
+#define LOOM_UNARY_OP(NAME, ID, TYPES, BODY)                                                       \
+  struct NAME {                                                                                    \
+    static constexpr const char* id = ID;                                                          \
+    static constexpr int arity = 1;                                                                \
+    using types = TYPES;                                                                           \
+    template <class T> using result = T;                                                           \
+    template <class A> static auto eval(const A& a) { return BODY; }                               \
   };
 
-#define LOOM_BINARY_OP(NAME, ID, TYPES, RESULT, BODY)                                            \
-  struct NAME {                                                                                  \
-    static constexpr const char* id = ID;                                                        \
-    static constexpr int arity = 2;                                                              \
-    using types = TYPES;                                                                         \
-    template <class T, class> using result = RESULT;                                             \
-    template <class A, class B> static auto eval(const A& a, const B& b) { return BODY; }        \
+#define LOOM_BINARY_OP(NAME, ID, TYPES, RESULT, BODY)                                              \
+  struct NAME {                                                                                    \
+    static constexpr const char* id = ID;                                                          \
+    static constexpr int arity = 2;                                                                \
+    using types = TYPES;                                                                           \
+    template <class T, class> using result = RESULT;                                               \
+    template <class A, class B> static auto eval(const A& a, const B& b) { return BODY; }          \
   };
 
 // clang-format off

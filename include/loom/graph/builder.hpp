@@ -20,17 +20,32 @@ inline node_id scalar(graph& g, dtype t, double v) {
   return visit_dtype(t, [&]<class T>() -> node_id {
     if constexpr (std::is_same_v<T, std::string>)
       throw invalid_argument_error("a numeric scalar of dtype string");
-    else return scalar_node(g, static_cast<T>(v));
+    else
+      return scalar_node(g, static_cast<T>(v));
   });
 }
 
-inline node_id add(graph& g, node_id a, node_id b) { return op(g, "add", {a, b}); }
-inline node_id sub(graph& g, node_id a, node_id b) { return op(g, "sub", {a, b}); }
-inline node_id mul(graph& g, node_id a, node_id b) { return op(g, "mul", {a, b}); }
-inline node_id div(graph& g, node_id a, node_id b) { return op(g, "div", {a, b}); }
-inline node_id neg(graph& g, node_id a) { return op(g, "neg", {a}); }
-inline node_id zeros_like(graph& g, node_id a) { return op(g, "zeros_like", {a}); }
-inline node_id ones_like(graph& g, node_id a) { return op(g, "ones_like", {a}); }
+inline node_id add(graph& g, node_id a, node_id b) {
+  return op(g, "add", {a, b});
+}
+inline node_id sub(graph& g, node_id a, node_id b) {
+  return op(g, "sub", {a, b});
+}
+inline node_id mul(graph& g, node_id a, node_id b) {
+  return op(g, "mul", {a, b});
+}
+inline node_id div(graph& g, node_id a, node_id b) {
+  return op(g, "div", {a, b});
+}
+inline node_id neg(graph& g, node_id a) {
+  return op(g, "neg", {a});
+}
+inline node_id zeros_like(graph& g, node_id a) {
+  return op(g, "zeros_like", {a});
+}
+inline node_id ones_like(graph& g, node_id a) {
+  return op(g, "ones_like", {a});
+}
 inline node_id select(graph& g, node_id c, node_id a, node_id b) {
   return op(g, "select", {c, a, b});
 }
@@ -39,7 +54,8 @@ inline node_id select(graph& g, node_id c, node_id a, node_id b) {
 inline node_id sum_to(graph& g, node_id dy, node_id x) {
   const auto& sy = g.node(dy).shape;
   const auto& sx = g.node(x).shape;
-  if (sy == sx && sx.fully_defined()) return dy;
+  if (sy == sx && sx.fully_defined())
+    return dy;
   return op(g, "sum_to_shape", {dy, x});
 }
 

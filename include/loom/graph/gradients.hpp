@@ -20,13 +20,14 @@ inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
                                       const std::vector<node_id>& xs,
                                       const std::vector<node_id>& grad_ys = {}) {
   if (!grad_ys.empty() && grad_ys.size() != ys.size())
-    throw invalid_argument_error("gradients: " + std::to_string(grad_ys.size()) +
-                                 " grad_ys for " + std::to_string(ys.size()) + " ys");
+    throw invalid_argument_error("gradients: " + std::to_string(grad_ys.size()) + " grad_ys for " +
+                                 std::to_string(ys.size()) + " ys");
   const std::size_t n = g.size();
   const auto& reg = op_registry::instance();
   // Nodes that depend on some x (forward) and that some y depends on (backward).
   std::vector<char> from_x(n, 0), to_y(n, 0);
-  for (node_id x : xs) from_x[static_cast<std::size_t>(g.node(x).id)] = 1;
+  for (node_id x : xs)
+    from_x[static_cast<std::size_t>(g.node(x).id)] = 1;
   for (std::size_t i = 0; i < n; ++i) {
     const node_def& nd = g.node(static_cast<node_id>(i));
     const op_def& def = reg.find(nd.op);
@@ -34,15 +35,19 @@ inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
       if (!(def.ref_inputs >> k & 1u) && from_x[static_cast<std::size_t>(nd.inputs[k])])
         from_x[i] = 1;
   }
-  for (node_id y : ys) to_y[static_cast<std::size_t>(g.node(y).id)] = 1;
+  for (node_id y : ys)
+    to_y[static_cast<std::size_t>(g.node(y).id)] = 1;
   node_id top = 0;
-  for (node_id y : ys) top = std::max(top, y);
+  for (node_id y : ys)
+    top = std::max(top, y);
   for (node_id i = top; i >= 0; --i) {
-    if (!to_y[static_cast<std::size_t>(i)]) continue;
+    if (!to_y[static_cast<std::size_t>(i)])
+      continue;
     const node_def& nd = g.node(i);
     const op_def& def = reg.find(nd.op);
     for (std::size_t k = 0; k < nd.inputs.size(); ++k)
-      if (!(def.ref_inputs >> k & 1u)) to_y[static_cast<std::size_t>(nd.inputs[k])] = 1;
+      if (!(def.ref_inputs >> k & 1u))
+        to_y[static_cast<std::size_t>(nd.inputs[k])] = 1;
   }
 
   std::map<node_id, std::vector<node_id>> pending; // adjoint contributions per node
@@ -52,14 +57,16 @@ inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
   }
   auto sum = [&](std::vector<node_id>& parts) {
     node_id acc = parts.front();
-    for (std::size_t k = 1; k < parts.size(); ++k) acc = build::add(g, acc, parts[k]);
+    for (std::size_t k = 1; k < parts.size(); ++k)
+      acc = build::add(g, acc, parts[k]);
     return acc;
   };
 
   std::map<node_id, node_id> adjoint;
   for (node_id i = top; i >= 0; --i) {
     auto it = pending.find(i);
-    if (it == pending.end()) continue;
+    if (it == pending.end())
+      continue;
     const node_id dy = sum(it->second);
     adjoint[i] = dy;
     const node_def nd = g.node(i); // a copy: the gradient function adds nodes
@@ -67,9 +74,11 @@ inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
     bool wants = false;
     for (std::size_t k = 0; k < nd.inputs.size(); ++k) {
       const auto in = static_cast<std::size_t>(nd.inputs[k]);
-      if (!(def.ref_inputs >> k & 1u) && from_x[in] && to_y[in]) wants = true;
+      if (!(def.ref_inputs >> k & 1u) && from_x[in] && to_y[in])
+        wants = true;
     }
-    if (!wants) continue;
+    if (!wants)
+      continue;
     if (!def.gradient)
       throw invalid_argument_error("gradients: op '" + nd.op + "' of node '" + nd.name +
                                    "' has no registered gradient, and an input of it depends "
@@ -77,7 +86,8 @@ inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
     std::vector<node_id> dxs = def.gradient(g, nd, dy);
     for (std::size_t k = 0; k < nd.inputs.size() && k < dxs.size(); ++k) {
       const auto in = static_cast<std::size_t>(nd.inputs[k]);
-      if (dxs[k] == no_node || !from_x[in] || !to_y[in]) continue;
+      if (dxs[k] == no_node || !from_x[in] || !to_y[in])
+        continue;
       pending[nd.inputs[k]].push_back(dxs[k]);
     }
   }
@@ -85,9 +95,12 @@ inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
   std::vector<node_id> out;
   for (node_id x : xs) {
     auto it = adjoint.find(x);
-    if (it != adjoint.end()) out.push_back(it->second);
-    else if (auto p = pending.find(x); p != pending.end()) out.push_back(sum(p->second));
-    else out.push_back(no_node);
+    if (it != adjoint.end())
+      out.push_back(it->second);
+    else if (auto p = pending.find(x); p != pending.end())
+      out.push_back(sum(p->second));
+    else
+      out.push_back(no_node);
   }
   return out;
 }

@@ -9,18 +9,18 @@
 #include <loom/graph/node.hpp>
 #include <loom/graph/op_registry.hpp>
 
-#include <cstdint>
-#include <deque>
 #include <algorithm>
 #include <concepts>
+#include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
-#include <unordered_map>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -53,7 +53,8 @@ public:
   scope_guard& operator=(const scope_guard&) = delete;
   scope_guard& operator=(scope_guard&&) = delete;
   ~scope_guard() {
-    if (undo_) undo_();
+    if (undo_)
+      undo_();
   }
 
 private:
@@ -121,7 +122,8 @@ public:
     if (def.num_inputs >= 0 && static_cast<int>(inputs.size()) != def.num_inputs)
       throw invalid_argument_error("op '" + op + "' takes " + std::to_string(def.num_inputs) +
                                    " inputs, got " + std::to_string(inputs.size()));
-    for (node_id i : inputs) check_id(i);
+    for (node_id i : inputs)
+      check_id(i);
 
     node_def n;
     n.op = std::move(op);
@@ -142,8 +144,10 @@ public:
     n.name = unique_name(explicit_name ? name : n.op);
     std::vector<const node_def*> in;
     in.reserve(n.inputs.size());
-    for (node_id i : n.inputs) in.push_back(&node(i));
-    if (def.infer) def.infer(n, in);
+    for (node_id i : n.inputs)
+      in.push_back(&node(i));
+    if (def.infer)
+      def.infer(n, in);
     // Policies see the named, typed node (TF applies device functions to the
     // constructed op).
     n.requested_device.clear();
@@ -151,7 +155,8 @@ public:
 
     n.id = static_cast<node_id>(state_->nodes.size());
     state_->by_name.emplace(n.name, n.id);
-    if (!key.empty()) state_->structural.emplace(std::move(key), n.id);
+    if (!key.empty())
+      state_->structural.emplace(std::move(key), n.id);
     state_->nodes.push_back(std::move(n));
     ++state_->version;
     return state_->nodes.back().id;
@@ -172,11 +177,13 @@ public:
 
   std::optional<node_id> try_find(std::string_view name) const {
     auto it = state_->by_name.find(std::string(name));
-    if (it == state_->by_name.end()) return std::nullopt;
+    if (it == state_->by_name.end())
+      return std::nullopt;
     return it->second;
   }
   node_id find(std::string_view name) const {
-    if (auto id = try_find(name)) return *id;
+    if (auto id = try_find(name))
+      return *id;
     throw not_found_error("no node named '" + std::string(name) + "' in the graph");
   }
 
@@ -186,9 +193,12 @@ public:
   scope_guard name_scope(std::string scope) {
     auto& scopes = state_->name_scopes;
     std::string full;
-    if (scope.empty()) full = "";
-    else if (scope.back() == '/') full = scope.substr(0, scope.size() - 1);
-    else full = unique_name(scope);
+    if (scope.empty())
+      full = "";
+    else if (scope.back() == '/')
+      full = scope.substr(0, scope.size() - 1);
+    else
+      full = unique_name(scope);
     scopes.push_back(full);
     return scope_guard([s = state_] { s->name_scopes.pop_back(); });
   }
@@ -243,9 +253,12 @@ public:
     device_spec current;
     const auto& frames = state_->device_scopes;
     for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
-      if (it->k == frame::kind::clear) break;
-      if (it->k == frame::kind::function) current = it->fn(n, current);
-      else current = device_spec::merged(it->spec, current);
+      if (it->k == frame::kind::clear)
+        break;
+      if (it->k == frame::kind::function)
+        current = it->fn(n, current);
+      else
+        current = device_spec::merged(it->spec, current);
     }
     return current;
   }
@@ -256,13 +269,15 @@ public:
     device_spec current;
     const auto& frames = state_->device_scopes;
     for (auto it = frames.rbegin(); it != frames.rend() && it->k != frame::kind::clear; ++it)
-      if (it->k == frame::kind::merge) current = device_spec::merged(it->spec, current);
+      if (it->k == frame::kind::merge)
+        current = device_spec::merged(it->spec, current);
     return current.to_string();
   }
 
   // Nodes created in the scope run only after every node in `deps`.
   scope_guard control_dependencies(std::vector<node_id> deps) {
-    for (node_id d : deps) check_id(d);
+    for (node_id d : deps)
+      check_id(d);
     state_->control_scopes.push_back(std::move(deps));
     return scope_guard([s = state_] { s->control_scopes.pop_back(); });
   }
@@ -271,7 +286,8 @@ public:
   void add_to_collection(std::string_view name, node_id id) {
     check_id(id);
     auto& c = state_->collections[std::string(name)];
-    if (std::find(c.begin(), c.end(), id) == c.end()) c.push_back(id);
+    if (std::find(c.begin(), c.end(), id) == c.end())
+      c.push_back(id);
   }
   const std::vector<node_id>& collection(std::string_view name) const {
     static const std::vector<node_id> empty;
@@ -283,14 +299,17 @@ public:
   void set_random_seed(std::int64_t seed) { state_->seed = seed; }
   std::pair<std::int64_t, std::int64_t> next_seeds(std::optional<std::int64_t> op_seed) {
     constexpr std::int64_t default_graph_seed = 87654321;
-    if (state_->seed) return {*state_->seed, op_seed ? *op_seed : ++state_->op_seed_counter};
-    if (op_seed) return {default_graph_seed, *op_seed};
+    if (state_->seed)
+      return {*state_->seed, op_seed ? *op_seed : ++state_->op_seed_counter};
+    if (op_seed)
+      return {default_graph_seed, *op_seed};
     return {0, 0}; // nondeterministic: the kernel seeds itself from the OS
   }
 
   // -- fusion ---------------------------------------------------------------
   void add_fusion(fusion_candidate c) {
-    if (state_->fusion_by_root.count(c.root)) return;
+    if (state_->fusion_by_root.count(c.root))
+      return;
     state_->fusion_by_root.emplace(c.root, state_->fusions.size());
     state_->fusions.push_back(std::move(c));
   }
@@ -299,9 +318,7 @@ public:
   detail::graph_state& state() noexcept { return *state_; }
   const detail::graph_state& state() const noexcept { return *state_; }
 
-  friend bool operator==(const graph& a, const graph& b) noexcept {
-    return a.state_ == b.state_;
-  }
+  friend bool operator==(const graph& a, const graph& b) noexcept { return a.state_ == b.state_; }
 
   // Makes `name` unique in the current name scope ("add", "add_1", ...).
   std::string unique_name(const std::string& base) {
@@ -331,7 +348,8 @@ private:
     const auto& frames = state_->device_scopes;
     for (auto it = frames.rbegin(); it != frames.rend() && it->k != frame::kind::clear; ++it) {
       policies = policies || it->k == frame::kind::function;
-      key += it->k == frame::kind::function ? "#" + std::to_string(it->id) : "|" + it->spec.to_string();
+      key += it->k == frame::kind::function ? "#" + std::to_string(it->id)
+                                            : "|" + it->spec.to_string();
     }
     return policies ? key : current_device();
   }
@@ -345,9 +363,11 @@ private:
     std::ostringstream k;
     k.precision(17); // distinct float attributes must give distinct keys
     k << n.op << '(';
-    for (node_id i : n.inputs) k << i << ',';
+    for (node_id i : n.inputs)
+      k << i << ',';
     k << ")^(";
-    for (node_id i : n.control_inputs) k << i << ',';
+    for (node_id i : n.control_inputs)
+      k << i << ',';
     k << ")@" << n.requested_device << '{';
     for (auto& [name, v] : n.attrs) {
       k << name << '=';
@@ -355,11 +375,16 @@ private:
           [&](const auto& x) {
             using X = std::decay_t<decltype(x)>;
             if constexpr (std::is_same_v<X, std::vector<std::int64_t>>)
-              for (auto e : x) k << e << ' ';
-            else if constexpr (std::is_same_v<X, loom::shape>) k << x.to_string();
-            else if constexpr (std::is_same_v<X, dtype>) k << to_string(x);
-            else if constexpr (std::is_same_v<X, any_tensor>) append_tensor_key(k, x);
-            else k << x;
+              for (auto e : x)
+                k << e << ' ';
+            else if constexpr (std::is_same_v<X, loom::shape>)
+              k << x.to_string();
+            else if constexpr (std::is_same_v<X, dtype>)
+              k << to_string(x);
+            else if constexpr (std::is_same_v<X, any_tensor>)
+              append_tensor_key(k, x);
+            else
+              k << x;
           },
           v);
       k << ';';
@@ -378,7 +403,8 @@ private:
       return;
     }
     visit_dtype(t.type(), [&]<class T>() {
-      for (const T& e : t.flat<T>()) k << e << ' ';
+      for (const T& e : t.flat<T>())
+        k << e << ' ';
     });
   }
 

@@ -30,7 +30,8 @@ namespace detail {
 template <class E> void find_graph(const E& e, std::optional<graph>& g) {
   if constexpr (E::is_leaf) {
     if constexpr (requires { e.graph(); }) {
-      if (!g) g = e.graph();
+      if (!g)
+        g = e.graph();
       else if (!(*g == e.graph()))
         throw invalid_argument_error("an expression mixes nodes of two different graphs (node '" +
                                      e.name() + "')");
@@ -43,8 +44,10 @@ template <class E> void find_graph(const E& e, std::optional<graph>& g) {
 template <class E> node_id lower_tree(graph& g, const E& e, std::vector<node_id>& leaves) {
   if constexpr (E::is_leaf) {
     node_id id;
-    if constexpr (requires { e.value; }) id = scalar_node(g, e.value);
-    else id = e.id();
+    if constexpr (requires { e.value; })
+      id = scalar_node(g, e.value);
+    else
+      id = e.id();
     leaves.push_back(id);
     return id;
   } else {

@@ -18,8 +18,8 @@ namespace loom {
 using node_id = std::int32_t;
 inline constexpr node_id no_node = -1;
 
-using attr_value = std::variant<std::int64_t, double, bool, std::string,
-                                std::vector<std::int64_t>, loom::shape, dtype, any_tensor>;
+using attr_value = std::variant<std::int64_t, double, bool, std::string, std::vector<std::int64_t>,
+                                loom::shape, dtype, any_tensor>;
 using attr_map = std::map<std::string, attr_value, std::less<>>;
 
 struct node_def {
@@ -40,14 +40,17 @@ struct node_def {
     if (it == attrs.end())
       throw not_found_error("node '" + name + "' (" + op + ") has no attribute '" +
                             std::string(key) + "'");
-    if (auto* v = std::get_if<T>(&it->second)) return *v;
+    if (auto* v = std::get_if<T>(&it->second))
+      return *v;
     throw internal_error("node '" + name + "' (" + op + "): attribute '" + std::string(key) +
                          "' has another type");
   }
   template <class T> T attr_or(std::string_view key, T fallback) const {
     auto it = attrs.find(key);
-    if (it == attrs.end()) return fallback;
-    if (auto* v = std::get_if<T>(&it->second)) return *v;
+    if (it == attrs.end())
+      return fallback;
+    if (auto* v = std::get_if<T>(&it->second))
+      return *v;
     return fallback;
   }
   bool has_attr(std::string_view key) const { return attrs.find(key) != attrs.end(); }

@@ -71,7 +71,8 @@ public:
   std::vector<std::string> names() const {
     std::lock_guard lock(mu_);
     std::vector<std::string> out;
-    for (auto& [k, v] : ops_) out.push_back(k);
+    for (auto& [k, v] : ops_)
+      out.push_back(k);
     return out;
   }
 

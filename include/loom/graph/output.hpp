@@ -23,10 +23,9 @@ public:
   output(loom::graph g, node_id id) : graph_(std::move(g)), id_(id) {
     const node_def& n = graph_.node(id_);
     if (n.type != dtype_of<T> || n.shape.rank() != R)
-      throw invalid_argument_error("node " + n.describe() + " is " +
-                                   std::string(to_string(n.type)) + n.shape.to_string() +
-                                   ", not " + std::string(to_string(dtype_of<T>)) + " of rank " +
-                                   std::to_string(R));
+      throw invalid_argument_error(
+          "node " + n.describe() + " is " + std::string(to_string(n.type)) + n.shape.to_string() +
+          ", not " + std::string(to_string(dtype_of<T>)) + " of rank " + std::to_string(R));
   }
 
   loom::graph& graph() const noexcept { return graph_; }
@@ -61,6 +60,8 @@ concept node_handle = requires(const H& h) {
   { h.graph() } -> std::convertible_to<loom::graph&>;
 };
 
-template <node_handle H> operation as_operation(const H& h) { return {h.graph(), h.id()}; }
+template <node_handle H> operation as_operation(const H& h) {
+  return {h.graph(), h.id()};
+}
 
 } // namespace loom

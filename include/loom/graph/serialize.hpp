@@ -27,15 +27,19 @@ namespace loom {
 template <class Archive> void save(Archive& ar, const any_tensor& t) {
   const bool present = !t.empty();
   ar(present);
-  if (!present) return;
+  if (!present)
+    return;
   ar(t.type(), t.shape());
   visit_dtype(t.type(), [&]<class T>() {
     if constexpr (std::is_same_v<T, std::string>) {
-      for (const auto& s : t.flat<std::string>()) ar(s);
+      for (const auto& s : t.flat<std::string>())
+        ar(s);
     } else if constexpr (std::is_same_v<T, bool>) {
-      for (bool b : t.flat<bool>()) ar(b);
+      for (bool b : t.flat<bool>())
+        ar(b);
     } else {
-      for (T v : t.flat<T>()) ar(v);
+      for (T v : t.flat<T>())
+        ar(v);
     }
   });
 }
@@ -57,7 +61,8 @@ template <class Archive> void load(Archive& ar, any_tensor& t) {
     throw data_loss_error("serialized tensor has an invalid shape " + s.to_string());
   any_tensor out(d, s);
   visit_dtype(d, [&]<class T>() {
-    for (T& v : out.flat<T>()) ar(v);
+    for (T& v : out.flat<T>())
+      ar(v);
   });
   t = std::move(out);
 }
@@ -93,8 +98,7 @@ struct graph_image {
     ar(cereal::make_nvp("format_version", version));
     if (version != graph_format_version)
       throw data_loss_error("serialized graph has format version " + std::to_string(version) +
-                            ", this build reads version " +
-                            std::to_string(graph_format_version));
+                            ", this build reads version " + std::to_string(graph_format_version));
     ar(cereal::make_nvp("nodes", nodes), cereal::make_nvp("collections", collections),
        cereal::make_nvp("fusions", fusions), cereal::make_nvp("seed", seed),
        cereal::make_nvp("variable_store", variable_store));
@@ -119,9 +123,8 @@ inline graph graph_from_image(graph_image&& img) {
   const auto n = static_cast<node_id>(img.nodes.size());
   auto check_ref = [&](node_id ref, node_id limit, const std::string& what) {
     if (ref < 0 || ref >= limit)
-      throw data_loss_error("serialized graph: " + what + " refers to node " +
-                            std::to_string(ref) + " (valid: 0.." + std::to_string(limit - 1) +
-                            ")");
+      throw data_loss_error("serialized graph: " + what + " refers to node " + std::to_string(ref) +
+                            " (valid: 0.." + std::to_string(limit - 1) + ")");
   };
   for (node_id i = 0; i < n; ++i) {
     node_def& nd = img.nodes[static_cast<std::size_t>(i)];
@@ -131,7 +134,8 @@ inline graph graph_from_image(graph_image&& img) {
     if (!op_registry::instance().contains(nd.op))
       throw not_found_error("serialized graph: node '" + nd.name + "' uses op '" + nd.op +
                             "', which is not registered in this process");
-    for (node_id in : nd.inputs) check_ref(in, i, "an input of node '" + nd.name + "'");
+    for (node_id in : nd.inputs)
+      check_ref(in, i, "an input of node '" + nd.name + "'");
     for (node_id in : nd.control_inputs)
       check_ref(in, i, "a control input of node '" + nd.name + "'");
     // Kernels index their inputs and switch on dtypes without checking again.
@@ -155,8 +159,10 @@ inline graph graph_from_image(graph_image&& img) {
     check_dtype(nd.type, "the dtype");
     check_shape(nd.shape, "the shape");
     for (const auto& [key, value] : nd.attrs) {
-      if (auto* d = std::get_if<dtype>(&value)) check_dtype(*d, "attribute '" + key + "'");
-      if (auto* s = std::get_if<loom::shape>(&value)) check_shape(*s, "attribute '" + key + "'");
+      if (auto* d = std::get_if<dtype>(&value))
+        check_dtype(*d, "attribute '" + key + "'");
+      if (auto* s = std::get_if<loom::shape>(&value))
+        check_shape(*s, "attribute '" + key + "'");
     }
     if (!st.by_name.emplace(nd.name, i).second)
       throw data_loss_error("serialized graph: two nodes are named '" + nd.name + "'");
@@ -164,14 +170,17 @@ inline graph graph_from_image(graph_image&& img) {
     st.nodes.push_back(std::move(nd));
   }
   for (auto& [name, ids] : img.collections)
-    for (node_id id : ids) check_ref(id, n, "collection '" + name + "'");
+    for (node_id id : ids)
+      check_ref(id, n, "collection '" + name + "'");
   for (auto& f : img.fusions) {
     check_ref(f.root, n, "a fusion region");
-    for (node_id l : f.leaves) check_ref(l, n, "a fusion region");
+    for (node_id l : f.leaves)
+      check_ref(l, n, "a fusion region");
     st.fusion_by_root.emplace(f.root, st.fusions.size());
     st.fusions.push_back(std::move(f));
   }
-  for (auto& [name, id] : img.variable_store) check_ref(id, n, "variable '" + name + "'");
+  for (auto& [name, id] : img.variable_store)
+    check_ref(id, n, "variable '" + name + "'");
   st.collections = std::move(img.collections);
   st.seed = img.seed;
   st.variable_store = std::move(img.variable_store);

@@ -39,7 +39,8 @@ output<T, R> constant(graph& g, const tensor<T, R>& value, std::string name = {}
   return output<T, R>(g, constant_node(g, value.value().clone(), std::move(name)));
 }
 template <element_type T> output<T, 0> constant(graph& g, T value, std::string name = {}) {
-  return output<T, 0>(g, constant_node(g, any_tensor::scalar<T>(std::move(value)), std::move(name)));
+  return output<T, 0>(g,
+                      constant_node(g, any_tensor::scalar<T>(std::move(value)), std::move(name)));
 }
 inline output<std::string, 0> constant(graph& g, const char* value, std::string name = {}) {
   return constant<std::string>(g, std::string(value), std::move(name));
@@ -118,10 +119,12 @@ struct glorot_uniform_initializer {
   std::optional<std::int64_t> seed{};
   node_id make(graph& g, dtype t, const loom::shape& s) const {
     double fan_in = 1, fan_out = 1;
-    if (s.rank() == 1) fan_in = fan_out = static_cast<double>(s[0]);
+    if (s.rank() == 1)
+      fan_in = fan_out = static_cast<double>(s[0]);
     else if (s.rank() >= 2) {
       double receptive = 1;
-      for (int i = 0; i + 2 < s.rank(); ++i) receptive *= static_cast<double>(s[i]);
+      for (int i = 0; i + 2 < s.rank(); ++i)
+        receptive *= static_cast<double>(s[i]);
       fan_in = static_cast<double>(s[s.rank() - 2]) * receptive;
       fan_out = static_cast<double>(s[s.rank() - 1]) * receptive;
     }
@@ -151,8 +154,8 @@ output<T, R> truncated_normal(graph& g, loom::shape s, double mean = 0, double s
 
 struct variable_options {
   bool trainable = true;
-  std::string container{};       // resource container on the owning task
-  bool local = false;            // LOCAL_VARIABLES instead of GLOBAL_VARIABLES
+  std::string container{}; // resource container on the owning task
+  bool local = false;      // LOCAL_VARIABLES instead of GLOBAL_VARIABLES
 };
 
 template <element_type T, int R> class variable : public output<T, R> {
@@ -176,10 +179,10 @@ public:
 
   // The op that assigns the initial value.
   operation initializer() const {
-    return {this->graph(), this->node().template attr<std::int64_t>("initializer") >= 0
-                               ? static_cast<node_id>(this->node().template attr<std::int64_t>(
-                                     "initializer"))
-                               : no_node};
+    return {this->graph(),
+            this->node().template attr<std::int64_t>("initializer") >= 0
+                ? static_cast<node_id>(this->node().template attr<std::int64_t>("initializer"))
+                : no_node};
   }
 
   template <class E> output<T, R> assign(const E& value) const { return update("assign", value); }
@@ -215,7 +218,8 @@ private:
     g.mutable_node(this->id()).attrs["initializer"] = std::int64_t{init};
     g.add_to_collection(o.local ? collection::local_variables : collection::global_variables,
                         this->id());
-    if (o.trainable && !o.local) g.add_to_collection(collection::trainable_variables, this->id());
+    if (o.trainable && !o.local)
+      g.add_to_collection(collection::trainable_variables, this->id());
   }
 
   template <class E> output<T, R> update(const char* op, const E& value) const {
@@ -254,7 +258,8 @@ inline operation variables_initializer(graph& g, const std::vector<node_id>& var
   std::vector<node_id> inits;
   for (node_id v : vars) {
     auto init = g.node(v).attr_or<std::int64_t>("initializer", -1);
-    if (init >= 0) inits.push_back(static_cast<node_id>(init));
+    if (init >= 0)
+      inits.push_back(static_cast<node_id>(init));
   }
   return group(g, inits, std::move(name));
 }

@@ -78,7 +78,8 @@ public:
 
   // The kernel for a node, or an error naming the node, dtype and device.
   kernel_fn find_for(const node_def& n, dtype t, const std::string& device) const {
-    if (kernel_fn fn = find(n.op, t, device)) return fn;
+    if (kernel_fn fn = find(n.op, t, device))
+      return fn;
     throw not_found_error("no " + device + " kernel for node " + n.describe() + " with dtype " +
                           std::string(to_string(t)));
   }

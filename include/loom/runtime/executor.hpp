@@ -60,14 +60,18 @@ inline std::vector<char> needed_nodes(const graph& g, const run_request& req) {
   while (!stack.empty()) {
     node_id id = stack.back();
     stack.pop_back();
-    if (needed[static_cast<std::size_t>(id)]) continue;
+    if (needed[static_cast<std::size_t>(id)])
+      continue;
     needed[static_cast<std::size_t>(id)] = 1;
-    if (fed.count(id)) continue;
+    if (fed.count(id))
+      continue;
     const node_def& n = g.node(id);
     const op_def& def = op_registry::instance().find(n.op);
     for (std::size_t i = 0; i < n.inputs.size(); ++i)
-      if (!(def.ref_inputs >> i & 1u)) stack.push_back(n.inputs[i]);
-    for (node_id c : n.control_inputs) stack.push_back(c);
+      if (!(def.ref_inputs >> i & 1u))
+        stack.push_back(n.inputs[i]);
+    for (node_id c : n.control_inputs)
+      stack.push_back(c);
   }
   return needed;
 }
@@ -99,10 +103,13 @@ public:
     // 2. Consumers within the plan, for fusion and for releasing values.
     std::unordered_map<node_id, std::vector<node_id>> consumers;
     for (std::size_t id = 0; id < g.size(); ++id) {
-      if (!needed[id] || fed.count(static_cast<node_id>(id))) continue;
+      if (!needed[id] || fed.count(static_cast<node_id>(id)))
+        continue;
       const node_def& n = g.node(static_cast<node_id>(id));
-      for (node_id in : n.inputs) consumers[in].push_back(n.id);
-      for (node_id in : n.control_inputs) consumers[in].push_back(n.id);
+      for (node_id in : n.inputs)
+        consumers[in].push_back(n.id);
+      for (node_id in : n.control_inputs)
+        consumers[in].push_back(n.id);
     }
 
     // 3. Fusion: largest regions first; a node joins at most one region.
@@ -111,25 +118,31 @@ public:
     std::set<node_id> fetched(req.fetches.begin(), req.fetches.end());
     std::vector<const fusion_candidate*> candidates;
     if (allow_fusion)
-      for (auto& c : g.fusions()) candidates.push_back(&c);
+      for (auto& c : g.fusions())
+        candidates.push_back(&c);
     std::stable_sort(candidates.begin(), candidates.end(),
                      [](auto* a, auto* b) { return a->leaves.size() > b->leaves.size(); });
     for (const fusion_candidate* c : candidates) {
-      if (static_cast<std::size_t>(c->root) >= g.size() || !needed[static_cast<std::size_t>(c->root)])
+      if (static_cast<std::size_t>(c->root) >= g.size() ||
+          !needed[static_cast<std::size_t>(c->root)])
         continue;
       auto interior = region_interior(g, *c);
-      if (!interior || !fused_kernel_registry::instance().find(c->key)) continue;
+      if (!interior || !fused_kernel_registry::instance().find(c->key))
+        continue;
       bool ok = !fed.count(c->root) && !fused_away.count(c->root) && !fuse_at.count(c->root);
       std::unordered_set<node_id> region(interior->begin(), interior->end());
       region.insert(c->root);
       for (node_id id : *interior) {
-        if (!ok) break;
+        if (!ok)
+          break;
         const node_def& n = g.node(id);
         ok = needed[static_cast<std::size_t>(id)] && !fed.count(id) && !fetched.count(id) &&
              !fused_away.count(id) && !fuse_at.count(id) && n.control_inputs.empty();
-        for (node_id user : consumers[id]) ok = ok && region.count(user);
+        for (node_id user : consumers[id])
+          ok = ok && region.count(user);
       }
-      if (!ok) continue;
+      if (!ok)
+        continue;
       fuse_at.emplace(c->root, c);
       fused_away.insert(interior->begin(), interior->end());
     }
@@ -137,7 +150,8 @@ public:
     // 4. Steps in id order.
     for (std::size_t i = 0; i < g.size(); ++i) {
       const node_id id = static_cast<node_id>(i);
-      if (!needed[i] || fed.count(id) || fused_away.count(id)) continue;
+      if (!needed[i] || fed.count(id) || fused_away.count(id))
+        continue;
       if (auto it = fuse_at.find(id); it != fuse_at.end()) {
         step s;
         s.k = step::kind::fused;
@@ -146,7 +160,8 @@ public:
         s.leaves = it->second->leaves;
         auto interior = *region_interior(g, *it->second);
         std::sort(interior.begin(), interior.end());
-        for (node_id r : interior) s.fallback.push_back(make_step(g, r));
+        for (node_id r : interior)
+          s.fallback.push_back(make_step(g, r));
         s.fallback.push_back(make_step(g, id));
         s.inputs = s.leaves;
         steps_.push_back(std::move(s));
@@ -157,30 +172,37 @@ public:
 
     // 5. The dependency graph between steps, and how many steps read each value.
     std::unordered_map<node_id, std::size_t> producer;
-    for (std::size_t k = 0; k < steps_.size(); ++k) producer.emplace(steps_[k].id, k);
+    for (std::size_t k = 0; k < steps_.size(); ++k)
+      producer.emplace(steps_[k].id, k);
     consumers_.resize(steps_.size());
     pending_.assign(steps_.size(), 0);
     readers_.assign(g.size(), 0);
     for (std::size_t k = 0; k < steps_.size(); ++k) {
       std::set<std::size_t> deps;
       for (node_id in : steps_[k].inputs) {
-        if (in == no_node) continue;
+        if (in == no_node)
+          continue;
         ++readers_[static_cast<std::size_t>(in)];
-        if (auto p = producer.find(in); p != producer.end()) deps.insert(p->second);
+        if (auto p = producer.find(in); p != producer.end())
+          deps.insert(p->second);
       }
       for (node_id in : steps_[k].after)
-        if (auto p = producer.find(in); p != producer.end()) deps.insert(p->second);
-      for (std::size_t d : deps) consumers_[d].push_back(k);
+        if (auto p = producer.find(in); p != producer.end())
+          deps.insert(p->second);
+      for (std::size_t d : deps)
+        consumers_[d].push_back(k);
       pending_[k] = static_cast<int>(deps.size());
     }
     // Fed values are not kept: a kernel may forward one that nothing else holds
     // (a tensor a task received for this step, which an assign then adopts
     // without a copy); a caller's own fed tensor is never a sole owner.
     keep_.assign(g.size(), 0);
-    for (node_id f : req.fetches) keep_[static_cast<std::size_t>(f)] = 1;
+    for (node_id f : req.fetches)
+      keep_[static_cast<std::size_t>(f)] = 1;
     variable_read_.assign(g.size(), 0);
     for (const step& s : steps_)
-      if (g.node(s.id).op == "variable") variable_read_[static_cast<std::size_t>(s.id)] = 1;
+      if (g.node(s.id).op == "variable")
+        variable_read_[static_cast<std::size_t>(s.id)] = 1;
   }
 
   const std::vector<step>& steps() const noexcept { return steps_; }
@@ -203,20 +225,25 @@ public:
     std::vector<int> readers = readers_;
     std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
     for (std::size_t k = 0; k < steps_.size(); ++k)
-      if (pending[k] == 0) ready.push(k);
+      if (pending[k] == 0)
+        ready.push(k);
     std::size_t done = 0, waiting = 0;
 
     auto release = [&](node_id id) {
-      if (!keep_[static_cast<std::size_t>(id)]) values[static_cast<std::size_t>(id)] = {};
+      if (!keep_[static_cast<std::size_t>(id)])
+        values[static_cast<std::size_t>(id)] = {};
     };
     auto finish = [&](std::size_t k) {
       ++done;
       const step& s = steps_[k];
       for (node_id in : s.inputs)
-        if (in != no_node && --readers[static_cast<std::size_t>(in)] == 0) release(in);
-      if (readers[static_cast<std::size_t>(s.id)] == 0) release(s.id);
+        if (in != no_node && --readers[static_cast<std::size_t>(in)] == 0)
+          release(in);
+      if (readers[static_cast<std::size_t>(s.id)] == 0)
+        release(s.id);
       for (std::size_t c : consumers_[k])
-        if (--pending[c] == 0) ready.push(c);
+        if (--pending[c] == 0)
+          ready.push(c);
     };
 
     while (done < steps_.size()) {
@@ -230,7 +257,8 @@ public:
         lock.unlock();
         for (auto& [k, value, error] : items) {
           --waiting;
-          if (error) std::rethrow_exception(error);
+          if (error)
+            std::rethrow_exception(error);
           values[static_cast<std::size_t>(steps_[k].id)] = std::move(value);
           finish(k);
         }
@@ -241,7 +269,8 @@ public:
       const step& s = steps_[k];
       switch (s.k) {
       case step::kind::recv:
-        if (!rendezvous) throw internal_error("executor: a _recv node without a rendezvous");
+        if (!rendezvous)
+          throw internal_error("executor: a _recv node without a rendezvous");
         ++waiting;
         rendezvous->recv(g.node(s.id), [arrived, k](any_tensor v, std::exception_ptr e) {
           std::lock_guard lock(arrived->mu);
@@ -250,7 +279,8 @@ public:
         });
         continue;
       case step::kind::send:
-        if (!rendezvous) throw internal_error("executor: a _send node without a rendezvous");
+        if (!rendezvous)
+          throw internal_error("executor: a _send node without a rendezvous");
         rendezvous->send(g.node(s.id), values[static_cast<std::size_t>(s.inputs[0])]);
         break;
       case step::kind::fused:
@@ -280,12 +310,15 @@ private:
   void reread_variables(const graph& g, const step& s, std::vector<any_tensor>& values,
                         resource_access& resources) const {
     for (node_id in : s.inputs) {
-      if (in == no_node || !variable_read_[static_cast<std::size_t>(in)]) continue;
+      if (in == no_node || !variable_read_[static_cast<std::size_t>(in)])
+        continue;
       any_tensor& v = values[static_cast<std::size_t>(in)];
-      if (v.empty()) continue;
+      if (v.empty())
+        continue;
       variable_resource& r = resources.variable(g.node(in));
       std::lock_guard lock(r.mu);
-      if (r.initialized) v = r.value;
+      if (r.initialized)
+        v = r.value;
     }
   }
 
@@ -323,15 +356,18 @@ private:
                         const cpu_device& device, resource_access& resources) {
     std::vector<const any_tensor*> leaves;
     leaves.reserve(s.leaves.size());
-    for (node_id l : s.leaves) leaves.push_back(&values[static_cast<std::size_t>(l)]);
+    for (node_id l : s.leaves)
+      leaves.push_back(&values[static_cast<std::size_t>(l)]);
     any_tensor out;
     if (s.fused(device, leaves, out, g.node(s.id).name)) {
       values[static_cast<std::size_t>(s.id)] = std::move(out);
       return;
     }
-    for (const step& f : s.fallback) run_step(g, f, values, device, resources);
     for (const step& f : s.fallback)
-      if (f.id != s.id) values[static_cast<std::size_t>(f.id)] = {};
+      run_step(g, f, values, device, resources);
+    for (const step& f : s.fallback)
+      if (f.id != s.id)
+        values[static_cast<std::size_t>(f.id)] = {};
   }
 
   static void run_step(const graph& g, const step& s, std::vector<any_tensor>& values,
@@ -344,7 +380,8 @@ private:
       inputs.push_back(in == no_node ? nullptr : &values[static_cast<std::size_t>(in)]);
     std::vector<variable_resource*> refs;
     refs.reserve(s.refs.size());
-    for (node_id r : s.refs) refs.push_back(&resources.variable(g.node(r)));
+    for (node_id r : s.refs)
+      refs.push_back(&resources.variable(g.node(r)));
     kernel_context ctx{n, inputs, refs, device, resources, {}, forwardable};
     s.kernel(ctx);
     values[static_cast<std::size_t>(s.id)] = std::move(ctx.output);
@@ -360,12 +397,16 @@ private:
     while (!stack.empty()) {
       node_id id = stack.back();
       stack.pop_back();
-      if (!seen.insert(id).second) continue;
+      if (!seen.insert(id).second)
+        continue;
       const node_def& n = g.node(id);
-      if (!op_registry::instance().find(n.op).elementwise) return std::nullopt;
-      if (id != c.root) interior.push_back(id);
+      if (!op_registry::instance().find(n.op).elementwise)
+        return std::nullopt;
+      if (id != c.root)
+        interior.push_back(id);
       for (node_id in : n.inputs)
-        if (!leaves.count(in)) stack.push_back(in);
+        if (!leaves.count(in))
+          stack.push_back(in);
     }
     return interior;
   }

@@ -21,14 +21,16 @@ public:
     const std::string shared_name = var.attr_or<std::string>("shared_name", var.name);
     std::lock_guard lock(mu_);
     auto& slot = containers_[container][shared_name];
-    if (!slot) slot = std::make_unique<variable_resource>();
+    if (!slot)
+      slot = std::make_unique<variable_resource>();
     return *slot;
   }
 
   std::mt19937_64& random_engine(const node_def& node, std::uint64_t seed) override {
     std::lock_guard lock(mu_);
     auto& slot = engines_[node.name];
-    if (!slot) slot = std::make_unique<std::mt19937_64>(seed ? seed : std::random_device{}());
+    if (!slot)
+      slot = std::make_unique<std::mt19937_64>(seed ? seed : std::random_device{}());
     return *slot;
   }
 
@@ -49,7 +51,8 @@ public:
         continue;
       }
       std::lock_guard vlock(it->second->mu);
-      if (!it->second->initialized) out.push_back(n);
+      if (!it->second->initialized)
+        out.push_back(n);
     }
     return out;
   }
@@ -62,7 +65,8 @@ public:
       engines_.clear();
       return;
     }
-    for (auto& c : containers) containers_.erase(c);
+    for (auto& c : containers)
+      containers_.erase(c);
   }
 
 private:

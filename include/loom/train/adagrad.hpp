@@ -11,8 +11,7 @@ namespace loom {
 
 class adagrad_optimizer final : public optimizer {
 public:
-  explicit adagrad_optimizer(hyperparameter learning_rate,
-                             double initial_accumulator_value = 0.1,
+  explicit adagrad_optimizer(hyperparameter learning_rate, double initial_accumulator_value = 0.1,
                              std::string name = "Adagrad")
       : optimizer(std::move(name)), learning_rate_(std::move(learning_rate)),
         initial_accumulator_value_(initial_accumulator_value) {
@@ -24,7 +23,8 @@ public:
 
 protected:
   void create_slots(graph& g, const std::vector<node_id>& vars) override {
-    for (node_id v : vars) make_slot(g, v, "accumulator", initial_accumulator_value_);
+    for (node_id v : vars)
+      make_slot(g, v, "accumulator", initial_accumulator_value_);
   }
   node_id apply_dense(graph& g, node_id grad, node_id var) override {
     const dtype t = g.node(var).type;

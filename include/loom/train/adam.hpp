@@ -27,7 +27,8 @@ public:
   std::optional<std::pair<node_id, node_id>> beta_accumulators(const graph& g) const {
     auto b1 = get_non_slot_variable(g, "beta1_power");
     auto b2 = get_non_slot_variable(g, "beta2_power");
-    if (!b1 || !b2) return std::nullopt;
+    if (!b1 || !b2)
+      return std::nullopt;
     return std::pair{*b1, *b2};
   }
 

@@ -21,8 +21,7 @@ namespace detail {
 class lifted_scope {
 public:
   explicit lifted_scope(graph& g)
-      : g_(g), names_(g.name_scope("")),
-        saved_(std::exchange(g.state().control_scopes, {})) {}
+      : g_(g), names_(g.name_scope("")), saved_(std::exchange(g.state().control_scopes, {})) {}
   lifted_scope(const lifted_scope&) = delete;
   lifted_scope& operator=(const lifted_scope&) = delete;
   ~lifted_scope() { g_.state().control_scopes = std::move(saved_); }
@@ -44,9 +43,12 @@ inline std::optional<variable<std::int64_t, 0>> get_global_step(graph& g) {
                                  " variables in the \"global_step\" collection; there must be "
                                  "at most one");
   node_id id = no_node;
-  if (in_collection.size() == 1) id = in_collection.front();
-  else if (auto found = g.try_find("global_step")) id = *found;
-  else return std::nullopt;
+  if (in_collection.size() == 1)
+    id = in_collection.front();
+  else if (auto found = g.try_find("global_step"))
+    id = *found;
+  else
+    return std::nullopt;
   const node_def& n = g.node(id);
   if (n.op != "variable" || n.type != dtype::i64 || n.shape.rank() != 0)
     throw invalid_argument_error("existing \"global_step\" " + n.describe() +
@@ -68,7 +70,8 @@ inline variable<std::int64_t, 0> create_global_step(graph& g) {
 }
 
 inline variable<std::int64_t, 0> get_or_create_global_step(graph& g) {
-  if (auto step = get_global_step(g)) return *step;
+  if (auto step = get_global_step(g))
+    return *step;
   return create_global_step(g);
 }
 

@@ -20,7 +20,8 @@ public:
 
 protected:
   void create_slots(graph& g, const std::vector<node_id>& vars) override {
-    for (node_id v : vars) zeros_slot(g, v, "momentum");
+    for (node_id v : vars)
+      zeros_slot(g, v, "momentum");
   }
   node_id apply_dense(graph& g, node_id grad, node_id var) override {
     const dtype t = g.node(var).type;

@@ -40,12 +40,10 @@ struct grad_and_var {
 class hyperparameter {
 public:
   template <class N>
-    requires std::is_arithmetic_v<N>
-  hyperparameter(N value) : value_(static_cast<double>(value)) {}
+  requires std::is_arithmetic_v<N> hyperparameter(N value) : value_(static_cast<double>(value)) {}
 
   template <expression E>
-    requires(floating_type<value_type_of<E>> && rank_of<E> == 0)
-  hyperparameter(const E& node) {
+  requires(floating_type<value_type_of<E>>&& rank_of<E> == 0) hyperparameter(const E& node) {
     auto out = lower(node);
     graph_ = out.graph();
     id_ = out.id();
@@ -75,7 +73,8 @@ public:
       throw invalid_argument_error("hyperparameter '" + name + "': node " +
                                    graph_->node(id_).describe() +
                                    " belongs to another graph than the variables it updates");
-    if (g.node(id_).type == t) return id_;
+    if (g.node(id_).type == t)
+      return id_;
     return g.add_node("cast", {id_}, {{"dst", t}});
   }
 
@@ -101,14 +100,18 @@ public:
       throw invalid_argument_error("compute_gradients: loss " + l.describe() + " is " +
                                    std::string(to_string(l.type)) +
                                    "; gradients need a float32 or float64 loss");
-    if (var_list.empty()) var_list = g.collection(collection::trainable_variables);
-    if (var_list.empty()) throw invalid_argument_error("no variables to optimize");
-    for (node_id v : var_list) check_variable(g, v, "compute_gradients");
+    if (var_list.empty())
+      var_list = g.collection(collection::trainable_variables);
+    if (var_list.empty())
+      throw invalid_argument_error("no variables to optimize");
+    for (node_id v : var_list)
+      check_variable(g, v, "compute_gradients");
     state_for(g);
     std::vector<node_id> grads = gradients(g, {loss}, var_list);
     std::vector<grad_and_var> out;
     out.reserve(var_list.size());
-    for (std::size_t i = 0; i < var_list.size(); ++i) out.push_back({grads[i], var_list[i]});
+    for (std::size_t i = 0; i < var_list.size(); ++i)
+      out.push_back({grads[i], var_list[i]});
     return out;
   }
   template <expression E>
@@ -124,16 +127,17 @@ public:
   // the optimizer's own bookkeeping (Adam's beta powers), then, when given,
   // global_step += 1 after all of them. Returns the train op, named `name`
   // (default: the optimizer's name) and added to the "train_op" collection.
-  operation apply_gradients(graph& g, const std::vector<grad_and_var>& grads_and_vars,
-                            const std::optional<variable<std::int64_t, 0>>& global_step =
-                                std::nullopt,
-                            const std::string& name = {}) {
+  operation
+  apply_gradients(graph& g, const std::vector<grad_and_var>& grads_and_vars,
+                  const std::optional<variable<std::int64_t, 0>>& global_step = std::nullopt,
+                  const std::string& name = {}) {
     std::vector<grad_and_var> used;
     std::vector<node_id> all_vars;
     for (const grad_and_var& gv : grads_and_vars) {
       check_variable(g, gv.var, "apply_gradients");
       all_vars.push_back(gv.var);
-      if (gv.grad == no_node) continue;
+      if (gv.grad == no_node)
+        continue;
       const node_def& grad = g.node(gv.grad);
       const node_def& var = g.node(gv.var);
       if (grad.type != var.type)
@@ -151,7 +155,8 @@ public:
     state_for(g);
 
     std::vector<node_id> vars;
-    for (const grad_and_var& gv : used) vars.push_back(gv.var);
+    for (const grad_and_var& gv : used)
+      vars.push_back(gv.var);
     create_slots(g, vars);
 
     // The train op takes the scope's own name ("Adam", with the updates under
@@ -163,7 +168,8 @@ public:
     for (int k = 0;; ++k) {
       op_name = k == 0 ? base : base + "_" + std::to_string(k);
       scope = outer.empty() ? op_name : outer + "/" + op_name;
-      if (!g.state().name_uses.count(scope)) break;
+      if (!g.state().name_uses.count(scope))
+        break;
     }
     apply_scope_ = scope;
     prepared_.clear();
@@ -182,13 +188,14 @@ public:
       }
       std::vector<node_id> extra = finish(g, all_ops);
       all_ops.insert(all_ops.end(), extra.begin(), extra.end());
-      if (global_step) updated = group(g, all_ops, "update").id();
+      if (global_step)
+        updated = group(g, all_ops, "update").id();
     }
     node_id train;
     if (global_step) {
       auto after = g.control_dependencies({updated});
-      train = g.add_node("assign_add",
-                         {global_step->id(), scalar_node(g, std::int64_t{1})}, {}, op_name);
+      train = g.add_node("assign_add", {global_step->id(), scalar_node(g, std::int64_t{1})}, {},
+                         op_name);
     } else {
       train = group(g, all_ops, op_name).id();
     }
@@ -197,11 +204,12 @@ public:
   }
   // The same, in the graph of the global step or, without one, the only graph
   // this optimizer has worked on.
-  operation apply_gradients(const std::vector<grad_and_var>& grads_and_vars,
-                            const std::optional<variable<std::int64_t, 0>>& global_step =
-                                std::nullopt,
-                            const std::string& name = {}) {
-    if (global_step) return apply_gradients(global_step->graph(), grads_and_vars, global_step, name);
+  operation
+  apply_gradients(const std::vector<grad_and_var>& grads_and_vars,
+                  const std::optional<variable<std::int64_t, 0>>& global_step = std::nullopt,
+                  const std::string& name = {}) {
+    if (global_step)
+      return apply_gradients(global_step->graph(), grads_and_vars, global_step, name);
     if (graphs_.size() != 1)
       throw invalid_argument_error(
           "apply_gradients: optimizer '" + name_ + "' has worked on " +
@@ -217,9 +225,11 @@ public:
                      const std::optional<variable<std::int64_t, 0>>& global_step = std::nullopt,
                      std::vector<node_id> var_list = {}, const std::string& name = {}) {
     std::vector<grad_and_var> gvs = compute_gradients(g, loss, std::move(var_list));
-    if (std::all_of(gvs.begin(), gvs.end(), [](const grad_and_var& gv) { return gv.grad == no_node; })) {
+    if (std::all_of(gvs.begin(), gvs.end(),
+                    [](const grad_and_var& gv) { return gv.grad == no_node; })) {
       std::vector<node_id> vars;
-      for (const grad_and_var& gv : gvs) vars.push_back(gv.var);
+      for (const grad_and_var& gv : gvs)
+        vars.push_back(gv.var);
       throw invalid_argument_error(
           "no gradients provided for any variable, check your graph for ops that do not "
           "support gradients, between variables " +
@@ -241,9 +251,11 @@ public:
   // The slot variable `slot_name` ("m", "momentum", ...) of var, if created.
   std::optional<node_id> get_slot(const graph& g, node_id var, std::string_view slot_name) const {
     const per_graph* st = find_state(g);
-    if (!st) return std::nullopt;
+    if (!st)
+      return std::nullopt;
     auto it = st->slots.find({var, std::string(slot_name)});
-    if (it == st->slots.end()) return std::nullopt;
+    if (it == st->slots.end())
+      return std::nullopt;
     return it->second;
   }
   template <element_type T, int R>
@@ -258,7 +270,8 @@ public:
   std::vector<std::string> get_slot_names() const {
     std::vector<std::string> out;
     for (const per_graph& st : graphs_)
-      for (const auto& entry : st.slots) out.push_back(entry.first.second);
+      for (const auto& entry : st.slots)
+        out.push_back(entry.first.second);
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
@@ -267,15 +280,18 @@ public:
   // "beta1_power"), by the name it was requested under.
   std::optional<node_id> get_non_slot_variable(const graph& g, std::string_view name) const {
     const per_graph* st = find_state(g);
-    if (!st) return std::nullopt;
+    if (!st)
+      return std::nullopt;
     auto it = st->non_slot.find(name);
-    if (it == st->non_slot.end()) return std::nullopt;
+    if (it == st->non_slot.end())
+      return std::nullopt;
     return it->second;
   }
 
 protected:
   explicit optimizer(std::string name) : name_(std::move(name)) {
-    if (name_.empty()) throw invalid_argument_error("an optimizer needs a name");
+    if (name_.empty())
+      throw invalid_argument_error("an optimizer needs a name");
   }
   // Copies only through a concrete optimizer, never sliced through the base.
   optimizer(const optimizer&) = default;
@@ -297,13 +313,12 @@ protected:
   // initial_value, colocated with var. Returns the existing one when present.
   node_id make_slot(graph& g, node_id var, const std::string& slot_name, double initial_value) {
     per_graph& st = state_for(g);
-    if (auto it = st.slots.find({var, slot_name}); it != st.slots.end()) return it->second;
+    if (auto it = st.slots.find({var, slot_name}); it != st.slots.end())
+      return it->second;
     const node_def primary = g.node(var);
-    node_id slot = make_variable(g, primary.name + "/" + name_, primary.type, primary.shape,
-                                 primary, [&](graph& gg) {
-                                   return fill_constant(gg, primary.type, primary.shape,
-                                                        initial_value);
-                                 });
+    node_id slot = make_variable(
+        g, primary.name + "/" + name_, primary.type, primary.shape, primary,
+        [&](graph& gg) { return fill_constant(gg, primary.type, primary.shape, initial_value); });
     state_for(g).slots.emplace(std::pair{var, slot_name}, slot);
     return slot;
   }
@@ -311,9 +326,10 @@ protected:
     return make_slot(g, var, slot_name, 0.0);
   }
   node_id slot(const graph& g, node_id var, const std::string& slot_name) const {
-    if (auto id = get_slot(g, var, slot_name)) return *id;
-    throw internal_error("optimizer '" + name_ + "': no slot '" + slot_name +
-                         "' for variable '" + g.node(var).name + "'");
+    if (auto id = get_slot(g, var, slot_name))
+      return *id;
+    throw internal_error("optimizer '" + name_ + "': no slot '" + slot_name + "' for variable '" +
+                         g.node(var).name + "'");
   }
 
   // A scalar variable kept once per graph, of colocate_with's dtype, initial
@@ -321,7 +337,8 @@ protected:
   node_id make_non_slot_variable(graph& g, const std::string& var_name,
                                  const hyperparameter& initial, node_id colocate_with) {
     per_graph& st = state_for(g);
-    if (auto it = st.non_slot.find(var_name); it != st.non_slot.end()) return it->second;
+    if (auto it = st.non_slot.find(var_name); it != st.non_slot.end())
+      return it->second;
     const node_def primary = g.node(colocate_with);
     node_id v = make_variable(g, var_name, primary.type, loom::shape{}, primary, [&](graph& gg) {
       return initial.materialize(gg, primary.type, "initial_value");
@@ -330,7 +347,8 @@ protected:
     return v;
   }
   node_id non_slot_variable(const graph& g, const std::string& var_name) const {
-    if (auto id = get_non_slot_variable(g, var_name)) return *id;
+    if (auto id = get_non_slot_variable(g, var_name))
+      return *id;
     throw internal_error("optimizer '" + name_ + "': no variable '" + var_name + "'");
   }
 
@@ -338,9 +356,11 @@ protected:
   // and dtype, named like TF's ("Adam/learning_rate").
   node_id hyper(graph& g, const hyperparameter& h, const std::string& hyper_name, dtype t) {
     auto key = std::pair{hyper_name, t};
-    if (auto it = prepared_.find(key); it != prepared_.end()) return it->second;
+    if (auto it = prepared_.find(key); it != prepared_.end())
+      return it->second;
     std::optional<scope_guard> in_scope;
-    if (!apply_scope_.empty()) in_scope.emplace(g.name_scope(apply_scope_ + "/"));
+    if (!apply_scope_.empty())
+      in_scope.emplace(g.name_scope(apply_scope_ + "/"));
     node_id id = h.materialize(g, t, hyper_name);
     prepared_.emplace(key, id);
     return id;
@@ -348,7 +368,8 @@ protected:
 
   // x as dtype t (itself when it already is).
   static node_id cast_to(graph& g, node_id x, dtype t) {
-    if (g.node(x).type == t) return x;
+    if (g.node(x).type == t)
+      return x;
     return g.add_node("cast", {x}, {{"dst", t}});
   }
 
@@ -371,21 +392,22 @@ private:
 
   per_graph& state_for(graph& g) {
     for (per_graph& st : graphs_)
-      if (st.g == g) return st;
+      if (st.g == g)
+        return st;
     graphs_.push_back({g, {}, {}});
     return graphs_.back();
   }
   const per_graph* find_state(const graph& g) const {
     for (const per_graph& st : graphs_)
-      if (st.g == g) return &st;
+      if (st.g == g)
+        return &st;
     return nullptr;
   }
 
   static void check_variable(const graph& g, node_id v, const char* where) {
     const node_def& n = g.node(v);
     if (n.op != "variable")
-      throw invalid_argument_error(std::string(where) + ": " + n.describe() +
-                                   " is not a variable");
+      throw invalid_argument_error(std::string(where) + ": " + n.describe() + " is not a variable");
     if (n.type != dtype::f32 && n.type != dtype::f64)
       throw invalid_argument_error(std::string(where) + ": invalid type " +
                                    std::string(to_string(n.type)) + " for variable '" + n.name +
@@ -401,8 +423,10 @@ private:
 
   static node_id fill_constant(graph& g, dtype t, const loom::shape& s, double v) {
     any_tensor value(t, s);
-    if (t == dtype::f32) std::fill_n(value.data<float>(), value.num_elements(), static_cast<float>(v));
-    else std::fill_n(value.data<double>(), value.num_elements(), v);
+    if (t == dtype::f32)
+      std::fill_n(value.data<float>(), value.num_elements(), static_cast<float>(v));
+    else
+      std::fill_n(value.data<double>(), value.num_elements(), v);
     return constant_node(g, std::move(value));
   }
 

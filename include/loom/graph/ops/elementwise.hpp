@@ -28,9 +28,12 @@ inline void infer_elementwise(node_def& n, const std::vector<const node_def*>& i
   n.shape = s;
   static const std::set<std::string, std::less<>> predicates{
       "less", "less_equal", "greater", "greater_equal", "equal", "not_equal"};
-  if (predicates.count(n.op)) n.type = dtype::boolean;
-  else if (n.op == "cast") n.type = n.attr<dtype>("dst");
-  else n.type = in[first]->type;
+  if (predicates.count(n.op))
+    n.type = dtype::boolean;
+  else if (n.op == "cast")
+    n.type = n.attr<dtype>("dst");
+  else
+    n.type = in[first]->type;
 }
 
 using grad_fn = std::function<std::vector<node_id>(graph&, const node_def&, node_id)>;
@@ -42,7 +45,8 @@ template <class Op> void register_elementwise(grad_fn gradient) {
   def.infer = infer_elementwise;
   def.gradient = std::move(gradient);
   def.elementwise = true;
-  if constexpr (requires { Op::type_input; }) def.type_input = Op::type_input;
+  if constexpr (requires { Op::type_input; })
+    def.type_input = Op::type_input;
   op_registry::instance().add(std::move(def));
 }
 
@@ -51,15 +55,12 @@ inline bool register_elementwise_ops() {
   auto in = [](const node_def& n, std::size_t i) { return n.inputs[i]; };
   auto dt = [](graph& g, node_id x) { return g.node(x).type; };
 
-  register_elementwise<ops::neg>([](graph& g, const node_def&, node_id dy) {
-    return std::vector{neg(g, dy)};
-  });
-  register_elementwise<ops::exp>([](graph& g, const node_def& n, node_id dy) {
-    return std::vector{mul(g, dy, n.id)};
-  });
-  register_elementwise<ops::log>([=](graph& g, const node_def& n, node_id dy) {
-    return std::vector{div(g, dy, in(n, 0))};
-  });
+  register_elementwise<ops::neg>(
+      [](graph& g, const node_def&, node_id dy) { return std::vector{neg(g, dy)}; });
+  register_elementwise<ops::exp>(
+      [](graph& g, const node_def& n, node_id dy) { return std::vector{mul(g, dy, n.id)}; });
+  register_elementwise<ops::log>(
+      [=](graph& g, const node_def& n, node_id dy) { return std::vector{div(g, dy, in(n, 0))}; });
   register_elementwise<ops::sqrt>([=](graph& g, const node_def& n, node_id dy) {
     return std::vector{div(g, mul(g, dy, scalar(g, dt(g, dy), 0.5)), n.id)};
   });
@@ -134,7 +135,8 @@ inline bool register_elementwise_ops() {
   });
   register_elementwise<ops::cast<float>>([=](graph& g, const node_def& n, node_id dy) {
     dtype from = g.node(in(n, 0)).type;
-    if (from != dtype::f32 && from != dtype::f64) return std::vector{no_node};
+    if (from != dtype::f32 && from != dtype::f64)
+      return std::vector{no_node};
     return std::vector{op(g, "cast", {dy}, {{"dst", from}})};
   });
   return true;

@@ -33,7 +33,8 @@ namespace detail {
 inline std::string dims_to_string(const std::vector<std::int64_t>& dims) {
   std::string s = "[";
   for (std::size_t i = 0; i < dims.size(); ++i) {
-    if (i) s += ", ";
+    if (i)
+      s += ", ";
     s += std::to_string(dims[i]);
   }
   return s + "]";
@@ -64,12 +65,13 @@ inline std::vector<char> reduction_mask(const node_def& n, const loom::shape& in
   return mask;
 }
 
-inline loom::shape reduced_shape(const loom::shape& in, const std::vector<char>& mask,
-                                 bool keep) {
+inline loom::shape reduced_shape(const loom::shape& in, const std::vector<char>& mask, bool keep) {
   std::vector<std::int64_t> out;
   for (int i = 0; i < in.rank(); ++i) {
-    if (!mask[static_cast<std::size_t>(i)]) out.push_back(in[i]);
-    else if (keep) out.push_back(1);
+    if (!mask[static_cast<std::size_t>(i)])
+      out.push_back(in[i]);
+    else if (keep)
+      out.push_back(1);
   }
   return loom::shape(std::move(out));
 }
@@ -114,16 +116,19 @@ inline loom::shape reshape_target(const node_def& n, const loom::shape& in,
     const std::int64_t count = in.num_elements();
     const std::string what = std::to_string(count) + " elements";
     if (infer_at < 0) {
-      if (known != count) throw mismatch(what);
+      if (known != count)
+        throw mismatch(what);
     } else {
-      if (known == 0 || count % known != 0) throw mismatch(what);
+      if (known == 0 || count % known != 0)
+        throw mismatch(what);
       out[static_cast<std::size_t>(infer_at)] = count / known;
     }
   } else if (infer_at < 0) {
     // The known part of the input must still divide the target's count.
     std::int64_t in_known = 1;
     for (auto d : in.dims())
-      if (d >= 0) in_known *= d;
+      if (d >= 0)
+        in_known *= d;
     if (in_known > 0 && known % in_known != 0)
       throw mismatch("a multiple of " + std::to_string(in_known) + " elements");
   }
@@ -152,14 +157,15 @@ inline void check_floating(const node_def& n, dtype t) {
 }
 
 inline std::string transposes_note(bool ta, bool tb) {
-  if (!ta && !tb) return {};
+  if (!ta && !tb)
+    return {};
   return std::string(" (") + (ta ? "transpose_a" : "") + (ta && tb ? ", " : "") +
          (tb ? "transpose_b" : "") + ")";
 }
 
 // The matmul message, shared with the kernel's run-time check.
-inline std::string inner_dims_message(const node_def& n, const loom::shape& a,
-                                      const loom::shape& b, bool ta, bool tb) {
+inline std::string inner_dims_message(const node_def& n, const loom::shape& a, const loom::shape& b,
+                                      bool ta, bool tb) {
   return "node " + n.describe() + ": inner dimensions differ: " + a.to_string() + " x " +
          b.to_string() + transposes_note(ta, tb);
 }
@@ -193,10 +199,9 @@ inline void infer_xw_plus_b(node_def& n, const std::vector<const node_def*>& in)
   if (x.shape[1] >= 0 && w.shape[0] >= 0 && x.shape[1] != w.shape[0])
     throw invalid_argument_error(inner_dims_message(n, x.shape, w.shape, false, false));
   if (b.shape[0] >= 0 && w.shape[1] >= 0 && b.shape[0] != w.shape[1])
-    throw invalid_argument_error("node " + n.describe() + ": the bias of shape " +
-                                 b.shape.to_string() +
-                                 " does not match the columns of the weights of shape " +
-                                 w.shape.to_string());
+    throw invalid_argument_error(
+        "node " + n.describe() + ": the bias of shape " + b.shape.to_string() +
+        " does not match the columns of the weights of shape " + w.shape.to_string());
   n.type = x.type;
   n.shape = loom::shape{x.shape[0], w.shape[1]};
 }
@@ -252,12 +257,15 @@ inline bool register_math_ops() {
            const node_id a = n.inputs[0], b = n.inputs[1];
            const bool ta = n.attr_or<bool>("transpose_a", false);
            const bool tb = n.attr_or<bool>("transpose_b", false);
-           if (!ta && !tb) return std::vector{matmul_node(g, dy, b, false, true),
-                                              matmul_node(g, a, dy, true, false)};
-           if (!ta && tb) return std::vector{matmul_node(g, dy, b, false, false),
-                                             matmul_node(g, dy, a, true, false)};
-           if (ta && !tb) return std::vector{matmul_node(g, b, dy, false, true),
-                                             matmul_node(g, a, dy, false, false)};
+           if (!ta && !tb)
+             return std::vector{matmul_node(g, dy, b, false, true),
+                                matmul_node(g, a, dy, true, false)};
+           if (!ta && tb)
+             return std::vector{matmul_node(g, dy, b, false, false),
+                                matmul_node(g, dy, a, true, false)};
+           if (ta && !tb)
+             return std::vector{matmul_node(g, b, dy, false, true),
+                                matmul_node(g, a, dy, false, false)};
            return std::vector{matmul_node(g, b, dy, true, true), matmul_node(g, dy, a, true, true)};
          }});
 
@@ -314,13 +322,14 @@ inline bool register_math_ops() {
                n.shape = in[1]->shape;
              },
          // Linear in dy: its adjoint is the reduction itself.
-         .gradient = [](graph& g, const node_def& n, node_id ddx) {
-           const bool mean = n.attr<std::string>("mode") == "mean";
-           return std::vector{reduce_node(g, mean ? "reduce_mean" : "reduce_sum", ddx,
-                                          n.attr_or<std::vector<std::int64_t>>("axes", {}),
-                                          n.attr_or<bool>("keepdims", false)),
-                              no_node};
-         }});
+         .gradient =
+             [](graph& g, const node_def& n, node_id ddx) {
+               const bool mean = n.attr<std::string>("mode") == "mean";
+               return std::vector{reduce_node(g, mean ? "reduce_mean" : "reduce_sum", ddx,
+                                              n.attr_or<std::vector<std::int64_t>>("axes", {}),
+                                              n.attr_or<bool>("keepdims", false)),
+                                  no_node};
+             }});
 
   for (const char* name : {"argmax", "argmin"})
     r.add({.name = name, .num_inputs = 1, .infer = infer_arg_reduction});
@@ -332,14 +341,15 @@ inline bool register_math_ops() {
                n.type = in[0]->type;
                n.shape = reshape_target(n, in[0]->shape, n.attr<std::vector<std::int64_t>>("dims"));
              },
-         .gradient = [](graph& g, const node_def& n, node_id dy) {
-           const node_id x = n.inputs[0];
-           const loom::shape& s = g.node(x).shape;
-           // A static shape needs no run-time input, so x need not stay alive.
-           if (s.fully_defined())
-             return std::vector{g.add_node("reshape", {dy}, {{"dims", s.dims()}})};
-           return std::vector{g.add_node("reshape_like", {dy, x})};
-         }});
+         .gradient =
+             [](graph& g, const node_def& n, node_id dy) {
+               const node_id x = n.inputs[0];
+               const loom::shape& s = g.node(x).shape;
+               // A static shape needs no run-time input, so x need not stay alive.
+               if (s.fully_defined())
+                 return std::vector{g.add_node("reshape", {dy}, {{"dims", s.dims()}})};
+               return std::vector{g.add_node("reshape_like", {dy, x})};
+             }});
   // Inputs (x, like): x reshaped to like's run-time shape.
   r.add({.name = "reshape_like",
          .num_inputs = 2,
@@ -348,9 +358,10 @@ inline bool register_math_ops() {
                n.type = in[0]->type;
                n.shape = in[1]->shape;
              },
-         .gradient = [](graph& g, const node_def& n, node_id dy) {
-           return std::vector{g.add_node("reshape_like", {dy, n.inputs[0]}), no_node};
-         }});
+         .gradient =
+             [](graph& g, const node_def& n, node_id dy) {
+               return std::vector{g.add_node("reshape_like", {dy, n.inputs[0]}), no_node};
+             }});
   return true;
 }
 
@@ -418,69 +429,70 @@ output<value_type_of<X>, 2> xw_plus_b(const X& x, const W& w, const B& b) {
 // reduce_sum(x, {0, 2}, keepdims) rank R
 // Negative axes count from the end.
 
-#define LOOM_REDUCTION(NAME)                                                                     \
-  template <expression E> output<value_type_of<E>, 0> NAME(const E& x) {                         \
-    static_assert(numeric_type<value_type_of<E>>,                                                \
-                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");               \
-    auto lx = lower(x);                                                                          \
-    return {lx.graph(), detail::reduce_node(lx.graph(), #NAME, lx.id(), {}, false)};             \
-  }                                                                                              \
-  template <expression E> output<value_type_of<E>, rank_of<E>> NAME(const E& x, keepdims_t) {    \
-    static_assert(numeric_type<value_type_of<E>>,                                                \
-                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");               \
-    auto lx = lower(x);                                                                          \
-    return {lx.graph(), detail::reduce_node(lx.graph(), #NAME, lx.id(), {}, true)};              \
-  }                                                                                              \
-  template <expression E, std::integral I, std::size_t N>                                        \
-    requires(!std::is_same_v<I, bool>)                                                           \
-  output<value_type_of<E>, (N <= rank_of<E> ? rank_of<E> - static_cast<int>(N) : 0)> NAME(       \
-      const E& x, const std::array<I, N>& axes) {                                                \
-    static_assert(numeric_type<value_type_of<E>>,                                                \
-                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");               \
-    static_assert(N <= rank_of<E>, "loom::" #NAME ": more axes than the tensor has dimensions"); \
-    auto lx = lower(x);                                                                          \
-    if constexpr (N == 0) return lx; /* TF: an empty axis list reduces nothing */                \
-    else                                                                                         \
-      return {lx.graph(), detail::reduce_node(lx.graph(), #NAME, lx.id(),                        \
-                                              detail::to_axes(axes.data(), N), false)};          \
-  }                                                                                              \
-  template <expression E, std::integral I, std::size_t N>                                        \
-    requires(!std::is_same_v<I, bool>)                                                           \
-  output<value_type_of<E>, rank_of<E>> NAME(const E& x, const std::array<I, N>& axes,            \
-                                            keepdims_t) {                                        \
-    static_assert(numeric_type<value_type_of<E>>,                                                \
-                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");               \
-    static_assert(N <= rank_of<E>, "loom::" #NAME ": more axes than the tensor has dimensions"); \
-    auto lx = lower(x);                                                                          \
-    if constexpr (N == 0) return lx;                                                             \
-    else                                                                                         \
-      return {lx.graph(), detail::reduce_node(lx.graph(), #NAME, lx.id(),                        \
-                                              detail::to_axes(axes.data(), N), true)};           \
-  }                                                                                              \
-  template <expression E, std::size_t N>                                                         \
-  auto NAME(const E& x, const int (&axes)[N]) {                                                  \
-    return NAME(x, std::to_array(axes));                                                         \
-  }                                                                                              \
-  template <expression E, std::size_t N>                                                         \
-  auto NAME(const E& x, const int (&axes)[N], keepdims_t k) {                                    \
-    return NAME(x, std::to_array(axes), k);                                                      \
-  }                                                                                              \
-  template <expression E, std::integral I>                                                       \
-    requires(!std::is_same_v<I, bool>)                                                           \
-  output<value_type_of<E>, (rank_of<E> >= 1 ? rank_of<E> - 1 : 0)> NAME(const E& x, I axis) {    \
-    static_assert(rank_of<E> >= 1, "loom::" #NAME ": a scalar has no axis to reduce");           \
-    return NAME(x, std::array<I, 1>{axis});                                                      \
-  }                                                                                              \
-  template <expression E, std::integral I>                                                       \
-    requires(!std::is_same_v<I, bool>)                                                           \
-  output<value_type_of<E>, rank_of<E>> NAME(const E& x, I axis, keepdims_t k) {                  \
-    static_assert(rank_of<E> >= 1, "loom::" #NAME ": a scalar has no axis to reduce");           \
-    return NAME(x, std::array<I, 1>{axis}, k);                                                   \
-  }                                                                                              \
-  template <expression E, class A> void NAME(const E&, const A&, bool) {                         \
-    static_assert(detail::dependent_false<A>,                                                    \
-                  "loom::" #NAME ": keepdims is the tag loom::keepdims, not a bool (it changes " \
-                  "the result's rank, which is part of its type)");                              \
+#define LOOM_REDUCTION(NAME)                                                                       \
+  template <expression E> output<value_type_of<E>, 0> NAME(const E& x) {                           \
+    static_assert(numeric_type<value_type_of<E>>,                                                  \
+                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");                 \
+    auto lx = lower(x);                                                                            \
+    return {lx.graph(), detail::reduce_node(lx.graph(), #NAME, lx.id(), {}, false)};               \
+  }                                                                                                \
+  template <expression E> output<value_type_of<E>, rank_of<E>> NAME(const E& x, keepdims_t) {      \
+    static_assert(numeric_type<value_type_of<E>>,                                                  \
+                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");                 \
+    auto lx = lower(x);                                                                            \
+    return {lx.graph(), detail::reduce_node(lx.graph(), #NAME, lx.id(), {}, true)};                \
+  }                                                                                                \
+  template <expression E, std::integral I, std::size_t N>                                          \
+  requires(!std::is_same_v<I, bool>) output < value_type_of<E>,                                    \
+      (N <= rank_of<E> ? rank_of<E> - static_cast<int>(N) : 0)                                     \
+  > NAME(const E& x, const std::array<I, N>& axes) {                                               \
+    static_assert(numeric_type<value_type_of<E>>,                                                  \
+                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");                 \
+    static_assert(N <= rank_of<E>, "loom::" #NAME ": more axes than the tensor has dimensions");   \
+    auto lx = lower(x);                                                                            \
+    if constexpr (N == 0)                                                                          \
+      return lx; /* TF: an empty axis list reduces nothing */                                      \
+    else                                                                                           \
+      return {lx.graph(), detail::reduce_node(lx.graph(), #NAME, lx.id(),                          \
+                                              detail::to_axes(axes.data(), N), false)};            \
+  }                                                                                                \
+  template <expression E, std::integral I, std::size_t N>                                          \
+  requires(!std::is_same_v<I, bool>) output<value_type_of<E>, rank_of<E>> NAME(                    \
+      const E& x, const std::array<I, N>& axes, keepdims_t) {                                      \
+    static_assert(numeric_type<value_type_of<E>>,                                                  \
+                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");                 \
+    static_assert(N <= rank_of<E>, "loom::" #NAME ": more axes than the tensor has dimensions");   \
+    auto lx = lower(x);                                                                            \
+    if constexpr (N == 0)                                                                          \
+      return lx;                                                                                   \
+    else                                                                                           \
+      return {lx.graph(), detail::reduce_node(lx.graph(), #NAME, lx.id(),                          \
+                                              detail::to_axes(axes.data(), N), true)};             \
+  }                                                                                                \
+  template <expression E, std::size_t N> auto NAME(const E& x, const int(&axes)[N]) {              \
+    return NAME(x, std::to_array(axes));                                                           \
+  }                                                                                                \
+  template <expression E, std::size_t N>                                                           \
+  auto NAME(const E& x, const int(&axes)[N], keepdims_t k) {                                       \
+    return NAME(x, std::to_array(axes), k);                                                        \
+  }                                                                                                \
+  template <expression E, std::integral I>                                                         \
+  requires(!std::is_same_v<I, bool>) output < value_type_of<E>,                                    \
+      (rank_of<E> >= 1 ? rank_of<E> - 1 : 0)                                                       \
+  > NAME(const E& x, I axis) {                                                                     \
+    static_assert(rank_of<E> >= 1, "loom::" #NAME ": a scalar has no axis to reduce");             \
+    return NAME(x, std::array<I, 1>{axis});                                                        \
+  }                                                                                                \
+  template <expression E, std::integral I>                                                         \
+  requires(!std::is_same_v<I, bool>) output<value_type_of<E>, rank_of<E>> NAME(const E& x, I axis, \
+                                                                               keepdims_t k) {     \
+    static_assert(rank_of<E> >= 1, "loom::" #NAME ": a scalar has no axis to reduce");             \
+    return NAME(x, std::array<I, 1>{axis}, k);                                                     \
+  }                                                                                                \
+  template <expression E, class A> void NAME(const E&, const A&, bool) {                           \
+    static_assert(detail::dependent_false<A>,                                                      \
+                  "loom::" #NAME ": keepdims is the tag loom::keepdims, not a bool (it changes "   \
+                  "the result's rank, which is part of its type)");                                \
   }
 
 LOOM_REDUCTION(reduce_sum)
@@ -491,8 +503,8 @@ LOOM_REDUCTION(reduce_max)
 // The index of the largest (smallest) element along `axis` (tf.argmax); int64,
 // rank R-1. Ties give the first index. Not differentiable.
 template <expression E, std::integral I>
-  requires(!std::is_same_v<I, bool>)
-output<std::int64_t, (rank_of<E> >= 1 ? rank_of<E> - 1 : 0)> argmax(const E& x, I axis) {
+requires(!std::is_same_v<I, bool>)
+    output<std::int64_t, (rank_of<E> >= 1 ? rank_of<E> - 1 : 0)> argmax(const E& x, I axis) {
   static_assert(rank_of<E> >= 1, "loom::argmax: a scalar has no axis");
   static_assert(numeric_type<value_type_of<E>>, "loom::argmax: needs a numeric tensor");
   auto lx = lower(x);
@@ -500,8 +512,8 @@ output<std::int64_t, (rank_of<E> >= 1 ? rank_of<E> - 1 : 0)> argmax(const E& x, 
           lx.graph().add_node("argmax", {lx.id()}, {{"axis", static_cast<std::int64_t>(axis)}})};
 }
 template <expression E, std::integral I>
-  requires(!std::is_same_v<I, bool>)
-output<std::int64_t, (rank_of<E> >= 1 ? rank_of<E> - 1 : 0)> argmin(const E& x, I axis) {
+requires(!std::is_same_v<I, bool>)
+    output<std::int64_t, (rank_of<E> >= 1 ? rank_of<E> - 1 : 0)> argmin(const E& x, I axis) {
   static_assert(rank_of<E> >= 1, "loom::argmin: a scalar has no axis");
   static_assert(numeric_type<value_type_of<E>>, "loom::argmin: needs a numeric tensor");
   auto lx = lower(x);
@@ -514,15 +526,14 @@ output<std::int64_t, (rank_of<E> >= 1 ? rank_of<E> - 1 : 0)> argmin(const E& x, 
 // number of dimensions; one of them may be -1 (inferred from the element
 // count). The result shares x's buffer.
 template <std::size_t N, expression E, std::integral I = std::int64_t>
-  requires(!std::is_same_v<I, bool>)
-output<value_type_of<E>, static_cast<int>(N)> reshape(const E& x, const std::array<I, N>& dims) {
+requires(!std::is_same_v<I, bool>) output < value_type_of<E>,
+static_cast<int>(N) > reshape(const E& x, const std::array<I, N>& dims) {
   auto lx = lower(x);
-  return {lx.graph(), lx.graph().add_node("reshape", {lx.id()},
-                                          {{"dims", detail::to_axes(dims.data(), N)}})};
+  return {lx.graph(),
+          lx.graph().add_node("reshape", {lx.id()}, {{"dims", detail::to_axes(dims.data(), N)}})};
 }
 template <std::size_t N, expression E>
-output<value_type_of<E>, static_cast<int>(N)> reshape(const E& x,
-                                                      const std::int64_t (&dims)[N]) {
+output<value_type_of<E>, static_cast<int>(N)> reshape(const E& x, const std::int64_t (&dims)[N]) {
   return reshape<N>(x, std::to_array(dims));
 }
 

@@ -32,7 +32,8 @@ inline loom::shape merge_shapes(const node_def& n, const node_def& a, const node
                                  b.shape.to_string() + " must have the same shape");
   std::vector<std::int64_t> d = a.shape.dims();
   for (int i = 0; i < a.shape.rank(); ++i)
-    if (d[static_cast<std::size_t>(i)] < 0) d[static_cast<std::size_t>(i)] = b.shape[i];
+    if (d[static_cast<std::size_t>(i)] < 0)
+      d[static_cast<std::size_t>(i)] = b.shape[i];
   return loom::shape(std::move(d));
 }
 
@@ -98,12 +99,13 @@ inline bool register_nn_ops() {
              },
          // Both adjoints, as TF computes them: logits get dy (softmax - labels),
          // labels get -dy log_softmax(logits).
-         .gradient = [](graph& g, const node_def& n, node_id dy) {
-           const node_id labels = n.inputs[0], logits = n.inputs[1];
-           return std::vector{
-               g.add_node("xent_grad", {dy, labels, logits}, {{"wrt", std::string("labels")}}),
-               g.add_node("xent_grad", {dy, labels, logits}, {{"wrt", std::string("logits")}})};
-         }});
+         .gradient =
+             [](graph& g, const node_def& n, node_id dy) {
+               const node_id labels = n.inputs[0], logits = n.inputs[1];
+               return std::vector{
+                   g.add_node("xent_grad", {dy, labels, logits}, {{"wrt", std::string("labels")}}),
+                   g.add_node("xent_grad", {dy, labels, logits}, {{"wrt", std::string("logits")}})};
+             }});
   // Inputs (dy, labels, logits); attr "wrt": "logits" or "labels".
   r.add({.name = "xent_grad",
          .num_inputs = 3,
@@ -125,10 +127,11 @@ inline bool register_nn_ops() {
                n.shape = without_last(in[1]->shape);
              },
          // Integer labels get no gradient.
-         .gradient = [](graph& g, const node_def& n, node_id dy) {
-           return std::vector{no_node,
-                              g.add_node("sparse_xent_grad", {dy, n.inputs[0], n.inputs[1]})};
-         },
+         .gradient =
+             [](graph& g, const node_def& n, node_id dy) {
+               return std::vector{no_node,
+                                  g.add_node("sparse_xent_grad", {dy, n.inputs[0], n.inputs[1]})};
+             },
          .type_input = 1});
   // Inputs (dy, labels, logits).
   r.add({.name = "sparse_xent_grad",
@@ -157,8 +160,7 @@ template <expression E> output<value_type_of<E>, rank_of<E>> softmax(const E& lo
 // log(softmax(x)) over the last axis (tf.nn.log_softmax), computed stably.
 template <expression E> output<value_type_of<E>, rank_of<E>> log_softmax(const E& logits) {
   static_assert(rank_of<E> >= 1, "loom::log_softmax: the logits must have rank 1 or more");
-  static_assert(floating_type<value_type_of<E>>,
-                "loom::log_softmax: needs float or double logits");
+  static_assert(floating_type<value_type_of<E>>, "loom::log_softmax: needs float or double logits");
   auto l = lower(logits);
   return {l.graph(), l.graph().add_node("log_softmax", {l.id()})};
 }

@@ -35,7 +35,7 @@ inline void infer_assign(node_def& n, const std::vector<const node_def*>& in) {
                                  "' of shape " + var.shape.to_string());
   n.type = var.type;
   n.shape = var.shape;
-  n.colocation_group = var.name; // updates run where their variable lives
+  n.colocation_group = var.name;     // updates run where their variable lives
   n.attrs["_ref_name_0"] = var.name; // the kernel's errors name the variable
 }
 
@@ -61,8 +61,10 @@ inline bool register_state_ops() {
              [](node_def& n, const std::vector<const node_def*>& in) {
                infer_from_attrs(n, in);
                if (!n.shape.fully_defined())
-                 throw invalid_argument_error("variable '" + n.name + "' needs a fully defined "
-                                              "shape, got " + n.shape.to_string());
+                 throw invalid_argument_error("variable '" + n.name +
+                                              "' needs a fully defined "
+                                              "shape, got " +
+                                              n.shape.to_string());
                n.colocation_group = n.name;
              },
          .stateful = true,

@@ -14,8 +14,8 @@ namespace loom::detail {
 struct apply_op_signature {
   const char* op;
   std::vector<const char*> inputs; // names for messages, in input order
-  std::size_t refs; // the first `refs` inputs are the variable and its slots
-  std::size_t grad; // the gradient's input, which also selects the kernel's dtype
+  std::size_t refs;                // the first `refs` inputs are the variable and its slots
+  std::size_t grad;                // the gradient's input, which also selects the kernel's dtype
 };
 
 inline const std::vector<apply_op_signature>& apply_op_signatures() {
@@ -25,7 +25,8 @@ inline const std::vector<apply_op_signature>& apply_op_signatures() {
       {"apply_adagrad", {"var", "accum", "lr", "grad"}, 2, 3},
       {"apply_adam",
        {"var", "m", "v", "beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon", "grad"},
-       3, 9},
+       3,
+       9},
       {"apply_rms_prop", {"var", "ms", "mom", "lr", "rho", "momentum", "epsilon", "grad"}, 3, 7},
   };
   return sigs;
@@ -33,7 +34,9 @@ inline const std::vector<apply_op_signature>& apply_op_signatures() {
 
 // The key under which an apply node records the name of its ref input k:
 // kernels see only the node, and their errors must name the variable.
-inline std::string apply_ref_attr(std::size_t k) { return "_ref_name_" + std::to_string(k); }
+inline std::string apply_ref_attr(std::size_t k) {
+  return "_ref_name_" + std::to_string(k);
+}
 
 inline void infer_apply(const apply_op_signature& sig, node_def& n,
                         const std::vector<const node_def*>& in) {

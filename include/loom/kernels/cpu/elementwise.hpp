@@ -22,7 +22,8 @@ template <class From> struct cast_cpu {
     c.output = visit_dtype(c.node.attr<dtype>("dst"), [&]<class To>() -> any_tensor {
       if constexpr (std::is_same_v<To, std::string>)
         throw invalid_argument_error("node " + c.node.describe() + ": cannot cast to string");
-      else return elementwise_kernel<ops::cast<To>, From>(c.device, c.inputs, c.node.name);
+      else
+        return elementwise_kernel<ops::cast<To>, From>(c.device, c.inputs, c.node.name);
     });
   }
 };

@@ -36,20 +36,27 @@ void gemm(const cpu_device& d, const any_tensor& a, bool ta, const any_tensor& b
   const cmap B(b.data<T>(), b.shape()[0], b.shape()[1]);
   const index_t m = out.shape()[0], n = out.shape()[1], k = ta ? A.rows() : A.cols();
   Eigen::Map<row_major_matrix<T>> C(out.data<T>(), m, n);
-  if (m == 0 || n == 0) return;
+  if (m == 0 || n == 0)
+    return;
   auto rows = [&](index_t first, index_t last) {
     auto c = C.middleRows(first, last - first);
-    if (k == 0) c.setZero();
+    if (k == 0)
+      c.setZero();
     else if (!ta) {
       auto a_rows = A.middleRows(first, last - first);
-      if (tb) c.noalias() = a_rows * B.transpose();
-      else c.noalias() = a_rows * B;
+      if (tb)
+        c.noalias() = a_rows * B.transpose();
+      else
+        c.noalias() = a_rows * B;
     } else {
       auto a_rows = A.middleCols(first, last - first).transpose();
-      if (tb) c.noalias() = a_rows * B.transpose();
-      else c.noalias() = a_rows * B;
+      if (tb)
+        c.noalias() = a_rows * B.transpose();
+      else
+        c.noalias() = a_rows * B;
     }
-    if (bias) c.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, n);
+    if (bias)
+      c.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, n);
   };
   // Per row: k*n multiply-adds, a few per cycle with SIMD. Small products stay
   // on this thread.
@@ -81,16 +88,17 @@ template <class T> struct xw_plus_b_cpu {
     const any_tensor& w = c.input(1);
     const any_tensor& b = c.input(2);
     if (x.rank() != 2 || w.rank() != 2 || b.rank() != 1)
-      throw invalid_argument_error("node " + c.node.describe() + ": needs x, w, b of ranks 2, 2 "
-                                   "and 1, got " + x.shape().to_string() + ", " +
-                                   w.shape().to_string() + " and " + b.shape().to_string());
+      throw invalid_argument_error("node " + c.node.describe() +
+                                   ": needs x, w, b of ranks 2, 2 "
+                                   "and 1, got " +
+                                   x.shape().to_string() + ", " + w.shape().to_string() + " and " +
+                                   b.shape().to_string());
     if (x.shape()[1] != w.shape()[0])
       throw invalid_argument_error(inner_dims_message(c.node, x.shape(), w.shape(), false, false));
     if (b.shape()[0] != w.shape()[1])
-      throw invalid_argument_error("node " + c.node.describe() + ": the bias of shape " +
-                                   b.shape().to_string() +
-                                   " does not match the columns of the weights of shape " +
-                                   w.shape().to_string());
+      throw invalid_argument_error(
+          "node " + c.node.describe() + ": the bias of shape " + b.shape().to_string() +
+          " does not match the columns of the weights of shape " + w.shape().to_string());
     c.output = any_tensor(dtype_of<T>, loom::shape{x.shape()[0], w.shape()[1]});
     gemm<T>(c.device, x, false, w, false, b.data<T>(), c.output);
   }
@@ -110,9 +118,11 @@ inline reduction_runs merge_runs(const loom::shape& s, const std::vector<char>& 
   reduction_runs r;
   for (int i = 0; i < s.rank(); ++i) {
     const index_t d = s[i];
-    if (d == 1) continue;
+    if (d == 1)
+      continue;
     const char red = mask[static_cast<std::size_t>(i)];
-    if (!r.dims.empty() && r.reduced.back() == red) r.dims.back() *= d;
+    if (!r.dims.empty() && r.reduced.back() == red)
+      r.dims.back() *= d;
     else {
       r.dims.push_back(d);
       r.reduced.push_back(red);
@@ -127,8 +137,8 @@ void reduce_run(const cpu_device& d, const T* in, T* out, index_t o, index_t r, 
   using one = Eigen::IndexList<Eigen::type2index<1>>;
   if (o == 1 && i == 1) {
     tensor_map<T, 0> y(out);
-    y.device(d) = const_tensor_map<T, 1>(in, r).reduce(Eigen::IndexList<Eigen::type2index<0>>(),
-                                                         Reducer());
+    y.device(d) =
+        const_tensor_map<T, 1>(in, r).reduce(Eigen::IndexList<Eigen::type2index<0>>(), Reducer());
   } else if (i == 1) { // innermost: Eigen's vectorised inner reduction
     tensor_map<T, 1> y(out, o);
     y.device(d) = const_tensor_map<T, 2>(in, o, r).reduce(one(), Reducer());
@@ -149,10 +159,13 @@ any_tensor reduce_tensor(const cpu_device& d, const any_tensor& x, const std::ve
     // The longest run first: it shrinks the data the most.
     std::size_t p = 0;
     for (std::size_t k = 0; k < runs.dims.size(); ++k)
-      if (runs.reduced[k] && (!runs.reduced[p] || runs.dims[k] > runs.dims[p])) p = k;
+      if (runs.reduced[k] && (!runs.reduced[p] || runs.dims[k] > runs.dims[p]))
+        p = k;
     index_t o = 1, i = 1;
-    for (std::size_t k = 0; k < p; ++k) o *= runs.dims[k];
-    for (std::size_t k = p + 1; k < runs.dims.size(); ++k) i *= runs.dims[k];
+    for (std::size_t k = 0; k < p; ++k)
+      o *= runs.dims[k];
+    for (std::size_t k = p + 1; k < runs.dims.size(); ++k)
+      i *= runs.dims[k];
     any_tensor next(x.type(), loom::shape{o * i});
     reduce_run<T, Reducer>(d, cur.data<T>(), next.data<T>(), o, runs.dims[p], i);
     cur = std::move(next);
@@ -172,16 +185,19 @@ template <class T> struct reduction_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
     const node_def& n = c.node;
-    const auto mask = reduction_mask(n, x.shape(), n.attr_or<std::vector<std::int64_t>>("axes", {}));
-    const loom::shape out_shape = reduced_shape(x.shape(), mask, n.attr_or<bool>("keepdims", false));
+    const auto mask =
+        reduction_mask(n, x.shape(), n.attr_or<std::vector<std::int64_t>>("axes", {}));
+    const loom::shape out_shape =
+        reduced_shape(x.shape(), mask, n.attr_or<bool>("keepdims", false));
     const std::int64_t out_count = out_shape.num_elements();
     const std::int64_t count = out_count == 0 ? 0 : x.num_elements() / out_count;
     const bool is_max = n.op == "reduce_max";
     if (x.num_elements() == 0) { // the reductions' identities (TF: NaN for the mean of nothing)
       c.output = any_tensor(x.type(), out_shape);
       T init = T(0);
-      if (is_max) init = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
-                                                              : std::numeric_limits<T>::lowest();
+      if (is_max)
+        init = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                    : std::numeric_limits<T>::lowest();
       else if (n.op == "reduce_mean" && std::numeric_limits<T>::has_quiet_NaN)
         init = std::numeric_limits<T>::quiet_NaN();
       std::fill_n(c.output.data<T>(), out_count, init);
@@ -212,7 +228,8 @@ template <class T> struct reduce_grad_cpu {
                                    dy.shape().to_string() +
                                    " does not match a reduction of shape " + to.to_string());
     any_tensor src = dy;
-    const std::int64_t count = kept.num_elements() == 0 ? 0 : to.num_elements() / kept.num_elements();
+    const std::int64_t count =
+        kept.num_elements() == 0 ? 0 : to.num_elements() / kept.num_elements();
     if (n.attr<std::string>("mode") == "mean" && count > 1) {
       src = any_tensor(dy.type(), dy.shape());
       src.flat_map<T>().device(c.device) = dy.flat_map<T>() / static_cast<T>(count);
@@ -243,14 +260,16 @@ template <class T> struct arg_reduction_cpu {
     mask[static_cast<std::size_t>(axis)] = 1;
     c.output = any_tensor(dtype::i64, reduced_shape(x.shape(), mask, false));
     index_t o = 1, i = 1;
-    for (int k = 0; k < axis; ++k) o *= x.shape()[k];
-    for (int k = axis + 1; k < x.rank(); ++k) i *= x.shape()[k];
+    for (int k = 0; k < axis; ++k)
+      o *= x.shape()[k];
+    for (int k = axis + 1; k < x.rank(); ++k)
+      i *= x.shape()[k];
     const index_t r = x.shape()[axis];
-    if (o * i == 0) return;
+    if (o * i == 0)
+      return;
     if (r == 0)
       throw invalid_argument_error("node " + n.describe() + ": axis " + std::to_string(axis) +
-                                   " of the input of shape " + x.shape().to_string() +
-                                   " is empty");
+                                   " of the input of shape " + x.shape().to_string() + " is empty");
     const T* in = x.data<T>();
     std::int64_t* out = c.output.data<std::int64_t>();
     const bool is_min = n.op == "argmin";
@@ -281,7 +300,8 @@ template <class T> struct arg_reduction_cpu {
 template <class T> struct reshape_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
-    c.output = x.reshaped(reshape_target(c.node, x.shape(), c.node.attr<std::vector<std::int64_t>>("dims")));
+    c.output = x.reshaped(
+        reshape_target(c.node, x.shape(), c.node.attr<std::vector<std::int64_t>>("dims")));
   }
 };
 
@@ -290,8 +310,9 @@ template <class T> struct reshape_like_cpu {
     const any_tensor& x = c.input(0);
     const loom::shape& to = c.input(1).shape();
     if (x.num_elements() != to.num_elements())
-      throw invalid_argument_error("node " + c.node.describe() + ": cannot reshape a tensor of shape " +
-                                   x.shape().to_string() + " into shape " + to.to_string());
+      throw invalid_argument_error("node " + c.node.describe() +
+                                   ": cannot reshape a tensor of shape " + x.shape().to_string() +
+                                   " into shape " + to.to_string());
     c.output = x.reshaped(to);
   }
 };

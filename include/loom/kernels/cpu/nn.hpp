@@ -53,11 +53,13 @@ inline void check_per_row(const node_def& n, const any_tensor& dy, const any_ten
 // Runs f(row) for every row, split over the pool; `cycles` is the work per element.
 template <class T, class F>
 void for_each_row(const cpu_device& d, row_layout l, double cycles, F&& f) {
-  if (l.rows == 0 || l.cols == 0) return;
+  if (l.rows == 0 || l.cols == 0)
+    return;
   const double bytes = static_cast<double>(l.cols) * static_cast<double>(sizeof(T));
   d.parallelFor(l.rows, Eigen::TensorOpCost(2 * bytes, bytes, cycles * static_cast<double>(l.cols)),
                 [&](Eigen::Index first, Eigen::Index last) {
-                  for (Eigen::Index r = first; r < last; ++r) f(r);
+                  for (Eigen::Index r = first; r < last; ++r)
+                    f(r);
                 });
 }
 
@@ -76,7 +78,8 @@ template <class T> struct softmax_cpu {
       const_row_array<T> xr(in + r * l.cols, l.cols);
       row_array<T> y(out + r * l.cols, l.cols);
       y = xr - xr.maxCoeff();
-      if (log) y -= std::log(y.exp().sum());
+      if (log)
+        y -= std::log(y.exp().sum());
       else {
         y = y.exp();
         y /= y.sum();
@@ -101,8 +104,10 @@ template <class T> struct softmax_grad_cpu {
       const_row_array<T> yr(py + r * l.cols, l.cols);
       const_row_array<T> g(pdy + r * l.cols, l.cols);
       row_array<T> o(out + r * l.cols, l.cols);
-      if (log) o = g - yr.exp() * g.sum();
-      else o = yr * (g - (g * yr).sum());
+      if (log)
+        o = g - yr.exp() * g.sum();
+      else
+        o = yr * (g - (g * yr).sum());
     });
   }
 };
@@ -116,7 +121,8 @@ template <class T> struct xent_cpu {
     const row_layout l = rows_of(c.node, logits);
     c.output = any_tensor(logits.type(), without_last(logits.shape()));
     T* out = c.output.data<T>();
-    if (l.cols == 0) std::fill_n(out, l.rows, T(0));
+    if (l.cols == 0)
+      std::fill_n(out, l.rows, T(0));
     const T* pl = labels.data<T>();
     const T* px = logits.data<T>();
     for_each_row<T>(c.device, l, exp_cycles, [&](Eigen::Index r) {
@@ -152,8 +158,10 @@ template <class T> struct xent_grad_cpu {
       const T m = x.maxCoeff();
       o = (x - m).exp();
       const T sum = o.sum();
-      if (wrt_labels) o = pdy[r] * (std::log(sum) - (x - m));
-      else o = pdy[r] * (o / sum - lab);
+      if (wrt_labels)
+        o = pdy[r] * (std::log(sum) - (x - m));
+      else
+        o = pdy[r] * (o / sum - lab);
     });
   }
 };
@@ -170,9 +178,11 @@ inline std::vector<std::int64_t> checked_labels(const node_def& n, const any_ten
   visit_dtype(labels.type(), [&]<class L>() {
     if constexpr (std::is_same_v<L, std::int32_t> || std::is_same_v<L, std::int64_t>) {
       const L* p = labels.data<L>();
-      for (Eigen::Index r = 0; r < l.rows; ++r) out[static_cast<std::size_t>(r)] = p[r];
+      for (Eigen::Index r = 0; r < l.rows; ++r)
+        out[static_cast<std::size_t>(r)] = p[r];
     } else {
-      throw invalid_argument_error("node " + n.describe() + ": labels must be int32 or int64, not " +
+      throw invalid_argument_error("node " + n.describe() +
+                                   ": labels must be int32 or int64, not " +
                                    std::string(to_string(labels.type())));
     }
   });

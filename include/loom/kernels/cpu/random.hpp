@@ -18,7 +18,8 @@ inline double uniform01(std::mt19937_64& e) {
 // A standard normal by Box-Muller (one of the pair; simple and portable).
 inline double standard_normal(std::mt19937_64& e) {
   double u1 = uniform01(e);
-  while (u1 <= 0.0) u1 = uniform01(e);
+  while (u1 <= 0.0)
+    u1 = uniform01(e);
   const double u2 = uniform01(e);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
@@ -35,13 +36,16 @@ template <class T> struct random_cpu {
     T* out = c.output.data<T>();
     const std::int64_t count = c.output.num_elements();
     if (n.op == "random_uniform") {
-      for (std::int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(a + (b - a) * uniform01(e));
+      for (std::int64_t i = 0; i < count; ++i)
+        out[i] = static_cast<T>(a + (b - a) * uniform01(e));
     } else if (n.op == "random_normal") {
-      for (std::int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(a + b * standard_normal(e));
+      for (std::int64_t i = 0; i < count; ++i)
+        out[i] = static_cast<T>(a + b * standard_normal(e));
     } else { // truncated_normal: redraw values beyond two standard deviations, as TF does
       for (std::int64_t i = 0; i < count; ++i) {
         double z = standard_normal(e);
-        while (std::abs(z) > 2.0) z = standard_normal(e);
+        while (std::abs(z) > 2.0)
+          z = standard_normal(e);
         out[i] = static_cast<T>(a + b * z);
       }
     }
