@@ -8,6 +8,7 @@
 // Flags: --quick (fewer repetitions), --bulk (only the 64 MB cases). Figures:
 // docs/wire-protocol.md.
 #include "../bench_util.hpp"
+#include "../raw_tcp.hpp"
 
 #include <loom/net/rpc.hpp>
 
@@ -34,100 +35,12 @@ namespace {
 constexpr std::size_t small_bytes = 64;
 constexpr std::size_t bulk_bytes = 64u << 20;
 
-void check(bool ok, const char* what) {
-  if (!ok) {
-    std::perror(what);
-    std::exit(1);
-  }
-}
-
-void nodelay(int fd) {
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-void write_all(int fd, const char* p, std::size_t n) {
-  while (n) {
-    const auto w = ::send(fd, p, n, MSG_NOSIGNAL);
-    check(w > 0, "send");
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-bool read_all(int fd, char* p, std::size_t n) {
-  while (n) {
-    const auto r = ::recv(fd, p, n, 0);
-    if (r <= 0)
-      return false;
-    p += r;
-    n -= static_cast<std::size_t>(r);
-  }
-  return true;
-}
-
-// A raw TCP server on 127.0.0.1 that answers every `request` bytes with `reply` bytes.
-class raw_server {
-public:
-  raw_server(std::size_t request, std::size_t reply) : req_(request), rep_(reply) {
-    lfd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    check(lfd_ >= 0, "socket");
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    check(::bind(lfd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0, "bind");
-    check(::listen(lfd_, 1) == 0, "listen");
-    socklen_t len = sizeof a;
-    ::getsockname(lfd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this] { serve(); });
-  }
-  ~raw_server() {
-    thread_.join();
-    ::close(lfd_);
-  }
-  std::uint16_t port() const { return port_; }
-
-private:
-  void serve() {
-    const int fd = ::accept(lfd_, nullptr, nullptr);
-    check(fd >= 0, "accept");
-    nodelay(fd);
-    std::vector<char> in(req_), out(rep_, 'r');
-    while (read_all(fd, in.data(), in.size()))
-      write_all(fd, out.data(), out.size());
-    ::close(fd);
-  }
-  std::size_t req_, rep_;
-  int lfd_ = -1;
-  std::uint16_t port_ = 0;
-  std::thread thread_;
-};
-
-class raw_client {
-public:
-  explicit raw_client(std::uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(port);
-    check(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0, "connect");
-    nodelay(fd_);
-  }
-  ~raw_client() { ::close(fd_); }
-  void exchange(const std::vector<char>& out, std::vector<char>& in) {
-    send(out);
-    receive(in);
-  }
-  void send(const std::vector<char>& out) { write_all(fd_, out.data(), out.size()); }
-  void receive(std::vector<char>& in) {
-    if (!read_all(fd_, in.data(), in.size()))
-      throw std::runtime_error("raw server closed");
-  }
-
-private:
-  int fd_ = -1;
-};
+using loom::bench::raw::check;
+using loom::bench::raw::nodelay;
+using loom::bench::raw::read_all;
+using loom::bench::raw::write_all;
+using raw_server = loom::bench::raw::server;
+using raw_client = loom::bench::raw::client;
 
 // The same ping-pong, but a reader thread receives the reply and hands it to the
 // calling thread through a condition variable: the floor of any design where a

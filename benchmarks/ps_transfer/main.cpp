@@ -18,7 +18,7 @@
 // `ps_transfer --quick` runs fewer repetitions (a smoke test); `--only=N` runs
 // part N alone (with the raw baselines it compares against), for profiling.
 #include "../bench_util.hpp"
-#include "raw_tcp.hpp"
+#include "../raw_tcp.hpp"
 
 #include <loom/loom.hpp>
 

@@ -4,6 +4,7 @@
 #include <loom/api.hpp>
 
 #include <doctest/doctest.h>
+#include <support/messages.hpp>
 #include <support/process.hpp>
 
 #include <utility>
@@ -71,9 +72,7 @@ template <class F> std::string error_of(F&& f, loom::error_code code) {
   }
   return "";
 }
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using loom::testing::contains;
 
 loom::cluster_session_options quiet() {
   static std::ostringstream sink;

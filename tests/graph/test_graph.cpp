@@ -3,6 +3,7 @@
 // group, graph serialization (round trip and every kind of bad input), and the
 // shape errors of graph construction and of run time.
 #include <doctest/doctest.h>
+#include <support/messages.hpp>
 
 #include <loom/api.hpp>
 #include <loom/graph/serialize.hpp>
@@ -27,22 +28,8 @@ using loom::tensor;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-// The what() of the exception E that f throws; a marker string when f throws
-// something else or nothing, so that the checks on the text fail visibly.
-template <class E, class F> std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<wrong exception: ") + e.what() + ">";
-  }
-  return "<no exception>";
-}
+using loom::testing::contains;
+using loom::testing::message_of;
 
 loom::session_options small_pool() {
   return {.intra_op_threads = 2};

@@ -5,6 +5,7 @@
 // reshape, identity, the assign family, constants, fills and the seeded
 // random sources.
 #include <doctest/doctest.h>
+#include <support/messages.hpp>
 
 #include <loom/loom.hpp>
 
@@ -25,20 +26,8 @@ using loom::tensor;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-template <class E, class F> std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<wrong exception: ") + e.what() + ">";
-  }
-  return "<no exception>";
-}
+using loom::testing::contains;
+using loom::testing::message_of;
 
 loom::session_options opts() {
   return {.intra_op_threads = 2};

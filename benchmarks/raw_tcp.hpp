@@ -1,5 +1,5 @@
-// Raw-TCP baselines for ps_transfer: blocking sockets over 127.0.0.1, a server
-// thread that answers every `request` bytes with `reply` bytes. TCP_NODELAY on
+// Raw-TCP baselines for the benchmarks (net_transfer, ps_transfer): blocking sockets over
+// 127.0.0.1, a server thread that answers every `request` bytes with `reply` bytes. TCP_NODELAY on
 // both ends; whole messages are handed to send()/recv() in one buffer, so the
 // kernel's socket buffers (autotuned, as loom's) set the pace.
 #pragma once
@@ -108,7 +108,11 @@ public:
   ~client() { ::close(fd_); } // the server's read fails: its thread ends
 
   void exchange(const std::vector<char>& out, std::vector<char>& in) {
-    write_all(fd_, out.data(), out.size());
+    send(out);
+    receive(in);
+  }
+  void send(const std::vector<char>& out) { write_all(fd_, out.data(), out.size()); }
+  void receive(std::vector<char>& in) {
     if (!read_all(fd_, in.data(), in.size()))
       throw std::runtime_error("raw server closed");
   }

@@ -1,0 +1,26 @@
+// What the tests check of an error: its text, taken from the exception a call throws.
+#pragma once
+
+#include <exception>
+#include <string>
+
+namespace loom::testing {
+
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// The what() of the exception E that f throws; a marker string when f throws
+// something else or nothing, so that the checks on the text fail visibly.
+template <class E, class F> std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("<wrong exception: ") + e.what() + ">";
+  }
+  return "<no exception>";
+}
+
+} // namespace loom::testing
