@@ -1,0 +1,673 @@
+// Checkpoints: a save/restore round trip of every dtype, max_to_keep and the
+// state file, latest_checkpoint, corrupt and truncated files, mismatched and
+// missing variables, failed saves that leave the previous checkpoint intact, a
+// checkpoint saved on 2 ps tasks restored on 1, and the loom-ckpt tool.
+#include <loom/api.hpp>
+#include <loom/train/saver.hpp>
+
+#include <doctest/doctest.h>
+#include <support/messages.hpp>
+#include <support/process.hpp>
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+using loom::shape;
+using loom::tensor;
+using loom::testing::contains;
+
+namespace {
+
+// A fresh directory, removed with everything in it at the end of the test.
+struct temp_dir {
+  std::string path;
+  temp_dir() {
+    std::string tmpl = (fs::temp_directory_path() / "loom_saver_XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  ~temp_dir() {
+    std::error_code ec;
+    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+// The what() of the loom::error that f throws, checking its code; "" if none.
+template <class F> std::string error_of(F&& f, loom::error_code code) {
+  try {
+    f();
+  } catch (const loom::error& e) {
+    CHECK_MESSAGE(e.code() == code, e.what());
+    return e.what();
+  }
+  return "<no exception>";
+}
+
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> out;
+  for (auto& e : fs::directory_iterator(dir))
+    out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+loom::session_options opts() {
+  return {.intra_op_threads = 2};
+}
+
+// A model with a variable of every dtype and a global step.
+struct model {
+  loom::graph g;
+  loom::variable<float, 2> w{g, "w", shape{2, 3}, loom::zeros_initializer{}};
+  loom::variable<double, 1> b{g, "layer/b", shape{3}, loom::zeros_initializer{}};
+  loom::variable<std::int32_t, 0> n{g, "n", shape{}, loom::zeros_initializer{}};
+  loom::variable<bool, 1> flags{g, "flags", shape{4}, loom::zeros_initializer{}};
+  loom::variable<std::string, 1> words{
+      g, "words", loom::constant(g, tensor<std::string, 1>(shape{3}, {"", "a", "x"}))};
+  loom::variable<std::int64_t, 0> step = loom::create_global_step(g);
+
+  void set(loom::session& s, float base) {
+    s.run(loom::group(
+        g,
+        w.assign(loom::constant(g, tensor<float, 2>(shape{2, 3}, {base, base + 1, base + 2,
+                                                                  base + 3, base + 4, base + 5}))),
+        b.assign(loom::constant(g, tensor<double, 1>(shape{3}, {base * 0.5, -1e300, 1e-300}))),
+        n.assign(loom::constant(g, static_cast<std::int32_t>(base) - 7)),
+        flags.assign(loom::constant(g, tensor<bool, 1>(shape{4}, {true, base > 1, false, true}))),
+        words.assign(loom::constant(
+            g, tensor<std::string, 1>(shape{3},
+                                      {std::string("hello ") + std::to_string(base),
+                                       std::string(1000, 'z'), std::string("nul\0byte", 8)}))),
+        step.assign(loom::constant(g, static_cast<std::int64_t>(base * 1e12)))));
+  }
+  void check(loom::session& s, float base) {
+    auto wv = s.run(w);
+    for (std::size_t i = 0; i < 6; ++i)
+      CHECK(wv.flat()[i] == base + static_cast<float>(i));
+    auto bv = s.run(b);
+    CHECK(bv.flat()[0] == base * 0.5);
+    CHECK(bv.flat()[1] == -1e300);
+    CHECK(bv.flat()[2] == 1e-300);
+    CHECK(s.run(n).item() == static_cast<std::int32_t>(base) - 7);
+    auto fv = s.run(flags);
+    CHECK(fv.flat()[0] == true);
+    CHECK(fv.flat()[1] == (base > 1));
+    CHECK(fv.flat()[2] == false);
+    auto sv = s.run(words);
+    CHECK(sv.flat()[0] == "hello " + std::to_string(base));
+    CHECK(sv.flat()[1] == std::string(1000, 'z'));
+    CHECK(sv.flat()[2] == std::string("nul\0byte", 8));
+    CHECK(s.run(step).item() == static_cast<std::int64_t>(base * 1e12));
+  }
+};
+
+} // namespace
+
+TEST_CASE("save and restore round-trip every dtype in a local session") {
+  temp_dir dir;
+  model m;
+  loom::saver saver(m.g);
+  CHECK(saver.variables().size() == 6);
+  loom::session s(m.g, opts());
+  s.run(loom::global_variables_initializer(m.g));
+  m.set(s, 3);
+  const std::string path = saver.save(s, dir / "model", s.run(m.step).item());
+  CHECK(path == dir / "model-3000000000000");
+  CHECK(fs::is_regular_file(path));
+  m.set(s, 9); // changed after the save: the restore brings the saved values back
+  m.check(s, 9);
+  saver.restore(s, path);
+  m.check(s, 3);
+
+  // A fresh session (nothing initialised) restores too, and without a step
+  // the file is the prefix itself.
+  loom::session fresh(m.g, opts());
+  saver.restore(fresh, path);
+  m.check(fresh, 3);
+  CHECK(saver.save(fresh, dir / "plain") == dir / "plain");
+  m.set(fresh, 5);
+  saver.restore(fresh, dir / "plain");
+  m.check(fresh, 3);
+
+  // The reader sees every tensor by name with its dtype, shape and checksum.
+  loom::checkpoint_reader reader(path);
+  CHECK(reader.version() == 1);
+  REQUIRE(reader.entries().size() == 6);
+  CHECK(reader.all_ok());
+  const auto* e = reader.find("layer/b");
+  REQUIRE(e != nullptr);
+  CHECK(e->type == loom::dtype::f64);
+  CHECK(e->shape == shape{3});
+  CHECK(e->byte_length == 24);
+  auto wv = reader.read_tensor("w");
+  CHECK(wv.describe() == "float32[2, 3]");
+  CHECK(wv.data<float>()[5] == 8.0f);
+  CHECK(reader.read_tensor("global_step").data<std::int64_t>()[0] == 3000000000000LL);
+  CHECK(contains(error_of([&] { (void)reader.read_tensor("nope"); }, loom::error_code::not_found),
+                 "'nope'"));
+}
+
+TEST_CASE("saving an uninitialised variable fails and writes nothing") {
+  temp_dir dir;
+  model m;
+  loom::saver saver(m.g);
+  loom::session s(m.g, opts());
+  const auto what =
+      error_of([&] { saver.save(s, dir / "model", 1); }, loom::error_code::failed_precondition);
+  CHECK(contains(what, "uninitialized"));
+  CHECK(files_in(dir.path).empty());
+}
+
+TEST_CASE("var_list saves only the given variables; a node that is not a variable is refused") {
+  temp_dir dir;
+  model m;
+  loom::saver some(m.g, {.var_list = {m.w.id(), m.step.id()}});
+  CHECK(some.variables().size() == 2);
+  loom::session s(m.g, opts());
+  s.run(loom::global_variables_initializer(m.g));
+  m.set(s, 2);
+  const auto path = some.save(s, dir / "some");
+  loom::checkpoint_reader reader(path);
+  CHECK(reader.entries().size() == 2);
+  CHECK(reader.has_tensor("w"));
+  CHECK(!reader.has_tensor("layer/b"));
+  auto c = loom::constant(m.g, 1.0f, "not_a_variable");
+  const auto size_before = m.g.size();
+  CHECK(contains(error_of(
+                     [&] {
+                       loom::saver(m.g, {.var_list = {m.w.id(), c.id()}});
+                     },
+                     loom::error_code::invalid_argument),
+                 "not_a_variable"));
+  CHECK(m.g.size() == size_before); // nothing added by a refused saver
+  loom::graph empty;
+  CHECK(contains(error_of([&] { loom::saver{empty}; }, loom::error_code::invalid_argument),
+                 "no variables"));
+}
+
+TEST_CASE("max_to_keep deletes the oldest checkpoints and the state file lists the kept ones") {
+  temp_dir dir;
+  model m;
+  loom::saver saver(m.g, {.max_to_keep = 2});
+  loom::session s(m.g, opts());
+  s.run(loom::global_variables_initializer(m.g));
+  for (int step = 1; step <= 4; ++step) {
+    m.set(s, static_cast<float>(step));
+    saver.save(s, dir / "model", step);
+  }
+  CHECK(files_in(dir.path) == std::vector<std::string>{"checkpoint", "model-3", "model-4"});
+  CHECK(saver.last_checkpoints() == std::vector<std::string>{dir / "model-3", dir / "model-4"});
+  CHECK(read_file(dir / "checkpoint") == "model_checkpoint_path: \"model-4\"\n"
+                                         "all_model_checkpoint_paths: \"model-3\"\n"
+                                         "all_model_checkpoint_paths: \"model-4\"\n");
+  auto st = loom::get_checkpoint_state(dir.path);
+  REQUIRE(st);
+  CHECK(st->model_checkpoint_path == dir / "model-4");
+  CHECK(st->all_model_checkpoint_paths ==
+        std::vector<std::string>{dir / "model-3", dir / "model-4"});
+
+  // Saving a step again moves it to the end instead of listing it twice.
+  saver.save(s, dir / "model", 3);
+  CHECK(saver.last_checkpoints() == std::vector<std::string>{dir / "model-4", dir / "model-3"});
+
+  // A new saver (a restarted program) takes over what the state file keeps.
+  loom::saver again(m.g, {.max_to_keep = 2});
+  again.save(s, dir / "model", 5);
+  CHECK(files_in(dir.path) == std::vector<std::string>{"checkpoint", "model-3", "model-5"});
+
+  // max_to_keep 0 keeps every file and lists only the newest.
+  temp_dir all;
+  loom::saver keep_all(m.g, {.max_to_keep = 0});
+  for (int step = 1; step <= 3; ++step)
+    keep_all.save(s, all / "m", step);
+  CHECK(files_in(all.path) == std::vector<std::string>{"checkpoint", "m-1", "m-2", "m-3"});
+  CHECK(loom::get_checkpoint_state(all.path)->all_model_checkpoint_paths ==
+        std::vector<std::string>{all / "m-3"});
+}
+
+TEST_CASE("latest_checkpoint reads the state file and falls back to nothing") {
+  temp_dir dir;
+  CHECK(!loom::latest_checkpoint(dir.path));
+  CHECK(!loom::latest_checkpoint(dir / "no_such_dir"));
+  model m;
+  loom::saver saver(m.g);
+  loom::session s(m.g, opts());
+  s.run(loom::global_variables_initializer(m.g));
+  saver.save(s, dir / "model", 10);
+  CHECK(loom::latest_checkpoint(dir.path) == dir / "model-10");
+  saver.save(s, dir / "model", 20);
+  CHECK(loom::latest_checkpoint(dir.path) == dir / "model-20");
+  // The newest file gone: nothing, not a path that does not open.
+  fs::remove(dir / "model-20");
+  CHECK(!loom::latest_checkpoint(dir.path));
+  // A state file that is not TF's text format: nothing.
+  write_file(dir / "checkpoint", "garbage without a colon\n");
+  CHECK(!loom::latest_checkpoint(dir.path));
+  // An absolute path in the state file is taken as it is; quotes are unescaped.
+  write_file(dir / "checkpoint", "model_checkpoint_path: \"" + dir / "model-10" + "\"\n");
+  CHECK(loom::latest_checkpoint(dir.path) == dir / "model-10");
+}
+
+TEST_CASE("a corrupt byte fails the checksum of its tensor, naming the file and the tensor") {
+  temp_dir dir;
+  model m;
+  loom::saver saver(m.g);
+  loom::session s(m.g, opts());
+  s.run(loom::global_variables_initializer(m.g));
+  m.set(s, 1);
+  const auto path = saver.save(s, dir / "model", 1);
+  std::uint64_t offset = 0;
+  {
+    loom::checkpoint_reader reader(path);
+    offset = reader.find("layer/b")->offset;
+  }
+  std::string bytes = read_file(path);
+  bytes[static_cast<std::size_t>(offset) + 5] ^= 0x10;
+  write_file(path, bytes);
+
+  loom::checkpoint_reader reader(path); // opening lists it; reading it fails
+  CHECK(!reader.all_ok());
+  CHECK(!reader.find("layer/b")->crc_ok);
+  CHECK(reader.find("w")->crc_ok);
+  CHECK(
+      contains(error_of([&] { (void)reader.read_tensor("layer/b"); }, loom::error_code::data_loss),
+               "checksum"));
+  m.set(s, 4);
+  const auto what = error_of([&] { saver.restore(s, path); }, loom::error_code::data_loss);
+  CHECK(contains(what, path));
+  CHECK(contains(what, "'layer/b'"));
+  CHECK(contains(what, "checksum"));
+  m.check(s, 4); // nothing was restored
+}
+
+TEST_CASE("a truncated or malformed file is a clear error, never a crash or a huge allocation") {
+  temp_dir dir;
+  model m;
+  loom::saver saver(m.g);
+  loom::session s(m.g, opts());
+  s.run(loom::global_variables_initializer(m.g));
+  const auto path = saver.save(s, dir / "model", 1);
+  const std::string bytes = read_file(path);
+  const auto cut = dir / "cut";
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    write_file(cut, bytes.substr(0, n));
+    const auto what = error_of([&] { saver.restore(s, cut); }, loom::error_code::data_loss);
+    CHECK_MESSAGE(contains(what, cut), what);
+  }
+  write_file(cut, bytes.substr(0, bytes.size() - 3));
+  CHECK(contains(error_of([&] { loom::checkpoint_reader{cut}; }, loom::error_code::data_loss),
+                 "truncated"));
+  write_file(cut, bytes + "x");
+  CHECK(contains(error_of([&] { loom::checkpoint_reader{cut}; }, loom::error_code::data_loss),
+                 "1 bytes follow the last tensor"));
+  write_file(cut, "PK\x03\x04 not a checkpoint at all");
+  CHECK(contains(error_of([&] { loom::checkpoint_reader{cut}; }, loom::error_code::data_loss),
+                 "not a loom checkpoint"));
+
+  // Headers claiming enormous sizes are refused before anything is allocated.
+  auto header = [](std::uint32_t version, std::uint64_t count) {
+    std::string h = "LOOMCKPT";
+    for (int i = 0; i < 4; ++i)
+      h += static_cast<char>((version >> (8 * i)) & 0xff);
+    for (int i = 0; i < 8; ++i)
+      h += static_cast<char>((count >> (8 * i)) & 0xff);
+    return h;
+  };
+  auto le = [](std::uint64_t v, int bytes_count) {
+    std::string out;
+    for (int i = 0; i < bytes_count; ++i)
+      out += static_cast<char>((v >> (8 * i)) & 0xff);
+    return out;
+  };
+  write_file(cut, header(1, 1ull << 60));
+  CHECK(contains(error_of([&] { loom::checkpoint_reader{cut}; }, loom::error_code::data_loss),
+                 "tensors"));
+  write_file(cut, header(2, 0));
+  CHECK(contains(error_of([&] { loom::checkpoint_reader{cut}; }, loom::error_code::unimplemented),
+                 "format version 2"));
+  // One float tensor of shape [2^40, 2^40] with 8 bytes of data.
+  write_file(cut, header(1, 1) + le(1, 4) + "w" + le(0, 1) + le(2, 4) + le(1ull << 40, 8) +
+                      le(1ull << 40, 8) + le(8, 8) + le(0, 4) + std::string(8, '\0'));
+  CHECK(contains(error_of([&] { loom::checkpoint_reader{cut}; }, loom::error_code::data_loss),
+                 "bytes of data"));
+  // A string tensor of 2^40 elements in 8 bytes.
+  write_file(cut, header(1, 1) + le(1, 4) + "w" + le(5, 1) + le(1, 4) + le(1ull << 40, 8) +
+                      le(8, 8) + le(0, 4) + std::string(8, '\0'));
+  CHECK(contains(error_of([&] { loom::checkpoint_reader{cut}; }, loom::error_code::data_loss),
+                 "bytes of data"));
+  // Data longer than the file.
+  write_file(cut, header(1, 1) + le(1, 4) + "w" + le(0, 1) + le(1, 4) + le(1ull << 58, 8) +
+                      le(1ull << 60, 8) + le(0, 4));
+  CHECK(contains(error_of([&] { loom::checkpoint_reader{cut}; }, loom::error_code::data_loss),
+                 "truncated"));
+  CHECK(contains(error_of([&] { saver.restore(s, dir / "missing"); }, loom::error_code::not_found),
+                 dir / "missing"));
+}
+
+TEST_CASE("a checkpoint with another shape, dtype or without a variable is a clear error") {
+  temp_dir dir;
+  model m;
+  loom::saver saver(m.g);
+  loom::session s(m.g, opts());
+  s.run(loom::global_variables_initializer(m.g));
+  m.set(s, 1);
+  const auto path = saver.save(s, dir / "model", 100);
+
+  {
+    loom::graph g;
+    loom::variable<float, 2> w(g, "w", shape{2, 5}, loom::zeros_initializer{});
+    loom::saver other(g);
+    loom::session os(g, opts());
+    const auto what =
+        error_of([&] { other.restore(os, path); }, loom::error_code::invalid_argument);
+    CHECK(contains(what, "checkpoint " + path +
+                             ": tensor 'w' has shape [2, 3], the variable has "
+                             "[2, 5]"));
+  }
+  {
+    loom::graph g;
+    loom::variable<double, 2> w(g, "w", shape{2, 3}, loom::zeros_initializer{});
+    loom::saver other(g);
+    loom::session os(g, opts());
+    const auto what =
+        error_of([&] { other.restore(os, path); }, loom::error_code::invalid_argument);
+    CHECK(contains(what, "tensor 'w' is float32, the variable is float64"));
+  }
+  {
+    loom::graph g;
+    loom::variable<float, 2> w(g, "w", shape{2, 3}, loom::zeros_initializer{});
+    loom::variable<float, 1> extra(g, "hid/extra", shape{3}, loom::ones_initializer{});
+    loom::saver other(g);
+    loom::session os(g, opts());
+    os.run(loom::global_variables_initializer(g));
+    const auto what = error_of([&] { other.restore(os, path); }, loom::error_code::not_found);
+    CHECK(contains(what, path));
+    CHECK(contains(what, "no tensor 'hid/extra'"));
+    // Nothing was restored: w keeps its value.
+    CHECK(os.run(w).flat()[0] == 0.0f);
+  }
+  {
+    // Tensors of the file that the saver does not save are ignored.
+    loom::graph g;
+    loom::variable<float, 2> w(g, "w", shape{2, 3}, loom::zeros_initializer{});
+    loom::saver other(g);
+    loom::session os(g, opts());
+    other.restore(os, path);
+    CHECK(os.run(w).flat()[5] == 6.0f);
+  }
+}
+
+TEST_CASE("a failed save never leaves a torn file; the previous checkpoint still restores") {
+  temp_dir dir;
+  model m;
+  loom::saver saver(m.g);
+  loom::session s(m.g, opts());
+  s.run(loom::global_variables_initializer(m.g));
+  m.set(s, 1);
+  const auto good = saver.save(s, dir / "model");
+  const std::string good_bytes = read_file(good);
+  const std::string good_state = read_file(dir / "checkpoint");
+  m.set(s, 2);
+
+  auto unchanged = [&] {
+    CHECK(read_file(good) == good_bytes);
+    CHECK(read_file(dir / "checkpoint") == good_state);
+    CHECK(files_in(dir.path) == std::vector<std::string>{"checkpoint", "model"});
+    m.set(s, 7);
+    saver.restore(s, good);
+    m.check(s, 1);
+    m.set(s, 2);
+  };
+
+  SUBCASE("the disk fills up mid-write (RLIMIT_FSIZE)") {
+    rlimit old{};
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+    auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+    rlimit small = old;
+    small.rlim_cur = 100; // the header and part of the first tensor
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+    std::string what;
+    try {
+      saver.save(s, dir / "model"); // over the good one
+    } catch (const loom::error& e) {
+      what = e.what();
+    }
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    ::signal(SIGXFSZ, old_handler);
+    CHECK(contains(what, "cannot write"));
+    unchanged();
+  }
+  SUBCASE("the temporary file cannot be created") {
+    const auto tmp = dir / ("model.tmp-" + std::to_string(::getpid()));
+    fs::create_directory(tmp);
+    CHECK(contains(error_of([&] { saver.save(s, dir / "model"); }, loom::error_code::unknown),
+                   "cannot create " + tmp));
+    fs::remove(tmp);
+    unchanged();
+  }
+  SUBCASE("the rename fails") {
+    temp_dir other;
+    fs::create_directory(other / "model-5"); // a directory where the file would go
+    fs::create_directory(other / "model-5/x");
+    CHECK(contains(error_of([&] { saver.save(s, other / "model", 5); }, loom::error_code::unknown),
+                   "cannot rename"));
+    CHECK(files_in(other.path) == std::vector<std::string>{"model-5"}); // no temporary left
+    unchanged();
+  }
+  SUBCASE("a read-only directory") {
+    if (::geteuid() == 0) {
+      MESSAGE("running as root: permissions do not stop writes, skipped");
+    } else {
+      REQUIRE(::chmod(dir.path.c_str(), 0555) == 0);
+      CHECK(contains(
+          error_of([&] { saver.save(s, dir / "model", 3); }, loom::error_code::permission_denied),
+          "cannot create"));
+      REQUIRE(::chmod(dir.path.c_str(), 0755) == 0);
+      unchanged();
+    }
+  }
+  SUBCASE("a directory that does not exist") {
+    CHECK(contains(
+        error_of([&] { saver.save(s, dir / "no/such/dir/model"); }, loom::error_code::not_found),
+        "no/such/dir"));
+    unchanged();
+  }
+}
+
+namespace {
+
+// A cluster of `ps` ps tasks and one worker, every task served in this process.
+struct local_cluster {
+  loom::cluster_spec spec;
+  std::vector<std::unique_ptr<loom::server>> servers;
+
+  explicit local_cluster(int ps) {
+    auto ports = loom::testing::free_ports(static_cast<std::size_t>(ps) + 1);
+    std::vector<std::string> ps_hosts, worker_hosts;
+    for (int i = 0; i <= ps; ++i)
+      (i < ps ? ps_hosts : worker_hosts)
+          .push_back("127.0.0.1:" + std::to_string(ports[static_cast<std::size_t>(i)]));
+    spec = loom::cluster_spec{{"ps", loom::cluster_spec::job_def(ps_hosts)},
+                              {"worker", loom::cluster_spec::job_def(worker_hosts)}};
+    for (int i = 0; i < ps; ++i)
+      servers.push_back(std::make_unique<loom::server>(spec, "ps", i));
+    servers.push_back(std::make_unique<loom::server>(spec, "worker", 0));
+  }
+  loom::server& ps(int i) { return *servers[static_cast<std::size_t>(i)]; }
+  std::string target() const { return servers.back()->target(); }
+};
+
+loom::cluster_session_options quiet() {
+  static std::ostringstream sink;
+  loom::cluster_session_options o;
+  o.placement_log = &sink;
+  return o;
+}
+
+// Two variables placed round-robin over the cluster's ps tasks.
+struct cluster_model {
+  loom::graph g;
+  std::optional<loom::variable<float, 2>> w;
+  std::optional<loom::variable<float, 1>> b;
+  std::optional<loom::variable<std::int64_t, 0>> step;
+  explicit cluster_model(const loom::cluster_spec& spec) {
+    auto _ = g.device(loom::make_replica_device_setter(spec));
+    w.emplace(g, "w", shape{3, 2}, loom::zeros_initializer{});
+    b.emplace(g, "b", shape{2}, loom::zeros_initializer{});
+    step.emplace(loom::create_global_step(g));
+  }
+};
+
+} // namespace
+
+TEST_CASE("a checkpoint saved on a cluster of 2 ps tasks restores into a cluster of 1") {
+  temp_dir dir;
+  std::string path;
+  {
+    local_cluster cluster(2);
+    cluster_model m(cluster.spec);
+    loom::saver saver(m.g);
+    std::ostringstream placements;
+    auto o = quiet();
+    o.log_device_placement = true;
+    o.placement_log = &placements;
+    loom::session s(m.g, loom::session_target{cluster.target()}, o);
+    s.run(loom::global_variables_initializer(m.g));
+    s.run(loom::group(
+        m.g, m.w->assign(loom::constant(m.g, tensor<float, 2>(shape{3, 2}, {1, 2, 3, 4, 5, 6}))),
+        m.b->assign(loom::constant(m.g, tensor<float, 1>(shape{2}, {-1, -2}))),
+        m.step->assign(loom::constant(m.g, std::int64_t{42}))));
+    // round_robin: w on ps 0, b on ps 1.
+    CHECK(cluster.ps(0).resources().uninitialized("", {"w"}).empty());
+    CHECK(cluster.ps(1).resources().uninitialized("", {"b"}).empty());
+    CHECK(cluster.ps(1).resources().uninitialized("", {"w"}) == std::vector<std::string>{"w"});
+    path = saver.save(s, dir / "model", s.run(*m.step).item());
+    // Restoring on the same cluster: the assigns run on each variable's ps.
+    s.run(m.w->assign(loom::constant(m.g, tensor<float, 2>(shape{3, 2}, 0.0f))));
+    saver.restore(s, path);
+    CHECK(s.run(*m.w).flat()[5] == 6.0f);
+    // Each value is fed and assigned on its variable's task.
+    CHECK_MESSAGE(
+        contains(placements.str(), "save/b/value: (placeholder): /job:ps/replica:0/task:1"),
+        placements.str());
+    CHECK(contains(placements.str(), "save/b/assign: (assign): /job:ps/replica:0/task:1"));
+    CHECK(contains(placements.str(), "save/w/value: (placeholder): /job:ps/replica:0/task:0"));
+    CHECK(contains(placements.str(), "save/w/assign: (assign): /job:ps/replica:0/task:0"));
+  }
+  CHECK(path == dir / "model-42");
+  {
+    local_cluster cluster(1);
+    cluster_model m(cluster.spec);
+    loom::saver saver(m.g);
+    loom::session s(m.g, loom::session_target{cluster.target()}, quiet());
+    CHECK(cluster.ps(0).resources().uninitialized("", {"w", "b", "global_step"}).size() == 3);
+    saver.restore(s, *loom::latest_checkpoint(dir.path));
+    // Every variable restored into the one ps task's container.
+    CHECK(cluster.ps(0).resources().uninitialized("", {"w", "b", "global_step"}).empty());
+    auto w = s.run(*m.w);
+    for (std::size_t i = 0; i < 6; ++i)
+      CHECK(w.flat()[i] == static_cast<float>(i + 1));
+    CHECK(s.run(*m.b).flat()[1] == -2.0f);
+    CHECK(s.run(*m.step).item() == 42);
+  }
+}
+
+TEST_CASE("loom-ckpt lists a checkpoint, prints a tensor, and exits 1 on a bad file") {
+  const std::string tool = LOOM_CKPT_BIN;
+  if (tool.empty()) {
+    MESSAGE("LOOM_BUILD_TOOLS is off: loom-ckpt not built, skipped");
+    return;
+  }
+  temp_dir dir;
+  model m;
+  loom::saver saver(m.g);
+  loom::session s(m.g, opts());
+  s.run(loom::global_variables_initializer(m.g));
+  m.set(s, 1);
+  const auto path = saver.save(s, dir / "model", 7);
+
+  struct result {
+    loom::testing::exit_status status;
+    std::string output;
+  };
+  auto run = [&](std::vector<std::string> args) {
+    auto c = std::make_unique<loom::testing::child>(tool, std::move(args));
+    auto st = c->wait(std::chrono::seconds(60));
+    REQUIRE_MESSAGE(st, c->report());
+    return result{*st, c->output()};
+  };
+  {
+    const auto r = run({dir.path}); // a directory: its latest checkpoint
+    CHECK_MESSAGE(r.status.success(), r.output);
+    CHECK(contains(r.output, path));
+    CHECK(contains(r.output, "layer/b"));
+    CHECK(contains(r.output, "float64"));
+    CHECK(contains(r.output, "[2, 3]"));
+    CHECK(contains(r.output, "global_step"));
+    CHECK(contains(r.output, " ok"));
+    CHECK(!contains(r.output, "BAD"));
+  }
+  {
+    const auto r = run({path, "--print", "w", "--limit", "4"});
+    CHECK_MESSAGE(r.status.success(), r.output);
+    CHECK(contains(r.output, "1, 2, 3, 4"));
+    CHECK(contains(r.output, "2 more"));
+    CHECK(!contains(r.output, "5, 6"));
+  }
+  {
+    const auto r = run({path, "--print=words"});
+    CHECK_MESSAGE(r.status.success(), r.output);
+    CHECK(contains(r.output, "\"hello 1.000000\""));
+  }
+  {
+    const auto r = run({path, "--print", "nope"});
+    CHECK(r.status.exited);
+    CHECK(r.status.code == 1);
+    CHECK(contains(r.output, "'nope'"));
+  }
+  std::string bytes = read_file(path);
+  loom::checkpoint_reader reader(path);
+  bytes[static_cast<std::size_t>(reader.find("w")->offset)] ^= 1;
+  write_file(path, bytes);
+  {
+    const auto r = run({path});
+    CHECK(r.status.code == 1);
+    CHECK(contains(r.output, "BAD"));
+  }
+  write_file(path, bytes.substr(0, 30));
+  {
+    const auto r = run({path});
+    CHECK(r.status.code == 1);
+    CHECK(contains(r.output, "truncated"));
+  }
+  {
+    const auto r = run({dir / "empty_dir_none"});
+    CHECK(r.status.code == 1);
+  }
+}
