@@ -4,6 +4,7 @@
 #include <loom/api.hpp>
 
 #include <doctest/doctest.h>
+#include <support/cluster.hpp>
 #include <support/messages.hpp>
 #include <support/process.hpp>
 
@@ -22,45 +23,8 @@
 
 namespace {
 
-// n distinct free loopback ports: all sockets stay bound until every port is chosen.
-std::vector<int> free_ports(int n) {
-  std::vector<int> fds, ports;
-  for (int i = 0; i < n; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t len = sizeof a;
-    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-    fds.push_back(fd);
-    ports.push_back(ntohs(a.sin_port));
-  }
-  for (int fd : fds)
-    ::close(fd);
-  return ports;
-}
-
-// A cluster of `ps` ps tasks and `workers` workers, every task served in this process.
-struct local_cluster {
-  loom::cluster_spec spec;
-  std::vector<std::unique_ptr<loom::server>> servers;
-
-  local_cluster(int ps, int workers) {
-    auto ports = free_ports(ps + workers);
-    std::vector<std::string> ps_hosts, worker_hosts;
-    for (int i = 0; i < ps + workers; ++i)
-      (i < ps ? ps_hosts : worker_hosts).push_back("127.0.0.1:" + std::to_string(ports[i]));
-    spec = loom::cluster_spec{{"ps", loom::cluster_spec::job_def(ps_hosts)},
-                              {"worker", loom::cluster_spec::job_def(worker_hosts)}};
-    for (int i = 0; i < ps; ++i)
-      servers.push_back(std::make_unique<loom::server>(spec, "ps", i));
-    for (int i = 0; i < workers; ++i)
-      servers.push_back(std::make_unique<loom::server>(spec, "worker", i));
-  }
-  loom::server& worker(int i) { return *servers[servers.size() - workers_count() + i]; }
-  std::size_t workers_count() const { return static_cast<std::size_t>(spec.num_tasks("worker")); }
-};
+using loom::testing::free_ports;
+using loom::testing::local_cluster;
 
 // The what() of the loom::error that f throws, checking its code; "" if none.
 template <class F> std::string error_of(F&& f, loom::error_code code) {

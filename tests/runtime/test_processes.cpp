@@ -9,6 +9,7 @@
 // Every child is killed and reaped when its `child` object goes out of scope.
 #include <loom/api.hpp>
 
+#include "support/examples.hpp"
 #include "support/process.hpp"
 
 #include <asio/ip/tcp.hpp>
@@ -24,13 +25,12 @@
 namespace {
 
 namespace lt = loom::testing;
+using lt::cluster_flags;
+using lt::example;
+using lt::expect_exit;
+using lt::no_examples;
+using lt::plus;
 using namespace std::chrono_literals;
-
-const bool no_examples = std::string_view(LOOM_EXAMPLES_DIR).empty();
-
-std::string example(const char* name) {
-  return std::string(LOOM_EXAMPLES_DIR) + "/" + name;
-}
 
 bool contains(const std::string& haystack, std::string_view needle) {
   return haystack.find(needle) != std::string::npos;
@@ -46,38 +46,6 @@ std::vector<long> number_lines(const std::string& text) {
     out.push_back(std::stol(line));
   }
   return out;
-}
-
-// Waits for `c` to exit and checks the exit code; the child's command and
-// output are in the message when it fails.
-void expect_exit(lt::child& c, int code, std::chrono::milliseconds timeout = 120s) {
-  const auto st = c.wait(timeout);
-  INFO(c.report());
-  REQUIRE_MESSAGE(st.has_value(), "did not exit in time");
-  CHECK(st->exited);
-  CHECK(st->code == code);
-}
-
-// --ps_hosts=... and --worker_hosts=... on fresh loopback ports.
-struct cluster_flags {
-  std::vector<std::uint16_t> ps, workers;
-  cluster_flags(std::size_t n_ps, std::size_t n_workers) {
-    auto ports = lt::free_ports(n_ps + n_workers);
-    ps.assign(ports.begin(), ports.begin() + static_cast<std::ptrdiff_t>(n_ps));
-    workers.assign(ports.begin() + static_cast<std::ptrdiff_t>(n_ps), ports.end());
-  }
-  std::vector<std::string> task(const std::string& job, int index) const {
-    return {"--ps_hosts=" + lt::loopback_hosts(ps), "--worker_hosts=" + lt::loopback_hosts(workers),
-            "--job_name=" + job, "--task_index=" + std::to_string(index)};
-  }
-  std::string address(const std::string& job, std::size_t index) const {
-    return "127.0.0.1:" + std::to_string(job == "ps" ? ps.at(index) : workers.at(index));
-  }
-};
-
-template <class... S> std::vector<std::string> plus(std::vector<std::string> v, S... more) {
-  (v.emplace_back(more), ...);
-  return v;
 }
 
 // A placement log line: "name: (op): /job:J/replica:0/task:T/device:CPU:0".

@@ -34,6 +34,10 @@ struct node_def {
   std::string requested_device; // from device scopes
   std::string assigned_device;  // set by the placer
   std::string colocation_group; // nodes that must share a device (a variable and its updates)
+  // The group a node that must run beside this one joins (TF's colocate_with).
+  const std::string& colocation() const noexcept {
+    return colocation_group.empty() ? name : colocation_group;
+  }
 
   template <class T> const T& attr(std::string_view key) const {
     auto it = attrs.find(key);

@@ -38,6 +38,10 @@ struct op_def {
   bool no_output = false;
   // Which input's dtype selects the kernel (TF's "T" attr); -1: the output's.
   int type_input = 0;
+  // The kernel may wait for other steps (a barrier, a gradient accumulator):
+  // a cluster task never runs it on an io thread, and it wakes when its step
+  // is aborted (kernel_context::cancellation).
+  bool blocking = false;
 };
 
 class op_registry {

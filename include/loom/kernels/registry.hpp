@@ -8,7 +8,9 @@
 #include <loom/graph/node.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <span>
@@ -26,8 +28,14 @@ struct variable_resource {
   bool initialized = false;
 };
 
-// What a kernel may ask of the process it runs in: its variables and the
-// random-number state of stateful random ops.
+// Any other state a kernel keeps in a resource container (a gradient
+// accumulator, a step counter): TF's ResourceBase.
+struct resource_base {
+  virtual ~resource_base() = default;
+};
+
+// What a kernel may ask of the process it runs in: its variables, other
+// resources, and the random-number state of stateful random ops.
 class resource_access {
 public:
   virtual ~resource_access() = default;
@@ -35,6 +43,36 @@ public:
   virtual variable_resource& variable(const node_def& variable_node) = 0;
   // A random engine that lives as long as the variables do, one per node.
   virtual std::mt19937_64& random_engine(const node_def& node, std::uint64_t seed) = 0;
+  // The resource (container, name), made by `make` if missing. Shared, so a
+  // kernel waiting on it outlives a reset() of its container.
+  virtual std::shared_ptr<resource_base>
+  resource(const std::string& container, const std::string& name,
+           const std::function<std::shared_ptr<resource_base>()>& make) = 0;
+
+  // The resource (container, name) of type R, default-constructed if missing.
+  template <class R>
+  std::shared_ptr<R> resource(const std::string& container, const std::string& name) {
+    auto r = resource(container, name, [] { return std::make_shared<R>(); });
+    if (auto typed = std::dynamic_pointer_cast<R>(r))
+      return typed;
+    throw invalid_argument_error("resource '" + name + "' in container '" + container +
+                                 "' exists with another type");
+  }
+};
+
+// Lets a kernel that waits for other steps (op_def::blocking) return when its
+// own step is aborted: a deadline passed, its client went away, the task stops.
+class step_cancellation {
+public:
+  using callback = std::function<void(const std::string& reason)>;
+  virtual ~step_cancellation() = default;
+  // Calls fn once, from the aborting thread, if the step is aborted before
+  // forget(id); at once if it already was. The callback runs under the
+  // table's lock: it may lock a resource's mutex, so a kernel must not hold
+  // that mutex while it calls on_abort or forget.
+  virtual std::uint64_t on_abort(callback fn) = 0;
+  // After forget returns the callback is not running and will not run.
+  virtual void forget(std::uint64_t id) = 0;
 };
 
 struct kernel_context {
@@ -47,6 +85,8 @@ struct kernel_context {
   // Bit i: no later step reads input i and the request does not return it, so
   // the kernel may keep its buffer (TF's forward_input) if nothing else holds it.
   std::uint32_t forwardable = 0;
+  // The step's abort notifications; nullptr in a local session.
+  step_cancellation* cancellation = nullptr;
 
   const any_tensor& input(std::size_t i) const { return *inputs[i]; }
   bool may_forward(std::size_t i) const {

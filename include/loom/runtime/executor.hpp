@@ -48,6 +48,8 @@ public:
   virtual void send(const node_def& send, const any_tensor& value) = 0;
   // Calls done exactly once: with the value, or with the error that ended the wait.
   virtual void recv(const node_def& recv, recv_done done) = 0;
+  // Where blocking kernels learn that the step was aborted; nullptr if never.
+  virtual step_cancellation* cancellation() noexcept { return nullptr; }
 };
 
 // The nodes a request needs: the fetches, the targets and, transitively, their
@@ -296,7 +298,8 @@ public:
               !keep_[static_cast<std::size_t>(in)])
             forwardable |= 1u << i;
         }
-        run_step(g, s, values, device, resources, forwardable);
+        run_step(g, s, values, device, resources, forwardable,
+                 rendezvous ? rendezvous->cancellation() : nullptr);
         break;
       }
       }
@@ -372,7 +375,7 @@ private:
 
   static void run_step(const graph& g, const step& s, std::vector<any_tensor>& values,
                        const cpu_device& device, resource_access& resources,
-                       std::uint32_t forwardable = 0) {
+                       std::uint32_t forwardable = 0, step_cancellation* cancellation = nullptr) {
     const node_def& n = g.node(s.id);
     std::vector<const any_tensor*> inputs;
     inputs.reserve(s.inputs.size());
@@ -382,7 +385,7 @@ private:
     refs.reserve(s.refs.size());
     for (node_id r : s.refs)
       refs.push_back(&resources.variable(g.node(r)));
-    kernel_context ctx{n, inputs, refs, device, resources, {}, forwardable};
+    kernel_context ctx{n, inputs, refs, device, resources, {}, forwardable, cancellation};
     s.kernel(ctx);
     values[static_cast<std::size_t>(s.id)] = std::move(ctx.output);
   }

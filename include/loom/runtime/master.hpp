@@ -14,6 +14,7 @@
 
 #include <cereal/archives/portable_binary.hpp>
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -138,9 +139,12 @@ public:
       channel(t).call(protocol::reset, protocol::reset_request{containers});
   }
 
-  // Tells every task to stop serving: their join() returns.
-  void shutdown_cluster() {
+  // Tells every task (of `jobs`, when given) to stop serving: their join() returns.
+  void shutdown_cluster(const std::vector<std::string>& jobs = {}) {
     for (const auto& t : all_tasks()) {
+      if (!jobs.empty() &&
+          std::find(jobs.begin(), jobs.end(), *device_spec::from_string(t).job()) == jobs.end())
+        continue;
       try {
         channel(t).call(protocol::shutdown);
       } catch (const unavailable_error&) { // already gone

@@ -68,6 +68,28 @@ public:
     done(std::move(value), error);
   }
 
+  // Calls fn(reason) once if `step` is aborted or the table closes before
+  // forget(id), at once if that already happened (then returns 0). fn runs
+  // under the table's lock (see step_cancellation).
+  std::uint64_t on_abort(std::uint64_t step, step_cancellation::callback fn) {
+    std::lock_guard lock(mu_);
+    if (closed_) {
+      fn(*closed_);
+      return 0;
+    }
+    if (auto a = aborted_.find(step); a != aborted_.end()) {
+      fn(a->second);
+      return 0;
+    }
+    const std::uint64_t id = ++last_watch_;
+    watchers_.emplace(id, watcher{step, std::move(fn)});
+    return id;
+  }
+  void forget(std::uint64_t id) {
+    std::lock_guard lock(mu_);
+    watchers_.erase(id);
+  }
+
   // Fails every recv waiting in `step` (and any later one) with `reason`.
   void abort(std::uint64_t step, const std::string& reason) {
     std::vector<done_fn> waiters;
@@ -75,6 +97,14 @@ public:
       std::lock_guard lock(mu_);
       if (!aborted_.emplace(step, reason).second)
         return;
+      for (auto it = watchers_.begin(); it != watchers_.end();) {
+        if (it->second.step != step) {
+          ++it;
+          continue;
+        }
+        it->second.fn(reason);
+        it = watchers_.erase(it);
+      }
       aborted_order_.push_back(step);
       if (aborted_order_.size() > max_remembered_aborts) {
         aborted_.erase(aborted_order_.front());
@@ -97,6 +127,9 @@ public:
     {
       std::lock_guard lock(mu_);
       closed_ = reason;
+      for (auto& [id, w] : watchers_)
+        w.fn(reason);
+      watchers_.clear();
       for (auto& [k, e] : entries_)
         if (e.waiter)
           waiters.push_back(std::move(e.waiter));
@@ -122,6 +155,12 @@ private:
   };
   std::mutex mu_;
   std::map<std::pair<std::uint64_t, std::string>, entry> entries_;
+  struct watcher {
+    std::uint64_t step;
+    step_cancellation::callback fn;
+  };
+  std::map<std::uint64_t, watcher> watchers_;
+  std::uint64_t last_watch_ = 0;
   std::map<std::uint64_t, std::string> aborted_;
   std::deque<std::uint64_t> aborted_order_;
   std::optional<std::string> closed_;

@@ -34,6 +34,17 @@ public:
     return *slot;
   }
 
+  std::shared_ptr<resource_base>
+  resource(const std::string& container, const std::string& name,
+           const std::function<std::shared_ptr<resource_base>()>& make) override {
+    std::lock_guard lock(mu_);
+    auto& slot = others_[container][name];
+    if (!slot)
+      slot = make();
+    return slot;
+  }
+  using resource_access::resource;
+
   // Names of the variables in a container that are not yet initialised.
   std::vector<std::string> uninitialized(const std::string& container,
                                          const std::vector<std::string>& names) {
@@ -62,16 +73,20 @@ public:
     std::lock_guard lock(mu_);
     if (containers.empty()) {
       containers_.clear();
+      others_.clear();
       engines_.clear();
       return;
     }
-    for (auto& c : containers)
+    for (auto& c : containers) {
       containers_.erase(c);
+      others_.erase(c);
+    }
   }
 
 private:
   std::mutex mu_;
   std::map<std::string, std::map<std::string, std::unique_ptr<variable_resource>>> containers_;
+  std::map<std::string, std::map<std::string, std::shared_ptr<resource_base>>> others_;
   std::map<std::string, std::unique_ptr<std::mt19937_64>> engines_;
 };
 

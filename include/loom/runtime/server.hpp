@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -94,7 +95,7 @@ private:
 
 // The rendezvous of one step on one task: _recv waits in the task's table,
 // _send pushes its value to the destination task's table.
-class step_transfers final : public step_rendezvous {
+class step_transfers final : public step_rendezvous, private step_cancellation {
 public:
   step_transfers(rendezvous_table& table, peer_channels& peers, std::uint64_t step)
       : table_(table), peers_(peers), step_(step) {}
@@ -114,6 +115,8 @@ public:
     table_.recv(step_, n.attr<std::string>("key"), std::move(done));
   }
 
+  step_cancellation* cancellation() noexcept override { return this; }
+
   // Waits until every value sent in this step was delivered; throws the first failure.
   void wait_sent() {
     for (auto& s : sends_)
@@ -131,6 +134,9 @@ public:
   }
 
 private:
+  std::uint64_t on_abort(callback fn) override { return table_.on_abort(step_, std::move(fn)); }
+  void forget(std::uint64_t id) override { table_.forget(id); }
+
   rendezvous_table& table_;
   peer_channels& peers_;
   std::uint64_t step_;
@@ -338,7 +344,8 @@ private:
     graph g;
     std::unique_ptr<plan> p;
     std::vector<node_id> fetches, fed;
-    bool has_recv = false;
+    bool may_wait = false;       // has a _recv or a blocking kernel
+    std::set<std::string> peers; // tasks it sends to or receives from
   };
 
   std::string describe() const { return detail::task_name(job_, task_); }
@@ -370,8 +377,16 @@ private:
       part->p = std::make_unique<plan>(part->g, rr);
       part->fetches = rr.fetches;
       part->fed = rr.fed;
-      for (const auto& s : part->p->steps())
-        part->has_recv = part->has_recv || s.k == plan::step::kind::recv;
+      for (const auto& s : part->p->steps()) {
+        const node_def& n = part->g.node(s.id);
+        part->may_wait =
+            part->may_wait || s.k == plan::step::kind::recv ||
+            (s.k == plan::step::kind::kernel && op_registry::instance().find(n.op).blocking);
+        if (s.k == plan::step::kind::recv)
+          part->peers.insert(n.attr<std::string>("src_task"));
+        else if (s.k == plan::step::kind::send)
+          part->peers.insert(n.attr<std::string>("dst_task"));
+      }
       std::uint64_t handle;
       {
         std::lock_guard lock(mu_);
@@ -402,9 +417,9 @@ private:
         throw invalid_argument_error(describe() + ": a step of graph " + std::to_string(m.handle) +
                                      " needs " + std::to_string(part->fed.size()) + " feeds, got " +
                                      std::to_string(req.payloads().size()));
-      // A partition that waits for tensors must not wait on an io thread: the
-      // tensors it waits for arrive on them.
-      if (!part->has_recv) {
+      // A partition that waits for tensors or other steps must not wait on an
+      // io thread: what it waits for arrives on them.
+      if (!part->may_wait) {
         run_partition(*part, m.step_id, std::move(req.payloads()), r);
         return;
       }
@@ -461,18 +476,33 @@ private:
       std::vector<any_tensor> out;
       out.reserve(part.fetches.size());
       for (node_id f : part.fetches)
-        out.push_back(std::move(values[static_cast<std::size_t>(f)]));
+        out.push_back(values[static_cast<std::size_t>(f)]); // a node may be fetched twice
       protocol::run_graph_reply reply;
       reply.strings = protocol::string_values::take(out);
       r.reply(std::move(reply), std::move(out));
     } catch (const error& e) {
-      transfers.cancel_sends();
-      table_.abort(step, describe() + ": " + e.message());
+      fail_step(part, step, transfers, describe() + ": " + e.message());
       r.fail(e.code(), describe() + ": " + e.message());
     } catch (const std::exception& e) {
-      transfers.cancel_sends();
-      table_.abort(step, describe() + ": " + e.what());
+      fail_step(part, step, transfers, describe() + ": " + e.what());
       r.fail(error_code::internal, describe() + ": " + e.what());
+    }
+  }
+
+  // A failed partition aborts its step here and on the tasks it exchanges
+  // tensors with: a peer waiting for a tensor this partition will never send
+  // must not wait for it forever (the master hears of the failure only once
+  // the other partitions answer).
+  void fail_step(const partition& part, std::uint64_t step, detail::step_transfers& transfers,
+                 const std::string& reason) noexcept {
+    transfers.cancel_sends();
+    table_.abort(step, reason);
+    for (const std::string& peer : part.peers) {
+      try {
+        peers_->to(peer).call_async(protocol::abort_step,
+                                    protocol::abort_step_request{step, reason});
+      } catch (...) { // a peer that is gone has nothing to abort
+      }
     }
   }
 

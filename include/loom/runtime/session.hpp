@@ -86,32 +86,36 @@ public:
     cluster_master(target).reset(containers);
   }
 
-  // Tells every task of the cluster behind `target` to stop serving: their
-  // servers' join() return.
-  static void shutdown_cluster(const std::string& target) {
-    cluster_master(target).shutdown_cluster();
+  // Tells every task of the cluster behind `target` (only those of `jobs`,
+  // when given) to stop serving: their servers' join() return.
+  static void shutdown_cluster(const std::string& target,
+                               const std::vector<std::string>& jobs = {}) {
+    cluster_master(target).shutdown_cluster(jobs);
   }
 
   session(const session&) = delete;
   session& operator=(const session&) = delete;
 
+  // A fetch is an expression, an operation or fetches(a, b, ...), whose
+  // values come back as a tuple.
   template <class F> auto run(const F& fetch, const feed_dict& feeds = {}) {
-    auto [id, finish] = resolve(fetch);
-    std::vector<any_tensor> values = execute({id}, feeds);
+    auto [ids, finish] = resolve_all(fetch);
+    std::vector<any_tensor> values = execute(ids, feeds);
     return finish(values);
   }
 
-  template <class... F> auto run(const fetch_list<F...>& list, const feed_dict& feeds = {}) {
-    return std::apply(
-        [&](const auto&... f) {
-          auto resolved = std::make_tuple(resolve(f)...);
-          std::vector<node_id> ids;
-          std::apply([&](const auto&... r) { (append(ids, r.first), ...); }, resolved);
-          std::vector<any_tensor> values = execute(ids, feeds);
-          return std::apply([&](auto&... r) { return std::make_tuple(r.second(values)...); },
-                            resolved);
-        },
-        list.items);
+  // The same step also fetches `extra` nodes, returned untyped and in order
+  // (for hooks that watch a training loop: monitored_training_session).
+  template <class F>
+  auto run_with_extra(const F& fetch, const feed_dict& feeds, const std::vector<node_id>& extra) {
+    auto [ids, finish] = resolve_all(fetch);
+    ids.insert(ids.end(), extra.begin(), extra.end());
+    std::vector<any_tensor> values = execute(ids, feeds);
+    std::vector<any_tensor> extra_values;
+    extra_values.reserve(extra.size());
+    for (node_id id : extra)
+      extra_values.push_back(take(values, id));
+    return std::make_pair(finish(values), std::move(extra_values));
   }
 
   // Runs by node ids, for untyped callers (optimizers, the supervisor, tools).
@@ -141,7 +145,21 @@ private:
     return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   }
 
-  static void append(std::vector<node_id>& ids, node_id id) { ids.push_back(id); }
+  template <class F> auto resolve_all(const F& fetch) {
+    if constexpr (requires { fetch.items; }) {
+      auto resolved =
+          std::apply([&](const auto&... f) { return std::make_tuple(resolve(f)...); }, fetch.items);
+      std::vector<node_id> ids;
+      std::apply([&](const auto&... r) { (ids.push_back(r.first), ...); }, resolved);
+      return std::make_pair(std::move(ids), [resolved](std::vector<any_tensor>& values) {
+        return std::apply([&](const auto&... r) { return std::make_tuple(r.second(values)...); },
+                          resolved);
+      });
+    } else {
+      auto [id, finish] = resolve(fetch);
+      return std::make_pair(std::vector<node_id>{id}, finish);
+    }
+  }
 
   // A fetch's node id (targets below zero) and how to turn its value into the result.
   template <class F> auto resolve(const F& f) {
@@ -180,11 +198,11 @@ private:
   execute(const std::vector<node_id>& ids, const feed_dict& feeds,
           const std::vector<std::pair<node_id, any_tensor>>* raw_feeds = nullptr) {
     run_request req;
-    for (node_id id : ids) {
-      if (id <= -2)
-        req.targets.push_back(-2 - id);
-      else
-        req.fetches.push_back(id);
+    for (node_id id : ids) { // a node fetched twice is computed and sent once
+      auto& list = id <= -2 ? req.targets : req.fetches;
+      const node_id n = id <= -2 ? -2 - id : id;
+      if (std::find(list.begin(), list.end(), n) == list.end())
+        list.push_back(n);
     }
     std::vector<any_tensor> values(graph_.size());
     auto add_feed = [&](node_id id, const any_tensor& v) {

@@ -376,7 +376,7 @@ protected:
   // Makes `node` run where `with` lives (TF's colocate_with).
   static void colocate(graph& g, node_id node, node_id with) {
     const node_def& w = g.node(with);
-    std::string group_name = w.colocation_group.empty() ? w.name : w.colocation_group;
+    std::string group_name = w.colocation();
     std::string device = w.requested_device;
     node_def& n = g.mutable_node(node);
     n.colocation_group = std::move(group_name);

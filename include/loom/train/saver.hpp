@@ -665,8 +665,7 @@ public:
       v.value =
           g.add_node("placeholder", {}, {{"dtype", v.type}, {"shape", v.shape}}, v.name + "/value");
       // Fed on the variable's task: the value crosses the network once.
-      g.mutable_node(v.value).colocation_group =
-          g.node(id).colocation_group.empty() ? v.name : g.node(id).colocation_group;
+      g.mutable_node(v.value).colocation_group = g.node(id).colocation();
       v.assign = g.add_node("assign", {id, v.value}, {}, v.name + "/assign");
       vars_.push_back(std::move(v));
     }

@@ -6,6 +6,10 @@
 #include <loom/train/adam.hpp>
 #include <loom/train/global_step.hpp>
 #include <loom/train/gradient_descent.hpp>
+#include <loom/train/hooks.hpp>
 #include <loom/train/momentum.hpp>
+#include <loom/train/monitored_session.hpp>
 #include <loom/train/optimizer.hpp>
 #include <loom/train/rmsprop.hpp>
+#include <loom/train/saver.hpp>
+#include <loom/train/sync_replicas_optimizer.hpp>

@@ -35,8 +35,8 @@ inline void infer_assign(node_def& n, const std::vector<const node_def*>& in) {
                                  "' of shape " + var.shape.to_string());
   n.type = var.type;
   n.shape = var.shape;
-  n.colocation_group = var.name;     // updates run where their variable lives
-  n.attrs["_ref_name_0"] = var.name; // the kernel's errors name the variable
+  n.colocation_group = var.colocation(); // updates run where their variable lives
+  n.attrs["_ref_name_0"] = var.name;     // the kernel's errors name the variable
 }
 
 inline bool register_state_ops() {

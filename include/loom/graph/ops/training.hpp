@@ -78,7 +78,7 @@ inline void infer_apply(const apply_op_signature& sig, node_def& n,
   n.shape = var.shape;
   // The update runs where its variable lives (and with it every slot, which
   // the optimizer colocates with the variable).
-  n.colocation_group = var.colocation_group.empty() ? var.name : var.colocation_group;
+  n.colocation_group = var.colocation();
 }
 
 inline bool register_training_ops() {

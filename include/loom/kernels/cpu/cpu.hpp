@@ -7,4 +7,5 @@
 #include <loom/kernels/cpu/nn.hpp>
 #include <loom/kernels/cpu/random.hpp>
 #include <loom/kernels/cpu/state.hpp>
+#include <loom/kernels/cpu/sync.hpp>
 #include <loom/kernels/cpu/training.hpp>

@@ -1,0 +1,205 @@
+// Seed 002: the distributed MNIST program (between-graph replication, 1 ps and
+// 2 workers by default, async or --sync_replicas) as one cluster binary with
+// the seed's flags, on Fashion-MNIST. Every task runs the same binary:
+//
+//   mnist_replica --ps_hosts=127.0.0.1:2222 --worker_hosts=127.0.0.1:2223,127.0.0.1:2224
+//                 --job_name=ps --task_index=0
+//   mnist_replica ... --job_name=worker --task_index=0 --train_steps=2000 [--sync_replicas]
+//   mnist_replica ... --job_name=worker --task_index=1 --train_steps=2000 [--sync_replicas]
+//
+// or all at once: loom-launch --ps 1 --workers 2 -- mnist_replica --train_steps=2000.
+// Variables live on the ps tasks (replica_device_setter), each worker computes
+// gradients on its own batches; worker 0 is the chief: it initializes or
+// restores, saves checkpoints, and when training ends shuts the cluster down,
+// so every task exits 0.
+#include <loom/data/batcher.hpp>
+#include <loom/data/mnist.hpp>
+#include <loom/loom.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+
+int main(int argc, char** argv) try {
+  loom::flags flags("Seed 002: distributed training of the seed's MLP on Fashion-MNIST.");
+  flags
+      .define_string("data_dir", std::string(loom::data::default_fashion_mnist_dir),
+                     "Directory with the (Fashion-)MNIST IDX files")
+      .define_int("task_index", -1,
+                  "Worker task index, should be >= 0. task_index=0 is the master worker task "
+                  "that performs the variable initialization")
+      .define_int("replicas_to_aggregate", 0,
+                  "Number of replicas to aggregate before parameter update is applied (For "
+                  "sync_replicas mode only; default: num_workers)")
+      .define_int("hidden_units", 100, "Number of units in the hidden layer of the NN")
+      .define_int("train_steps", 1000000, "Number of (global) training steps to perform")
+      .define_int("batch_size", 100, "Training batch size")
+      .define_float("learning_rate", 0.01, "Learning rate")
+      .define_bool("sync_replicas", false,
+                   "Use the sync_replicas (synchronized replicas) mode, wherein the parameter "
+                   "updates from workers are aggregated before applied to avoid stale gradients")
+      .define_string("ps_hosts", "127.0.0.1:2222", "Comma-separated list of hostname:port pairs")
+      .define_string("worker_hosts", "127.0.0.1:2223,127.0.0.1:2224",
+                     "Comma-separated list of hostname:port pairs")
+      .define_string("job_name", "", "job name: worker or ps")
+      .define_string("checkpoint_dir", "",
+                     "Where the chief saves and restores checkpoints (default: a new "
+                     "temporary directory, as the seed's tempfile.mkdtemp())")
+      .define_float("save_checkpoint_secs", 60, "Seconds between checkpoints (0: not by time)")
+      .define_int("save_checkpoint_steps", 0, "Global steps between checkpoints (0: not by steps)")
+      .define_int("log_every", 100, "Print progress every this many local steps")
+      .define_int("seed", 1, "Graph-level random seed (initial weights); batches use seed+task")
+      .define_int("shutdown_wait_secs", 120,
+                  "How long the chief waits for the other workers to finish before it shuts "
+                  "the ps tasks down")
+      .define_int("barrier_timeout_secs", 120,
+                  "With --sync_replicas: how long a worker waits for its step's update");
+  if (!flags.parse(argc, argv))
+    return 0;
+
+  const std::string job = flags.get_string("job_name");
+  const auto task_index = flags.get_int("task_index");
+  if (job.empty())
+    throw loom::invalid_argument_error("Must specify an explicit `job_name`");
+  if (task_index < 0)
+    throw loom::invalid_argument_error("Must specify an explicit `task_index`");
+  std::printf("job name = %s\ntask index = %lld\n", job.c_str(),
+              static_cast<long long>(task_index));
+  std::fflush(stdout);
+
+  const auto cluster = loom::cluster_spec::from_flags(flags.get_string("ps_hosts"),
+                                                      flags.get_string("worker_hosts"));
+  const int num_workers = cluster.num_tasks("worker");
+  loom::server server(cluster, job, static_cast<int>(task_index));
+  if (job == "ps") {
+    server.join();
+    return 0;
+  }
+  const bool is_chief = task_index == 0;
+
+  const auto mnist = loom::data::read_mnist(flags.get_string("data_dir"));
+  constexpr int image_pixels = 28;
+  const auto hidden = flags.get_int("hidden_units");
+  const auto batch_size = flags.get_int("batch_size");
+  const auto seed = flags.get_int("seed");
+
+  loom::graph g;
+  g.set_random_seed(seed);
+  const std::string worker_device = "/job:worker/task:" + std::to_string(task_index);
+  auto scope = g.device(loom::make_replica_device_setter(
+      cluster, {.ps_device = "/job:ps/cpu:0", .worker_device = worker_device}));
+  auto global_step = loom::create_global_step(g);
+  using loom::shape;
+  loom::variable<float, 2> hid_w(g, "hid_w", shape{image_pixels * image_pixels, hidden},
+                                 loom::truncated_normal_initializer{.stddev = 1.0 / image_pixels});
+  loom::variable<float, 1> hid_b(g, "hid_b", shape{hidden}, loom::zeros_initializer{});
+  loom::variable<float, 2> sm_w(
+      g, "sm_w", shape{hidden, 10},
+      loom::truncated_normal_initializer{.stddev = 1.0 / std::sqrt(static_cast<double>(hidden))});
+  loom::variable<float, 1> sm_b(g, "sm_b", shape{10}, loom::zeros_initializer{});
+
+  loom::placeholder<float, 2> x(g, shape{-1, image_pixels * image_pixels}, "x");
+  loom::placeholder<float, 2> y_(g, shape{-1, 10}, "y_");
+  auto hid = loom::relu(loom::xw_plus_b(x, hid_w, hid_b));
+  auto y = loom::softmax(loom::xw_plus_b(hid, sm_w, sm_b));
+  auto cross_entropy = loom::named(
+      -loom::reduce_sum(y_ * loom::log(loom::clip_by_value(y, 1e-10, 1.0))), "cross_entropy");
+  auto accuracy =
+      loom::reduce_mean(loom::cast<float>(loom::equal(loom::argmax(y, 1), loom::argmax(y_, 1))));
+
+  loom::adam_optimizer adam{flags.get_float("learning_rate")};
+  std::unique_ptr<loom::sync_replicas_optimizer> sync;
+  std::int64_t replicas_to_aggregate = 1;
+  std::optional<loom::operation> train_step;
+  if (flags.get_bool("sync_replicas")) {
+    replicas_to_aggregate = flags.get_int("replicas_to_aggregate") > 0
+                                ? flags.get_int("replicas_to_aggregate")
+                                : num_workers;
+    sync = std::make_unique<loom::sync_replicas_optimizer>(
+        adam, loom::sync_replicas_options{
+                  .replicas_to_aggregate = static_cast<int>(replicas_to_aggregate),
+                  .total_num_replicas = num_workers,
+                  .barrier_timeout = std::chrono::seconds(flags.get_int("barrier_timeout_secs")),
+                  .name = "mnist_sync_replicas"});
+    train_step = sync->minimize(cross_entropy, global_step);
+  } else {
+    train_step = adam.minimize(cross_entropy, global_step);
+  }
+
+  std::string checkpoint_dir = flags.get_string("checkpoint_dir");
+  if (checkpoint_dir.empty() && is_chief) {
+    auto dir =
+        std::filesystem::temp_directory_path() / ("mnist_replica-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    checkpoint_dir = dir.string();
+  }
+
+  const std::string label = "Worker " + std::to_string(task_index);
+  auto loss_id = loom::lower(cross_entropy).id();
+  loom::monitored_session_options o{
+      .master = server.target(),
+      .is_chief = is_chief,
+      .num_workers = num_workers,
+      .checkpoint_dir = checkpoint_dir,
+      .save_checkpoint_secs = flags.get_float("save_checkpoint_secs"),
+      .save_checkpoint_steps = flags.get_int("save_checkpoint_steps"),
+      .hooks = {std::make_shared<loom::stop_at_step_hook>(flags.get_int("train_steps")),
+                std::make_shared<loom::nan_guard_hook>(loss_id),
+                std::make_shared<loom::logging_hook>(
+                    loss_id, loom::logging_options{.label = label,
+                                                   .every_n_steps = flags.get_int("log_every"),
+                                                   .batch_size = batch_size,
+                                                   .examples_per_global_step =
+                                                       batch_size * replicas_to_aggregate})},
+      .sync_replicas = sync.get(),
+      .config = {.allow_soft_placement = true,
+                 .device_filters = {"/job:ps", worker_device},
+                 .step_timeout = std::chrono::milliseconds(0)},
+      .shutdown_wait = std::chrono::seconds(flags.get_int("shutdown_wait_secs")),
+      .label = label};
+  if (is_chief)
+    std::printf("%s: Initializing session...\n", label.c_str());
+  else
+    std::printf("%s: Waiting for session to be initialized...\n", label.c_str());
+  std::fflush(stdout);
+  loom::monitored_training_session sess(g, std::move(o));
+  std::printf("%s: Session initialization complete.\n", label.c_str());
+
+  loom::data::batcher batches(mnist.train, batch_size,
+                              static_cast<std::uint64_t>(seed + task_index));
+  using clock = std::chrono::steady_clock;
+  const auto begin = clock::now();
+  std::printf("Training begins @ %f\n",
+              std::chrono::duration<double>(begin.time_since_epoch()).count());
+  std::fflush(stdout);
+  std::int64_t local_step = 0;
+  while (!sess.should_stop()) {
+    auto b = batches.next_batch();
+    sess.run(*train_step, {{x, b.images}, {y_, b.labels_one_hot}});
+    ++local_step;
+  }
+  const double secs = std::chrono::duration<double>(clock::now() - begin).count();
+  std::printf("%s: Training ends: %lld local steps, global step %lld\n", label.c_str(),
+              static_cast<long long>(local_step), static_cast<long long>(sess.global_step()));
+  std::printf("Training elapsed time: %f s (%.0f examples/s on this worker)\n", secs,
+              static_cast<double>(local_step * batch_size) / secs);
+
+  auto& s = sess.raw_session();
+  const auto val_labels = loom::data::one_hot(mnist.validation.labels, 10);
+  const float val_xent = s.run(cross_entropy, {{x, mnist.validation.images}, {y_, val_labels}});
+  std::printf("After %lld training step(s), validation cross entropy = %g\n",
+              static_cast<long long>(sess.global_step()), static_cast<double>(val_xent));
+  const float test_acc =
+      s.run(accuracy, {{x, mnist.test.images}, {y_, loom::data::one_hot(mnist.test.labels, 10)}});
+  std::printf("%s: test accuracy = %.4f\n", label.c_str(), static_cast<double>(test_acc));
+  std::fflush(stdout);
+  sess.close();
+  return 0;
+} catch (const loom::error& e) {
+  std::cerr << "mnist_replica: " << e.what() << "\n";
+  return 1;
+}

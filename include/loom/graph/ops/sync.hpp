@@ -1,0 +1,127 @@
+// Op definitions of the state that synchronous replicas share on a ps task
+// (TF's ConditionalAccumulator and the token queue of SyncReplicasOptimizer,
+// without the queue): a gradient accumulator per variable and an int64
+// counter that steps raise and wait on. Each op takes a variable as its first
+// (reference) input: the resource lives beside that variable, under the
+// variable's (container, shared name) plus a suffix, and the op is colocated
+// with it, so on a cluster it runs on the variable's task.
+//
+//   accumulate_gradient(var, grad, local_step)   adds grad unless it is stale
+//   take_gradient(var, global_step)               waits for num_required fresh
+//                                                 gradients, returns their mean
+//   close_accumulator(var)                        wakes a waiting take_gradient
+//   counter_raise(var, value) -> value'           value' = max(value', value)
+//   counter_add(var, delta) -> value'
+//   counter_wait(var, above) -> value'            waits until value' > above
+//   is_variable_initialized(var) -> bool
+#pragma once
+
+#include <loom/graph/op_registry.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::detail {
+
+// The resource beside variable `var` named "<shared name>/<suffix>".
+inline void attach_to_variable(node_def& n, const node_def& var, const std::string& suffix) {
+  if (var.op != "variable")
+    throw invalid_argument_error("node " + n.describe() + ": the first input " + var.describe() +
+                                 " is not a variable");
+  n.colocation_group = var.colocation();
+  n.attrs["_ref_name_0"] = var.name;
+  n.attrs["resource_container"] = var.attr_or<std::string>("container", "");
+  n.attrs["resource_name"] = var.attr_or<std::string>("shared_name", var.name) + "/" + suffix;
+}
+
+inline void require_int64_scalar(const node_def& n, const node_def& in, const char* what) {
+  if (in.type != dtype::i64 || in.shape.rank() != 0)
+    throw invalid_argument_error("node " + n.describe() + ": " + what +
+                                 " must be an int64 scalar, got " + in.describe());
+}
+
+inline bool register_sync_ops() {
+  auto& r = op_registry::instance();
+  r.add({.name = "accumulate_gradient",
+         .num_inputs = 3,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               attach_to_variable(n, *in[0], n.attr_or<std::string>("accumulator", "accumulator"));
+               const node_def& var = *in[0];
+               const node_def& grad = *in[1];
+               if (grad.type != var.type || !grad.shape.compatible_with(var.shape))
+                 throw invalid_argument_error("node " + n.describe() + ": gradient " +
+                                              grad.describe() + " does not match variable '" +
+                                              var.name + "' (" + std::string(to_string(var.type)) +
+                                              " " + var.shape.to_string() + ")");
+               require_int64_scalar(n, *in[2], "the local step");
+               n.type = var.type;
+               n.shape = {};
+             },
+         .stateful = true,
+         .ref_inputs = 1u,
+         .no_output = true,
+         .type_input = 1});
+  r.add({.name = "take_gradient",
+         .num_inputs = 2,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               attach_to_variable(n, *in[0], n.attr_or<std::string>("accumulator", "accumulator"));
+               require_int64_scalar(n, *in[1], "the global step");
+               if (n.attr_or<std::int64_t>("num_required", 1) < 1)
+                 throw invalid_argument_error("node " + n.describe() +
+                                              ": num_required must be at least 1");
+               n.type = in[0]->type;
+               n.shape = in[0]->shape;
+             },
+         .stateful = true,
+         .ref_inputs = 1u,
+         .type_input = -1,
+         .blocking = true});
+  r.add({.name = "close_accumulator",
+         .num_inputs = 1,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               attach_to_variable(n, *in[0], n.attr_or<std::string>("accumulator", "accumulator"));
+               n.type = in[0]->type;
+               n.shape = {};
+             },
+         .stateful = true,
+         .ref_inputs = 1u,
+         .no_output = true,
+         .type_input = -1});
+  for (const char* name : {"counter_raise", "counter_add", "counter_wait"})
+    r.add({.name = name,
+           .num_inputs = 2,
+           .infer =
+               [](node_def& n, const std::vector<const node_def*>& in) {
+                 attach_to_variable(n, *in[0], n.attr<std::string>("counter"));
+                 require_int64_scalar(n, *in[1], "the value");
+                 n.type = dtype::i64;
+                 n.shape = {};
+               },
+           .stateful = true,
+           .ref_inputs = 1u,
+           .type_input = -1,
+           .blocking = std::string(name) == "counter_wait"});
+  r.add({.name = "is_variable_initialized",
+         .num_inputs = 1,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               if (in[0]->op != "variable")
+                 throw invalid_argument_error("node " + n.describe() + ": the input " +
+                                              in[0]->describe() + " is not a variable");
+               n.colocation_group = in[0]->colocation();
+               n.type = dtype::boolean;
+               n.shape = {};
+             },
+         .stateful = true,
+         .ref_inputs = 1u,
+         .type_input = -1});
+  return true;
+}
+
+inline const bool sync_ops_registered = register_sync_ops();
+
+} // namespace loom::detail

@@ -1,0 +1,214 @@
+// CPU kernels of the synchronous-replica state (graph/ops/sync.hpp): a
+// gradient accumulator and an int64 counter, each a resource beside a
+// variable. Waiting kernels sleep on the resource's condition variable and
+// wake on the event they wait for, on their step's abort, or at their
+// timeout_ms attr (0: none); they never poll.
+#pragma once
+
+#include <loom/graph/ops/sync.hpp>
+#include <loom/kernels/registry.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace loom {
+
+// Sums the gradients of one variable for one global step (TF's
+// ConditionalAccumulator): a gradient computed at a local step older than
+// the accumulator's step is stale and dropped.
+struct gradient_accumulator : resource_base {
+  std::mutex mu;
+  std::condition_variable cv;
+  any_tensor sum;
+  std::int64_t count = 0;
+  std::int64_t step = 0;    // gradients of local steps below this are stale
+  std::int64_t dropped = 0; // stale gradients seen, for logs and tests
+  std::uint64_t closes = 0; // close_accumulator calls: wake the waiting take
+};
+
+// An int64 that steps raise and wait on: the barrier of synchronous replicas
+// (the latest global step whose update was applied) and similar counts.
+struct step_counter : resource_base {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::int64_t value = 0;
+};
+
+namespace detail {
+
+// Registers for the step's abort while a kernel waits on (mu, cv). Construct
+// it before locking mu: it is destroyed after the lock is released, because
+// the abort callback takes mu (see step_cancellation).
+class abort_watch {
+public:
+  abort_watch(kernel_context& c, std::mutex& mu, std::condition_variable& cv)
+      : cancellation_(c.cancellation) {
+    if (cancellation_)
+      id_ = cancellation_->on_abort([this, &mu, &cv](const std::string& why) {
+        {
+          std::lock_guard lock(mu);
+          reason_ = why;
+        }
+        cv.notify_all();
+      });
+  }
+  ~abort_watch() {
+    if (cancellation_ && id_)
+      cancellation_->forget(id_);
+  }
+  abort_watch(const abort_watch&) = delete;
+  abort_watch& operator=(const abort_watch&) = delete;
+
+  // Read under mu.
+  const std::optional<std::string>& reason() const noexcept { return reason_; }
+
+private:
+  step_cancellation* cancellation_;
+  std::uint64_t id_ = 0;
+  std::optional<std::string> reason_;
+};
+
+// Waits under `lock` until ready() holds; throws if the step is aborted or the
+// node's timeout_ms passes first. `what` says what it waits for, for errors.
+template <class Ready>
+void wait_for(kernel_context& c, const abort_watch& watch, std::unique_lock<std::mutex>& lock,
+              std::condition_variable& cv, Ready ready, const std::string& what) {
+  const auto timeout = std::chrono::milliseconds(c.node.attr_or<std::int64_t>("timeout_ms", 0));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!ready()) {
+    if (watch.reason())
+      throw aborted_error("node " + c.node.describe() + " stopped waiting for " + what + ": " +
+                          *watch.reason());
+    if (timeout.count() <= 0) {
+      cv.wait(lock);
+    } else if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !ready()) {
+      throw deadline_exceeded_error("node " + c.node.describe() + " waited " +
+                                    std::to_string(timeout.count()) + " ms for " + what);
+    }
+  }
+}
+
+template <class R> std::shared_ptr<R> attached_resource(kernel_context& c) {
+  return c.resources.resource<R>(c.node.attr<std::string>("resource_container"),
+                                 c.node.attr<std::string>("resource_name"));
+}
+
+template <class T> struct accumulate_gradient_cpu {
+  static void run(kernel_context& c) {
+    auto acc = attached_resource<gradient_accumulator>(c);
+    const any_tensor& grad = c.input(1);
+    const std::int64_t local_step = *c.input(2).data<std::int64_t>();
+    std::lock_guard lock(acc->mu);
+    if (local_step < acc->step) {
+      ++acc->dropped;
+      return;
+    }
+    if (acc->count == 0) {
+      acc->sum = grad.clone();
+    } else {
+      if (grad.shape() != acc->sum.shape())
+        throw invalid_argument_error("node " + c.node.describe() + ": gradient of shape " +
+                                     grad.shape().to_string() + ", the accumulator holds " +
+                                     acc->sum.shape().to_string());
+      const auto n = static_cast<Eigen::DenseIndex>(grad.num_elements());
+      chunk_map<T>(acc->sum.data<T>(), n) += chunk_map<const T>(grad.data<T>(), n);
+    }
+    ++acc->count;
+    acc->cv.notify_all();
+  }
+};
+
+template <class T> struct take_gradient_cpu {
+  static void run(kernel_context& c) {
+    auto acc = attached_resource<gradient_accumulator>(c);
+    const auto required = c.node.attr_or<std::int64_t>("num_required", 1);
+    const std::int64_t global_step = *c.input(1).data<std::int64_t>();
+    abort_watch watch(c, acc->mu, acc->cv);
+    {
+      std::unique_lock lock(acc->mu);
+      const std::uint64_t closes = acc->closes;
+      wait_for(
+          c, watch, lock, acc->cv, [&] { return acc->count >= required || acc->closes != closes; },
+          std::to_string(required) + " gradients of step " + std::to_string(acc->step) +
+              " for variable '" + c.node.attr_or<std::string>("_ref_name_0", "?") + "'");
+      if (acc->count < required)
+        throw cancelled_error("node " + c.node.describe() + ": the accumulator was closed");
+      // The mean, and the accumulator moves on to the next step: gradients of
+      // this step that arrive later are stale.
+      any_tensor mean = std::move(acc->sum);
+      const auto n = static_cast<Eigen::DenseIndex>(mean.num_elements());
+      chunk_map<T>(mean.data<T>(), n) =
+          chunk_map<T>(mean.data<T>(), n) / static_cast<T>(acc->count);
+      acc->sum = {};
+      acc->count = 0;
+      acc->step = std::max(acc->step, global_step + 1);
+      c.output = std::move(mean);
+    }
+  }
+};
+
+template <class T> struct close_accumulator_cpu {
+  static void run(kernel_context& c) {
+    auto acc = attached_resource<gradient_accumulator>(c);
+    {
+      std::lock_guard lock(acc->mu);
+      ++acc->closes;
+    }
+    acc->cv.notify_all();
+  }
+};
+
+template <class T> struct counter_cpu {
+  static void run(kernel_context& c) {
+    auto counter = attached_resource<step_counter>(c);
+    const std::int64_t v = *c.input(1).data<std::int64_t>();
+    const std::string& op = c.node.op;
+    std::int64_t now;
+    if (op == "counter_wait") {
+      abort_watch watch(c, counter->mu, counter->cv);
+      std::unique_lock lock(counter->mu);
+      wait_for(
+          c, watch, lock, counter->cv, [&] { return counter->value > v; },
+          c.node.attr_or<std::string>(
+              "waiting_for", "counter '" + c.node.attr<std::string>("resource_name") + "'") +
+              " to pass " + std::to_string(v) + " (it is " + std::to_string(counter->value) + ")");
+      now = counter->value;
+    } else {
+      {
+        std::lock_guard lock(counter->mu);
+        counter->value = op == "counter_add" ? counter->value + v : std::max(counter->value, v);
+        now = counter->value;
+      }
+      counter->cv.notify_all();
+    }
+    c.output = any_tensor::scalar(now);
+  }
+};
+
+template <class T> struct is_variable_initialized_cpu {
+  static void run(kernel_context& c) {
+    variable_resource& v = *c.refs[0];
+    std::lock_guard lock(v.mu);
+    c.output = any_tensor::scalar(v.initialized);
+  }
+};
+
+inline bool register_sync_kernels() {
+  register_kernels<accumulate_gradient_cpu>("accumulate_gradient", floating_types{});
+  register_kernels<take_gradient_cpu>("take_gradient", floating_types{});
+  register_kernels<close_accumulator_cpu>("close_accumulator", floating_types{});
+  for (const char* op : {"counter_raise", "counter_add", "counter_wait"})
+    register_kernels<counter_cpu>(op, type_list<std::int64_t>{});
+  register_kernels<is_variable_initialized_cpu>("is_variable_initialized", type_list<bool>{});
+  return true;
+}
+
+inline const bool sync_kernels_registered = register_sync_kernels();
+
+} // namespace detail
+} // namespace loom

@@ -1,0 +1,176 @@
+// Hooks that watch a monitored training loop (TF's SessionRunHook and the
+// hooks of tf.train): stop at a step, log progress, save checkpoints, guard
+// against a NaN loss. A hook asks for extra values in before_run; they are
+// fetched in the same step as the caller's fetches and handed to after_run.
+#pragma once
+
+#include <loom/runtime/session.hpp>
+#include <loom/train/saver.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+struct run_context {
+  // Read in the same step, so it may not include this step's own update.
+  std::int64_t global_step = 0;
+  // Reads the global step again, after the step (one more round trip).
+  std::function<std::int64_t()> read_global_step{};
+  bool stop_requested = false;
+  void request_stop() noexcept { stop_requested = true; }
+};
+
+class session_run_hook {
+public:
+  virtual ~session_run_hook() = default;
+  // Before the session exists; the graph may still grow (a saver adds nodes).
+  virtual void begin(graph&) {}
+  // After the chief initialized or restored, or the variables became ready.
+  virtual void after_create_session(session&, std::int64_t /*global_step*/) {}
+  // Node ids to fetch with the next step.
+  virtual std::vector<node_id> before_run() { return {}; }
+  // Their values, in order.
+  virtual void after_run(run_context&, std::span<const any_tensor>) {}
+  // When the monitored session closes normally.
+  virtual void end(session&, std::int64_t /*global_step*/) {}
+};
+
+// Requests a stop once the global step reaches last_step (TF's StopAtStepHook).
+class stop_at_step_hook final : public session_run_hook {
+public:
+  explicit stop_at_step_hook(std::int64_t last_step) : last_(last_step) {}
+  // As TF's: the step read with the run may miss the run's own update, so
+  // near the end it is read again before stopping.
+  void after_run(run_context& c, std::span<const any_tensor>) override {
+    if (c.global_step + 1 >= last_ && (c.global_step >= last_ || c.read_global_step() >= last_))
+      c.request_stop();
+  }
+
+private:
+  std::int64_t last_;
+};
+
+// Fails the step whose loss is NaN or infinite (TF's NanTensorHook).
+class nan_guard_hook final : public session_run_hook {
+public:
+  explicit nan_guard_hook(node_id loss) : loss_(loss) {}
+  std::vector<node_id> before_run() override { return {loss_}; }
+  void after_run(run_context& c, std::span<const any_tensor> v) override {
+    const double loss =
+        v[0].type() == dtype::f64 ? *v[0].data<double>() : static_cast<double>(*v[0].data<float>());
+    if (!std::isfinite(loss))
+      throw invalid_argument_error("the loss is " + std::to_string(loss) + " at global step " +
+                                   std::to_string(c.global_step) +
+                                   " (nan_guard_hook): training diverged");
+  }
+
+private:
+  node_id loss_;
+};
+
+// Prints the global step, the loss and examples/s every `every` local steps:
+// this worker's rate and the cluster's (from the global step's progress).
+struct logging_options {
+  std::string label = "worker";     // printed first on each line
+  std::int64_t every_n_steps = 100; // local steps between lines
+  std::int64_t batch_size = 1;      // examples in one local step
+  // Examples one global step stands for: the batch size in async training,
+  // batch size x replicas_to_aggregate with synchronous replicas.
+  std::int64_t examples_per_global_step = 1;
+  std::FILE* out = stdout;
+};
+
+class logging_hook final : public session_run_hook {
+public:
+  logging_hook(node_id loss, logging_options o) : loss_(loss), o_(std::move(o)) {}
+  std::vector<node_id> before_run() override { return {loss_}; }
+  void after_run(run_context& c, std::span<const any_tensor> v) override {
+    const auto now = clock::now();
+    if (!last_) {
+      last_ = now;
+      last_global_ = c.global_step;
+    }
+    if (++local_ % o_.every_n_steps != 0)
+      return;
+    const double secs = std::chrono::duration<double>(now - *last_).count();
+    const double loss =
+        v[0].type() == dtype::f64 ? *v[0].data<double>() : static_cast<double>(*v[0].data<float>());
+    const auto steps = static_cast<double>(local_ - last_local_);
+    const auto global = static_cast<double>(c.global_step - last_global_);
+    std::fprintf(o_.out,
+                 "%s: step %lld  global step %lld  loss %.4f  %.0f examples/s  "
+                 "(cluster %.0f examples/s)\n",
+                 o_.label.c_str(), static_cast<long long>(local_),
+                 static_cast<long long>(c.global_step), loss,
+                 secs > 0 ? steps * static_cast<double>(o_.batch_size) / secs : 0.0,
+                 secs > 0 ? global * static_cast<double>(o_.examples_per_global_step) / secs : 0.0);
+    std::fflush(o_.out);
+    last_ = now;
+    last_local_ = local_;
+    last_global_ = c.global_step;
+  }
+
+private:
+  using clock = std::chrono::steady_clock;
+  node_id loss_;
+  logging_options o_;
+  std::int64_t local_ = 0, last_local_ = 0, last_global_ = 0;
+  std::optional<clock::time_point> last_;
+};
+
+// Saves a checkpoint every `secs` seconds and/or every `steps` global steps,
+// after the session is created and at the end (TF's CheckpointSaverHook).
+// The chief's hook: one writer per cluster.
+struct checkpoint_options {
+  std::string dir;
+  double secs = 600;      // 0: not by time
+  std::int64_t steps = 0; // 0: not by steps
+  std::FILE* log = stdout;
+};
+
+class checkpoint_saver_hook final : public session_run_hook {
+public:
+  checkpoint_saver_hook(saver& s, checkpoint_options o) : saver_(s), o_(std::move(o)) {}
+  void after_create_session(session& s, std::int64_t step) override {
+    session_ = &s;
+    save(s, step);
+  }
+  void after_run(run_context& c, std::span<const any_tensor>) override {
+    const bool by_time =
+        o_.secs > 0 && std::chrono::duration<double>(clock::now() - last_time_).count() >= o_.secs;
+    const bool by_steps = o_.steps > 0 && c.global_step - last_step_ >= o_.steps;
+    if ((by_time || by_steps) && session_)
+      save(*session_, c.global_step);
+  }
+  void end(session& s, std::int64_t step) override {
+    if (step != last_step_)
+      save(s, step);
+  }
+
+private:
+  using clock = std::chrono::steady_clock;
+  void save(session& s, std::int64_t step) {
+    const std::string path = saver_.save(s, o_.dir + "/model.ckpt", step);
+    std::fprintf(o_.log, "saved checkpoint %s (global step %lld)\n", path.c_str(),
+                 static_cast<long long>(step));
+    std::fflush(o_.log);
+    last_time_ = clock::now();
+    last_step_ = step;
+  }
+
+  saver& saver_;
+  checkpoint_options o_;
+  session* session_ = nullptr;
+  clock::time_point last_time_ = clock::now();
+  std::int64_t last_step_ = -1;
+};
+
+} // namespace loom

@@ -1,0 +1,285 @@
+// monitored_training_session: TF's tf.train.MonitoredTrainingSession (and the
+// Supervisor before it) for between-graph replication.
+//
+//   - The chief restores the latest checkpoint of checkpoint_dir, or runs the
+//     initializers; the others wait, saying what they wait for, until every
+//     global variable is initialized.
+//   - Every worker then initializes its local variables; with synchronous
+//     replicas, its local step, and the chief starts the update loop.
+//   - run() runs one step plus what the hooks ask for; the global step is
+//     fetched with every step. stop_at_step, logging, checkpoints (chief) and
+//     the NaN guard are hooks.
+//   - A step that fails with aborted or unavailable (a ps task restarted) makes
+//     the session recreate itself: the chief restores the last checkpoint, the
+//     others wait for it, and the step is retried (TF's _RecoverableSession).
+//   - close(): the hooks' end (the chief's final checkpoint); each worker
+//     counts itself done on the global step's task; the chief waits for the
+//     others (bounded), then tells the cluster to shut down, so every ps
+//     task's join() returns and its process exits 0.
+#pragma once
+
+#include <loom/runtime/session.hpp>
+#include <loom/train/global_step.hpp>
+#include <loom/train/hooks.hpp>
+#include <loom/train/saver.hpp>
+#include <loom/train/sync_replicas_optimizer.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace loom {
+
+struct monitored_session_options {
+  std::string master; // the worker's server.target()
+  bool is_chief = true;
+  int num_workers = 1; // workers that close() waits for before shutdown
+  std::string checkpoint_dir{};
+  double save_checkpoint_secs = 600; // 0: not by time
+  std::int64_t save_checkpoint_steps = 0;
+  int max_checkpoints_to_keep = 5;
+  std::vector<std::shared_ptr<session_run_hook>> hooks{};
+  std::vector<std::shared_ptr<session_run_hook>> chief_only_hooks{};
+  sync_replicas_optimizer* sync_replicas = nullptr;
+  cluster_session_options config{};
+  // Between readiness checks of a waiting worker, and between recoveries.
+  std::chrono::milliseconds recovery_wait{1000};
+  // How long a worker waits for the chief to initialize the variables.
+  std::chrono::milliseconds ready_timeout{std::chrono::minutes(10)};
+  // Recreations of the session after aborted or unavailable steps.
+  int max_recoveries = 10;
+  // How long the chief waits in close() for the other workers to finish.
+  std::chrono::milliseconds shutdown_wait{std::chrono::minutes(2)};
+  // Whether the chief shuts the cluster down in close(), and which jobs.
+  bool shutdown_cluster = true;
+  std::vector<std::string> shutdown_jobs{"ps"};
+  std::string label = "worker"; // prefix of log lines
+  std::FILE* log = stdout;
+};
+
+class monitored_training_session {
+public:
+  monitored_training_session(graph& g, monitored_session_options o) : graph_(g), o_(std::move(o)) {
+    auto gs = get_global_step(g);
+    if (!gs)
+      throw failed_precondition_error("monitored_training_session: the graph has no global step "
+                                      "(create one with create_global_step)");
+    global_step_ = gs->id();
+    hooks_ = o_.hooks;
+    if (o_.is_chief) {
+      hooks_.insert(hooks_.end(), o_.chief_only_hooks.begin(), o_.chief_only_hooks.end());
+      if (!o_.checkpoint_dir.empty()) {
+        saver_.emplace(g, saver_options{.max_to_keep = o_.max_checkpoints_to_keep});
+        hooks_.push_back(std::make_shared<checkpoint_saver_hook>(
+            *saver_, checkpoint_options{.dir = o_.checkpoint_dir,
+                                        .secs = o_.save_checkpoint_secs,
+                                        .steps = o_.save_checkpoint_steps,
+                                        .log = o_.log}));
+      }
+    }
+    for (auto& h : hooks_)
+      h->begin(g);
+    // Built once, before the first session, so the graph stays as registered.
+    {
+      auto lifted = detail::lifted_scope(g);
+      init_ = global_variables_initializer(g).id();
+      local_init_ = local_variables_initializer(g).id();
+      for (node_id v : g.collection(collection::global_variables)) {
+        ready_vars_.push_back(v);
+        ready_checks_.push_back(g.add_node("is_variable_initialized", {v}));
+      }
+      done_ = g.add_node("counter_add", {global_step_, scalar_node(g, std::int64_t{1})},
+                         {{"counter", std::string("workers_done")}}, "worker_done");
+      all_done_ = g.add_node("counter_wait",
+                             {global_step_, scalar_node(g, std::int64_t{o_.num_workers - 1})},
+                             {{"counter", std::string("workers_done")},
+                              {"timeout_ms", static_cast<std::int64_t>(o_.shutdown_wait.count())}},
+                             "all_workers_done");
+    }
+    create_session();
+  }
+
+  monitored_training_session(const monitored_training_session&) = delete;
+  monitored_training_session& operator=(const monitored_training_session&) = delete;
+  ~monitored_training_session() {
+    if (chief_loop_) {
+      try {
+        chief_loop_->stop(session_.get());
+      } catch (...) {
+      }
+    }
+  }
+
+  // One step: the fetches (an expression, an operation or fetches(...)) with
+  // the feeds, plus the global step and the hooks' requests.
+  template <class F> auto run(const F& fetch, const feed_dict& feeds = {}) {
+    if (should_stop_)
+      throw failed_precondition_error("monitored_training_session: run after should_stop()");
+    std::vector<node_id> extra{global_step_};
+    std::vector<std::size_t> first;
+    for (auto& h : hooks_) {
+      first.push_back(extra.size());
+      auto ids = h->before_run();
+      extra.insert(extra.end(), ids.begin(), ids.end());
+    }
+    first.push_back(extra.size());
+    for (int attempt = 0;; ++attempt) {
+      try {
+        auto [result, values] = session_->run_with_extra(fetch, feeds, extra);
+        run_context ctx{
+            *values[0].template data<std::int64_t>(), [this] {
+              return *session_->run_nodes({global_step_}, {}).front().template data<std::int64_t>();
+            }};
+        global_step_value_ = ctx.global_step;
+        for (std::size_t k = 0; k < hooks_.size(); ++k)
+          hooks_[k]->after_run(
+              ctx, std::span<const any_tensor>(values).subspan(first[k], first[k + 1] - first[k]));
+        should_stop_ = should_stop_ || ctx.stop_requested;
+        return result;
+      } catch (const error& e) {
+        if (!recoverable(e) || recoveries_ >= o_.max_recoveries)
+          throw;
+        ++recoveries_;
+        std::fprintf(o_.log, "%s: step failed (%s); recreating the session (%d of %d)\n",
+                     o_.label.c_str(), e.what(), recoveries_, o_.max_recoveries);
+        std::fflush(o_.log);
+        std::this_thread::sleep_for(o_.recovery_wait);
+        create_session();
+      }
+    }
+  }
+
+  bool should_stop() const noexcept { return should_stop_; }
+  std::int64_t global_step() const noexcept { return global_step_value_; }
+  // The session under the hooks, for evaluation after training.
+  session& raw_session() { return *session_; }
+
+  // Ends training: hooks' end, the chief's update loop, then the shutdown
+  // handshake (see the top of this file). Idempotent.
+  void close() {
+    if (closed_)
+      return;
+    closed_ = true;
+    for (auto& h : hooks_)
+      h->end(*session_, global_step_value_);
+    if (chief_loop_) {
+      auto loop = std::move(chief_loop_);
+      loop->stop(session_.get());
+    }
+    session_->run_nodes({}, {done_});
+    if (!o_.is_chief || !o_.shutdown_cluster)
+      return;
+    if (o_.num_workers > 1) {
+      std::fprintf(o_.log, "%s: waiting for the other %d worker(s) to finish\n", o_.label.c_str(),
+                   o_.num_workers - 1);
+      std::fflush(o_.log);
+      try {
+        session_->run_nodes({all_done_}, {});
+      } catch (const deadline_exceeded_error& e) {
+        std::fprintf(o_.log, "%s: not every worker finished (%s); shutting down anyway\n",
+                     o_.label.c_str(), e.what());
+      }
+    }
+    const auto final_step = *session_->run_nodes({global_step_}, {}).front().data<std::int64_t>();
+    std::fprintf(o_.log, "%s: final global step %lld; shutting the ps tasks down\n",
+                 o_.label.c_str(), static_cast<long long>(final_step));
+    std::fflush(o_.log);
+    // The other workers exit on their own once they are done; the ps tasks
+    // serve until told.
+    session::shutdown_cluster(o_.master, o_.shutdown_jobs);
+  }
+
+private:
+  static bool recoverable(const error& e) {
+    return e.code() == error_code::aborted || e.code() == error_code::unavailable;
+  }
+
+  void create_session() {
+    if (chief_loop_) {
+      try {
+        chief_loop_->stop(nullptr);
+      } catch (...) { // the failure that brought us here
+      }
+      chief_loop_.reset();
+    }
+    session_.reset();
+    session_ = std::make_unique<session>(graph_, session_target{o_.master}, o_.config);
+    if (o_.is_chief)
+      prepare();
+    else
+      wait_until_ready();
+    session_->run_nodes({}, {local_init_});
+    if (o_.sync_replicas) {
+      session_->run_nodes({}, {o_.sync_replicas->local_step_init_op().id()});
+      if (o_.is_chief)
+        chief_loop_ = std::make_unique<sync_replicas_chief>(*o_.sync_replicas, graph_,
+                                                            session_target{o_.master}, o_.config);
+    }
+    global_step_value_ = *session_->run_nodes({global_step_}, {}).front().data<std::int64_t>();
+    for (auto& h : hooks_)
+      h->after_create_session(*session_, global_step_value_);
+  }
+
+  // The chief: restore the latest checkpoint, else initialize.
+  void prepare() {
+    if (saver_) {
+      if (auto latest = latest_checkpoint(o_.checkpoint_dir)) {
+        saver_->restore(*session_, *latest);
+        std::fprintf(o_.log, "%s: restored %s\n", o_.label.c_str(), latest->c_str());
+        std::fflush(o_.log);
+        return;
+      }
+    }
+    session_->run_nodes({}, {init_});
+    std::fprintf(o_.log, "%s: initialized the variables\n", o_.label.c_str());
+    std::fflush(o_.log);
+  }
+
+  // The others: wait until the chief has initialized every global variable.
+  void wait_until_ready() {
+    const auto deadline = std::chrono::steady_clock::now() + o_.ready_timeout;
+    for (;;) {
+      std::vector<any_tensor> ready = session_->run_nodes(ready_checks_, {});
+      std::vector<std::string> missing;
+      for (std::size_t i = 0; i < ready.size(); ++i)
+        if (!*ready[i].data<bool>())
+          missing.push_back(graph_.node(ready_vars_[i]).name);
+      if (missing.empty())
+        return;
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw deadline_exceeded_error(o_.label + ": the chief did not initialize " +
+                                      std::to_string(missing.size()) + " variable(s) (" +
+                                      missing.front() + ", ...) within " +
+                                      std::to_string(o_.ready_timeout.count()) + " ms");
+      std::string list;
+      for (std::size_t i = 0; i < missing.size() && i < 4; ++i)
+        list += (i ? ", " : "") + missing[i];
+      if (missing.size() > 4)
+        list += ", ...";
+      std::fprintf(o_.log, "%s: waiting for the chief to initialize %zu variable(s): %s\n",
+                   o_.label.c_str(), missing.size(), list.c_str());
+      std::fflush(o_.log);
+      std::this_thread::sleep_for(o_.recovery_wait);
+    }
+  }
+
+  graph graph_;
+  monitored_session_options o_;
+  std::vector<std::shared_ptr<session_run_hook>> hooks_;
+  std::optional<saver> saver_;
+  node_id global_step_ = no_node, init_ = no_node, local_init_ = no_node, done_ = no_node,
+          all_done_ = no_node;
+  std::vector<node_id> ready_vars_, ready_checks_;
+  std::unique_ptr<session> session_;
+  std::unique_ptr<sync_replicas_chief> chief_loop_;
+  std::int64_t global_step_value_ = 0;
+  bool should_stop_ = false, closed_ = false;
+  int recoveries_ = 0;
+};
+
+} // namespace loom

@@ -1,0 +1,237 @@
+// Synchronous replicas (TF's tf.train.SyncReplicasOptimizer), built on state
+// beside each variable on its ps task (graph/ops/sync.hpp) instead of TF's
+// queues:
+//
+//   worker step (train_op):  for each variable, accumulate_gradient(var, grad,
+//     local_step) on the variable's task (a gradient older than the variable's
+//     accumulator is stale and dropped); then counter_wait(global_step,
+//     local_step) on the global step's task, which returns when the update of
+//     this step has been applied; local_step = that new global step.
+//   chief update (chief_update_op, run in a loop by sync_replicas_chief):
+//     for each variable, take_gradient waits for replicas_to_aggregate fresh
+//     gradients and returns their mean; the wrapped optimizer applies the
+//     means; global_step += 1; counter_raise(global_step, new step) releases
+//     every worker waiting in that step.
+//
+// No worker runs ahead: it waits until its step's update is applied. With
+// replicas_to_aggregate < total_num_replicas the slowest workers are backups:
+// their late gradients are dropped and their wait returns at once. A worker
+// that waits longer than barrier_timeout fails with deadline_exceeded (a dead
+// replica must not hang the others forever); the wait also ends when the step
+// is aborted or the ps task stops.
+#pragma once
+
+#include <loom/graph/ops/sync.hpp>
+#include <loom/runtime/session.hpp>
+#include <loom/train/optimizer.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace loom {
+
+struct sync_replicas_options {
+  // Gradients averaged into each update (TF's replicas_to_aggregate).
+  int replicas_to_aggregate = 1;
+  // Workers that send gradients; 0 means replicas_to_aggregate. More than
+  // replicas_to_aggregate makes the slowest ones backups.
+  int total_num_replicas = 0;
+  // How long a worker waits for its step's update before it gives up.
+  std::chrono::milliseconds barrier_timeout{std::chrono::minutes(5)};
+  std::string name = "sync_replicas";
+};
+
+class sync_replicas_optimizer {
+public:
+  sync_replicas_optimizer(optimizer& opt, sync_replicas_options o) : opt_(opt), o_(std::move(o)) {
+    if (o_.replicas_to_aggregate < 1)
+      throw invalid_argument_error("sync_replicas_optimizer: replicas_to_aggregate must be at "
+                                   "least 1, got " +
+                                   std::to_string(o_.replicas_to_aggregate));
+    if (o_.total_num_replicas == 0)
+      o_.total_num_replicas = o_.replicas_to_aggregate;
+    if (o_.total_num_replicas < 1)
+      throw invalid_argument_error("sync_replicas_optimizer: total_num_replicas must be at least "
+                                   "1, got " +
+                                   std::to_string(o_.total_num_replicas));
+  }
+
+  int replicas_to_aggregate() const noexcept { return o_.replicas_to_aggregate; }
+  int total_num_replicas() const noexcept { return o_.total_num_replicas; }
+
+  // Builds the worker's train op (returned) and the chief's update op. The
+  // global step is required: it is the clock that says which gradients are fresh.
+  template <expression E>
+  operation minimize(const E& loss, const variable<std::int64_t, 0>& global_step,
+                     std::vector<node_id> var_list = {}) {
+    return apply_gradients(opt_.compute_gradients(loss, std::move(var_list)), global_step);
+  }
+
+  operation apply_gradients(const std::vector<grad_and_var>& grads_and_vars,
+                            const variable<std::int64_t, 0>& global_step) {
+    graph g = global_step.graph();
+    if (train_op_)
+      throw failed_precondition_error("sync_replicas_optimizer '" + o_.name +
+                                      "': apply_gradients was already called; one "
+                                      "sync_replicas_optimizer serves one train op");
+    std::vector<grad_and_var> used;
+    for (const grad_and_var& gv : grads_and_vars)
+      if (gv.grad != no_node)
+        used.push_back(gv);
+    if (used.empty())
+      throw invalid_argument_error("sync_replicas_optimizer '" + o_.name +
+                                   "': no gradients provided for any variable");
+    const std::string acc = o_.name + "_accumulator";
+    const std::string token = o_.name + "_token";
+    auto scope = g.name_scope(o_.name);
+
+    // The worker's own step counter lives on the worker (where the device
+    // scope puts ops that are not variables), not on a ps: each worker has one.
+    const std::string worker_device = g.node(no_op(g, "local_anchor").id()).requested_device;
+    std::optional<variable<std::int64_t, 0>> local_step;
+    {
+      auto on_worker = g.device(worker_device);
+      local_step.emplace(g, "local_step", shape{}, zeros_initializer{},
+                         variable_options{.trainable = false, .local = true});
+    }
+    local_step_init_ = {
+        g, g.add_node("assign", {local_step->id(), global_step.id()}, {}, "local_step_init")};
+
+    // Worker: gradients into the accumulators, then wait for the update.
+    std::vector<node_id> accumulated;
+    for (const grad_and_var& gv : used)
+      accumulated.push_back(g.add_node("accumulate_gradient", {gv.var, gv.grad, local_step->id()},
+                                       {{"accumulator", acc}}));
+    node_id released;
+    {
+      auto after = g.control_dependencies(accumulated);
+      released = g.add_node("counter_wait", {global_step.id(), local_step->id()},
+                            {{"counter", token},
+                             {"timeout_ms", static_cast<std::int64_t>(o_.barrier_timeout.count())},
+                             {"waiting_for", std::string("the chief's update loop (is the chief "
+                                                         "running?): the global step")}},
+                            "wait_for_update");
+    }
+    train_op_ = {g, g.add_node("assign", {local_step->id(), released}, {}, "train_op")};
+    g.add_to_collection(collection::train_op, train_op_->id());
+
+    // Chief: the means of the fresh gradients, applied; then release.
+    std::vector<grad_and_var> means;
+    std::vector<node_id> closes;
+    for (const grad_and_var& gv : used) {
+      means.push_back(
+          {g.add_node("take_gradient", {gv.var, global_step.id()},
+                      {{"accumulator", acc},
+                       {"num_required", static_cast<std::int64_t>(o_.replicas_to_aggregate)}}),
+           gv.var});
+      closes.push_back(g.add_node("close_accumulator", {gv.var}, {{"accumulator", acc}}));
+    }
+    operation applied = opt_.apply_gradients(g, means, global_step, "apply");
+    chief_update_ = {g, g.add_node("counter_raise", {global_step.id(), applied.id()},
+                                   {{"counter", token}}, "release")};
+    close_ = group(g, closes, "close_accumulators");
+    release_all_ = {
+        g, g.add_node("counter_raise",
+                      {global_step.id(), scalar_node(g, std::numeric_limits<std::int64_t>::max())},
+                      {{"counter", token}}, "release_all")};
+    return *train_op_;
+  }
+
+  // What each worker runs every step.
+  operation train_op() const { return checked(train_op_, "train_op"); }
+  // What the chief runs in a loop (TF's chief queue runner).
+  operation chief_update_op() const { return checked(chief_update_, "chief_update_op"); }
+  // What each worker runs once the global step is initialized or restored
+  // (TF's local_step_init_op): its local step starts at the global step.
+  operation local_step_init_op() const { return checked(local_step_init_, "local_step_init_op"); }
+  // Wakes a chief update waiting for gradients (to stop the chief's loop).
+  operation close_op() const { return checked(close_, "close_op"); }
+  // Releases every worker still waiting for an update (backups waiting for
+  // a step that will not come because training ended).
+  operation release_all_op() const { return checked(release_all_, "release_all_op"); }
+
+private:
+  operation checked(const std::optional<operation>& op, const char* what) const {
+    if (!op)
+      throw failed_precondition_error("sync_replicas_optimizer '" + o_.name + "': " + what +
+                                      " exists after minimize or apply_gradients");
+    return *op;
+  }
+
+  optimizer& opt_;
+  sync_replicas_options o_;
+  std::optional<operation> train_op_, chief_update_, local_step_init_, close_, release_all_;
+};
+
+// Runs the chief update op in a loop on its own session (TF's chief queue
+// runner under the Supervisor) until stop(). The loop waits inside the ps
+// tasks for gradients; stop() closes the accumulators, which wakes it.
+class sync_replicas_chief {
+public:
+  sync_replicas_chief(const sync_replicas_optimizer& opt, const graph& g,
+                      const session_target& target, cluster_session_options o = {})
+      : update_(opt.chief_update_op()), close_(opt.close_op()), release_all_(opt.release_all_op()),
+        session_(g, target, std::move(o)), thread_([this] { loop(); }) {}
+  sync_replicas_chief(const sync_replicas_chief&) = delete;
+  sync_replicas_chief& operator=(const sync_replicas_chief&) = delete;
+  ~sync_replicas_chief() {
+    try {
+      stop(nullptr);
+    } catch (...) {
+    }
+  }
+
+  // Stops the loop. `s` (a session on the same cluster, not this loop's)
+  // runs the close op; without one the loop ends with its next update or
+  // when the cluster stops. Rethrows the error that ended the loop early.
+  void stop(session* s) {
+    stopping_ = true;
+    if (thread_.joinable()) {
+      if (s)
+        for (int i = 0; !finished_ && i < 100; ++i) { // it may not be waiting yet
+          s->run_nodes({}, {close_.id()});
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      thread_.join();
+      if (s)
+        s->run_nodes({}, {release_all_.id()});
+    }
+    if (failure_) {
+      auto f = std::exchange(failure_, nullptr);
+      std::rethrow_exception(f);
+    }
+  }
+
+  std::int64_t updates() const noexcept { return updates_; }
+
+private:
+  void loop() {
+    while (!stopping_) {
+      try {
+        session_.run_nodes({}, {update_.id()});
+        ++updates_;
+      } catch (...) {
+        if (!stopping_)
+          failure_ = std::current_exception();
+        break;
+      }
+    }
+    finished_ = true;
+  }
+
+  operation update_, close_, release_all_;
+  session session_;
+  std::atomic<bool> stopping_{false}, finished_{false};
+  std::atomic<std::int64_t> updates_{0};
+  std::exception_ptr failure_;
+  std::thread thread_;
+};
+
+} // namespace loom

@@ -1,0 +1,210 @@
+// Synchronous replicas on an in-process cluster: the accumulator averages
+// fresh gradients and drops stale ones, the barrier releases a worker only
+// when its step's update is applied, a waiting kernel ends when its step is
+// aborted or times out, and sync_replicas_optimizer's global-step arithmetic
+// (one increment per aggregated update) holds.
+#include <loom/api.hpp>
+
+#include <doctest/doctest.h>
+#include <support/cluster.hpp>
+#include <support/messages.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <sstream>
+#include <thread>
+
+namespace {
+
+using loom::testing::contains;
+using loom::testing::local_cluster;
+using namespace std::chrono_literals;
+
+loom::cluster_session_options quiet() {
+  static std::ostringstream sink;
+  loom::cluster_session_options o;
+  o.placement_log = &sink;
+  return o;
+}
+
+float first(const loom::any_tensor& t) {
+  return *t.data<float>();
+}
+std::int64_t as_int(const loom::any_tensor& t) {
+  return *t.data<std::int64_t>();
+}
+
+// A variable v on ps 0 with an accumulator, plus fed gradient and step.
+struct accumulator_graph {
+  loom::graph g;
+  std::optional<loom::variable<float, 1>> v;
+  loom::placeholder<float, 1> grad{g, loom::shape{2}, "grad"};
+  loom::placeholder<std::int64_t, 0> step{g, loom::shape{}, "step"};
+  loom::node_id accumulate, take;
+
+  explicit accumulator_graph(std::int64_t num_required, std::int64_t timeout_ms = 0) {
+    {
+      auto _ = g.device("/job:ps/task:0");
+      v.emplace(g, "v", loom::shape{2}, loom::zeros_initializer{});
+    }
+    accumulate = g.add_node("accumulate_gradient", {v->id(), grad.id(), step.id()});
+    take = g.add_node("take_gradient", {v->id(), step.id()},
+                      {{"num_required", num_required}, {"timeout_ms", timeout_ms}});
+  }
+  void add(loom::session& s, float value, std::int64_t local_step) {
+    s.run_nodes({}, {accumulate},
+                {{grad.id(), loom::any_tensor::from_vector<float>(loom::shape{2}, {value, value})},
+                 {step.id(), loom::any_tensor::scalar<std::int64_t>(local_step)}});
+  }
+  float take_mean(loom::session& s, std::int64_t global_step) {
+    return first(
+        s.run_nodes({take}, {}, {{step.id(), loom::any_tensor::scalar<std::int64_t>(global_step)}})
+            .front());
+  }
+};
+
+} // namespace
+
+TEST_CASE("the accumulator averages fresh gradients and drops stale ones") {
+  local_cluster c(1, 1);
+  accumulator_graph a(2);
+  loom::session s(a.g, c.worker(0).target(), quiet());
+  a.add(s, 1.0f, 0);
+  a.add(s, 3.0f, 0);
+  CHECK(a.take_mean(s, 0) == doctest::Approx(2.0));
+  // The accumulator is now at step 1: a gradient of step 0 is stale.
+  a.add(s, 100.0f, 0);
+  a.add(s, 5.0f, 1);
+  a.add(s, 7.0f, 1);
+  CHECK(a.take_mean(s, 1) == doctest::Approx(6.0));
+}
+
+TEST_CASE("take_gradient waits for the gradients it needs, not polling: it answers when they "
+          "arrive") {
+  local_cluster c(1, 1);
+  accumulator_graph a(2);
+  loom::session taker(a.g, c.worker(0).target(), quiet());
+  loom::session adder(a.g, c.worker(0).target(), quiet());
+  auto mean = std::async(std::launch::async, [&] { return a.take_mean(taker, 0); });
+  a.add(adder, 2.0f, 0);
+  CHECK(mean.wait_for(300ms) == std::future_status::timeout); // one of two
+  a.add(adder, 4.0f, 0);
+  REQUIRE(mean.wait_for(10s) == std::future_status::ready);
+  CHECK(mean.get() == doctest::Approx(3.0));
+}
+
+TEST_CASE("a waiting take_gradient fails at its timeout, naming what it waited for") {
+  local_cluster c(1, 1);
+  accumulator_graph a(2, 200);
+  loom::session s(a.g, c.worker(0).target(), quiet());
+  a.add(s, 1.0f, 0);
+  const auto begin = std::chrono::steady_clock::now();
+  const std::string what =
+      loom::testing::message_of<loom::deadline_exceeded_error>([&] { a.take_mean(s, 0); });
+  CHECK(std::chrono::steady_clock::now() - begin < 10s);
+  CHECK(contains(what, "waited 200 ms for 2 gradients of step 0 for variable 'v'"));
+}
+
+TEST_CASE("a waiting kernel ends when its task stops") {
+  local_cluster c(1, 1);
+  accumulator_graph a(2);
+  loom::session s(a.g, c.worker(0).target(), quiet());
+  auto mean = std::async(std::launch::async, [&] {
+    try {
+      a.take_mean(s, 0);
+      return std::string("returned");
+    } catch (const loom::error& e) {
+      return std::string(e.what());
+    }
+  });
+  CHECK(mean.wait_for(300ms) == std::future_status::timeout);
+  c.servers[0]->stop(); // the ps
+  REQUIRE(mean.wait_for(20s) == std::future_status::ready);
+  CHECK(contains(mean.get(), "ps task 0"));
+}
+
+TEST_CASE("counter_wait returns when the counter passes its threshold") {
+  local_cluster c(1, 1);
+  loom::graph g;
+  std::optional<loom::variable<std::int64_t, 0>> anchor;
+  {
+    auto _ = g.device("/job:ps/task:0");
+    anchor.emplace(g, "anchor", loom::shape{}, loom::zeros_initializer{});
+  }
+  loom::placeholder<std::int64_t, 0> v(g, loom::shape{}, "v");
+  auto wait = g.add_node("counter_wait", {anchor->id(), v.id()}, {{"counter", std::string("t")}});
+  auto raise = g.add_node("counter_raise", {anchor->id(), v.id()}, {{"counter", std::string("t")}});
+  loom::session waiter(g, c.worker(0).target(), quiet());
+  loom::session raiser(g, c.worker(0).target(), quiet());
+  auto at = [](std::int64_t x) { return loom::any_tensor::scalar<std::int64_t>(x); };
+  auto released = std::async(std::launch::async, [&] {
+    return as_int(waiter.run_nodes({wait}, {}, {{v.id(), at(4)}})[0]);
+  });
+  raiser.run_nodes({raise}, {}, {{v.id(), at(4)}}); // not past 4 yet
+  CHECK(released.wait_for(300ms) == std::future_status::timeout);
+  raiser.run_nodes({raise}, {}, {{v.id(), at(5)}});
+  REQUIRE(released.wait_for(10s) == std::future_status::ready);
+  CHECK(released.get() == 5);
+  // Raising never lowers it.
+  CHECK(as_int(raiser.run_nodes({raise}, {}, {{v.id(), at(2)}})[0]) == 5);
+}
+
+TEST_CASE("sync_replicas_optimizer: workers wait for each update; one global step per update") {
+  local_cluster c(2, 2);
+  loom::graph g;
+  loom::placeholder<float, 1> target(g, loom::shape{2}, "target");
+  loom::gradient_descent_optimizer sgd{0.5};
+  loom::sync_replicas_optimizer sync(sgd, {.replicas_to_aggregate = 2, .total_num_replicas = 2});
+  // Each worker builds the graph under its own worker device; one graph per
+  // worker, as between-graph replication does.
+  auto build = [&](loom::graph& gr, int task, loom::sync_replicas_optimizer& opt,
+                   loom::placeholder<float, 1>& t) {
+    auto _ = gr.device(loom::replica_device_setter(
+        {.ps_tasks = 2, .worker_device = "/job:worker/task:" + std::to_string(task)}));
+    auto step = loom::create_global_step(gr);
+    loom::variable<float, 1> wv(gr, "w", loom::shape{2}, loom::zeros_initializer{});
+    auto loss = loom::reduce_sum(loom::square(wv - t));
+    auto op = opt.minimize(loss, step);
+    return std::make_tuple(step, wv, op);
+  };
+  loom::graph g1;
+  loom::placeholder<float, 1> t1(g1, loom::shape{2}, "target");
+  loom::gradient_descent_optimizer sgd1{0.5};
+  loom::sync_replicas_optimizer sync1(sgd1, {.replicas_to_aggregate = 2, .total_num_replicas = 2});
+  auto [gs0, w0, op0] = build(g, 0, sync, target);
+  auto [gs1, w1, op1] = build(g1, 1, sync1, t1);
+
+  loom::session s0(g, c.worker(0).target(), quiet());
+  loom::session s1(g1, c.worker(1).target(), quiet());
+  s0.run(loom::global_variables_initializer(g));
+  s0.run(loom::local_variables_initializer(g));
+  s1.run(loom::local_variables_initializer(g1));
+  s0.run(sync.local_step_init_op());
+  s1.run(sync1.local_step_init_op());
+  loom::sync_replicas_chief chief(sync, g, c.worker(0).target(), quiet());
+
+  // Worker 0 alone cannot finish a step: the update needs two gradients.
+  auto target0 = loom::any_tensor::from_vector<float>(loom::shape{2}, {2.0f, 2.0f});
+  auto target1 = loom::any_tensor::from_vector<float>(loom::shape{2}, {4.0f, 4.0f});
+  auto step0 = std::async(std::launch::async, [&] {
+    s0.run_nodes({}, {op0.id()}, {{target.id(), target0}});
+  });
+  CHECK(step0.wait_for(300ms) == std::future_status::timeout);
+  s1.run_nodes({}, {op1.id()}, {{t1.id(), target1}});
+  REQUIRE(step0.wait_for(10s) == std::future_status::ready);
+  step0.get();
+  // One update from the mean gradient: w = 0 - 0.5 * mean(2(0-2), 2(0-4)) = 3.
+  CHECK(first(s0.run_nodes({w0.id()}, {})[0]) == doctest::Approx(3.0));
+  CHECK(as_int(s0.run_nodes({gs0.id()}, {})[0]) == 1);
+  for (int k = 0; k < 3; ++k) {
+    auto a = std::async(std::launch::async, [&] {
+      s0.run_nodes({}, {op0.id()}, {{target.id(), target0}});
+    });
+    s1.run_nodes({}, {op1.id()}, {{t1.id(), target1}});
+    a.get();
+  }
+  CHECK(as_int(s0.run_nodes({gs0.id()}, {})[0]) == 4);
+  chief.stop(&s0);
+  CHECK(chief.updates() == 4);
+}

@@ -1,0 +1,182 @@
+// Distributed training end to end (seed 002): examples/mnist_replica as real
+// processes on loopback, async and with synchronous replicas, with a worker
+// killed, and with the ps killed and restarted. Each case checks the exit of
+// every process, so none is left behind (a child's destructor kills it).
+#include <loom/data/mnist.hpp>
+
+#include <doctest/doctest.h>
+
+#include "support/examples.hpp"
+#include "support/process.hpp"
+
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace lt = loom::testing;
+using lt::cluster_flags;
+using lt::expect_exit;
+using lt::plus;
+using namespace std::chrono_literals;
+
+const bool no_data = !std::filesystem::exists(std::string(loom::data::default_fashion_mnist_dir));
+const bool skip_training = lt::no_examples || no_data;
+
+std::string replica() {
+  return lt::example("mnist_replica");
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// Every integer captured by `pattern`'s first group, in order.
+std::vector<long long> captured(const std::string& text, const std::string& pattern) {
+  std::vector<long long> out;
+  const std::regex re(pattern);
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator();
+       ++it)
+    out.push_back(std::stoll((*it)[1].str()));
+  return out;
+}
+
+double test_accuracy(const std::string& out) {
+  std::smatch m;
+  REQUIRE_MESSAGE(std::regex_search(out, m, std::regex("test accuracy = ([0-9.]+)")), out);
+  return std::stod(m[1].str());
+}
+
+long long local_steps(const std::string& out) {
+  auto v = captured(out, "Training ends: ([0-9]+) local steps");
+  REQUIRE_MESSAGE(v.size() == 1, out);
+  return v[0];
+}
+
+long long final_global_step(const std::string& out) {
+  auto v = captured(out, "final global step ([0-9]+)");
+  REQUIRE_MESSAGE(v.size() == 1, out);
+  return v[0];
+}
+
+struct temp_dir {
+  std::filesystem::path path;
+  temp_dir() {
+    path = std::filesystem::temp_directory_path() /
+           ("loom-training-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
+    std::filesystem::create_directories(path);
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+};
+
+std::vector<std::string> common(const temp_dir& d, const std::string& steps) {
+  return {"--train_steps=" + steps, "--learning_rate=0.001", "--log_every=100",
+          "--checkpoint_dir=" + d.path.string(), "--shutdown_wait_secs=30"};
+}
+
+template <class... S>
+std::vector<std::string> args(std::vector<std::string> a, const std::vector<std::string>& b,
+                              S... more) {
+  a.insert(a.end(), b.begin(), b.end());
+  return plus(std::move(a), more...);
+}
+
+} // namespace
+
+TEST_CASE("async, 1 ps + 2 workers: a non-chief waits for the chief, both train, one global "
+          "step per worker step, every task exits 0" *
+          doctest::skip(skip_training)) {
+  cluster_flags cf(1, 2);
+  temp_dir dir;
+  lt::child ps(replica(), cf.task("ps", 0));
+  lt::child w1(replica(), args(cf.task("worker", 1), common(dir, "1500")));
+  REQUIRE_MESSAGE(w1.wait_for_output("waiting for the chief to initialize", 60s), w1.report());
+  lt::child w0(replica(), args(cf.task("worker", 0), common(dir, "1500")));
+  expect_exit(w0, 0, 300s);
+  expect_exit(w1, 0, 60s);
+  expect_exit(ps, 0, 60s);
+  // Async: every worker step adds one to the global step.
+  CHECK(final_global_step(w0.output()) == local_steps(w0.output()) + local_steps(w1.output()));
+  CHECK(final_global_step(w0.output()) >= 1500);
+  CHECK(test_accuracy(w0.output()) >= 0.80);
+  CHECK(test_accuracy(w1.output()) >= 0.80);
+}
+
+TEST_CASE("sync replicas, 1 ps + 2 workers: one global step per aggregated update, no worker "
+          "runs ahead" *
+          doctest::skip(skip_training)) {
+  cluster_flags cf(1, 2);
+  temp_dir dir;
+  lt::child ps(replica(), cf.task("ps", 0));
+  lt::child w0(replica(), args(cf.task("worker", 0), common(dir, "800"), "--sync_replicas"));
+  lt::child w1(replica(), args(cf.task("worker", 1), common(dir, "800"), "--sync_replicas"));
+  expect_exit(w0, 0, 300s);
+  expect_exit(w1, 0, 60s);
+  expect_exit(ps, 0, 60s);
+  // Both gradients go into every update: each worker's steps are the
+  // updates it took part in, and the global step counts updates.
+  // Every update needs both gradients and a worker waits for the update of
+  // its step before its next one: each worker took part in every update.
+  CHECK(final_global_step(w0.output()) == 800);
+  CHECK(local_steps(w0.output()) == 800);
+  CHECK(local_steps(w1.output()) == 800);
+  CHECK(test_accuracy(w0.output()) >= 0.80);
+}
+
+TEST_CASE("backup workers: 3 workers aggregate 2, one is killed mid-run, training finishes" *
+          doctest::skip(skip_training)) {
+  cluster_flags cf(1, 3);
+  temp_dir dir;
+  auto flags = [&](int task) {
+    return args(cf.task("worker", task), common(dir, "1000"), "--sync_replicas",
+                "--replicas_to_aggregate=2");
+  };
+  lt::child ps(replica(), cf.task("ps", 0));
+  lt::child w0(replica(), flags(0));
+  lt::child w1(replica(), flags(1));
+  lt::child w2(replica(), flags(2));
+  REQUIRE_MESSAGE(w2.wait_for_output("Worker 2: step 100 ", 120s), w2.report());
+  w2.kill(); // SIGKILL
+  expect_exit(w0, 0, 300s);
+  expect_exit(w1, 0, 60s);
+  expect_exit(ps, 0, 60s);
+  CHECK(final_global_step(w0.output()) == 1000);
+  CHECK(contains(w0.output(), "not every worker finished"));
+}
+
+TEST_CASE("the ps is killed and restarted: the chief restores the last checkpoint and training "
+          "finishes, losing at most the steps since it" *
+          doctest::skip(skip_training)) {
+  cluster_flags cf(1, 1);
+  temp_dir dir;
+  const auto worker_flags = args(cf.task("worker", 0), common(dir, "2500"),
+                                 "--save_checkpoint_steps=200", "--save_checkpoint_secs=0");
+  auto ps = std::make_unique<lt::child>(replica(), cf.task("ps", 0));
+  lt::child w0(replica(), worker_flags);
+  REQUIRE_MESSAGE(w0.wait_for_output("model.ckpt-400 ", 180s), w0.report());
+  ps->kill();
+  ps.reset();
+  const auto saved_before = captured(w0.output(), "model.ckpt-([0-9]+) ");
+  lt::child ps2(replica(), cf.task("ps", 0));
+  expect_exit(w0, 0, 300s);
+  expect_exit(ps2, 0, 60s);
+  const std::string out = w0.output();
+  INFO(out);
+  CHECK(contains(out, "recreating the session"));
+  const auto restored = captured(out, "restored [^\n]*model.ckpt-([0-9]+)");
+  REQUIRE(restored.size() == 1);
+  // The checkpoint restored is the last one saved before the kill (or a
+  // later one, saved while the ps was going down), so the steps lost are at
+  // most the checkpoint interval.
+  CHECK(restored[0] >= saved_before.back());
+  CHECK(final_global_step(out) >= 2500);
+}

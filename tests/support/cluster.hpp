@@ -1,0 +1,38 @@
+// An in-process cluster for tests: `ps` ps tasks and `workers` workers, each a
+// loom::server on its own free loopback port, all served by this process.
+#pragma once
+
+#include <loom/api.hpp>
+
+#include <support/process.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace loom::testing {
+
+struct local_cluster {
+  loom::cluster_spec spec;
+  std::vector<std::unique_ptr<loom::server>> servers;
+
+  local_cluster(int ps, int workers) {
+    auto ports = free_ports(static_cast<std::size_t>(ps + workers));
+    std::vector<std::string> ps_hosts, worker_hosts;
+    for (int i = 0; i < ps + workers; ++i)
+      (i < ps ? ps_hosts : worker_hosts)
+          .push_back("127.0.0.1:" + std::to_string(ports[static_cast<std::size_t>(i)]));
+    spec = loom::cluster_spec{{"ps", loom::cluster_spec::job_def(ps_hosts)},
+                              {"worker", loom::cluster_spec::job_def(worker_hosts)}};
+    for (int i = 0; i < ps; ++i)
+      servers.push_back(std::make_unique<loom::server>(spec, "ps", i));
+    for (int i = 0; i < workers; ++i)
+      servers.push_back(std::make_unique<loom::server>(spec, "worker", i));
+  }
+  loom::server& worker(int i) {
+    return *servers[servers.size() - workers_count() + static_cast<std::size_t>(i)];
+  }
+  std::size_t workers_count() const { return static_cast<std::size_t>(spec.num_tasks("worker")); }
+};
+
+} // namespace loom::testing
