@@ -14,7 +14,11 @@ CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 export CMAKE_BUILD_PARALLEL_LEVEL
 
 FORMAT_DIRS := $(wildcard include examples tests benchmarks tools)
-DEMO_ARGS ?= --data_dir /usr/share/datasets/fashion-mnist --epochs 5
+# The demo: a local cluster of 1 ps + 2 workers (tools/launch) training the seed's MLP
+# (examples/mnist_replica) on Fashion-MNIST. DEMO_ARGS=--sync_replicas for synchronous replicas.
+DEMO_ARGS ?=
+DEMO_TRAIN_ARGS := --data_dir /usr/share/datasets/fashion-mnist --train_steps 12000 \
+  --learning_rate 0.001 --log_every 1000
 
 .PHONY: all setup configure build test demo bench format clean
 
@@ -34,8 +38,10 @@ test: setup
 	ctest --preset $(PRESET)
 
 demo: setup
-	$(MAKE) --no-print-directory build
-	./$(BUILD_DIR)/examples/mnist_local $(DEMO_ARGS)
+	$(MAKE) --no-print-directory configure
+	cmake --build --preset $(PRESET) --target mnist_replica loom-launch
+	./$(BUILD_DIR)/tools/loom-launch --ps 1 --workers 2 -- \
+	  ./$(BUILD_DIR)/examples/mnist_replica $(DEMO_TRAIN_ARGS) $(DEMO_ARGS)
 
 bench: build
 	@found=0; \
