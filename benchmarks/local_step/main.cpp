@@ -1,84 +1,26 @@
 // One training step of the seed's MLP (784 -> 100 -> 10, relu, softmax, the
 // clipped-log cross entropy, Adam; batch 100) through a loom session against
-// the same step written by hand with Eigen matrices, in the same run.
+// the same step written by hand with Eigen matrices (../mlp_eigen_step.hpp),
+// in the same run.
 #include "../bench_util.hpp"
+#include "../mlp_eigen_step.hpp"
 
 #include <loom/data/mnist.hpp>
 #include <loom/loom.hpp>
 
 #include <Eigen/Dense>
 
-#include <cmath>
 #include <cstdio>
 #include <random>
 
 namespace {
 
-constexpr int in_dim = 784, hidden = 100, classes = 10, batch = 100, pool = 8;
-using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using vector = Eigen::Matrix<float, 1, Eigen::Dynamic>;
-
-struct adam_param {
-  matrix w, m, v;
-  explicit adam_param(matrix init)
-      : w(std::move(init)), m(matrix::Zero(w.rows(), w.cols())),
-        v(matrix::Zero(w.rows(), w.cols())) {}
-  void apply(const matrix& g, float lr_t) {
-    constexpr float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
-    m = b1 * m + (1 - b1) * g;
-    v = b2 * v + (1 - b2) * g.cwiseProduct(g);
-    w.array() -= lr_t * m.array() / (v.array().sqrt() + eps);
-  }
-};
-
-// The hand-written step: the same math as loom's graph, op for op.
-struct eigen_mlp {
-  adam_param w1, b1, w2, b2;
-  double beta1_power = 1, beta2_power = 1;
-  float lr = 0.001f;
-  explicit eigen_mlp(std::mt19937& rng)
-      : w1(random(in_dim, hidden, rng)), b1(matrix::Zero(1, hidden)),
-        w2(random(hidden, classes, rng)), b2(matrix::Zero(1, classes)) {}
-  static matrix random(int r, int c, std::mt19937& rng) {
-    std::normal_distribution<float> d(0, 0.05f);
-    matrix m(r, c);
-    for (int i = 0; i < m.size(); ++i)
-      m.data()[i] = d(rng);
-    return m;
-  }
-
-  float step(const matrix& x, const matrix& labels) {
-    // forward
-    matrix h_lin = x * w1.w;
-    h_lin.rowwise() += Eigen::Map<const vector>(b1.w.data(), hidden);
-    matrix h = h_lin.cwiseMax(0.f);
-    matrix z = h * w2.w;
-    z.rowwise() += Eigen::Map<const vector>(b2.w.data(), classes);
-    matrix y = (z.colwise() - z.rowwise().maxCoeff()).array().exp();
-    y.array().colwise() /= y.rowwise().sum().array();
-    matrix clipped = y.cwiseMax(1e-10f).cwiseMin(1.f);
-    const float loss = -(labels.array() * clipped.array().log()).sum();
-    // backward
-    matrix dy =
-        (y.array() >= 1e-10f && y.array() <= 1.f).select(-labels.array() / clipped.array(), 0.f);
-    matrix dz =
-        y.array() * (dy.colwise() - (dy.array() * y.array()).rowwise().sum().matrix()).array();
-    matrix dw2 = h.transpose() * dz;
-    matrix db2 = dz.colwise().sum();
-    matrix dh = (dz * w2.w.transpose()).array() * (h_lin.array() > 0.f).cast<float>();
-    matrix dw1 = x.transpose() * dh;
-    matrix db1 = dh.colwise().sum();
-    // Adam
-    beta1_power *= 0.9;
-    beta2_power *= 0.999;
-    const auto lr_t = static_cast<float>(lr * std::sqrt(1 - beta2_power) / (1 - beta1_power));
-    w1.apply(dw1, lr_t);
-    b1.apply(db1, lr_t);
-    w2.apply(dw2, lr_t);
-    b2.apply(db2, lr_t);
-    return loss;
-  }
-};
+namespace mlp = loom::bench::mlp;
+using mlp::classes;
+using mlp::hidden;
+using mlp::in_dim;
+using mlp::matrix;
+constexpr int batch = 100, pool = 8;
 
 } // namespace
 
@@ -121,7 +63,7 @@ int main(int argc, char** argv) {
   loom::session sess1(g, {.intra_op_threads = 1});
   sess1.run(loom::global_variables_initializer(g));
 
-  eigen_mlp ref(rng);
+  mlp::eigen_mlp ref(rng);
   int k = 0;
   auto loom_step = [&] {
     ++k;
