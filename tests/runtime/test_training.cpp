@@ -180,3 +180,22 @@ TEST_CASE("the ps is killed and restarted: the chief restores the last checkpoin
   CHECK(restored[0] >= saved_before.back());
   CHECK(final_global_step(out) >= 2500);
 }
+
+TEST_CASE("sync replicas: a worker that loses the chief exits with a clear error, not a hang" *
+          doctest::skip(skip_training)) {
+  cluster_flags cf(1, 2);
+  temp_dir dir;
+  auto flags = [&](int task) {
+    return args(cf.task("worker", task), common(dir, "100000"), "--sync_replicas",
+                "--barrier_timeout_secs=3");
+  };
+  lt::child ps(replica(), cf.task("ps", 0));
+  lt::child w0(replica(), flags(0));
+  lt::child w1(replica(), flags(1));
+  REQUIRE_MESSAGE(w1.wait_for_output("Worker 1: step 100 ", 120s), w1.report());
+  w0.kill(); // SIGKILL: the chief and its update loop are gone
+  expect_exit(w1, 1, 60s);
+  INFO(w1.output());
+  CHECK(contains(w1.output(), "is the chief running?"));
+  CHECK(contains(w1.output(), "waited 3000 ms"));
+}

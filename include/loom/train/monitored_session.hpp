@@ -131,11 +131,12 @@ public:
     for (int attempt = 0;; ++attempt) {
       try {
         auto [result, values] = session_->run_with_extra(fetch, feeds, extra);
-        run_context ctx{
-            *values[0].template data<std::int64_t>(), [this] {
-              return *session_->run_nodes({global_step_}, {}).front().template data<std::int64_t>();
-            }};
-        global_step_value_ = ctx.global_step;
+        run_context ctx{*values[0].template data<std::int64_t>(), [this] {
+                          return global_step_value_ = *session_->run_nodes({global_step_}, {})
+                                                           .front()
+                                                           .template data<std::int64_t>();
+                        }};
+        global_step_value_ = std::max(global_step_value_, ctx.global_step);
         for (std::size_t k = 0; k < hooks_.size(); ++k)
           hooks_[k]->after_run(
               ctx, std::span<const any_tensor>(values).subspan(first[k], first[k + 1] - first[k]));

@@ -1,0 +1,146 @@
+// monitored_training_session on an in-process cluster: the chief initializes,
+// then restores from its checkpoint directory; hooks stop at a step, save
+// checkpoints and refuse a NaN loss; a non-chief waits until the chief has
+// initialized the variables.
+#include <loom/api.hpp>
+
+#include <doctest/doctest.h>
+#include <support/cluster.hpp>
+#include <support/messages.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <future>
+#include <limits>
+#include <sstream>
+#include <thread>
+
+namespace {
+
+using loom::testing::contains;
+using loom::testing::local_cluster;
+using namespace std::chrono_literals;
+
+struct temp_dir {
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() /
+      ("loom-monitored-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
+  temp_dir() { std::filesystem::create_directories(path); }
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// w on the ps, trained toward a fed target by gradient descent.
+struct regression {
+  loom::graph g;
+  std::optional<loom::variable<std::int64_t, 0>> step;
+  std::optional<loom::variable<float, 1>> w;
+  loom::placeholder<float, 1> target{g, loom::shape{2}, "target"};
+  std::optional<loom::output<float, 0>> loss;
+  std::optional<loom::operation> train;
+
+  regression() {
+    auto _ = g.device(loom::replica_device_setter({.ps_tasks = 1}));
+    step = loom::create_global_step(g);
+    w.emplace(g, "w", loom::shape{2}, loom::zeros_initializer{});
+    loss = loom::lower(loom::reduce_sum(loom::square(*w - target)));
+    train = loom::gradient_descent_optimizer{0.1}.minimize(*loss, *step);
+  }
+  loom::feed_dict feeds(float v) {
+    return {{target, loom::tensor<float, 1>::from(
+                         loom::any_tensor::from_vector<float>(loom::shape{2}, {v, v}))}};
+  }
+};
+
+loom::monitored_session_options options(local_cluster& c, int worker, std::FILE* log) {
+  static std::ostringstream sink;
+  loom::monitored_session_options o;
+  o.master = c.worker(worker).target();
+  o.is_chief = worker == 0;
+  o.config.placement_log = &sink;
+  o.recovery_wait = 50ms;
+  o.shutdown_cluster = false;
+  o.log = log;
+  return o;
+}
+
+std::FILE* null_log() {
+  static std::FILE* f = std::fopen("/dev/null", "w");
+  return f;
+}
+
+} // namespace
+
+TEST_CASE("the chief initializes, stops at the step, saves a checkpoint; a new chief restores "
+          "it") {
+  local_cluster c(1, 1);
+  temp_dir dir;
+  {
+    regression m;
+    auto o = options(c, 0, null_log());
+    o.checkpoint_dir = dir.path.string();
+    o.hooks = {std::make_shared<loom::stop_at_step_hook>(5)};
+    loom::monitored_training_session s(m.g, o);
+    int steps = 0;
+    while (!s.should_stop()) {
+      s.run(*m.train, m.feeds(1.0f));
+      ++steps;
+    }
+    CHECK(steps == 5);
+    CHECK(s.global_step() == 5);
+    s.close();
+  }
+  const auto latest = loom::latest_checkpoint(dir.path.string());
+  REQUIRE(latest.has_value());
+  CHECK(contains(*latest, "model.ckpt-5"));
+
+  // A fresh cluster (the ps lost its state): the chief restores step 5.
+  local_cluster c2(1, 1);
+  regression m;
+  auto o = options(c2, 0, null_log());
+  o.checkpoint_dir = dir.path.string();
+  loom::monitored_training_session s(m.g, o);
+  CHECK(s.global_step() == 5);
+  s.close();
+}
+
+TEST_CASE("a non-chief waits until the chief has initialized the variables") {
+  local_cluster c(1, 2);
+  regression chief_model, worker_model;
+  auto wo = options(c, 1, null_log());
+  auto waiting = std::async(std::launch::async, [&] {
+    loom::monitored_training_session s(worker_model.g, wo);
+    return s.global_step();
+  });
+  CHECK(waiting.wait_for(300ms) == std::future_status::timeout);
+  loom::monitored_training_session chief(chief_model.g, options(c, 0, null_log()));
+  REQUIRE(waiting.wait_for(20s) == std::future_status::ready);
+  CHECK(waiting.get() == 0);
+}
+
+TEST_CASE("a non-chief gives up after ready_timeout, naming a variable it waited for") {
+  local_cluster c(1, 2);
+  regression m;
+  auto o = options(c, 1, null_log());
+  o.ready_timeout = 200ms;
+  const std::string what = loom::testing::message_of<loom::deadline_exceeded_error>(
+      [&] { loom::monitored_training_session s(m.g, o); });
+  CHECK(contains(what, "the chief did not initialize"));
+  CHECK(contains(what, "global_step"));
+}
+
+TEST_CASE("the NaN guard fails the step whose loss is not finite") {
+  local_cluster c(1, 1);
+  regression m;
+  auto o = options(c, 0, null_log());
+  o.hooks = {std::make_shared<loom::nan_guard_hook>(m.loss->id())};
+  loom::monitored_training_session s(m.g, o);
+  s.run(*m.train, m.feeds(1.0f));
+  const std::string what = loom::testing::message_of<loom::invalid_argument_error>(
+      [&] { s.run(*m.train, m.feeds(std::numeric_limits<float>::quiet_NaN())); });
+  CHECK(contains(what, "training diverged"));
+}
