@@ -217,6 +217,11 @@ private:
       try {
         session_.run_nodes({}, {update_.id()});
         ++updates_;
+      } catch (const deadline_exceeded_error&) {
+        // No gradients arrived within the call deadline (workers still
+        // starting, or all of them slow): the accumulators kept what they
+        // had, so waiting again loses nothing.
+        continue;
       } catch (...) {
         if (!stopping_)
           failure_ = std::current_exception();
