@@ -1,0 +1,434 @@
+// One generated CUDA kernel per fused elementwise expression (DESIGN.md §2:
+// "GPU via one generated CUDA kernel"). The typed tree of expr/expr.hpp, with
+// device pointers as leaves, becomes a device-side tree of the same shape; one
+// grid-stride kernel evaluates the whole tree per element, so intermediates live
+// in registers and each input is read once and the output written once.
+//
+//   using namespace loom;
+//   auto a = cuda::input(pa), b = cuda::input(pb), c = cuda::input(pc); // const float*
+//   cuda::evaluate(relu(a * b + c) * 2.0f - a, out, n, stream);         // one kernel
+//
+// * Leaves: cuda::input(p) (a device pointer to n elements, or a device_buffer) and
+//   C++ numbers (scalar_leaf, broadcast). All pointer leaves hold n elements; there
+//   is no other broadcasting. Graph leaves (placeholders, variables) are not device
+//   memory and are refused at compile time.
+// * Ops: every op of expr/ops.hpp. ops.hpp evaluates on Eigen expressions, which do
+//   not exist in device code, so each op is mirrored below on scalars with Eigen's
+//   scalar semantics (relu/maximum/minimum as std::max/std::min, sign(NaN) = NaN,
+//   relu_grad(dy, x) = x > 0 ? dy : 0). An op added to ops.hpp without a mirror here
+//   stops compilation with a static_assert naming the supported ops.
+// * Loads: when every pointer leaf and the output are aligned to 4 elements, the
+//   kernel reads and writes 4 elements per access (float4 for float) and the last
+//   n % 4 elements are done one by one; otherwise it is scalar throughout.
+// * The output may be one of the inputs exactly (in place), never a partial overlap.
+// * Float math is CUDA's (expf, tanhf, ... with fused multiply-add contraction), so it
+//   agrees with the CPU kernels to a few ulps, not bit for bit.
+// Needs nvcc (a .cu translation unit).
+#pragma once
+
+#include <loom/cuda/allocator.hpp>
+#include <loom/cuda/error.hpp>
+#include <loom/cuda/stream.hpp>
+#include <loom/expr/expr.hpp>
+#include <loom/expr/ops.hpp>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <tuple>
+#include <type_traits>
+
+namespace loom {
+
+// A leaf of a typed tree reading n elements of T at a device pointer. It lives
+// in namespace loom so that loom's operators and functions are found by ADL.
+template <element_type T> struct device_leaf {
+  static_assert(std::is_arithmetic_v<T>, "loom::cuda::input: only arithmetic element types "
+                                         "(float, double, int32, int64, bool) live on a GPU");
+  using value_type = T;
+  static constexpr int rank = 1;
+  using device_kind = gpu;
+  static constexpr bool is_leaf = true;
+  const T* ptr;
+};
+
+namespace cuda {
+
+// A device pointer as a leaf of an expression.
+template <class T> constexpr device_leaf<std::remove_cv_t<T>> input(const T* device_ptr) noexcept {
+  return {device_ptr};
+}
+template <class T> device_leaf<T> input(const device_buffer<T>& b) noexcept {
+  return {b.data()};
+}
+
+namespace detail {
+
+template <class> inline constexpr bool always_false = false;
+
+// -- the device-side tree: trivially copyable, passed to the kernel by value ---------------
+template <class T> struct d_leaf {
+  using value_type = T;
+  const T* p;
+};
+template <class T> struct d_scalar {
+  using value_type = T;
+  T v;
+};
+template <class Op, class... C> struct d_node;
+template <class Op, class C0> struct d_node<Op, C0> {
+  using value_type = typename Op::template result<typename C0::value_type>;
+  C0 c0;
+};
+template <class Op, class C0, class C1> struct d_node<Op, C0, C1> {
+  using value_type = typename Op::template result<typename C0::value_type, typename C1::value_type>;
+  C0 c0;
+  C1 c1;
+};
+template <class Op, class C0, class C1, class C2> struct d_node<Op, C0, C1, C2> {
+  using value_type = typename Op::template result<typename C0::value_type, typename C1::value_type,
+                                                  typename C2::value_type>;
+  C0 c0;
+  C1 c1;
+  C2 c2;
+};
+
+// -- the ops on scalars ---------------------------------------------------------------------
+template <class T> __host__ __device__ inline T d_exp(T a) {
+  if constexpr (std::is_same_v<T, float>)
+    return ::expf(a);
+  else
+    return ::exp(a);
+}
+template <class T> __host__ __device__ inline T d_log(T a) {
+  if constexpr (std::is_same_v<T, float>)
+    return ::logf(a);
+  else
+    return ::log(a);
+}
+template <class T> __host__ __device__ inline T d_sqrt(T a) {
+  if constexpr (std::is_same_v<T, float>)
+    return ::sqrtf(a);
+  else
+    return ::sqrt(a);
+}
+template <class T> __host__ __device__ inline T d_tanh(T a) {
+  if constexpr (std::is_same_v<T, float>)
+    return ::tanhf(a);
+  else
+    return ::tanh(a);
+}
+// std::max / std::min: the first argument wins ties and NaN in the first propagates.
+template <class T> __host__ __device__ inline T d_max(T a, T b) {
+  return a < b ? b : a;
+}
+template <class T> __host__ __device__ inline T d_min(T a, T b) {
+  return b < a ? b : a;
+}
+
+template <class Op> struct device_op {
+  static_assert(always_false<Op>,
+                "loom::cuda: this elementwise op has no CUDA evaluator. Supported: neg exp log "
+                "sqrt square abs sign relu sigmoid tanh reciprocal add sub mul div maximum "
+                "minimum relu_grad less less_equal greater greater_equal equal not_equal "
+                "clip_by_value select cast; add a device_op specialisation in "
+                "loom/cuda/elementwise.cuh");
+};
+
+#define LOOM_CUDA_UNARY(NAME, BODY)                                                                \
+  template <> struct device_op<ops::NAME> {                                                        \
+    template <class T> __host__ __device__ static T apply(T a) { return BODY; }                    \
+  };
+#define LOOM_CUDA_BINARY(NAME, RESULT, BODY)                                                       \
+  template <> struct device_op<ops::NAME> {                                                        \
+    template <class T> __host__ __device__ static RESULT apply(T a, T b) { return BODY; }          \
+  };
+
+// clang-format off
+LOOM_CUDA_UNARY(neg, T(-a))
+LOOM_CUDA_UNARY(exp, d_exp(a))
+LOOM_CUDA_UNARY(log, d_log(a))
+LOOM_CUDA_UNARY(sqrt, d_sqrt(a))
+LOOM_CUDA_UNARY(square, T(a * a))
+LOOM_CUDA_UNARY(abs, T(a < T(0) ? T(-a) : a))
+LOOM_CUDA_UNARY(relu, d_max(a, T(0)))
+LOOM_CUDA_UNARY(sigmoid, T(1) / (T(1) + d_exp(T(-a))))
+LOOM_CUDA_UNARY(tanh, d_tanh(a))
+LOOM_CUDA_UNARY(reciprocal, T(1) / a)
+
+LOOM_CUDA_BINARY(add, T, T(a + b))
+LOOM_CUDA_BINARY(sub, T, T(a - b))
+LOOM_CUDA_BINARY(mul, T, T(a * b))
+LOOM_CUDA_BINARY(div, T, T(a / b))
+LOOM_CUDA_BINARY(maximum, T, d_max(a, b))
+LOOM_CUDA_BINARY(minimum, T, d_min(a, b))
+LOOM_CUDA_BINARY(relu_grad, T, b > T(0) ? a : T(0))
+LOOM_CUDA_BINARY(less, bool, a < b)
+LOOM_CUDA_BINARY(less_equal, bool, a <= b)
+LOOM_CUDA_BINARY(greater, bool, a > b)
+LOOM_CUDA_BINARY(greater_equal, bool, a >= b)
+LOOM_CUDA_BINARY(equal, bool, a == b)
+LOOM_CUDA_BINARY(not_equal, bool, a != b)
+// clang-format on
+
+#undef LOOM_CUDA_UNARY
+#undef LOOM_CUDA_BINARY
+
+// sign(NaN) is NaN, as in Eigen.
+template <> struct device_op<ops::sign> {
+  template <class T> __host__ __device__ static T apply(T a) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a)
+        return a;
+    }
+    return T(int(a > T(0)) - int(a < T(0)));
+  }
+};
+template <> struct device_op<ops::clip_by_value> {
+  template <class T> __host__ __device__ static T apply(T x, T lo, T hi) {
+    return d_min(d_max(x, lo), hi);
+  }
+};
+template <> struct device_op<ops::select> {
+  template <class T> __host__ __device__ static T apply(bool c, T a, T b) { return c ? a : b; }
+};
+template <element_type U> struct device_op<ops::cast<U>> {
+  template <class T> __host__ __device__ static U apply(T a) { return static_cast<U>(a); }
+};
+
+// -- host: typed tree -> device tree ----------------------------------------------------------
+template <class E> struct to_device_impl {
+  static_assert(always_false<E>,
+                "loom::cuda::evaluate: every leaf must be a device pointer (loom::cuda::input(p)) "
+                "or a number; graph leaves (placeholders, variables, node outputs) are run by "
+                "the executor, not by cuda::evaluate");
+};
+template <class T> struct to_device_impl<device_leaf<T>> {
+  using type = d_leaf<T>;
+  static type convert(const device_leaf<T>& l) { return {l.ptr}; }
+};
+template <class T> struct to_device_impl<scalar_leaf<T>> {
+  static_assert(std::is_arithmetic_v<T>, "loom::cuda::evaluate: string scalars have no GPU form");
+  using type = d_scalar<T>;
+  static type convert(const scalar_leaf<T>& s) { return {s.value}; }
+};
+template <class Op, class... C> struct to_device_impl<expr<Op, C...>> {
+  static_assert(sizeof...(C) >= 1 && sizeof...(C) <= 3, "loom::cuda: ops take 1 to 3 operands");
+  using type = d_node<Op, typename to_device_impl<C>::type...>;
+  static type convert(const expr<Op, C...>& e) {
+    return std::apply([](const C&... c) { return type{to_device_impl<C>::convert(c)...}; },
+                      e.children);
+  }
+};
+
+template <class E> using device_tree_t = typename to_device_impl<std::remove_cvref_t<E>>::type;
+
+template <class E> device_tree_t<E> to_device(const E& e) {
+  return to_device_impl<std::remove_cvref_t<E>>::convert(e);
+}
+
+// True when every pointer leaf is aligned to 4 of its elements.
+template <class T> bool aligned4(const d_leaf<T>& l) {
+  return reinterpret_cast<std::uintptr_t>(l.p) % (4 * sizeof(T)) == 0;
+}
+template <class T> bool aligned4(const d_scalar<T>&) {
+  return true;
+}
+template <class Op, class C0> bool aligned4(const d_node<Op, C0>& n) {
+  return aligned4(n.c0);
+}
+template <class Op, class C0, class C1> bool aligned4(const d_node<Op, C0, C1>& n) {
+  return aligned4(n.c0) && aligned4(n.c1);
+}
+template <class Op, class C0, class C1, class C2> bool aligned4(const d_node<Op, C0, C1, C2>& n) {
+  return aligned4(n.c0) && aligned4(n.c1) && aligned4(n.c2);
+}
+
+// -- device: one element -------------------------------------------------------------------------
+template <class T> __host__ __device__ inline T eval1(const d_leaf<T>& l, std::size_t i) {
+  return l.p[i];
+}
+template <class T> __host__ __device__ inline T eval1(const d_scalar<T>& s, std::size_t) {
+  return s.v;
+}
+template <class Op, class C0>
+__host__ __device__ inline typename d_node<Op, C0>::value_type eval1(const d_node<Op, C0>& n,
+                                                                     std::size_t i) {
+  return device_op<Op>::apply(eval1(n.c0, i));
+}
+template <class Op, class C0, class C1>
+__host__ __device__ inline typename d_node<Op, C0, C1>::value_type
+eval1(const d_node<Op, C0, C1>& n, std::size_t i) {
+  return device_op<Op>::apply(eval1(n.c0, i), eval1(n.c1, i));
+}
+template <class Op, class C0, class C1, class C2>
+__host__ __device__ inline typename d_node<Op, C0, C1, C2>::value_type
+eval1(const d_node<Op, C0, C1, C2>& n, std::size_t i) {
+  return device_op<Op>::apply(eval1(n.c0, i), eval1(n.c1, i), eval1(n.c2, i));
+}
+
+// -- device: four elements (one vector access per pointer leaf) ---------------------------------
+// 4 elements aligned as one access: 16 bytes (ld.global.v4) for 4-byte types. The
+// constant 4-lane loops below are fully unrolled by nvcc.
+template <class T> struct alignas(4 * sizeof(T)) pack4 { T v[4]; };
+
+template <class T> __host__ __device__ inline pack4<T> eval4(const d_leaf<T>& l, std::size_t g) {
+  return reinterpret_cast<const pack4<T>*>(l.p)[g];
+}
+template <class T> __host__ __device__ inline pack4<T> eval4(const d_scalar<T>& s, std::size_t) {
+  return {{s.v, s.v, s.v, s.v}};
+}
+template <class Op, class C0>
+__host__ __device__ inline pack4<typename d_node<Op, C0>::value_type> eval4(const d_node<Op, C0>& n,
+                                                                            std::size_t g) {
+  const auto a = eval4(n.c0, g);
+  pack4<typename d_node<Op, C0>::value_type> r;
+  for (int k = 0; k < 4; ++k)
+    r.v[k] = device_op<Op>::apply(a.v[k]);
+  return r;
+}
+template <class Op, class C0, class C1>
+__host__ __device__ inline pack4<typename d_node<Op, C0, C1>::value_type>
+eval4(const d_node<Op, C0, C1>& n, std::size_t g) {
+  const auto a = eval4(n.c0, g);
+  const auto b = eval4(n.c1, g);
+  pack4<typename d_node<Op, C0, C1>::value_type> r;
+  for (int k = 0; k < 4; ++k)
+    r.v[k] = device_op<Op>::apply(a.v[k], b.v[k]);
+  return r;
+}
+template <class Op, class C0, class C1, class C2>
+__host__ __device__ inline pack4<typename d_node<Op, C0, C1, C2>::value_type>
+eval4(const d_node<Op, C0, C1, C2>& n, std::size_t g) {
+  const auto a = eval4(n.c0, g);
+  const auto b = eval4(n.c1, g);
+  const auto c = eval4(n.c2, g);
+  pack4<typename d_node<Op, C0, C1, C2>::value_type> r;
+  for (int k = 0; k < 4; ++k)
+    r.v[k] = device_op<Op>::apply(a.v[k], b.v[k], c.v[k]);
+  return r;
+}
+
+// -- the kernels' bodies: thread `tid` of `nthreads`, grid-stride. Host-callable so
+// that the indexing (vector body, scalar tail) is testable without a GPU. -----------------
+template <class Tree, class R>
+__host__ __device__ inline void scalar_body(const Tree& t, R* out, std::size_t n, std::size_t tid,
+                                            std::size_t nthreads) {
+  for (std::size_t i = tid; i < n; i += nthreads)
+    out[i] = eval1(t, i);
+}
+
+template <class Tree, class R>
+__host__ __device__ inline void vector_body(const Tree& t, R* out, std::size_t n, std::size_t tid,
+                                            std::size_t nthreads) {
+  const std::size_t groups = n / 4;
+  pack4<R>* out4 = reinterpret_cast<pack4<R>*>(out);
+  for (std::size_t g = tid; g < groups; g += nthreads)
+    out4[g] = eval4(t, g);
+  for (std::size_t i = groups * 4 + tid; i < n; i += nthreads) // the n % 4 tail
+    out[i] = eval1(t, i);
+}
+
+inline constexpr int block_threads = 256;
+
+template <class Tree, class R>
+__global__ void __launch_bounds__(block_threads) scalar_kernel(Tree t, R* out, std::size_t n) {
+  const std::size_t nthreads = std::size_t{gridDim.x} * blockDim.x;
+  scalar_body(t, out, n, std::size_t{blockIdx.x} * blockDim.x + threadIdx.x, nthreads);
+}
+
+template <class Tree, class R>
+__global__ void __launch_bounds__(block_threads) vector_kernel(Tree t, R* out, std::size_t n) {
+  const std::size_t nthreads = std::size_t{gridDim.x} * blockDim.x;
+  vector_body(t, out, n, std::size_t{blockIdx.x} * blockDim.x + threadIdx.x, nthreads);
+}
+
+// Streaming multiprocessors of a device, asked once per device.
+inline int sm_count(int device) {
+  constexpr int max_devices = 64;
+  static std::atomic<int> cache[max_devices] = {};
+  if (device < 0 || device >= max_devices) {
+    int n = 0;
+    LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }
+  int n = cache[device].load(std::memory_order_relaxed);
+  if (n == 0) {
+    LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    cache[device].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+// Resident blocks of one kernel per SM, asked once per kernel (a template
+// argument: the scalar and the vector kernel of one tree have the same type).
+template <auto Kernel> int blocks_per_sm() {
+  static const int blocks = [] {
+    int b = 0;
+    LOOM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, Kernel, block_threads, 0));
+    return std::max(b, 1);
+  }();
+  return blocks;
+}
+
+// Enough blocks for `work` items, at most what the GPU holds at once (the kernels
+// stride over the rest).
+template <auto Kernel> unsigned grid_for(std::size_t work) {
+  const std::size_t wanted = (work + block_threads - 1) / block_threads;
+  const std::size_t resident =
+      static_cast<std::size_t>(sm_count(current_device())) * blocks_per_sm<Kernel>();
+  return static_cast<unsigned>(std::max<std::size_t>(1, std::min(wanted, resident)));
+}
+
+// What evaluate() does, on the host: every "thread" of a grid of `nthreads` in
+// turn. For tests of the kernels' indexing on machines without a GPU; `out` and
+// the leaves are host pointers here.
+template <expression E>
+void emulate_on_host(const E& e, value_type_of<E>* out, std::size_t n, std::size_t nthreads,
+                     bool vectorized) {
+  const auto tree = to_device(e);
+  for (std::size_t tid = 0; tid < nthreads; ++tid) {
+    if (vectorized)
+      vector_body(tree, out, n, tid, nthreads);
+    else
+      scalar_body(tree, out, n, tid, nthreads);
+  }
+}
+
+} // namespace detail
+
+// Whether evaluate() would take the 4-wide path for these pointers.
+template <expression E> bool vectorizable(const E& e, const value_type_of<E>* out, std::size_t n) {
+  using R = value_type_of<E>;
+  return n >= 4 && reinterpret_cast<std::uintptr_t>(out) % (4 * sizeof(R)) == 0 &&
+         detail::aligned4(detail::to_device(e));
+}
+
+// Evaluates an elementwise tree over n elements into out (device memory), as one
+// kernel launched on `stream`. Asynchronous; launch errors throw at once, errors
+// during the kernel surface at the next synchronising call.
+template <expression E>
+void evaluate(const E& e, value_type_of<E>* out, std::size_t n, cudaStream_t stream = nullptr) {
+  using R = value_type_of<E>;
+  static_assert(std::is_arithmetic_v<R>, "loom::cuda::evaluate: string results have no GPU form");
+  if (n == 0)
+    return;
+  const auto tree = detail::to_device(e);
+  using tree_t = std::remove_const_t<decltype(tree)>;
+  if (n >= 4 && reinterpret_cast<std::uintptr_t>(out) % (4 * sizeof(R)) == 0 &&
+      detail::aligned4(tree)) {
+    constexpr auto kernel = &detail::vector_kernel<tree_t, R>;
+    kernel<<<detail::grid_for<kernel>(n / 4), detail::block_threads, 0, stream>>>(tree, out, n);
+  } else {
+    constexpr auto kernel = &detail::scalar_kernel<tree_t, R>;
+    kernel<<<detail::grid_for<kernel>(n), detail::block_threads, 0, stream>>>(tree, out, n);
+  }
+  LOOM_CUDA_CHECK(cudaGetLastError());
+}
+
+} // namespace cuda
+} // namespace loom
