@@ -121,6 +121,7 @@ struct call_state {
       error = std::move(e);
       if (r)
         result = std::move(*r);
+      done_flag.store(true, std::memory_order_release);
     }
     cv.notify_all();
     return true;
@@ -141,7 +142,13 @@ public:
     peer_ = std::make_shared<const std::string>(opts_.peer_name + " at " + address_);
     token_ = resolve_token(opts_.token);
     client_id_ = random_u64();
-    rt_ = std::make_shared<io_runtime>(opts_.threads, opts_.log);
+    // One io thread (the default): its context is driven on demand, by the
+    // caller waiting for a reply when there is one (io_runtime, lead()).
+    // (busy() is called only while this core is alive: stop() joins the io thread.)
+    std::function<bool()> on_demand;
+    if (opts_.threads <= 1)
+      on_demand = [this] { return busy(); };
+    rt_ = std::make_shared<io_runtime>(opts_.threads, opts_.log, std::move(on_demand));
   }
 
   const std::string& address() const noexcept { return address_; }
@@ -167,6 +174,20 @@ public:
     auto limit = now + (ever_connected_ ? opts_.reconnect_timeout : opts_.connect_timeout);
     limit = std::min(limit, call_deadline);
     connect_with_retries(limit);
+  }
+
+  // Drives the connections from the calling thread until st completes or its
+  // deadline passes; false when another thread drives them (st's waiter then
+  // waits for that thread to complete it).
+  bool lead(call_state& st, clock::time_point until) {
+    return rt_->lead([&st] { return st.done_flag.load(std::memory_order_acquire); }, until);
+  }
+
+  // Before a call: handles what arrived while nobody drove the connections (a
+  // close: the call then reconnects instead of failing; late replies).
+  void poll_idle() {
+    if (connected())
+      rt_->lead([] { return false; }, clock::time_point::min());
   }
 
   void stop() {
@@ -245,6 +266,7 @@ public:
     remove(st);
     if (!st.finish(make_error(error_code::cancelled, st.describe() + " was cancelled")))
       return;
+    rt_->wake_leader(); // its waiter may be driving the connections
     std::shared_ptr<connection> c;
     {
       std::lock_guard lk(mu_);
@@ -333,6 +355,15 @@ public:
   }
 
 private:
+  // Work the io thread must drive the connections for when no caller does:
+  // calls in flight (their waiters may not be waiting yet), connecting, writes
+  // the socket did not take at once.
+  bool busy() {
+    std::lock_guard lk(mu_);
+    return !pending_.empty() || !connecting_.empty() || (control_ && control_->writing()) ||
+           (bulk_ && bulk_->writing());
+  }
+
   void sweep(clock::time_point now, std::vector<std::shared_ptr<call_state>>& expired) {
     auto next = clock::time_point::max();
     for (auto it = pending_.begin(); it != pending_.end();) {
@@ -620,6 +651,13 @@ public:
         std::min(std::chrono::steady_clock::now() +
                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(d),
                  st_->deadline);
+    if (auto ch = ch_.lock(); ch && ch->lead(*st_, until) && !st_->done_flag.load()) {
+      if (std::chrono::steady_clock::now() >= st_->deadline) {
+        expire();
+        return true;
+      }
+      return false;
+    }
     std::unique_lock lk(st_->m);
     if (st_->cv.wait_until(lk, until, [&] { return st_->done; }))
       return true;
@@ -632,6 +670,8 @@ public:
   }
 
   bool done() {
+    if (auto ch = ch_.lock(); ch && !st_->done_flag.load())
+      ch->lead(*st_, std::chrono::steady_clock::time_point::min()); // what has arrived
     {
       std::lock_guard lk(st_->m);
       if (st_->done)
@@ -647,6 +687,10 @@ public:
   // Waits for the response; throws deadline_exceeded_error (naming the method
   // and the peer), cancelled_error, unavailable_error, or the server's error.
   response get() {
+    // The common synchronous call: no thread drives the connections, so this
+    // one reads its own reply (and hands on any other it meets).
+    if (auto ch = ch_.lock(); ch && !st_->done_flag.load(std::memory_order_acquire))
+      ch->lead(*st_, st_->deadline);
     if (spin_.count() > 0 && !st_->done_flag.load(std::memory_order_acquire)) {
       const auto until = std::chrono::steady_clock::now() + spin_;
       do
@@ -744,6 +788,7 @@ public:
           st->describe() + ": a frame of " + std::to_string(f.head.size() + bytes) +
           " bytes exceeds the limit of " + std::to_string(co.limits.max_frame_bytes));
     f.payloads = std::move(payloads);
+    core_->poll_idle();
     core_->ensure_connected(st->deadline);
     core_->submit(st, std::move(f), bytes);
     return call_handle(std::move(st), core_, co.spin_wait);
