@@ -22,6 +22,8 @@
 #include <loom/data/mnist.hpp>
 #include <loom/loom.hpp>
 
+#include "../../examples/common/seed_mlp.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,6 +38,7 @@
 #include <random>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #ifndef LOOM_MNIST_REPLICA
@@ -79,23 +82,12 @@ baselines measure_in_process(const loom::data::mnist_splits& data, int windows, 
                     Eigen::Map<const mlp::matrix>(b.labels_one_hot.data(), batch, mlp::classes));
   };
 
-  // loom: the graph and the loop of examples/mnist_local.
+  // loom: the model of examples/common/seed_mlp.hpp, the loop of examples/mnist_local.
   loom::graph g;
   g.set_random_seed(1);
   auto global_step = loom::create_global_step(g);
-  using loom::shape;
-  loom::variable<float, 2> hid_w(g, "hid_w", shape{mlp::in_dim, mlp::hidden},
-                                 loom::truncated_normal_initializer{.stddev = 1.0 / 28});
-  loom::variable<float, 1> hid_b(g, "hid_b", shape{mlp::hidden}, loom::zeros_initializer{});
-  loom::variable<float, 2> sm_w(g, "sm_w", shape{mlp::hidden, mlp::classes},
-                                loom::truncated_normal_initializer{.stddev = 0.1});
-  loom::variable<float, 1> sm_b(g, "sm_b", shape{mlp::classes}, loom::zeros_initializer{});
-  loom::placeholder<float, 2> x(g, shape{-1, mlp::in_dim}, "x");
-  loom::placeholder<float, 2> y_(g, shape{-1, mlp::classes}, "y_");
-  auto hid = loom::relu(loom::xw_plus_b(x, hid_w, hid_b));
-  auto y = loom::softmax(loom::xw_plus_b(hid, sm_w, sm_b));
-  auto cross_entropy = loom::named(
-      -loom::reduce_sum(y_ * loom::log(loom::clip_by_value(y, 1e-10, 1.0))), "cross_entropy");
+  loom::examples::seed_mlp model(g, mlp::hidden);
+  const auto& [x, y_, cross_entropy] = std::tie(model.x, model.y_, model.cross_entropy);
   auto train_step = loom::adam_optimizer{learning_rate}.minimize(cross_entropy, global_step);
   loom::session sess(g);
   sess.run(loom::global_variables_initializer(g));

@@ -16,6 +16,8 @@
 #include <loom/data/mnist.hpp>
 #include <loom/loom.hpp>
 
+#include "../common/seed_mlp.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +25,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <tuple>
 
 int main(int argc, char** argv) try {
   loom::flags flags("Seed 002: distributed training of the seed's MLP on Fashion-MNIST.");
@@ -82,7 +85,6 @@ int main(int argc, char** argv) try {
   const bool is_chief = task_index == 0;
 
   const auto mnist = loom::data::read_mnist(flags.get_string("data_dir"));
-  constexpr int image_pixels = 28;
   const auto hidden = flags.get_int("hidden_units");
   const auto batch_size = flags.get_int("batch_size");
   const auto seed = flags.get_int("seed");
@@ -93,23 +95,9 @@ int main(int argc, char** argv) try {
   auto scope = g.device(loom::make_replica_device_setter(
       cluster, {.ps_device = "/job:ps/cpu:0", .worker_device = worker_device}));
   auto global_step = loom::create_global_step(g);
-  using loom::shape;
-  loom::variable<float, 2> hid_w(g, "hid_w", shape{image_pixels * image_pixels, hidden},
-                                 loom::truncated_normal_initializer{.stddev = 1.0 / image_pixels});
-  loom::variable<float, 1> hid_b(g, "hid_b", shape{hidden}, loom::zeros_initializer{});
-  loom::variable<float, 2> sm_w(
-      g, "sm_w", shape{hidden, 10},
-      loom::truncated_normal_initializer{.stddev = 1.0 / std::sqrt(static_cast<double>(hidden))});
-  loom::variable<float, 1> sm_b(g, "sm_b", shape{10}, loom::zeros_initializer{});
-
-  loom::placeholder<float, 2> x(g, shape{-1, image_pixels * image_pixels}, "x");
-  loom::placeholder<float, 2> y_(g, shape{-1, 10}, "y_");
-  auto hid = loom::relu(loom::xw_plus_b(x, hid_w, hid_b));
-  auto y = loom::softmax(loom::xw_plus_b(hid, sm_w, sm_b));
-  auto cross_entropy = loom::named(
-      -loom::reduce_sum(y_ * loom::log(loom::clip_by_value(y, 1e-10, 1.0))), "cross_entropy");
-  auto accuracy =
-      loom::reduce_mean(loom::cast<float>(loom::equal(loom::argmax(y, 1), loom::argmax(y_, 1))));
+  loom::examples::seed_mlp model(g, hidden);
+  const auto& [x, y_, cross_entropy, accuracy] =
+      std::tie(model.x, model.y_, model.cross_entropy, model.accuracy);
 
   loom::adam_optimizer adam{flags.get_float("learning_rate")};
   std::unique_ptr<loom::sync_replicas_optimizer> sync;

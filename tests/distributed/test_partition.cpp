@@ -38,12 +38,7 @@ template <class F> std::string error_of(F&& f, loom::error_code code) {
 }
 using loom::testing::contains;
 
-loom::cluster_session_options quiet() {
-  static std::ostringstream sink;
-  loom::cluster_session_options o;
-  o.placement_log = &sink;
-  return o;
-}
+using loom::testing::quiet;
 
 // A linear model y = x w + b trained by gradient descent, variables placed by
 // replica_device_setter over the ps tasks when `ps_tasks` > 0.

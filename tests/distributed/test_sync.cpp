@@ -21,12 +21,7 @@ using loom::testing::contains;
 using loom::testing::local_cluster;
 using namespace std::chrono_literals;
 
-loom::cluster_session_options quiet() {
-  static std::ostringstream sink;
-  loom::cluster_session_options o;
-  o.placement_log = &sink;
-  return o;
-}
+using loom::testing::quiet;
 
 float first(const loom::any_tensor& t) {
   return *t.data<float>();

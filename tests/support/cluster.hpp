@@ -7,6 +7,7 @@
 #include <support/process.hpp>
 
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,10 +30,21 @@ struct local_cluster {
     for (int i = 0; i < workers; ++i)
       servers.push_back(std::make_unique<loom::server>(spec, "worker", i));
   }
+  loom::server& ps(int i) { return *servers[static_cast<std::size_t>(i)]; }
+  // The first worker's target: where a test's session usually runs.
+  std::string target() { return worker(0).target(); }
   loom::server& worker(int i) {
     return *servers[servers.size() - workers_count() + static_cast<std::size_t>(i)];
   }
   std::size_t workers_count() const { return static_cast<std::size_t>(spec.num_tasks("worker")); }
 };
+
+// Session options that keep the placement log out of the test output.
+inline loom::cluster_session_options quiet() {
+  static std::ostringstream sink;
+  loom::cluster_session_options o;
+  o.placement_log = &sink;
+  return o;
+}
 
 } // namespace loom::testing

@@ -6,6 +6,7 @@
 #include <loom/train/saver.hpp>
 
 #include <doctest/doctest.h>
+#include <support/cluster.hpp>
 #include <support/messages.hpp>
 #include <support/process.hpp>
 
@@ -502,33 +503,8 @@ TEST_CASE("a failed save never leaves a torn file; the previous checkpoint still
 
 namespace {
 
-// A cluster of `ps` ps tasks and one worker, every task served in this process.
-struct local_cluster {
-  loom::cluster_spec spec;
-  std::vector<std::unique_ptr<loom::server>> servers;
-
-  explicit local_cluster(int ps) {
-    auto ports = loom::testing::free_ports(static_cast<std::size_t>(ps) + 1);
-    std::vector<std::string> ps_hosts, worker_hosts;
-    for (int i = 0; i <= ps; ++i)
-      (i < ps ? ps_hosts : worker_hosts)
-          .push_back("127.0.0.1:" + std::to_string(ports[static_cast<std::size_t>(i)]));
-    spec = loom::cluster_spec{{"ps", loom::cluster_spec::job_def(ps_hosts)},
-                              {"worker", loom::cluster_spec::job_def(worker_hosts)}};
-    for (int i = 0; i < ps; ++i)
-      servers.push_back(std::make_unique<loom::server>(spec, "ps", i));
-    servers.push_back(std::make_unique<loom::server>(spec, "worker", 0));
-  }
-  loom::server& ps(int i) { return *servers[static_cast<std::size_t>(i)]; }
-  std::string target() const { return servers.back()->target(); }
-};
-
-loom::cluster_session_options quiet() {
-  static std::ostringstream sink;
-  loom::cluster_session_options o;
-  o.placement_log = &sink;
-  return o;
-}
+using loom::testing::local_cluster;
+using loom::testing::quiet;
 
 // Two variables placed round-robin over the cluster's ps tasks.
 struct cluster_model {
@@ -550,7 +526,7 @@ TEST_CASE("a checkpoint saved on a cluster of 2 ps tasks restores into a cluster
   temp_dir dir;
   std::string path;
   {
-    local_cluster cluster(2);
+    local_cluster cluster(2, 1);
     cluster_model m(cluster.spec);
     loom::saver saver(m.g);
     std::ostringstream placements;
@@ -582,7 +558,7 @@ TEST_CASE("a checkpoint saved on a cluster of 2 ps tasks restores into a cluster
   }
   CHECK(path == dir / "model-42");
   {
-    local_cluster cluster(1);
+    local_cluster cluster(1, 1);
     cluster_model m(cluster.spec);
     loom::saver saver(m.g);
     loom::session s(m.g, loom::session_target{cluster.target()}, quiet());
