@@ -82,7 +82,7 @@ TEST_CASE("the chief initializes, stops at the step, saves a checkpoint; a new c
   {
     regression m;
     auto o = options(c, 0, null_log());
-    o.checkpoint_dir = dir.path.string();
+    o.checkpoint_dir = (dir.path / "created" / "by_the_session").string();
     o.hooks = {std::make_shared<loom::stop_at_step_hook>(5)};
     loom::monitored_training_session s(m.g, o);
     int steps = 0;
@@ -94,7 +94,7 @@ TEST_CASE("the chief initializes, stops at the step, saves a checkpoint; a new c
     CHECK(s.global_step() == 5);
     s.close();
   }
-  const auto latest = loom::latest_checkpoint(dir.path.string());
+  const auto latest = loom::latest_checkpoint((dir.path / "created" / "by_the_session").string());
   REQUIRE(latest.has_value());
   CHECK(contains(*latest, "model.ckpt-5"));
 
@@ -102,7 +102,7 @@ TEST_CASE("the chief initializes, stops at the step, saves a checkpoint; a new c
   local_cluster c2(1, 1);
   regression m;
   auto o = options(c2, 0, null_log());
-  o.checkpoint_dir = dir.path.string();
+  o.checkpoint_dir = (dir.path / "created" / "by_the_session").string();
   loom::monitored_training_session s(m.g, o);
   CHECK(s.global_step() == 5);
   s.close();

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,6 +75,12 @@ public:
     if (o_.is_chief) {
       hooks_.insert(hooks_.end(), o_.chief_only_hooks.begin(), o_.chief_only_hooks.end());
       if (!o_.checkpoint_dir.empty()) {
+        std::error_code ec; // TF creates the directory too
+        std::filesystem::create_directories(o_.checkpoint_dir, ec);
+        if (ec)
+          throw failed_precondition_error("monitored_training_session: cannot create the "
+                                          "checkpoint directory " +
+                                          o_.checkpoint_dir + ": " + ec.message());
         saver_.emplace(g, saver_options{.max_to_keep = o_.max_checkpoints_to_keep});
         hooks_.push_back(std::make_shared<checkpoint_saver_hook>(
             *saver_, checkpoint_options{.dir = o_.checkpoint_dir,
