@@ -38,7 +38,6 @@
 #include <random>
 #include <regex>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #ifndef LOOM_MNIST_REPLICA
@@ -87,7 +86,9 @@ baselines measure_in_process(const loom::data::mnist_splits& data, int windows, 
   g.set_random_seed(1);
   auto global_step = loom::create_global_step(g);
   loom::examples::seed_mlp model(g, mlp::hidden);
-  const auto& [x, y_, cross_entropy] = std::tie(model.x, model.y_, model.cross_entropy);
+  auto& x = model.x;
+  auto& y_ = model.y_;
+  auto& cross_entropy = model.cross_entropy;
   auto train_step = loom::adam_optimizer{learning_rate}.minimize(cross_entropy, global_step);
   loom::session sess(g);
   sess.run(loom::global_variables_initializer(g));

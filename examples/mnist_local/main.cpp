@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
-#include <tuple>
 
 int main(int argc, char** argv) try {
   loom::flags flags("Trains the seed's MLP on Fashion-MNIST in one process.");
@@ -42,8 +41,10 @@ int main(int argc, char** argv) try {
   g.set_random_seed(seed);
   auto global_step = loom::create_global_step(g);
   loom::examples::seed_mlp model(g, hidden);
-  const auto& [x, y_, cross_entropy, accuracy] =
-      std::tie(model.x, model.y_, model.cross_entropy, model.accuracy);
+  auto& x = model.x;
+  auto& y_ = model.y_;
+  auto& cross_entropy = model.cross_entropy;
+  auto& accuracy = model.accuracy;
 
   loom::adam_optimizer opt{flags.get_float("learning_rate")};
   auto train_step = opt.minimize(cross_entropy, global_step);

@@ -25,7 +25,6 @@
 #include <iostream>
 #include <memory>
 #include <string>
-#include <tuple>
 
 int main(int argc, char** argv) try {
   loom::flags flags("Seed 002: distributed training of the seed's MLP on Fashion-MNIST.");
@@ -96,8 +95,10 @@ int main(int argc, char** argv) try {
       cluster, {.ps_device = "/job:ps/cpu:0", .worker_device = worker_device}));
   auto global_step = loom::create_global_step(g);
   loom::examples::seed_mlp model(g, hidden);
-  const auto& [x, y_, cross_entropy, accuracy] =
-      std::tie(model.x, model.y_, model.cross_entropy, model.accuracy);
+  auto& x = model.x;
+  auto& y_ = model.y_;
+  auto& cross_entropy = model.cross_entropy;
+  auto& accuracy = model.accuracy;
 
   loom::adam_optimizer adam{flags.get_float("learning_rate")};
   std::unique_ptr<loom::sync_replicas_optimizer> sync;

@@ -14,6 +14,7 @@
 #include <future>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 namespace {
 
@@ -167,8 +168,13 @@ TEST_CASE("sync_replicas_optimizer: workers wait for each update; one global ste
   loom::placeholder<float, 1> t1(g1, loom::shape{2}, "target");
   loom::gradient_descent_optimizer sgd1{0.5};
   loom::sync_replicas_optimizer sync1(sgd1, {.replicas_to_aggregate = 2, .total_num_replicas = 2});
-  auto [gs0, w0, op0] = build(g, 0, sync, target);
-  auto [gs1, w1, op1] = build(g1, 1, sync1, t1);
+  // Named references, not structured bindings: clang 14 cannot capture those.
+  auto built0 = build(g, 0, sync, target);
+  auto built1 = build(g1, 1, sync1, t1);
+  auto& gs0 = std::get<0>(built0);
+  auto& w0 = std::get<1>(built0);
+  auto& op0 = std::get<2>(built0);
+  auto& op1 = std::get<2>(built1);
 
   loom::session s0(g, c.worker(0).target(), quiet());
   loom::session s1(g1, c.worker(1).target(), quiet());
