@@ -109,7 +109,9 @@ template <class T> struct accumulate_gradient_cpu {
       return;
     }
     if (acc->count == 0) {
-      acc->sum = grad.clone();
+      // A gradient received for this step and held by nothing else becomes
+      // the sum as it is: no copy of its bytes per worker step.
+      acc->sum = c.may_forward(1) ? grad : grad.clone();
     } else {
       if (grad.shape() != acc->sum.shape())
         throw invalid_argument_error("node " + c.node.describe() + ": gradient of shape " +
