@@ -19,7 +19,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <shared_mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -76,6 +78,7 @@ public:
     cluster_ = info.cluster.spec();
     job_ = info.job;
     task_ = info.task;
+    in_process_ = detail::in_process_tasks::instance().find(info.instance);
     ch.stop();
     std::random_device rd;
     step_ids_.seed((static_cast<std::uint64_t>(rd()) << 32) ^ rd());
@@ -86,7 +89,9 @@ public:
   std::string default_task() const { return detail::task_name(job_, task_); }
 
   // Runs one step. `values` holds the fed values by node id; on return it
-  // holds the fetched ones.
+  // holds the fetched ones. The other tasks' partitions start first; the
+  // target's own, when the target serves in this process, then runs on this
+  // thread, its feeds and fetches handed over in memory.
   void run(const graph& g, const run_request& req, std::vector<any_tensor>& values) {
     registered& r = registration(g, req);
     std::uint64_t step;
@@ -94,31 +99,38 @@ public:
       std::lock_guard lock(mu_);
       step = step_ids_();
     }
-    std::vector<net::call_handle> calls;
+    std::vector<net::call_handle> calls(r.parts.size());
+    std::optional<std::size_t> here;
+    std::vector<any_tensor> here_feeds;
     net::call_options co;
     if (options_.step_timeout.count() > 0)
       co.timeout = options_.step_timeout;
-    for (auto& p : r.parts) {
+    for (std::size_t i = 0; i < r.parts.size(); ++i) {
+      const part_handle& p = r.parts[i];
       std::vector<any_tensor> feeds;
       for (node_id src : p.fed_sources)
         feeds.push_back(values[static_cast<std::size_t>(src)]);
+      if (in_process_ && p.task == default_task()) {
+        here = i;
+        here_feeds = std::move(feeds);
+        continue;
+      }
       protocol::run_graph_request m{p.handle, step};
       m.strings = protocol::string_values::take(feeds);
-      calls.push_back(
-          channel(p.task).call_async(protocol::run_graph, std::move(m), std::move(feeds), co));
+      calls[i] =
+          channel(p.task).call_async(protocol::run_graph, std::move(m), std::move(feeds), co);
     }
     std::exception_ptr first;
     bool aborted = false;
-    for (std::size_t i = 0; i < calls.size(); ++i) {
+    auto collect = [&](std::size_t i, auto&& fetched) {
       try {
-        net::response res = calls[i].get();
-        std::move(res.metadata<protocol::run_graph_reply>().strings).restore(res.payloads);
-        auto& p = r.parts[i];
-        if (res.payloads.size() != p.fetch_sources.size())
-          throw internal_error(p.task + " returned " + std::to_string(res.payloads.size()) +
+        std::vector<any_tensor> out = fetched();
+        const part_handle& p = r.parts[i];
+        if (out.size() != p.fetch_sources.size())
+          throw internal_error(p.task + " returned " + std::to_string(out.size()) +
                                " fetches, expected " + std::to_string(p.fetch_sources.size()));
         for (std::size_t k = 0; k < p.fetch_sources.size(); ++k)
-          values[static_cast<std::size_t>(p.fetch_sources[k])] = std::move(res.payloads[k]);
+          values[static_cast<std::size_t>(p.fetch_sources[k])] = std::move(out[k]);
       } catch (const error& e) {
         // A task's own failure beats the aborts it causes elsewhere.
         if (!first || (e.code() != error_code::aborted && is_abort(first)))
@@ -128,7 +140,16 @@ public:
           abort_step(r, step, e.message());
         }
       }
-    }
+    };
+    if (here)
+      collect(*here, [&] { return run_here(r.parts[*here].handle, step, std::move(here_feeds)); });
+    for (std::size_t i = 0; i < calls.size(); ++i)
+      if (i != here)
+        collect(i, [&] {
+          net::response res = calls[i].get();
+          std::move(res.metadata<protocol::run_graph_reply>().strings).restore(res.payloads);
+          return std::move(res.payloads);
+        });
     if (first)
       std::rethrow_exception(first);
   }
@@ -170,6 +191,15 @@ private:
     } catch (...) {
       return false;
     }
+  }
+
+  // A step of the target's partition `handle`, run on this thread.
+  std::vector<any_tensor> run_here(std::uint64_t handle, std::uint64_t step,
+                                   std::vector<any_tensor> feeds) {
+    std::shared_lock lock(in_process_->mu);
+    if (!in_process_->run)
+      throw unavailable_error(default_task() + " (the session's target, in this process) stopped");
+    return in_process_->run(handle, step, std::move(feeds), options_.step_timeout);
   }
 
   std::vector<std::string> all_tasks() const {
@@ -259,6 +289,8 @@ private:
   std::mt19937_64 step_ids_;
   std::map<std::string, std::unique_ptr<net::channel>> channels_;
   std::map<std::string, std::unique_ptr<registered>> registered_;
+  // The target's server when it serves in this process (null otherwise).
+  std::shared_ptr<detail::in_process_tasks::entry> in_process_;
   std::uint64_t registered_version_ = 0;
 };
 

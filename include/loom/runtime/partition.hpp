@@ -86,8 +86,15 @@ inline std::vector<graph_partition> partition_graph(const graph& g, const run_re
     p.image.nodes.push_back(std::move(n));
     return p.image.nodes.back().id;
   };
-  // Which tasks read each node, by data and by control edges.
-  std::map<node_id, std::set<std::string>> data_readers, control_readers;
+  // A constant read on another task is built there too (it is immutable, and
+  // small next to sending it every step): only its registration carries it.
+  auto copied_to_readers = [&](node_id id) {
+    const node_def& n = *by_id.at(id);
+    return n.op == "constant" && n.control_inputs.empty() && !fed.count(id);
+  };
+  // Which tasks read each node, by data and by control edges, and which build
+  // their own copy of a constant.
+  std::map<node_id, std::set<std::string>> data_readers, control_readers, copies;
   for (const node_def& n : placed) {
     if (fed.count(n.id))
       continue;
@@ -100,7 +107,7 @@ inline std::vector<graph_partition> partition_graph(const graph& g, const run_re
         throw invalid_argument_error("node " + n.describe() + " on " + task.at(n.id) +
                                      " updates variable '" + by_id.at(in)->name + "' on " +
                                      task.at(in) + ": an update must run where its variable lives");
-      data_readers[in].insert(task.at(n.id));
+      (copied_to_readers(in) ? copies : data_readers)[in].insert(task.at(n.id));
     }
     for (node_id in : n.control_inputs)
       if (task.at(in) != task.at(n.id))
@@ -138,13 +145,21 @@ inline std::vector<graph_partition> partition_graph(const graph& g, const run_re
       n.control_inputs.clear();
       n.attrs = {{"dtype", n.type}, {"shape", n.shape}};
     } else {
-      for (node_id& in : n.inputs)
-        in = task.at(in) == t ? local.at({t, in}) : recv_into(t, in, false);
+      for (node_id& in : n.inputs) {
+        auto here = local.find({t, in}); // produced on t, or a constant copied to t
+        in = here != local.end() ? here->second : recv_into(t, in, false);
+      }
       for (node_id& in : n.control_inputs)
         in = task.at(in) == t ? local.at({t, in}) : recv_into(t, in, true);
     }
     const node_id id = add(p, std::move(n));
     local[{t, src.id}] = id;
+    if (auto c = copies.find(src.id); c != copies.end())
+      for (const std::string& dst : c->second) {
+        node_def copy = src;
+        copy.assigned_device = dst;
+        local[{dst, src.id}] = add(part(dst), std::move(copy));
+      }
     if (!ref_only.count(src.id))
       p.targets.push_back(id);
     if (fed.count(src.id)) {

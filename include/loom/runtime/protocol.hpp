@@ -108,7 +108,9 @@ struct cluster_info_reply {
   cluster_def cluster;
   std::string job;
   int task = 0;
-  template <class A> void serialize(A& ar) { ar(cluster, job, task); }
+  // A random id of the server: a session in the same process finds it by this.
+  std::uint64_t instance = 0;
+  template <class A> void serialize(A& ar) { ar(cluster, job, task, instance); }
 };
 
 // A partition to run on the receiving task: the serialized graph (graph/

@@ -26,7 +26,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -91,6 +93,55 @@ private:
   net::log_fn log_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<net::channel>> channels_;
+};
+
+// The tasks served in this process, by their servers' instance ids. A session
+// whose target is one of them runs that task's partitions on its own thread,
+// feeds and fetches handed over without a socket (TF's LocalMaster): the
+// worker of a between-graph replica does not send its batch to itself.
+class in_process_tasks {
+public:
+  // Runs one step of a registered partition on the calling thread.
+  using run_fn = std::function<std::vector<any_tensor>(std::uint64_t handle, std::uint64_t step,
+                                                       std::vector<any_tensor> feeds,
+                                                       std::chrono::milliseconds timeout)>;
+  // A task's entry: `run` is empty once its server stopped; a run in flight
+  // holds `mu` shared, so the server outlives it.
+  struct entry {
+    std::shared_mutex mu;
+    run_fn run;
+  };
+
+  static in_process_tasks& instance() {
+    static in_process_tasks tasks;
+    return tasks;
+  }
+
+  std::shared_ptr<entry> add(std::uint64_t instance, run_fn run) {
+    auto e = std::make_shared<entry>();
+    e->run = std::move(run);
+    std::lock_guard lock(mu_);
+    entries_[instance] = e;
+    return e;
+  }
+  // Stops runs reaching the task: waits for the runs in flight.
+  void remove(std::uint64_t instance, entry& e) {
+    {
+      std::lock_guard lock(mu_);
+      entries_.erase(instance);
+    }
+    std::unique_lock lock(e.mu);
+    e.run = nullptr;
+  }
+  std::shared_ptr<entry> find(std::uint64_t instance) {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(instance);
+    return it == entries_.end() ? nullptr : it->second;
+  }
+
+private:
+  std::mutex mu_;
+  std::map<std::uint64_t, std::shared_ptr<entry>> entries_;
 };
 
 // The rendezvous of one step on one task: _recv waits in the task's table,
@@ -227,7 +278,8 @@ public:
     try {
       rpc_ = std::make_unique<net::rpc_server>(so);
     } catch (const error& e) {
-      throw coded(e.code(), "cannot serve " + describe() + " at " + address + ": " + e.message());
+      net::throw_error(e.code(),
+                       "cannot serve " + describe() + " at " + address + ": " + e.message());
     }
     if (hp.port == 0) { // the OS chose: the cluster learns the real port
       auto def = protocol::cluster_def::of(cluster);
@@ -237,6 +289,13 @@ public:
     }
     cluster_ = std::move(cluster);
     peers_ = std::make_unique<detail::peer_channels>(cluster_, options_.token, options_.log);
+    std::random_device rd;
+    instance_ = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+    in_process_ = detail::in_process_tasks::instance().add(
+        instance_, [this](std::uint64_t handle, std::uint64_t step, std::vector<any_tensor> feeds,
+                          std::chrono::milliseconds timeout) {
+          return run_in_process(handle, step, std::move(feeds), timeout);
+        });
     install_handlers();
   }
 
@@ -288,6 +347,8 @@ public:
       table_.close(describe() + " stopped");
       if (peers_)
         peers_->stop();
+      if (in_process_) // after the table closed: runs in flight end
+        detail::in_process_tasks::instance().remove(instance_, *in_process_);
       runners_.stop();
     });
   }
@@ -350,8 +411,6 @@ private:
 
   std::string describe() const { return detail::task_name(job_, task_); }
 
-  static error coded(error_code c, const std::string& m) { return error(c, m); }
-
   static host_port parse_host_port(const std::string& address) {
     const auto colon = address.rfind(':');
     host_port hp;
@@ -364,7 +423,8 @@ private:
 
   void install_handlers() {
     rpc_->handle(protocol::cluster_info, [this](net::request, net::responder r) {
-      r.reply(protocol::cluster_info_reply{protocol::cluster_def::of(cluster_), job_, task_});
+      r.reply(protocol::cluster_info_reply{protocol::cluster_def::of(cluster_), job_, task_,
+                                           instance_});
     });
     rpc_->handle(protocol::register_graph, [this](net::request req, net::responder r) {
       auto m = req.metadata<protocol::register_graph_request>();
@@ -404,19 +464,7 @@ private:
     rpc_->handle(protocol::run_graph, [this](net::request req, net::responder r) {
       auto m = req.metadata<protocol::run_graph_request>();
       std::move(m.strings).restore(req.payloads());
-      std::shared_ptr<partition> part;
-      {
-        std::lock_guard lock(mu_);
-        auto it = partitions_.find(m.handle);
-        if (it == partitions_.end())
-          throw not_found_error(describe() + " has no registered graph " +
-                                std::to_string(m.handle) + " (was the task restarted?)");
-        part = it->second;
-      }
-      if (req.payloads().size() != part->fed.size())
-        throw invalid_argument_error(describe() + ": a step of graph " + std::to_string(m.handle) +
-                                     " needs " + std::to_string(part->fed.size()) + " feeds, got " +
-                                     std::to_string(req.payloads().size()));
+      std::shared_ptr<partition> part = find_partition(m.handle, req.payloads().size());
       // A partition that waits for tensors or other steps must not wait on an
       // io thread: what it waits for arrives on them.
       if (!part->may_wait) {
@@ -463,8 +511,66 @@ private:
     });
   }
 
+  std::shared_ptr<partition> find_partition(std::uint64_t handle, std::size_t feeds) {
+    std::shared_ptr<partition> part;
+    {
+      std::lock_guard lock(mu_);
+      auto it = partitions_.find(handle);
+      if (it == partitions_.end())
+        throw not_found_error(describe() + " has no registered graph " + std::to_string(handle) +
+                              " (was the task restarted?)");
+      part = it->second;
+    }
+    if (feeds != part->fed.size())
+      throw invalid_argument_error(describe() + ": a step of graph " + std::to_string(handle) +
+                                   " needs " + std::to_string(part->fed.size()) + " feeds, got " +
+                                   std::to_string(feeds));
+    return part;
+  }
+
+  // A step of a partition for a session in this process, on its thread.
+  std::vector<any_tensor> run_in_process(std::uint64_t handle, std::uint64_t step,
+                                         std::vector<any_tensor> feeds,
+                                         std::chrono::milliseconds timeout) {
+    std::shared_ptr<partition> part = find_partition(handle, feeds.size());
+    if (!part->may_wait || timeout.count() <= 0)
+      return execute(*part, step, std::move(feeds));
+    // The client is this process: only the deadline can end the step early,
+    // and it fails as a remote call past its deadline does.
+    const auto deadline = clock::now() + timeout;
+    watch_step(step, deadline, [] { return true; });
+    try {
+      auto out = execute(*part, step, std::move(feeds));
+      unwatch_step(step);
+      return out;
+    } catch (const aborted_error& e) {
+      unwatch_step(step);
+      if (clock::now() < deadline)
+        throw;
+      throw deadline_exceeded_error(describe() + ": the step did not complete within " +
+                                    std::to_string(timeout.count()) + " ms (" + e.message() + ")");
+    } catch (...) {
+      unwatch_step(step);
+      throw;
+    }
+  }
+
   void run_partition(partition& part, std::uint64_t step, std::vector<any_tensor> feeds,
                      net::responder& r) {
+    try {
+      std::vector<any_tensor> out = execute(part, step, std::move(feeds));
+      protocol::run_graph_reply reply;
+      reply.strings = protocol::string_values::take(out);
+      r.reply(std::move(reply), std::move(out));
+    } catch (const error& e) {
+      r.fail(e.code(), e.message());
+    }
+  }
+
+  // Runs one step of `part`; returns its fetches. On failure the step is
+  // aborted here and on its peers, and the error names this task.
+  std::vector<any_tensor> execute(partition& part, std::uint64_t step,
+                                  std::vector<any_tensor> feeds) {
     detail::step_transfers transfers(table_, *peers_, step);
     try {
       std::vector<any_tensor> values(part.g.size());
@@ -477,15 +583,13 @@ private:
       out.reserve(part.fetches.size());
       for (node_id f : part.fetches)
         out.push_back(values[static_cast<std::size_t>(f)]); // a node may be fetched twice
-      protocol::run_graph_reply reply;
-      reply.strings = protocol::string_values::take(out);
-      r.reply(std::move(reply), std::move(out));
+      return out;
     } catch (const error& e) {
       fail_step(part, step, transfers, describe() + ": " + e.message());
-      r.fail(e.code(), describe() + ": " + e.message());
+      net::throw_error(e.code(), describe() + ": " + e.message());
     } catch (const std::exception& e) {
       fail_step(part, step, transfers, describe() + ": " + e.what());
-      r.fail(error_code::internal, describe() + ": " + e.what());
+      throw internal_error(describe() + ": " + e.what());
     }
   }
 
@@ -516,6 +620,8 @@ private:
   rendezvous_table table_;
   std::unique_ptr<detail::peer_channels> peers_;
   std::unique_ptr<net::rpc_server> rpc_;
+  std::uint64_t instance_ = 0; // tells a session in this process that its target is this server
+  std::shared_ptr<detail::in_process_tasks::entry> in_process_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -63,13 +63,18 @@ protected:
     const dtype t = g.node(beta1_power).type;
     const node_id beta1 = hyper(g, beta1_, "beta1", t);
     const node_id beta2 = hyper(g, beta2_, "beta2", t);
-    // The powers advance only after every update has read them.
+    // The powers advance only after every update has read them, where they
+    // live (TF's colocate_with(beta1_power)): on a cluster neither the powers
+    // nor their products cross the network.
     auto after = g.control_dependencies(update_ops);
-    node_id update1 = g.add_node("assign", {beta1_power, build::mul(g, beta1_power, beta1)});
-    node_id update2 = g.add_node("assign", {beta2_power, build::mul(g, beta2_power, beta2)});
-    colocate(g, update1, beta1_power);
-    colocate(g, update2, beta2_power);
-    return {update1, update2};
+    auto advance = [&](node_id power, node_id beta) {
+      const node_id product = build::mul(g, power, beta);
+      colocate(g, product, power);
+      const node_id update = g.add_node("assign", {power, product});
+      colocate(g, update, power);
+      return update;
+    };
+    return {advance(beta1_power, beta1), advance(beta2_power, beta2)};
   }
 
 private:

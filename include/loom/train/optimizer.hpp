@@ -188,14 +188,20 @@ public:
       }
       std::vector<node_id> extra = finish(g, all_ops);
       all_ops.insert(all_ops.end(), extra.begin(), extra.end());
-      if (global_step)
+      if (global_step) {
+        // Beside the global step, whose increment waits for it: on a cluster
+        // the updates' completions go from the ps to the ps, not through a worker.
         updated = group(g, all_ops, "update").id();
+        colocate(g, updated, global_step->id());
+      }
     }
     node_id train;
     if (global_step) {
+      // The increment is made before the dependency scope: a plain constant is
+      // built on every task that reads it instead of crossing the network.
+      const node_id one = scalar_node(g, std::int64_t{1});
       auto after = g.control_dependencies({updated});
-      train = g.add_node("assign_add", {global_step->id(), scalar_node(g, std::int64_t{1})}, {},
-                         op_name);
+      train = g.add_node("assign_add", {global_step->id(), one}, {}, op_name);
     } else {
       train = group(g, all_ops, op_name).id();
     }
