@@ -8,6 +8,7 @@
 #include <loom/loom.hpp>
 
 #include <cstdint>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -205,4 +206,56 @@ TEST_CASE("a fetched value is a snapshot") {
   CHECK(before(0) == 1.0f);
   CHECK(during(0) == 2.0f);
   CHECK(s.run(v)(0) == 3.0f);
+}
+
+TEST_CASE("a local session places on its CPU: a GPU or a task it lacks is an error, or soft "
+          "placement moves the node and says so") {
+  graph g;
+  loom::placeholder<float, 1> x(g, shape{2}, "x");
+  auto on_gpu = [&] {
+    auto _ = g.device("/gpu:0");
+    return loom::lower(loom::square(x));
+  }();
+  auto on_ps = [&] {
+    auto _ = g.device("/job:ps/task:0");
+    return loom::lower(x + 1.0f);
+  }();
+  const auto in = tensor<float, 1>(shape{2}, {2, -3});
+
+  SUBCASE("without soft placement: TF's message, naming the node, the request and the devices") {
+    loom::session s(g, opts());
+    const auto msg = message_of<loom::invalid_argument_error>([&] { s.run(on_gpu, {{x, in}}); });
+    CHECK(contains(msg, on_gpu.name()));
+    CHECK(contains(msg, "explicitly assigned to /device:GPU:0"));
+    CHECK(contains(msg, "[ /job:localhost/replica:0/task:0/device:CPU:0 ]"));
+    CHECK(contains(msg, "allow_soft_placement"));
+    const auto ps_msg = message_of<loom::invalid_argument_error>([&] { s.run(on_ps, {{x, in}}); });
+    CHECK(contains(ps_msg, "/job:ps/task:0"));
+  }
+  SUBCASE("with soft placement: it runs on the CPU, and the log says why") {
+    std::ostringstream log;
+    auto o = opts();
+    o.allow_soft_placement = true;
+    o.log_device_placement = true;
+    o.placement_log = &log;
+    loom::session s(g, o);
+    auto [squared, plus_one] = s.run(loom::fetches(on_gpu, on_ps), {{x, in}});
+    CHECK(squared(1) == 9.0f);
+    CHECK(plus_one(1) == -2.0f);
+    CHECK(contains(log.str(), "soft placement of operation '" + on_gpu.name() + "'"));
+    CHECK(contains(log.str(), "placed on /job:localhost/replica:0/task:0/device:CPU:0"));
+    // log_device_placement: a line per node in TF's format.
+    CHECK(contains(log.str(),
+                   on_ps.name() + ": (add): /job:localhost/replica:0/task:0/device:CPU:0"));
+  }
+  SUBCASE("requests the process can satisfy need no option") {
+    graph h;
+    loom::placeholder<float, 1> hx(h, shape{2}, "x");
+    auto cpu = [&] {
+      auto _ = h.device("/job:localhost/cpu:0");
+      return loom::lower(hx * 2.0f);
+    }();
+    loom::session s(h, opts());
+    CHECK(s.run(cpu, {{hx, in}})(1) == -6.0f);
+  }
 }

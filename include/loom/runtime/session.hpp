@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <ostream>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <type_traits>
@@ -64,13 +66,26 @@ struct session_options {
   // Run fusable elementwise regions as their primitive ops, as a process
   // without the regions' instantiations does (for tests and comparisons).
   bool disable_fusion = false;
+  // TF's ConfigProto options over this process's one device,
+  // /job:localhost/replica:0/task:0/device:CPU:0: a node whose device
+  // request names another (a GPU, a ps task) fails the run naming it and the
+  // available devices, unless allow_soft_placement runs it on the CPU and
+  // says so on placement_log.
+  bool allow_soft_placement = false;
+  bool log_device_placement = false;
+  std::ostream* placement_log = &std::cerr;
 };
 
 class session {
 public:
   explicit session(graph g, session_options o = {})
       : graph_(std::move(g)), resources_(std::make_shared<resource_manager>()), pool_(threads(o)),
-        device_(&pool_, threads(o)), allow_fusion_(!o.disable_fusion) {}
+        device_(&pool_, threads(o)), allow_fusion_(!o.disable_fusion) {
+    placement_.allow_soft_placement = o.allow_soft_placement;
+    placement_.log_device_placement = o.log_device_placement;
+    placement_.default_device = local_cpu;
+    placement_log_ = o.placement_log;
+  }
 
   // A session on a cluster: `target` is a server's target() ("loom://host:port").
   // Variables live in the tasks' resource containers, shared with every other
@@ -250,9 +265,21 @@ private:
       key += "|";
     }
     auto it = plans_.find(key);
-    if (it == plans_.end())
+    if (it == plans_.end()) {
+      check_placement(req);
       it = plans_.emplace(key, std::make_unique<plan>(graph_, req, allow_fusion_)).first;
+    }
     return *it->second;
+  }
+
+  static constexpr const char* local_cpu = "/job:localhost/replica:0/task:0/device:CPU:0";
+
+  // Every node a request runs must be placeable on this process's CPU (the
+  // placer's rules and messages, as on a cluster); nothing is moved.
+  void check_placement(const run_request& req) const {
+    std::set<node_id> ref_only;
+    std::vector<node_def> nodes = nodes_to_place(graph_, req, ref_only);
+    place(nodes, {device_spec::from_string(local_cpu)}, placement_, *placement_log_);
   }
 
   graph graph_;
@@ -263,6 +290,8 @@ private:
   std::uint64_t planned_version_ = 0;
   std::unique_ptr<cluster_master> master_; // set for a session on a cluster
   bool allow_fusion_ = true;
+  placer_options placement_; // a local session's
+  std::ostream* placement_log_ = &std::cerr;
 };
 
 } // namespace loom
