@@ -8,6 +8,8 @@
 #include <support/messages.hpp>
 #include <support/process.hpp>
 
+#include "linear_model.hpp"
+
 #include <utility>
 
 #include <arpa/inet.h>
@@ -40,47 +42,20 @@ using loom::testing::contains;
 
 using loom::testing::quiet;
 
-// A linear model y = x w + b trained by gradient descent, variables placed by
-// replica_device_setter over the ps tasks when `ps_tasks` > 0.
-struct model {
-  loom::graph g;
-  loom::placeholder<float, 2> x{g, loom::shape{-1, 3}, "x"};
-  loom::placeholder<float, 2> y{g, loom::shape{-1, 2}, "y"};
-  std::optional<loom::variable<float, 2>> w;
-  std::optional<loom::variable<float, 1>> b;
-  std::optional<loom::output<float, 0>> loss;
-  std::optional<loom::operation> train;
-
-  explicit model(int ps_tasks) {
-    g.set_random_seed(3);
-    auto build = [&] {
-      w.emplace(g, "w", loom::shape{3, 2}, loom::random_normal_initializer{.stddev = 0.5});
-      b.emplace(g, "b", loom::shape{2}, loom::ones_initializer{});
-      auto pred = loom::xw_plus_b(x, *w, *b);
-      loss = loom::lower(loom::reduce_mean(loom::square(pred - y)));
-      train = loom::gradient_descent_optimizer{0.1}.minimize(*loss);
-    };
-    if (ps_tasks > 0) {
-      auto _ = g.device(loom::replica_device_setter({.ps_tasks = ps_tasks}));
-      build();
-    } else {
-      build();
-    }
-  }
-};
-
-loom::tensor<float, 2> batch_x() {
-  return loom::tensor<float, 2>(loom::shape{4, 3}, {1, 2, 3, 0, 1, 0, -1, 2, 1, 3, 0, 1});
-}
-loom::tensor<float, 2> batch_y() {
-  return loom::tensor<float, 2>(loom::shape{4, 2}, {1, 0, 0, 1, 1, 1, 0.5f, -1});
-}
+using loom::testing::batch_x;
+using loom::testing::batch_y;
+using model = loom::testing::linear_model;
 
 } // namespace
 
 TEST_CASE("a model trained on 2 ps tasks and a worker matches the same model trained locally") {
+  auto how = loom::testing::trained_by::gradient_descent;
+  SUBCASE("gradient descent") {}
+  SUBCASE("Adam: slots, beta powers updated beside them, the global step's increment") {
+    how = loom::testing::trained_by::adam_with_global_step;
+  }
   local_cluster cluster(2, 1);
-  model remote(2), local(0);
+  model remote(2, how), local(0, how);
   loom::session rs(remote.g, cluster.worker(0).target(), quiet());
   loom::session ls(local.g);
   rs.run(loom::global_variables_initializer(remote.g));
@@ -100,6 +75,8 @@ TEST_CASE("a model trained on 2 ps tasks and a worker matches the same model tra
   CHECK(cluster.servers[0]->resources().uninitialized("", {"w"}).empty());
   CHECK(cluster.servers[1]->resources().uninitialized("", {"b"}).empty());
   CHECK(cluster.servers[1]->resources().uninitialized("", {"w"}) == std::vector<std::string>{"w"});
+  if (remote.global_step)
+    CHECK(static_cast<std::int64_t>(rs.run(*remote.global_step)) == 5);
 }
 
 TEST_CASE("two sessions share the variables of the cluster; reset clears them") {
@@ -234,14 +211,8 @@ TEST_CASE("join returns once a client shuts the cluster down") {
 TEST_CASE("loom-server serves a task for a graph it never saw, fused regions through their "
           "primitive ops" *
           doctest::skip(std::string(LOOM_SERVER_BIN).empty())) {
-  auto ports = free_ports(2);
-  const std::string ps_host = "127.0.0.1:" + std::to_string(ports[0]);
-  const std::string worker_host = "127.0.0.1:" + std::to_string(ports[1]);
-  loom::testing::child ps(LOOM_SERVER_BIN,
-                          {"--ps_hosts=" + ps_host, "--worker_hosts=" + worker_host,
-                           "--job_name=ps", "--task_index=0"});
-  REQUIRE(ps.wait_for_output("serving /job:ps/task:0"));
-  loom::server worker(loom::cluster_spec::from_flags(ps_host, worker_host), "worker", 0);
+  loom::testing::ps_process_cluster cluster(LOOM_SERVER_BIN);
+  loom::server& worker = *cluster.worker;
   loom::graph g;
   auto [v, update] = [&] {
     auto _ = g.device("/job:ps/task:0");
@@ -257,7 +228,7 @@ TEST_CASE("loom-server serves a task for a graph it never saw, fused regions thr
   for (float x : value.flat())
     CHECK(x == 7.0f); // 1 -> 3 -> 7
   loom::session::shutdown_cluster(worker.target());
-  auto status = ps.wait(std::chrono::seconds(30));
+  auto status = cluster.ps.wait(std::chrono::seconds(30));
   REQUIRE(status.has_value());
-  CHECK_MESSAGE(status->success(), ps.report());
+  CHECK_MESSAGE(status->success(), cluster.ps.report());
 }

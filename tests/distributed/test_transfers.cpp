@@ -8,9 +8,13 @@
 #include <doctest/doctest.h>
 #include <support/cluster.hpp>
 #include <support/messages.hpp>
+#include <support/process.hpp>
+
+#include "linear_model.hpp"
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <set>
 #include <sstream>
 #include <string>
@@ -23,45 +27,8 @@ using loom::testing::local_cluster;
 using loom::testing::quiet;
 using namespace std::chrono_literals;
 
-// y = relu(x w1 + b1) w2 + b2, squared error, Adam with a global step; the
-// variables on ps tasks by replica_device_setter when ps_tasks > 0.
-struct adam_model {
-  loom::graph g;
-  loom::placeholder<float, 2> x{g, loom::shape{-1, 3}, "x"};
-  loom::placeholder<float, 2> y{g, loom::shape{-1, 2}, "y"};
-  std::optional<loom::variable<std::int64_t, 0>> global_step;
-  std::optional<loom::output<float, 0>> loss;
-  std::optional<loom::operation> train;
-
-  explicit adam_model(int ps_tasks) {
-    g.set_random_seed(5);
-    auto build = [&] {
-      global_step.emplace(loom::create_global_step(g));
-      loom::variable<float, 2> w1(g, "w1", loom::shape{3, 4},
-                                  loom::random_normal_initializer{.stddev = 0.5});
-      loom::variable<float, 1> b1(g, "b1", loom::shape{4}, loom::zeros_initializer{});
-      loom::variable<float, 2> w2(g, "w2", loom::shape{4, 2},
-                                  loom::random_normal_initializer{.stddev = 0.5});
-      loom::variable<float, 1> b2(g, "b2", loom::shape{2}, loom::zeros_initializer{});
-      auto h = loom::relu(loom::xw_plus_b(x, w1, b1));
-      loss = loom::lower(loom::reduce_mean(loom::square(loom::xw_plus_b(h, w2, b2) - y)));
-      train = loom::adam_optimizer{0.05}.minimize(*loss, *global_step);
-    };
-    if (ps_tasks > 0) {
-      auto _ = g.device(loom::replica_device_setter({.ps_tasks = ps_tasks}));
-      build();
-    } else {
-      build();
-    }
-  }
-};
-
-loom::tensor<float, 2> batch_x() {
-  return loom::tensor<float, 2>(loom::shape{4, 3}, {1, 2, 3, 0, 1, 0, -1, 2, 1, 3, 0, 1});
-}
-loom::tensor<float, 2> batch_y() {
-  return loom::tensor<float, 2>(loom::shape{4, 2}, {1, 0, 0, 1, 1, 1, 0.5f, -1});
-}
+using loom::testing::linear_model;
+using loom::testing::trained_by;
 
 // The partitions a master would register for `req` on `cluster`, the session's
 // default device on worker 0.
@@ -99,7 +66,7 @@ const loom::graph_partition& on_task(const std::vector<loom::graph_partition>& p
 
 TEST_CASE("an Adam step sends the worker only its variables and the ps only their gradients") {
   local_cluster cluster(1, 1);
-  adam_model m(1);
+  linear_model m(1, trained_by::adam_with_global_step);
   const auto parts =
       partitions(m.g, {{m.loss->id()}, {m.train->id()}, {m.x.id(), m.y.id()}}, cluster);
   REQUIRE(parts.size() == 2);
@@ -107,36 +74,18 @@ TEST_CASE("an Adam step sends the worker only its variables and the ps only thei
   const auto& worker = on_task(parts, "worker");
   const std::string to_worker = "->/job:worker/replica:0/task:0";
   // The weights, once each; no beta power, no completion of an update.
-  CHECK(keys(ps, "_send") == std::vector<std::string>{"b1" + to_worker, "b2" + to_worker,
-                                                      "w1" + to_worker, "w2" + to_worker});
-  // Four gradients: no hyperparameter, no increment, no control edge.
+  CHECK(keys(ps, "_send") == std::vector<std::string>{"b" + to_worker, "w" + to_worker});
+  // Two gradients: no hyperparameter, no increment, no control edge.
   const auto sent = keys(worker, "_send");
-  CHECK(sent.size() == 4);
+  CHECK(sent.size() == 2);
   for (const std::string& k : sent) {
     CAPTURE(k);
     CHECK(!contains(k, "^"));
     CHECK(!contains(k, "Adam/"));
     CHECK(!contains(k, "constant"));
   }
-  CHECK(keys(ps, "_recv").size() == 4);
-  CHECK(keys(worker, "_recv").size() == 4);
-}
-
-TEST_CASE("Adam with a global step on a cluster trains as it does in one process") {
-  local_cluster cluster(2, 1);
-  adam_model remote(2), local(0);
-  loom::session rs(remote.g, cluster.target(), quiet());
-  loom::session ls(local.g);
-  rs.run(loom::global_variables_initializer(remote.g));
-  ls.run(loom::global_variables_initializer(local.g));
-  for (int step = 0; step < 6; ++step) {
-    auto [_, rl] = rs.run(loom::fetches(*remote.train, *remote.loss),
-                          {{remote.x, batch_x()}, {remote.y, batch_y()}});
-    auto [__, ll] = ls.run(loom::fetches(*local.train, *local.loss),
-                           {{local.x, batch_x()}, {local.y, batch_y()}});
-    CHECK(static_cast<float>(rl) == doctest::Approx(static_cast<float>(ll)).epsilon(1e-5));
-  }
-  CHECK(static_cast<std::int64_t>(rs.run(*remote.global_step)) == 6);
+  CHECK(keys(ps, "_recv").size() == 2);
+  CHECK(keys(worker, "_recv").size() == 2);
 }
 
 TEST_CASE("a constant read on another task is built there, not sent every step") {
@@ -226,4 +175,31 @@ TEST_CASE("a step of the in-process target past its deadline fails as deadline e
   // The session goes on.
   s.run(anchor->initializer());
   CHECK(static_cast<std::int64_t>(s.run(*anchor)) == 0);
+}
+
+TEST_CASE("the in-process target's part ends when another task of the step dies" *
+          doctest::skip(std::string(LOOM_SERVER_BIN).empty())) {
+  loom::testing::ps_process_cluster cluster(LOOM_SERVER_BIN);
+  loom::graph g;
+  loom::placeholder<std::int64_t, 0> threshold(g, loom::shape{}, "threshold");
+  // The ps waits for a counter nobody raises; the worker waits for what the ps sends.
+  const loom::node_id waited = [&] {
+    auto _ = g.device("/job:ps/task:0");
+    loom::variable<std::int64_t, 0> anchor(g, "anchor", loom::shape{}, loom::zeros_initializer{});
+    return g.add_node("counter_wait", {anchor.id(), threshold.id()},
+                      {{"counter", std::string("never")}});
+  }();
+  const loom::node_id doubled = [&] {
+    auto _ = g.device("/job:worker/task:0");
+    return g.add_node("add", {waited, waited});
+  }();
+  loom::session s(g, cluster.worker->target(), quiet());
+  auto step = std::async(std::launch::async, [&] {
+    s.run_nodes({doubled}, {}, {{threshold.id(), loom::any_tensor::scalar<std::int64_t>(1)}});
+  });
+  REQUIRE(step.wait_for(500ms) == std::future_status::timeout); // both parts wait
+  cluster.ps.kill(); // no abort from the ps: it is gone
+  // Without a watch on the ps's call, the worker's part would wait for its value forever.
+  REQUIRE(step.wait_for(10s) == std::future_status::ready);
+  CHECK_THROWS_WITH_AS(step.get(), doctest::Contains("ps task 0"), loom::unavailable_error);
 }

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,25 @@ struct local_cluster {
     return *servers[servers.size() - workers_count() + static_cast<std::size_t>(i)];
   }
   std::size_t workers_count() const { return static_cast<std::size_t>(spec.num_tasks("worker")); }
+};
+
+// Task 0 of job ps served by another process (`server_bin`: loom-server), so
+// that it can be killed, and worker 0 served by this one.
+struct ps_process_cluster {
+  std::vector<std::uint16_t> ports = free_ports(2);
+  std::string ps_host = "127.0.0.1:" + std::to_string(ports[0]);
+  std::string worker_host = "127.0.0.1:" + std::to_string(ports[1]);
+  child ps;
+  std::unique_ptr<loom::server> worker;
+
+  explicit ps_process_cluster(const std::string& server_bin)
+      : ps(server_bin, {"--ps_hosts=" + ps_host, "--worker_hosts=" + worker_host, "--job_name=ps",
+                        "--task_index=0"}) {
+    if (!ps.wait_for_output("serving /job:ps/task:0"))
+      throw std::runtime_error("the ps process did not start serving: " + ps.report());
+    worker = std::make_unique<loom::server>(loom::cluster_spec::from_flags(ps_host, worker_host),
+                                            "worker", 0);
+  }
 };
 
 // Session options that keep the placement log out of the test output.

@@ -684,6 +684,15 @@ public:
     return false;
   }
 
+  // True once the call has completed with an error (reading what has arrived
+  // first); never waits. For watching a call another thread will get().
+  bool failed() {
+    if (!done())
+      return false;
+    std::lock_guard lk(st_->m);
+    return static_cast<bool>(st_->error);
+  }
+
   // Waits for the response; throws deadline_exceeded_error (naming the method
   // and the peer), cancelled_error, unavailable_error, or the server's error.
   response get() {

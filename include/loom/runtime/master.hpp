@@ -15,6 +15,7 @@
 #include <cereal/archives/portable_binary.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -141,8 +142,16 @@ public:
         }
       }
     };
-    if (here)
-      collect(*here, [&] { return run_here(r.parts[*here].handle, step, std::move(here_feeds)); });
+    if (here) {
+      // Polled by the target's watchdog while the target's part waits.
+      const std::function<bool()> others_failed = [&] {
+        return std::any_of(calls.begin(), calls.end(),
+                           [](net::call_handle& c) { return c.valid() && c.failed(); });
+      };
+      collect(*here, [&] {
+        return run_here(r.parts[*here].handle, step, std::move(here_feeds), others_failed);
+      });
+    }
     for (std::size_t i = 0; i < calls.size(); ++i)
       if (i != here)
         collect(i, [&] {
@@ -195,11 +204,12 @@ private:
 
   // A step of the target's partition `handle`, run on this thread.
   std::vector<any_tensor> run_here(std::uint64_t handle, std::uint64_t step,
-                                   std::vector<any_tensor> feeds) {
+                                   std::vector<any_tensor> feeds,
+                                   const std::function<bool()>& others_failed) {
     std::shared_lock lock(in_process_->mu);
     if (!in_process_->run)
       throw unavailable_error(default_task() + " (the session's target, in this process) stopped");
-    return in_process_->run(handle, step, std::move(feeds), options_.step_timeout);
+    return in_process_->run(handle, step, std::move(feeds), options_.step_timeout, others_failed);
   }
 
   std::vector<std::string> all_tasks() const {

@@ -102,9 +102,9 @@ private:
 class in_process_tasks {
 public:
   // Runs one step of a registered partition on the calling thread.
-  using run_fn = std::function<std::vector<any_tensor>(std::uint64_t handle, std::uint64_t step,
-                                                       std::vector<any_tensor> feeds,
-                                                       std::chrono::milliseconds timeout)>;
+  using run_fn = std::function<std::vector<any_tensor>(
+      std::uint64_t handle, std::uint64_t step, std::vector<any_tensor> feeds,
+      std::chrono::milliseconds timeout, const std::function<bool()>& others_failed)>;
   // A task's entry: `run` is empty once its server stopped; a run in flight
   // holds `mu` shared, so the server outlives it.
   struct entry {
@@ -292,9 +292,10 @@ public:
     std::random_device rd;
     instance_ = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
     in_process_ = detail::in_process_tasks::instance().add(
-        instance_, [this](std::uint64_t handle, std::uint64_t step, std::vector<any_tensor> feeds,
-                          std::chrono::milliseconds timeout) {
-          return run_in_process(handle, step, std::move(feeds), timeout);
+        instance_,
+        [this](std::uint64_t handle, std::uint64_t step, std::vector<any_tensor> feeds,
+               std::chrono::milliseconds timeout, const std::function<bool()>& others_failed) {
+          return run_in_process(handle, step, std::move(feeds), timeout, others_failed);
         });
     install_handlers();
   }
@@ -357,16 +358,19 @@ private:
   using clock = std::chrono::steady_clock;
 
   // A step that waits for tensors from other tasks, watched so that it cannot
-  // wait forever: when its client's connection closes (the client died or gave
-  // up) or its deadline passes, the step is aborted here, which fails its recvs.
+  // wait forever: when its deadline passes or `alive` turns false (the client's
+  // connection closed; for a client in this process, another task's part of
+  // the step failed), the step is aborted here, which fails its recvs.
   struct watched_step {
     clock::time_point deadline;
-    std::function<bool()> client_connected;
+    std::function<bool()> alive; // called under mu_
+    std::string lost;            // why the step ends when alive() is false
   };
 
-  void watch_step(std::uint64_t step, clock::time_point deadline, std::function<bool()> alive) {
+  void watch_step(std::uint64_t step, clock::time_point deadline, std::function<bool()> alive,
+                  std::string lost) {
     std::lock_guard lock(mu_);
-    watched_.insert_or_assign(step, watched_step{deadline, std::move(alive)});
+    watched_.insert_or_assign(step, watched_step{deadline, std::move(alive), std::move(lost)});
     if (!watchdog_.joinable() && !stopping_)
       watchdog_ = std::thread([this] { watch_steps(); });
   }
@@ -386,8 +390,8 @@ private:
       for (auto it = watched_.begin(); it != watched_.end();) {
         if (now >= it->second.deadline)
           expired.emplace_back(it->first, "the step's deadline passed");
-        else if (!it->second.client_connected())
-          expired.emplace_back(it->first, "the client that started the step disconnected");
+        else if (!it->second.alive())
+          expired.emplace_back(it->first, it->second.lost);
         else {
           ++it;
           continue;
@@ -475,8 +479,10 @@ private:
       auto job = std::make_shared<std::tuple<std::vector<any_tensor>, net::responder>>(
           std::move(req.payloads()), std::move(r));
       const auto timeout = req.timeout();
-      watch_step(m.step_id, timeout.count() > 0 ? clock::now() + timeout : clock::time_point::max(),
-                 [job] { return std::get<1>(*job).peer_connected(); });
+      watch_step(
+          m.step_id, timeout.count() > 0 ? clock::now() + timeout : clock::time_point::max(),
+          [job] { return std::get<1>(*job).peer_connected(); },
+          "the client that started the step disconnected");
       if (!runners_.submit([this, part, step = m.step_id, job] {
             run_partition(*part, step, std::move(std::get<0>(*job)), std::get<1>(*job));
             unwatch_step(step);
@@ -529,23 +535,28 @@ private:
   }
 
   // A step of a partition for a session in this process, on its thread.
+  // While it waits, the watchdog ends it when its deadline passes (it fails
+  // as a remote call past its deadline does) or when `others_failed` says
+  // another task's part of the step failed: this thread is the client's, so
+  // nobody else would tell it.
   std::vector<any_tensor> run_in_process(std::uint64_t handle, std::uint64_t step,
                                          std::vector<any_tensor> feeds,
-                                         std::chrono::milliseconds timeout) {
+                                         std::chrono::milliseconds timeout,
+                                         const std::function<bool()>& others_failed) {
     std::shared_ptr<partition> part = find_partition(handle, feeds.size());
-    if (!part->may_wait || timeout.count() <= 0)
+    if (!part->may_wait)
       return execute(*part, step, std::move(feeds));
-    // The client is this process: only the deadline can end the step early,
-    // and it fails as a remote call past its deadline does.
-    const auto deadline = clock::now() + timeout;
-    watch_step(step, deadline, [] { return true; });
+    const auto deadline = timeout.count() > 0 ? clock::now() + timeout : clock::time_point::max();
+    watch_step(
+        step, deadline, [&others_failed] { return !others_failed(); },
+        "another task's part of the step failed");
     try {
       auto out = execute(*part, step, std::move(feeds));
       unwatch_step(step);
       return out;
     } catch (const aborted_error& e) {
       unwatch_step(step);
-      if (clock::now() < deadline)
+      if (timeout.count() <= 0 || clock::now() < deadline)
         throw;
       throw deadline_exceeded_error(describe() + ": the step did not complete within " +
                                     std::to_string(timeout.count()) + " ms (" + e.message() + ")");
