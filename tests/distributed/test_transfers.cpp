@@ -198,7 +198,8 @@ TEST_CASE("the in-process target's part ends when another task of the step dies"
     s.run_nodes({doubled}, {}, {{threshold.id(), loom::any_tensor::scalar<std::int64_t>(1)}});
   });
   REQUIRE(step.wait_for(500ms) == std::future_status::timeout); // both parts wait
-  cluster.ps.kill();                                            // no abort from the ps: it is gone
+  // No abort comes from the ps: it is gone.
+  cluster.ps.kill();
   // Without a watch on the ps's call, the worker's part would wait for its value forever.
   REQUIRE(step.wait_for(10s) == std::future_status::ready);
   CHECK_THROWS_WITH_AS(step.get(), doctest::Contains("ps task 0"), loom::unavailable_error);
