@@ -40,6 +40,9 @@ int main(int argc, char** argv) try {
       .define_int("hidden_units", 100, "Number of units in the hidden layer of the NN")
       .define_int("train_steps", 1000000, "Number of (global) training steps to perform")
       .define_int("batch_size", 100, "Training batch size")
+      .define_int("num_gpus", 0,
+                  "GPUs of each machine; > 0: a worker computes on GPU task_index % num_gpus, "
+                  "the variables stay on the ps CPUs (needs a build with CUDA)")
       .define_float("learning_rate", 0.01, "Learning rate")
       .define_bool("sync_replicas", false,
                    "Use the sync_replicas (synchronized replicas) mode, wherein the parameter "
@@ -90,7 +93,16 @@ int main(int argc, char** argv) try {
 
   loom::graph g;
   g.set_random_seed(seed);
-  const std::string worker_device = "/job:worker/task:" + std::to_string(task_index);
+  // The seed's worker_device: a GPU with --num_gpus, else the CPU.
+  const std::string worker_task = "/job:worker/task:" + std::to_string(task_index);
+  const auto num_gpus = flags.get_int("num_gpus");
+  if (job == "worker" && num_gpus > loom::gpu_count())
+    throw loom::invalid_argument_error(
+        "--num_gpus=" + std::to_string(num_gpus) + " but this process has " +
+        std::to_string(loom::gpu_count()) +
+        " GPU(s): a build with CUDA (LOOM_ENABLE_CUDA) on a machine with GPUs is needed");
+  const std::string worker_device =
+      num_gpus > 0 ? worker_task + "/gpu:" + std::to_string(task_index % num_gpus) : worker_task;
   auto scope = g.device(loom::make_replica_device_setter(
       cluster, {.ps_device = "/job:ps/cpu:0", .worker_device = worker_device}));
   auto global_step = loom::create_global_step(g);
@@ -146,7 +158,7 @@ int main(int argc, char** argv) try {
                                                        batch_size * replicas_to_aggregate})},
       .sync_replicas = sync.get(),
       .config = {.allow_soft_placement = true,
-                 .device_filters = {"/job:ps", worker_device},
+                 .device_filters = {"/job:ps", worker_task},
                  .step_timeout = std::chrono::milliseconds(0)},
       .shutdown_wait = std::chrono::seconds(flags.get_int("shutdown_wait_secs")),
       .label = label};

@@ -1,8 +1,9 @@
-// Host tensors. any_tensor is the runtime value that kernels, the executor and
-// (later) the wire see: a dtype, a shape and a shared, 64-byte-aligned buffer.
-// tensor<T, R> is the same value with its element type and rank in the type,
-// which is what users feed and fetch. Copies share the buffer, as TF's Tensor
-// does; clone() makes a deep copy.
+// Tensors. any_tensor is the runtime value that kernels, the executor and the
+// wire see: a dtype, a shape and a shared buffer, 64-byte-aligned host memory
+// or, for a node placed on a GPU, device memory that a GPU backend adopted
+// (cuda/backend.cuh). tensor<T, R> is a host value with its element type and
+// rank in the type, which is what users feed and fetch. Copies share the
+// buffer, as TF's Tensor does; clone() makes a deep copy.
 #pragma once
 
 #include <loom/core/dtype.hpp>
@@ -19,7 +20,9 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,6 +32,20 @@
 #include <vector>
 
 namespace loom {
+
+// Where a tensor's elements live: host memory, or the memory of GPU `device`.
+struct memory_location {
+  enum class kind : std::uint8_t { host, gpu };
+  kind where = kind::host;
+  int device = 0;
+
+  static memory_location host() noexcept { return {}; }
+  static memory_location gpu(int d) noexcept { return {kind::gpu, d}; }
+  bool on_host() const noexcept { return where == kind::host; }
+  bool operator==(const memory_location&) const = default;
+  // "host", "GPU:0": for error messages.
+  std::string to_string() const { return on_host() ? "host" : "GPU:" + std::to_string(device); }
+};
 
 namespace detail {
 
@@ -83,9 +100,13 @@ private:
 // An aligned allocation of n elements of one dtype. Strings are constructed and
 // destroyed; arithmetic elements are left uninitialised, because kernels
 // overwrite every output element and zeroing would be a wasted pass.
+//
+// A buffer may instead adopt memory someone else allocated (a GPU backend's
+// device memory): `release` gives it back when the last tensor lets go.
 class buffer {
 public:
   static constexpr std::size_t alignment = 64;
+  using release_fn = std::function<void(void*)>;
 
   buffer(dtype d, std::int64_t n) : dtype_(d), n_(n) {
     bytes_ = std::max<std::size_t>(size_of(d) * static_cast<std::size_t>(n), 1);
@@ -93,15 +114,23 @@ public:
     if (d == dtype::string)
       std::uninitialized_default_construct_n(strings(), n);
   }
+  buffer(dtype d, std::int64_t n, void* adopted, memory_location where, release_fn release)
+      : dtype_(d), n_(n), bytes_(size_of(d) * static_cast<std::size_t>(n)), data_(adopted),
+        where_(where), release_(std::move(release)) {}
   buffer(const buffer&) = delete;
   buffer& operator=(const buffer&) = delete;
   ~buffer() {
+    if (release_) {
+      release_(data_);
+      return;
+    }
     if (dtype_ == dtype::string)
       std::destroy_n(strings(), n_);
     block_cache::instance().release(data_, bytes_);
   }
 
   void* data() noexcept { return data_; }
+  memory_location location() const noexcept { return where_; }
 
 private:
   std::string* strings() noexcept { return static_cast<std::string*>(data_); }
@@ -109,6 +138,8 @@ private:
   std::int64_t n_;
   std::size_t bytes_;
   void* data_;
+  memory_location where_{};
+  release_fn release_;
 };
 
 } // namespace detail
@@ -126,6 +157,20 @@ public:
   any_tensor(dtype d, loom::shape s)
       : dtype_(d), shape_(std::move(s)),
         buffer_(std::make_shared<detail::buffer>(d, shape_.num_elements())) {}
+
+  // A tensor over memory at `where` that someone else allocated; `release`
+  // frees it when the last copy of the tensor is gone. Strings live on the host only.
+  static any_tensor adopt(dtype d, loom::shape s, memory_location where, void* data,
+                          detail::buffer::release_fn release) {
+    if (d == dtype::string && !where.on_host())
+      throw invalid_argument_error("a string tensor cannot live on " + where.to_string());
+    any_tensor t;
+    t.dtype_ = d;
+    t.shape_ = std::move(s);
+    t.buffer_ = std::make_shared<detail::buffer>(d, t.shape_.num_elements(), data, where,
+                                                 std::move(release));
+    return t;
+  }
 
   template <element_type T> static any_tensor scalar(T v) {
     any_tensor t(dtype_of<T>, loom::shape{});
@@ -153,8 +198,33 @@ public:
     return static_cast<std::size_t>(num_elements()) * size_of(dtype_);
   }
 
-  void* raw_data() noexcept { return buffer_ ? buffer_->data() : nullptr; }
-  const void* raw_data() const noexcept { return buffer_ ? buffer_->data() : nullptr; }
+  // Where the elements live; an empty tensor is on the host.
+  memory_location location() const noexcept {
+    return buffer_ ? buffer_->location() : memory_location::host();
+  }
+  bool on_host() const noexcept { return location().on_host(); }
+
+  // Host memory: a tensor on a GPU throws here, so that host code that missed
+  // a device copy fails with a message instead of reading device memory.
+  void* raw_data() {
+    check_host();
+    return buffer_ ? buffer_->data() : nullptr;
+  }
+  const void* raw_data() const {
+    check_host();
+    return buffer_ ? buffer_->data() : nullptr;
+  }
+  // The elements wherever they live: for GPU kernels and copies.
+  void* device_data() noexcept { return buffer_ ? buffer_->data() : nullptr; }
+  const void* device_data() const noexcept { return buffer_ ? buffer_->data() : nullptr; }
+  template <element_type T> T* device_data() {
+    check_type<T>();
+    return static_cast<T*>(device_data());
+  }
+  template <element_type T> const T* device_data() const {
+    check_type<T>();
+    return static_cast<const T*>(device_data());
+  }
 
   template <element_type T> T* data() {
     check_type<T>();
@@ -215,10 +285,18 @@ public:
     return buffer_ && buffer_ == o.buffer_;
   }
 
-  // "float32[100, 784]", for error messages.
-  std::string describe() const { return std::string(to_string(dtype_)) + shape_.to_string(); }
+  // "float32[100, 784]" ("float32[100, 784] on GPU:0" off the host), for error messages.
+  std::string describe() const {
+    std::string d = std::string(to_string(dtype_)) + shape_.to_string();
+    return on_host() ? d : d + " on " + location().to_string();
+  }
 
 private:
+  void check_host() const {
+    if (buffer_ && !buffer_->location().on_host())
+      throw internal_error("a tensor " + describe() +
+                           " was read as host memory (a device copy is missing)");
+  }
   template <element_type T> void check_type() const {
     if (dtype_of<T> != dtype_)
       throw invalid_argument_error("tensor holds " + std::string(to_string(dtype_)) +

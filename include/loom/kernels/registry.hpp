@@ -15,6 +15,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 
 namespace loom {
@@ -75,6 +76,11 @@ public:
   virtual void forget(std::uint64_t id) = 0;
 };
 
+// What a GPU kernel launches on: its device, stream, cuBLAS handle and
+// allocator. Defined by the GPU backend (cuda/backend.cuh), which sets
+// kernel_context::gpu for kernels registered under device_gpu.
+struct gpu_context;
+
 struct kernel_context {
   const node_def& node;
   std::span<const any_tensor* const> inputs; // data inputs; nullptr for ref inputs
@@ -87,6 +93,9 @@ struct kernel_context {
   std::uint32_t forwardable = 0;
   // The step's abort notifications; nullptr in a local session.
   step_cancellation* cancellation = nullptr;
+  // For a GPU kernel: where to launch; its inputs are on that GPU and its
+  // output must be. nullptr for CPU kernels.
+  gpu_context* gpu = nullptr;
 
   const any_tensor& input(std::size_t i) const { return *inputs[i]; }
   bool may_forward(std::size_t i) const {
@@ -97,6 +106,7 @@ struct kernel_context {
 using kernel_fn = void (*)(kernel_context&);
 
 inline constexpr const char* device_cpu = "CPU";
+inline constexpr const char* device_gpu = "GPU";
 
 class kernel_registry {
 public:
@@ -116,6 +126,15 @@ public:
     return it == kernels_.end() ? nullptr : it->second;
   }
 
+  // Whether `op` has a kernel on `device` for some dtype.
+  bool has(const std::string& op, const std::string& device) const {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, fn] : kernels_)
+      if (std::get<0>(key) == op && std::get<2>(key) == device)
+        return true;
+    return false;
+  }
+
   // The kernel for a node, or an error naming the node, dtype and device.
   kernel_fn find_for(const node_def& n, dtype t, const std::string& device) const {
     if (kernel_fn fn = find(n.op, t, device))
@@ -130,16 +149,27 @@ private:
   std::map<std::tuple<std::string, dtype, std::string>, kernel_fn> kernels_;
 };
 
+// The placer's question (placer_options::has_kernel): can `op` run on a
+// device of `device_type`? Only GPUs are asked about: ops without a kernel
+// anywhere (placeholders, transfers) go where they are put, and every op the
+// CPU lacks fails later, when its step is planned, with the kernel's name.
+inline bool placeable_on(std::string_view op, std::string_view device_type) {
+  const kernel_registry& k = kernel_registry::instance();
+  const std::string name(op);
+  return device_type != device_gpu || k.has(name, device_gpu) || !k.has(name, device_cpu);
+}
+
 struct kernel_registration {
   kernel_registration(std::string op, dtype t, kernel_fn fn, std::string device = device_cpu) {
     kernel_registry::instance().add(std::move(op), t, std::move(device), fn);
   }
 };
 
-// Registers kernel_template<T> for every T in a type_list.
+// Registers kernel_template<T> for every T in a type_list, on `device` (CPU by default).
 template <template <class> class Kernel, class... Ts>
-bool register_kernels(const std::string& op, type_list<Ts...>) {
-  (kernel_registry::instance().add(op, dtype_of<Ts>, device_cpu, &Kernel<Ts>::run), ...);
+bool register_kernels(const std::string& op, type_list<Ts...>,
+                      const std::string& device = device_cpu) {
+  (kernel_registry::instance().add(op, dtype_of<Ts>, device, &Kernel<Ts>::run), ...);
   return true;
 }
 

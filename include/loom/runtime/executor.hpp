@@ -12,9 +12,11 @@
 // other (a worker's gradients to a ps, the ps's variables back) cannot deadlock.
 #pragma once
 
+#include <loom/core/device_spec.hpp>
 #include <loom/expr/eval.hpp>
 #include <loom/graph/graph.hpp>
 #include <loom/graph/ops/transfer.hpp>
+#include <loom/kernels/gpu_backend.hpp>
 #include <loom/kernels/registry.hpp>
 
 #include <algorithm>
@@ -25,6 +27,7 @@
 #include <mutex>
 #include <queue>
 #include <set>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -78,6 +81,16 @@ inline std::vector<char> needed_nodes(const graph& g, const run_request& req) {
   return needed;
 }
 
+// Where a placed node's kernel runs: a GPU for "/device:GPU:i", else the host.
+inline memory_location location_of(const node_def& n) {
+  if (n.assigned_device.empty())
+    return memory_location::host();
+  const device_spec d = device_spec::from_string(n.assigned_device);
+  if (d.device_type() && *d.device_type() == device_gpu)
+    return memory_location::gpu(d.device_index().value_or(0));
+  return memory_location::host();
+}
+
 class plan {
 public:
   struct step {
@@ -85,6 +98,7 @@ public:
     kind k = kind::kernel;
     node_id id = no_node;
     kernel_fn kernel = nullptr;
+    memory_location where{};     // a kernel's device: its inputs are copied there
     std::vector<node_id> inputs; // no_node at ref-input positions
     std::vector<node_id> refs;   // the variable nodes of ref inputs
     std::vector<node_id> after;  // control inputs
@@ -97,8 +111,16 @@ public:
 
   // allow_fusion = false runs every fusable region as its primitive ops (the
   // path a process without the region's instantiation takes), for testing.
-  plan(const graph& g, const run_request& req, bool allow_fusion = true) : request_(req) {
+  // `placed` gives each node id's device (empty: each node's assigned_device);
+  // a node on a GPU runs its GPU kernel and is never fused.
+  plan(const graph& g, const run_request& req, bool allow_fusion = true,
+       std::vector<memory_location> placed = {})
+      : request_(req) {
     std::unordered_set<node_id> fed(req.fed.begin(), req.fed.end());
+    if (placed.empty())
+      for (std::size_t id = 0; id < g.size(); ++id)
+        placed.push_back(location_of(g.node(static_cast<node_id>(id))));
+    auto on_host = [&](node_id id) { return placed[static_cast<std::size_t>(id)].on_host(); };
     // 1. The nodes the request needs.
     const std::vector<char> needed = needed_nodes(g, req);
 
@@ -131,7 +153,8 @@ public:
       auto interior = region_interior(g, *c);
       if (!interior || !fused_kernel_registry::instance().find(c->key))
         continue;
-      bool ok = !fed.count(c->root) && !fused_away.count(c->root) && !fuse_at.count(c->root);
+      bool ok = !fed.count(c->root) && !fused_away.count(c->root) && !fuse_at.count(c->root) &&
+                on_host(c->root);
       std::unordered_set<node_id> region(interior->begin(), interior->end());
       region.insert(c->root);
       for (node_id id : *interior) {
@@ -139,7 +162,7 @@ public:
           break;
         const node_def& n = g.node(id);
         ok = needed[static_cast<std::size_t>(id)] && !fed.count(id) && !fetched.count(id) &&
-             !fused_away.count(id) && !fuse_at.count(id) && n.control_inputs.empty();
+             !fused_away.count(id) && !fuse_at.count(id) && n.control_inputs.empty() && on_host(id);
         for (node_id user : consumers[id])
           ok = ok && region.count(user);
       }
@@ -168,7 +191,8 @@ public:
         s.inputs = s.leaves;
         steps_.push_back(std::move(s));
       } else {
-        steps_.push_back(make_step(g, id));
+        steps_.push_back(make_step(g, id, placed[i]));
+        on_gpu_ = on_gpu_ || !placed[i].on_host();
       }
     }
 
@@ -231,9 +255,25 @@ public:
         ready.push(k);
     std::size_t done = 0, waiting = 0;
 
+    // A plan with GPU steps keeps, beside each value, its copy at the other
+    // location (host or GPU), made when the first reader elsewhere needs it.
+    std::vector<any_tensor> elsewhere(on_gpu_ ? values.size() : 0);
     auto release = [&](node_id id) {
-      if (!keep_[static_cast<std::size_t>(id)])
-        values[static_cast<std::size_t>(id)] = {};
+      if (keep_[static_cast<std::size_t>(id)])
+        return;
+      values[static_cast<std::size_t>(id)] = {};
+      if (on_gpu_)
+        elsewhere[static_cast<std::size_t>(id)] = {};
+    };
+    // The value of `id` at `where`: itself, or its copy there.
+    auto value_at = [&](node_id id, memory_location where) -> const any_tensor& {
+      const any_tensor& v = values[static_cast<std::size_t>(id)];
+      if (!on_gpu_ || v.empty() || v.location() == where)
+        return v;
+      any_tensor& copy = elsewhere[static_cast<std::size_t>(id)];
+      if (copy.empty() || copy.location() != where)
+        copy = at_location(v, where);
+      return copy;
     };
     auto finish = [&](std::size_t k) {
       ++done;
@@ -283,14 +323,25 @@ public:
       case step::kind::send:
         if (!rendezvous)
           throw internal_error("executor: a _send node without a rendezvous");
-        rendezvous->send(g.node(s.id), values[static_cast<std::size_t>(s.inputs[0])]);
+        rendezvous->send(g.node(s.id), value_at(s.inputs[0], memory_location::host()));
         break;
       case step::kind::fused:
         reread_variables(g, s, values, resources);
+        if (on_gpu_) // a fused region runs on the host: its leaves are read there
+          for (node_id l : s.leaves) {
+            any_tensor& v = values[static_cast<std::size_t>(l)];
+            if (!v.empty() && !v.on_host()) {
+              value_at(l, memory_location::host());
+              std::swap(v, elsewhere[static_cast<std::size_t>(l)]);
+            }
+          }
         run_fused(g, s, values, device, resources);
         break;
       case step::kind::kernel: {
-        reread_variables(g, s, values, resources);
+        if (reread_variables(g, s, values, resources) && on_gpu_)
+          for (node_id in : s.inputs)
+            if (in != no_node && variable_read_[static_cast<std::size_t>(in)])
+              elsewhere[static_cast<std::size_t>(in)] = {}; // the read may have changed
         std::uint32_t forwardable = 0;
         for (std::size_t i = 0; i < s.inputs.size() && i < 32; ++i) {
           const node_id in = s.inputs[i];
@@ -298,20 +349,29 @@ public:
               !keep_[static_cast<std::size_t>(in)])
             forwardable |= 1u << i;
         }
-        run_step(g, s, values, device, resources, forwardable,
+        std::vector<const any_tensor*> inputs;
+        inputs.reserve(s.inputs.size());
+        for (node_id in : s.inputs)
+          inputs.push_back(in == no_node ? nullptr : &value_at(in, s.where));
+        run_step(g, s, inputs, values, device, resources, forwardable,
                  rendezvous ? rendezvous->cancellation() : nullptr);
         break;
       }
       }
       finish(k);
     }
+    if (on_gpu_) // what the caller fetches, it reads on the host
+      for (node_id f : request_.fetches)
+        values[static_cast<std::size_t>(f)] = any_tensor(value_at(f, memory_location::host()));
   }
 
 private:
   // TF reads a variable when its consumer runs, not when the variable's node
   // does: a read under a control dependency on an update sees the update.
-  void reread_variables(const graph& g, const step& s, std::vector<any_tensor>& values,
+  // True when the step reads a variable.
+  bool reread_variables(const graph& g, const step& s, std::vector<any_tensor>& values,
                         resource_access& resources) const {
+    bool read = false;
     for (node_id in : s.inputs) {
       if (in == no_node || !variable_read_[static_cast<std::size_t>(in)])
         continue;
@@ -320,12 +380,15 @@ private:
         continue;
       variable_resource& r = resources.variable(g.node(in));
       std::lock_guard lock(r.mu);
-      if (r.initialized)
+      if (r.initialized) {
+        read = read || !v.shares_buffer_with(r.value);
         v = r.value;
+      }
     }
+    return read;
   }
 
-  static step make_step(const graph& g, node_id id) {
+  static step make_step(const graph& g, node_id id, memory_location where = {}) {
     const node_def& n = g.node(id);
     const op_def& def = op_registry::instance().find(n.op);
     if (n.op == "placeholder")
@@ -343,7 +406,9 @@ private:
     const dtype t = def.type_input < 0 || n.inputs.empty()
                         ? n.type
                         : g.node(n.inputs[static_cast<std::size_t>(def.type_input)]).type;
-    s.kernel = kernel_registry::instance().find_for(n, t, device_cpu);
+    s.where = where;
+    s.kernel =
+        kernel_registry::instance().find_for(n, t, where.on_host() ? device_cpu : device_gpu);
     for (std::size_t i = 0; i < n.inputs.size(); ++i) {
       if (def.ref_inputs >> i & 1u) {
         s.inputs.push_back(no_node);
@@ -366,27 +431,38 @@ private:
       values[static_cast<std::size_t>(s.id)] = std::move(out);
       return;
     }
-    for (const step& f : s.fallback)
-      run_step(g, f, values, device, resources);
+    for (const step& f : s.fallback) {
+      std::vector<const any_tensor*> inputs;
+      inputs.reserve(f.inputs.size());
+      for (node_id in : f.inputs)
+        inputs.push_back(in == no_node ? nullptr : &values[static_cast<std::size_t>(in)]);
+      run_step(g, f, inputs, values, device, resources);
+    }
     for (const step& f : s.fallback)
       if (f.id != s.id)
         values[static_cast<std::size_t>(f.id)] = {};
   }
 
-  static void run_step(const graph& g, const step& s, std::vector<any_tensor>& values,
-                       const cpu_device& device, resource_access& resources,
-                       std::uint32_t forwardable = 0, step_cancellation* cancellation = nullptr) {
+  // Runs a kernel step on `inputs` (its data inputs, at the step's location).
+  static void run_step(const graph& g, const step& s, std::span<const any_tensor* const> inputs,
+                       std::vector<any_tensor>& values, const cpu_device& device,
+                       resource_access& resources, std::uint32_t forwardable = 0,
+                       step_cancellation* cancellation = nullptr) {
     const node_def& n = g.node(s.id);
-    std::vector<const any_tensor*> inputs;
-    inputs.reserve(s.inputs.size());
-    for (node_id in : s.inputs)
-      inputs.push_back(in == no_node ? nullptr : &values[static_cast<std::size_t>(in)]);
     std::vector<variable_resource*> refs;
     refs.reserve(s.refs.size());
     for (node_id r : s.refs)
       refs.push_back(&resources.variable(g.node(r)));
     kernel_context ctx{n, inputs, refs, device, resources, {}, forwardable, cancellation};
-    s.kernel(ctx);
+    if (s.where.on_host()) {
+      s.kernel(ctx);
+    } else {
+      gpu_backend* gpu = gpu_backend::registered();
+      if (!gpu)
+        throw internal_error("node " + n.describe() + " is placed on " + s.where.to_string() +
+                             " but this process has no GPU backend");
+      gpu->run(s.where.device, s.kernel, ctx);
+    }
     values[static_cast<std::size_t>(s.id)] = std::move(ctx.output);
   }
 
@@ -421,6 +497,7 @@ private:
   std::vector<int> readers_;                        // per node id: steps reading its value
   std::vector<char> keep_;                          // per node id: fetched
   std::vector<char> variable_read_;                 // per node id: a variable read by a step
+  bool on_gpu_ = false;                             // some step runs on a GPU
 };
 
 } // namespace loom

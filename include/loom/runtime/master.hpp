@@ -79,6 +79,7 @@ public:
     cluster_ = info.cluster.spec();
     job_ = info.job;
     task_ = info.task;
+    target_gpus_ = info.gpus;
     in_process_ = detail::in_process_tasks::instance().find(info.instance);
     ch.stop();
     std::random_device rd;
@@ -267,7 +268,17 @@ private:
     po.log_device_placement = options_.log_device_placement;
     po.device_filters = options_.device_filters;
     po.default_device = default_task() + "/device:CPU:0";
-    place(nodes, cluster_.devices(), po, *options_.placement_log);
+    po.has_kernel = [](std::string_view op, dtype, std::string_view device_type) {
+      return placeable_on(op, device_type);
+    };
+    // The devices: every task's CPU, and the target's GPUs (the only task
+    // whose GPUs this master asks about: a between-graph replica computes on
+    // its own task's GPU).
+    std::vector<device_spec> devices = cluster_.devices();
+    for (int i = 0; i < target_gpus_; ++i)
+      devices.push_back(
+          device_spec::from_string(default_task() + "/device:GPU:" + std::to_string(i)));
+    place(nodes, devices, po, *options_.placement_log);
     auto reg = std::make_unique<registered>();
     for (graph_partition& p : partition_graph(g, req, nodes, ref_only)) {
       protocol::register_graph_request m;
@@ -295,6 +306,7 @@ private:
   cluster_spec cluster_;
   std::string job_;
   int task_ = 0;
+  int target_gpus_ = 0;
   std::mutex mu_;
   std::mt19937_64 step_ids_;
   std::map<std::string, std::unique_ptr<net::channel>> channels_;

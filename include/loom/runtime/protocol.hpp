@@ -110,7 +110,8 @@ struct cluster_info_reply {
   int task = 0;
   // A random id of the server: a session in the same process finds it by this.
   std::uint64_t instance = 0;
-  template <class A> void serialize(A& ar) { ar(cluster, job, task, instance); }
+  int gpus = 0; // GPUs the task can place nodes on
+  template <class A> void serialize(A& ar) { ar(cluster, job, task, instance, gpus); }
 };
 
 // A partition to run on the receiving task: the serialized graph (graph/

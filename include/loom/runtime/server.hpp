@@ -428,7 +428,7 @@ private:
   void install_handlers() {
     rpc_->handle(protocol::cluster_info, [this](net::request, net::responder r) {
       r.reply(protocol::cluster_info_reply{protocol::cluster_def::of(cluster_), job_, task_,
-                                           instance_});
+                                           instance_, gpu_count()});
     });
     rpc_->handle(protocol::register_graph, [this](net::request req, net::responder r) {
       auto m = req.metadata<protocol::register_graph_request>();

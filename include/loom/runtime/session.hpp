@@ -66,11 +66,13 @@ struct session_options {
   // Run fusable elementwise regions as their primitive ops, as a process
   // without the regions' instantiations does (for tests and comparisons).
   bool disable_fusion = false;
-  // TF's ConfigProto options over this process's one device,
-  // /job:localhost/replica:0/task:0/device:CPU:0: a node whose device
-  // request names another (a GPU, a ps task) fails the run naming it and the
-  // available devices, unless allow_soft_placement runs it on the CPU and
-  // says so on placement_log.
+  // TF's ConfigProto options over this process's devices,
+  // /job:localhost/replica:0/task:0/device:CPU:0 and, where a GPU backend is
+  // linked in (loom/cuda/backend.cuh) and finds GPUs, .../device:GPU:i. A node
+  // whose device request names another device (a GPU this process lacks, a ps
+  // task), or a GPU for an op without a GPU kernel, fails the run naming it and
+  // the available devices, unless allow_soft_placement runs it on the CPU and
+  // says so on placement_log. A node without a request runs on the CPU.
   bool allow_soft_placement = false;
   bool log_device_placement = false;
   std::ostream* placement_log = &std::cerr;
@@ -84,6 +86,9 @@ public:
     placement_.allow_soft_placement = o.allow_soft_placement;
     placement_.log_device_placement = o.log_device_placement;
     placement_.default_device = local_cpu;
+    placement_.has_kernel = [](std::string_view op, dtype, std::string_view device_type) {
+      return placeable_on(op, device_type);
+    };
     placement_log_ = o.placement_log;
   }
 
@@ -265,21 +270,28 @@ private:
       key += "|";
     }
     auto it = plans_.find(key);
-    if (it == plans_.end()) {
-      check_placement(req);
-      it = plans_.emplace(key, std::make_unique<plan>(graph_, req, allow_fusion_)).first;
-    }
+    if (it == plans_.end())
+      it = plans_.emplace(key, std::make_unique<plan>(graph_, req, allow_fusion_, place_nodes(req)))
+               .first;
     return *it->second;
   }
 
   static constexpr const char* local_cpu = "/job:localhost/replica:0/task:0/device:CPU:0";
 
-  // Every node a request runs must be placeable on this process's CPU (the
-  // placer's rules and messages, as on a cluster); nothing is moved.
-  void check_placement(const run_request& req) const {
+  // Places the nodes a request runs on this process's devices (the placer's
+  // rules and messages, as on a cluster): each node id's location.
+  std::vector<memory_location> place_nodes(const run_request& req) const {
     std::set<node_id> ref_only;
     std::vector<node_def> nodes = nodes_to_place(graph_, req, ref_only);
-    place(nodes, {device_spec::from_string(local_cpu)}, placement_, *placement_log_);
+    std::vector<device_spec> devices{device_spec::from_string(local_cpu)};
+    for (int i = 0, n = gpu_count(); i < n; ++i)
+      devices.push_back(device_spec::from_string("/job:localhost/replica:0/task:0/device:GPU:" +
+                                                 std::to_string(i)));
+    place(nodes, devices, placement_, *placement_log_);
+    std::vector<memory_location> placed(graph_.size());
+    for (const node_def& n : nodes)
+      placed[static_cast<std::size_t>(n.id)] = location_of(n);
+    return placed;
   }
 
   graph graph_;

@@ -1,0 +1,19 @@
+// Every GPU kernel of the op registry, registered under (op id, dtype, "GPU")
+// when a translation unit compiled by nvcc includes this, together with the
+// CUDA backend that runs them (one unit per program is enough).
+//
+// Not here, and CPU-only by design: the blocking synchronous-replica ops of
+// kernels/cpu/sync.hpp (accumulate_gradient, take_gradient, close_accumulator,
+// counter_raise/add/wait). They wait on host condition variables for other
+// steps and keep their state in host resources, as TF's accumulators live on
+// the CPU; is_variable_initialized, which does not wait, has a GPU kernel
+// (state.cuh). Strings never live on a GPU, so no kernel here takes them.
+#pragma once
+
+#include <loom/cuda/backend.hpp>
+#include <loom/kernels/cuda/elementwise.cuh>
+#include <loom/kernels/cuda/math.cuh>
+#include <loom/kernels/cuda/nn.cuh>
+#include <loom/kernels/cuda/random.cuh>
+#include <loom/kernels/cuda/state.cuh>
+#include <loom/kernels/cuda/training.cuh>

@@ -1,0 +1,470 @@
+// GPU kernels of the non-elementwise math ops (kernels/cpu/math.hpp on the CPU).
+//
+// matmul and xw_plus_b run on cuBLAS (sgemm/dgemm): loom's tensors are
+// row-major and cuBLAS is column-major, so C = op(A) op(B) is computed as
+// C^T = op(B)^T op(A)^T over the same buffers; xw_plus_b adds the bias with a
+// kernel afterwards. Reductions merge the input's dimensions into runs of kept
+// and reduced ones as the CPU kernel does, then reduce every output element
+// over all its reduced runs at once: one thread per output element for short
+// reductions, otherwise a block per output element (split over several blocks
+// and finished by a second pass when there are few outputs and many inputs).
+#pragma once
+
+#include <loom/graph/ops/math.hpp>
+#include <loom/kernels/cuda/common.cuh>
+#include <loom/kernels/cuda/elementwise.cuh>
+#include <loom/kernels/registry.hpp>
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace loom::cuda::kernels {
+
+// The shape helpers the CPU kernels and shape inference use, with their messages.
+using loom::detail::inner_dims_message;
+using loom::detail::normalize_axis;
+using loom::detail::reduced_shape;
+using loom::detail::reduction_mask;
+using loom::detail::reshape_target;
+
+// -- matmul, xw_plus_b -------------------------------------------------------------------
+
+inline cublasStatus_t gemm_call(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                int n, int k, const float* alpha, const float* a, int lda,
+                                const float* b, int ldb, const float* beta, float* c, int ldc) {
+  return cublasSgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+inline cublasStatus_t gemm_call(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                int n, int k, const double* alpha, const double* a, int lda,
+                                const double* b, int ldb, const double* beta, double* c, int ldc) {
+  return cublasDgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+inline int blas_dim(const node_def& n, std::int64_t d) {
+  if (d > INT_MAX)
+    throw unimplemented_error("node " + n.describe() + ": a matrix dimension of " +
+                              std::to_string(d) + " exceeds cuBLAS's 32-bit sizes");
+  return static_cast<int>(std::max<std::int64_t>(d, 1));
+}
+
+// out ([m, n], allocated) = op(a) op(b), all row-major on this GPU.
+template <class T>
+void gemm(const kernel_context& c, const any_tensor& a, bool ta, const any_tensor& b, bool tb,
+          any_tensor& out) {
+  const gpu_context& g = gpu_of(c);
+  const std::int64_t m = out.shape()[0], n = out.shape()[1], k = a.shape()[ta ? 0 : 1];
+  if (m == 0 || n == 0)
+    return;
+  T* C = out.template device_data<T>();
+  if (k == 0) { // an empty sum: zeros (all-zero bytes are 0.0)
+    LOOM_CUDA_CHECK(cudaMemsetAsync(C, 0, out.byte_size(), g.stream));
+    return;
+  }
+  const T one = T(1), zero = T(0);
+  // Column-major, the buffers hold A^T and B^T; C^T = op(B)^T op(A)^T.
+  check_cublas(gemm_call(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                         blas_dim(c.node, n), blas_dim(c.node, m), blas_dim(c.node, k), &one,
+                         b.template device_data<T>(), blas_dim(c.node, b.shape()[1]),
+                         a.template device_data<T>(), blas_dim(c.node, a.shape()[1]), &zero, C,
+                         blas_dim(c.node, n)),
+               "gemm");
+}
+
+template <class T>
+__global__ void add_bias_kernel(T* out, std::int64_t n, std::int64_t cols, const T* bias) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
+    out[i] += bias[i % cols];
+}
+
+template <class T> struct matmul_gpu {
+  static void run(kernel_context& c) {
+    const any_tensor& a = c.input(0);
+    const any_tensor& b = c.input(1);
+    const bool ta = c.node.attr_or<bool>("transpose_a", false);
+    const bool tb = c.node.attr_or<bool>("transpose_b", false);
+    if (a.rank() != 2 || b.rank() != 2)
+      throw invalid_argument_error("node " + c.node.describe() + ": needs rank-2 operands, got " +
+                                   a.shape().to_string() + " x " + b.shape().to_string());
+    if (a.shape()[ta ? 0 : 1] != b.shape()[tb ? 1 : 0])
+      throw invalid_argument_error(inner_dims_message(c.node, a.shape(), b.shape(), ta, tb));
+    c.output =
+        gpu_of(c).allocate(dtype_of<T>, loom::shape{a.shape()[ta ? 1 : 0], b.shape()[tb ? 0 : 1]});
+    gemm<T>(c, a, ta, b, tb, c.output);
+  }
+};
+
+template <class T> struct xw_plus_b_gpu {
+  static void run(kernel_context& c) {
+    const any_tensor& x = c.input(0);
+    const any_tensor& w = c.input(1);
+    const any_tensor& b = c.input(2);
+    if (x.rank() != 2 || w.rank() != 2 || b.rank() != 1)
+      throw invalid_argument_error("node " + c.node.describe() +
+                                   ": needs x, w, b of ranks 2, 2 "
+                                   "and 1, got " +
+                                   x.shape().to_string() + ", " + w.shape().to_string() + " and " +
+                                   b.shape().to_string());
+    if (x.shape()[1] != w.shape()[0])
+      throw invalid_argument_error(inner_dims_message(c.node, x.shape(), w.shape(), false, false));
+    if (b.shape()[0] != w.shape()[1])
+      throw invalid_argument_error(
+          "node " + c.node.describe() + ": the bias of shape " + b.shape().to_string() +
+          " does not match the columns of the weights of shape " + w.shape().to_string());
+    const gpu_context& g = gpu_of(c);
+    c.output = g.allocate(dtype_of<T>, loom::shape{x.shape()[0], w.shape()[1]});
+    gemm<T>(c, x, false, w, false, c.output);
+    const std::int64_t n = c.output.num_elements();
+    if (n == 0)
+      return;
+    add_bias_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
+        c.output.template device_data<T>(), n, w.shape()[1], b.template device_data<T>());
+    check_launch();
+  }
+};
+
+// -- reductions ------------------------------------------------------------------------------
+
+// Runs of kept and of reduced dimensions an input merges into.
+inline constexpr int max_runs = 8;
+
+// An input as [kept runs..., reduced runs...] with its own strides: output
+// element o reads in[base(o) + offset(j)] for j over the reduced elements.
+struct reduce_desc {
+  int kept = 0, reduced = 0;
+  std::int64_t kept_dims[max_runs] = {}, kept_strides[max_runs] = {};
+  std::int64_t red_dims[max_runs] = {}, red_strides[max_runs] = {};
+};
+
+__device__ inline std::int64_t offset_of(std::int64_t i, int rank, const std::int64_t* dims,
+                                         const std::int64_t* strides) {
+  std::int64_t off = 0;
+  for (int k = rank - 1; k >= 0; --k) {
+    const std::int64_t q = i / dims[k];
+    off += (i - q * dims[k]) * strides[k];
+    i = q;
+  }
+  return off;
+}
+
+// Dimensions merged into alternating runs of kept and reduced ones; dimensions
+// of size 1 are dropped (the CPU kernel's merge_runs).
+struct merged_runs {
+  std::vector<std::int64_t> dims;
+  std::vector<char> reduced;
+  bool any_reduced() const { return std::find(reduced.begin(), reduced.end(), 1) != reduced.end(); }
+};
+
+inline merged_runs merge(const loom::shape& s, const std::vector<char>& mask) {
+  merged_runs r;
+  for (int i = 0; i < s.rank(); ++i) {
+    const std::int64_t d = s[i];
+    if (d == 1)
+      continue;
+    const char red = mask[static_cast<std::size_t>(i)];
+    if (!r.dims.empty() && r.reduced.back() == red)
+      r.dims.back() *= d;
+    else {
+      r.dims.push_back(d);
+      r.reduced.push_back(red);
+    }
+  }
+  return r;
+}
+
+template <class T, class Op>
+__global__ void __launch_bounds__(block_threads)
+    reduce_per_thread(const T* in, T* out, reduce_desc d, std::int64_t outputs, std::int64_t count,
+                      T init, std::int64_t divisor) {
+  const Op op;
+  for (std::int64_t o = global_thread(); o < outputs; o += grid_threads()) {
+    const T* p = in + offset_of(o, d.kept, d.kept_dims, d.kept_strides);
+    T acc = init;
+    for (std::int64_t j = 0; j < count; ++j)
+      acc = op(acc, p[offset_of(j, d.reduced, d.red_dims, d.red_strides)]);
+    out[o] = divisor > 1 ? T(acc / static_cast<T>(divisor)) : acc;
+  }
+}
+
+// Block b reduces items b, b + gridDim.x, ...; item = o * splits + s covers the
+// reduced elements [s * chunk, (s + 1) * chunk) of output o.
+template <class T, class Op>
+__global__ void __launch_bounds__(block_threads)
+    reduce_per_block(const T* in, T* out, reduce_desc d, std::int64_t outputs, std::int64_t count,
+                     std::int64_t splits, std::int64_t chunk, T init, std::int64_t divisor) {
+  __shared__ alignas(8) unsigned char scratch_bytes[32 * sizeof(T)];
+  T* scratch = reinterpret_cast<T*>(scratch_bytes);
+  const Op op;
+  for (std::int64_t item = blockIdx.x; item < outputs * splits; item += gridDim.x) {
+    const std::int64_t o = item / splits, s = item % splits;
+    const T* p = in + offset_of(o, d.kept, d.kept_dims, d.kept_strides);
+    const std::int64_t end = (s + 1) * chunk < count ? (s + 1) * chunk : count;
+    T acc = init;
+    for (std::int64_t j = s * chunk + threadIdx.x; j < end; j += blockDim.x)
+      acc = op(acc, p[offset_of(j, d.reduced, d.red_dims, d.red_strides)]);
+    acc = block_reduce(acc, op, scratch);
+    if (threadIdx.x == 0)
+      out[item] = divisor > 1 ? T(acc / static_cast<T>(divisor)) : acc;
+  }
+}
+
+template <class T, class Op>
+void launch_reduce(const gpu_context& g, const T* in, T* out, const reduce_desc& d,
+                   std::int64_t outputs, std::int64_t count, T init, std::int64_t divisor) {
+  if (outputs == 0)
+    return;
+  if (count <= 32) {
+    reduce_per_thread<T, Op><<<grid_for(outputs), block_threads, 0, g.stream>>>(
+        in, out, d, outputs, count, init, divisor);
+    check_launch();
+    return;
+  }
+  // A block per output; with few outputs, each split into chunks of >= 4096
+  // elements so that about 1024 blocks work.
+  const std::int64_t splits = std::clamp<std::int64_t>(
+      std::min((count + 4095) / 4096, (1024 + outputs - 1) / outputs), 1, 1024);
+  const std::int64_t chunk = (count + splits - 1) / splits;
+  const auto blocks = static_cast<unsigned>(std::min(outputs * splits, max_blocks));
+  if (splits == 1) {
+    reduce_per_block<T, Op><<<blocks, block_threads, 0, g.stream>>>(in, out, d, outputs, count, 1,
+                                                                    chunk, init, divisor);
+    check_launch();
+    return;
+  }
+  any_tensor partial = g.allocate(dtype_of<T>, loom::shape{outputs * splits});
+  T* part = partial.template device_data<T>();
+  reduce_per_block<T, Op>
+      <<<blocks, block_threads, 0, g.stream>>>(in, part, d, outputs, count, splits, chunk, init, 1);
+  check_launch();
+  reduce_desc d2; // partial as [outputs, splits]
+  d2.kept = 1;
+  d2.kept_dims[0] = outputs;
+  d2.kept_strides[0] = splits;
+  d2.reduced = 1;
+  d2.red_dims[0] = splits;
+  d2.red_strides[0] = 1;
+  // `partial` is freed on return while the kernels may still run: the
+  // allocator hands it out again only on this stream, after them.
+  launch_reduce<T, Op>(g, part, out, d2, outputs, splits, init, divisor);
+}
+
+// Reduces x over the masked axes (a sum, a mean or a max) into a tensor of
+// `out_shape`, as the CPU kernel does: with nothing to reduce it shares x's
+// buffer; an empty input gives the reduction's identity (NaN for a mean).
+enum class reducer { sum, mean, max };
+
+template <class T>
+any_tensor reduce(const kernel_context& c, const any_tensor& x, const std::vector<char>& mask,
+                  const loom::shape& out_shape, reducer r) {
+  const gpu_context& g = gpu_of(c);
+  const std::int64_t out_count = out_shape.num_elements();
+  T init = T(0);
+  if (r == reducer::max)
+    init = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                : std::numeric_limits<T>::lowest();
+  if (x.num_elements() == 0) {
+    any_tensor out = g.allocate(x.type(), out_shape);
+    T fill_value = init;
+    if (r == reducer::mean && std::numeric_limits<T>::has_quiet_NaN)
+      fill_value = std::numeric_limits<T>::quiet_NaN();
+    fill<T>(g, out.template device_data<T>(), out_count, fill_value);
+    return out;
+  }
+  const merged_runs runs = merge(x.shape(), mask);
+  if (!runs.any_reduced())
+    return x.reshaped(out_shape);
+  reduce_desc d;
+  std::int64_t count = 1, stride = 1;
+  std::vector<std::int64_t> strides(runs.dims.size());
+  for (std::size_t k = runs.dims.size(); k-- > 0;) {
+    strides[k] = stride;
+    stride *= runs.dims[k];
+  }
+  if (runs.dims.size() > static_cast<std::size_t>(2 * max_runs))
+    throw unimplemented_error("node " + c.node.describe() + ": a reduction of shape " +
+                              x.shape().to_string() + " over more than " +
+                              std::to_string(max_runs) + " separate runs of axes");
+  for (std::size_t k = 0; k < runs.dims.size(); ++k) {
+    if (runs.reduced[k]) {
+      d.red_dims[d.reduced] = runs.dims[k];
+      d.red_strides[d.reduced++] = strides[k];
+      count *= runs.dims[k];
+    } else {
+      d.kept_dims[d.kept] = runs.dims[k];
+      d.kept_strides[d.kept++] = strides[k];
+    }
+  }
+  any_tensor out = g.allocate(x.type(), out_shape);
+  const T* in = x.template device_data<T>();
+  T* o = out.template device_data<T>();
+  const std::int64_t divisor = r == reducer::mean ? count : 1;
+  if (r == reducer::max)
+    launch_reduce<T, max_op>(g, in, o, d, out_count, count, init, 1);
+  else
+    launch_reduce<T, sum_op>(g, in, o, d, out_count, count, init, divisor);
+  return out;
+}
+
+template <class T> struct reduction_gpu {
+  static void run(kernel_context& c) {
+    const any_tensor& x = c.input(0);
+    const node_def& n = c.node;
+    const auto mask =
+        reduction_mask(n, x.shape(), n.attr_or<std::vector<std::int64_t>>("axes", {}));
+    const loom::shape out_shape =
+        reduced_shape(x.shape(), mask, n.attr_or<bool>("keepdims", false));
+    const reducer r = n.op == "reduce_max"    ? reducer::max
+                      : n.op == "reduce_mean" ? reducer::mean
+                                              : reducer::sum;
+    c.output = reduce<T>(c, x, mask, out_shape, r);
+  }
+};
+
+// out[i] = a at i (read through strides), divided by `divisor` when it is > 1.
+template <class T>
+__global__ void __launch_bounds__(block_threads)
+    broadcast_kernel(T* out, std::int64_t n, out_dims d, operand a, std::int64_t divisor) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const T v = load<T>(a, d, i);
+    out[i] = divisor > 1 ? T(v / static_cast<T>(divisor)) : v;
+  }
+}
+
+// dy broadcast back over the reduced axes (divided by their count for a mean).
+template <class T> struct reduce_grad_gpu {
+  static void run(kernel_context& c) {
+    const any_tensor& dy = c.input(0);
+    const loom::shape& to = c.input(1).shape();
+    const node_def& n = c.node;
+    const auto mask = reduction_mask(n, to, n.attr_or<std::vector<std::int64_t>>("axes", {}));
+    const loom::shape kept = reduced_shape(to, mask, true);
+    if (dy.num_elements() != kept.num_elements())
+      throw invalid_argument_error("node " + n.describe() + ": the gradient of shape " +
+                                   dy.shape().to_string() +
+                                   " does not match a reduction of shape " + to.to_string());
+    const std::int64_t count =
+        kept.num_elements() == 0 ? 0 : to.num_elements() / kept.num_elements();
+    const std::int64_t divisor = n.attr<std::string>("mode") == "mean" ? count : 1;
+    const merged_runs runs = merge(to, mask);
+    const gpu_context& g = gpu_of(c);
+    if (to.num_elements() == 0) {
+      c.output = g.allocate(dy.type(), to);
+      return;
+    }
+    if (!runs.any_reduced()) { // count is 1: dy itself, as on the CPU
+      c.output = dy.reshaped(to);
+      return;
+    }
+    if (runs.dims.size() > static_cast<std::size_t>(max_broadcast_rank))
+      throw unimplemented_error("broadcasting beyond rank 6 (shape " +
+                                loom::shape(runs.dims).to_string() + ")");
+    out_dims d;
+    operand a;
+    a.p = dy.device_data();
+    a.mode = operand::strided;
+    d.rank = static_cast<int>(runs.dims.size());
+    std::int64_t s = 1;
+    for (int k = d.rank - 1; k >= 0; --k) {
+      d.dims[k] = runs.dims[static_cast<std::size_t>(k)];
+      a.stride[k] = runs.reduced[static_cast<std::size_t>(k)] ? 0 : s;
+      if (!runs.reduced[static_cast<std::size_t>(k)])
+        s *= d.dims[k];
+    }
+    c.output = g.allocate(dy.type(), to);
+    const std::int64_t total = to.num_elements();
+    broadcast_kernel<T><<<grid_for(total), block_threads, 0, g.stream>>>(
+        c.output.template device_data<T>(), total, d, a, divisor);
+    check_launch();
+  }
+};
+
+// argmax / argmin along one axis; ties give the first index (one thread per output).
+template <class T>
+__global__ void __launch_bounds__(block_threads)
+    arg_reduce_kernel(const T* in, std::int64_t* out, std::int64_t outer_inner, std::int64_t r,
+                      std::int64_t inner, bool is_min) {
+  for (std::int64_t k = global_thread(); k < outer_inner; k += grid_threads()) {
+    const T* p = in + (k / inner) * r * inner + k % inner;
+    std::int64_t best = 0;
+    T value = p[0];
+    for (std::int64_t j = 1; j < r; ++j) {
+      const T v = p[j * inner];
+      if (is_min ? v < value : v > value) {
+        value = v;
+        best = j;
+      }
+    }
+    out[k] = best;
+  }
+}
+
+template <class T> struct arg_reduction_gpu {
+  static void run(kernel_context& c) {
+    const any_tensor& x = c.input(0);
+    const node_def& n = c.node;
+    const int axis = normalize_axis(n, x.shape(), n.attr<std::int64_t>("axis"));
+    std::vector<char> mask(static_cast<std::size_t>(x.rank()), 0);
+    mask[static_cast<std::size_t>(axis)] = 1;
+    const gpu_context& g = gpu_of(c);
+    c.output = g.allocate(dtype::i64, reduced_shape(x.shape(), mask, false));
+    std::int64_t o = 1, i = 1;
+    for (int k = 0; k < axis; ++k)
+      o *= x.shape()[k];
+    for (int k = axis + 1; k < x.rank(); ++k)
+      i *= x.shape()[k];
+    const std::int64_t r = x.shape()[axis];
+    if (o * i == 0)
+      return;
+    if (r == 0)
+      throw invalid_argument_error("node " + n.describe() + ": axis " + std::to_string(axis) +
+                                   " of the input of shape " + x.shape().to_string() + " is empty");
+    arg_reduce_kernel<T><<<grid_for(o * i), block_threads, 0, g.stream>>>(
+        x.template device_data<T>(), c.output.template device_data<std::int64_t>(), o * i, r, i,
+        n.op == "argmin");
+    check_launch();
+  }
+};
+
+// -- reshape: the same device memory under another shape, as on the CPU -----------------------
+
+template <class T> struct reshape_gpu {
+  static void run(kernel_context& c) {
+    const any_tensor& x = c.input(0);
+    c.output = x.reshaped(
+        reshape_target(c.node, x.shape(), c.node.attr<std::vector<std::int64_t>>("dims")));
+  }
+};
+
+template <class T> struct reshape_like_gpu {
+  static void run(kernel_context& c) {
+    const any_tensor& x = c.input(0);
+    const loom::shape& to = c.input(1).shape();
+    if (x.num_elements() != to.num_elements())
+      throw invalid_argument_error("node " + c.node.describe() +
+                                   ": cannot reshape a tensor of shape " + x.shape().to_string() +
+                                   " into shape " + to.to_string());
+    c.output = x.reshaped(to);
+  }
+};
+
+inline bool register_math_gpu() {
+  register_kernels<matmul_gpu>("matmul", floating_types{}, device_gpu);
+  register_kernels<xw_plus_b_gpu>("xw_plus_b", floating_types{}, device_gpu);
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"})
+    register_kernels<reduction_gpu>(op, numeric_types{}, device_gpu);
+  register_kernels<reduce_grad_gpu>("reduce_grad", floating_types{}, device_gpu);
+  register_kernels<arg_reduction_gpu>("argmax", numeric_types{}, device_gpu);
+  register_kernels<arg_reduction_gpu>("argmin", numeric_types{}, device_gpu);
+  register_kernels<reshape_gpu>("reshape", all_types_but_string{}, device_gpu);
+  register_kernels<reshape_like_gpu>("reshape_like", all_types_but_string{}, device_gpu);
+  return true;
+}
+
+inline const bool math_gpu_registered = register_math_gpu();
+
+} // namespace loom::cuda::kernels

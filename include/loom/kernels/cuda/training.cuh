@@ -1,0 +1,279 @@
+// GPU kernels of the optimizer updates (kernels/cpu/training.hpp on the CPU),
+// with TF's formulas: each updates the variable and its slots in place in this
+// GPU's memory and outputs the variable's buffer. The variable and its slots
+// must live on this GPU (their initializers placed here put them there); one
+// that does not is refused with a message naming it.
+//
+// The hyperparameters (lr, beta1_power, ...) are scalar inputs in device
+// memory: the kernels read them there, so that no update waits for the GPU.
+#pragma once
+
+#include <loom/cuda/elementwise.cuh>
+#include <loom/graph/ops/training.hpp>
+#include <loom/kernels/cuda/common.cuh>
+#include <loom/kernels/cuda/state.cuh>
+#include <loom/kernels/registry.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <string>
+
+namespace loom::cuda::kernels {
+
+// The shape helpers the CPU kernels and shape inference use, with their messages.
+using loom::detail::apply_ref_attr;
+
+// The mutexes of the variable and its slots for the update's duration, in
+// address order (the CPU's apply_locks). The update is queued on the stream
+// before they are released, so any later reader or update is ordered after it.
+class update_locks {
+public:
+  explicit update_locks(std::span<variable_resource* const> refs) {
+    if (refs.size() > max_refs)
+      throw internal_error("update_locks: " + std::to_string(refs.size()) + " refs");
+    std::array<std::mutex*, max_refs> mus{};
+    std::size_t n = 0;
+    for (variable_resource* r : refs)
+      if (std::find(mus.begin(), mus.begin() + static_cast<std::ptrdiff_t>(n), &r->mu) ==
+          mus.begin() + static_cast<std::ptrdiff_t>(n))
+        mus[n++] = &r->mu;
+    for (std::size_t i = 1; i < n; ++i)
+      for (std::size_t j = i; j > 0 && std::less<>{}(mus[j], mus[j - 1]); --j)
+        std::swap(mus[j], mus[j - 1]);
+    for (std::size_t k = 0; k < n; ++k)
+      locks_[k] = std::unique_lock(*mus[k]);
+  }
+
+private:
+  static constexpr std::size_t max_refs = 3;
+  std::array<std::unique_lock<std::mutex>, max_refs> locks_;
+};
+
+// The CPU's check_apply_inputs (same messages), then: every ref on this GPU.
+inline void check_update(const kernel_context& c, const any_tensor& grad) {
+  const node_def& n = c.node;
+  auto ref_name = [&](std::size_t k) {
+    return n.attr_or<std::string>(apply_ref_attr(k), "input " + std::to_string(k));
+  };
+  for (std::size_t k = 0; k < c.refs.size(); ++k)
+    if (!c.refs[k]->initialized)
+      throw failed_precondition_error("node " + n.describe() +
+                                      ": attempting to use uninitialized variable '" + ref_name(k) +
+                                      "' (run its initializer, or global_variables_initializer, "
+                                      "first)");
+  const any_tensor& var = c.refs[0]->value;
+  for (std::size_t k = 1; k < c.refs.size(); ++k)
+    if (c.refs[k]->value.shape() != var.shape())
+      throw invalid_argument_error("node " + n.describe() + ": slot '" + ref_name(k) +
+                                   "' has shape " + c.refs[k]->value.shape().to_string() +
+                                   ", but variable '" + ref_name(0) + "' has shape " +
+                                   var.shape().to_string());
+  if (grad.shape() != var.shape())
+    throw invalid_argument_error("node " + n.describe() + ": the gradient has shape " +
+                                 grad.shape().to_string() + ", but variable '" + ref_name(0) +
+                                 "' has shape " + var.shape().to_string());
+  for (std::size_t k = 0; k < c.refs.size(); ++k)
+    check_on_gpu(c, c.refs[k]->value, (k == 0 ? "variable '" : "slot '") + ref_name(k) + "'");
+}
+
+// A scalar hyperparameter input, in device memory; TF accepts only scalars.
+template <class T> const T* scalar_input(const kernel_context& c, std::size_t i, const char* what) {
+  const any_tensor& t = c.input(i);
+  if (t.rank() != 0)
+    throw invalid_argument_error("node " + c.node.describe() + ": " + what +
+                                 " is not a scalar: " + t.shape().to_string());
+  return t.template device_data<T>();
+}
+
+template <class T> T* ref_data(const kernel_context& c, std::size_t k) {
+  return c.refs[k]->value.template device_data<T>();
+}
+
+template <class T> __device__ inline T dsqrt(T a) {
+  return loom::cuda::detail::d_sqrt(a);
+}
+
+template <class T>
+__global__ void gradient_descent_kernel(T* w, const T* alpha, const T* delta, std::int64_t n) {
+  const T a = *alpha;
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
+    w[i] -= delta[i] * a;
+}
+
+template <class T>
+__global__ void momentum_kernel(T* w, T* accum, const T* lr_p, const T* grad, const T* momentum_p,
+                                std::int64_t n, bool nesterov) {
+  const T lr = *lr_p, momentum = *momentum_p;
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const T g = grad[i];
+    const T a = accum[i] * momentum + g;
+    accum[i] = a;
+    if (nesterov)
+      w[i] -= g * lr + a * momentum * lr;
+    else
+      w[i] -= a * lr;
+  }
+}
+
+template <class T>
+__global__ void adagrad_kernel(T* w, T* accum, const T* lr_p, const T* grad, std::int64_t n) {
+  const T lr = *lr_p;
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const T g = grad[i];
+    const T a = accum[i] + g * g;
+    accum[i] = a;
+    w[i] -= g * lr * (T(1) / dsqrt(a));
+  }
+}
+
+struct adam_params {
+  const void *beta1_power, *beta2_power, *lr, *beta1, *beta2, *epsilon;
+};
+
+template <class T>
+__global__ void adam_kernel(T* w, T* m, T* v, const T* grad, adam_params p, std::int64_t n,
+                            bool nesterov) {
+  const T beta1_power = *static_cast<const T*>(p.beta1_power);
+  const T beta2_power = *static_cast<const T*>(p.beta2_power);
+  const T lr = *static_cast<const T*>(p.lr), beta1 = *static_cast<const T*>(p.beta1);
+  const T beta2 = *static_cast<const T*>(p.beta2), epsilon = *static_cast<const T*>(p.epsilon);
+  const T alpha = lr * dsqrt(T(T(1) - beta2_power)) / (T(1) - beta1_power);
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const T g = grad[i];
+    const T mi = m[i] + (g - m[i]) * (T(1) - beta1);
+    const T vi = v[i] + (g * g - v[i]) * (T(1) - beta2);
+    m[i] = mi;
+    v[i] = vi;
+    if (nesterov)
+      w[i] -= ((g * (T(1) - beta1) + mi * beta1) * alpha) / (dsqrt(vi) + epsilon);
+    else
+      w[i] -= (mi * alpha) / (dsqrt(vi) + epsilon);
+  }
+}
+
+template <class T>
+__global__ void rms_prop_kernel(T* w, T* ms, T* mom, const T* grad, const T* lr_p, const T* rho_p,
+                                const T* momentum_p, const T* epsilon_p, std::int64_t n) {
+  const T lr = *lr_p, rho = *rho_p, momentum = *momentum_p, epsilon = *epsilon_p;
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const T g = grad[i];
+    const T s = ms[i] + (g * g - ms[i]) * (T(1) - rho);
+    ms[i] = s;
+    const T mo = mom[i] * momentum + (g * lr) / dsqrt(T(s + epsilon));
+    mom[i] = mo;
+    w[i] -= mo;
+  }
+}
+
+template <class T> std::int64_t elements(const kernel_context& c) {
+  return c.refs[0]->value.num_elements();
+}
+
+template <class T> struct apply_gradient_descent_gpu {
+  static void run(kernel_context& c) {
+    const T* alpha = scalar_input<T>(c, 1, "alpha");
+    const any_tensor& delta = c.input(2);
+    update_locks lock(c.refs);
+    check_update(c, delta);
+    const gpu_context& g = gpu_of(c);
+    if (const std::int64_t n = elements<T>(c); n > 0) {
+      gradient_descent_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
+          ref_data<T>(c, 0), alpha, delta.template device_data<T>(), n);
+      check_launch();
+    }
+    c.output = c.refs[0]->value;
+  }
+};
+
+template <class T> struct apply_momentum_gpu {
+  static void run(kernel_context& c) {
+    const T* lr = scalar_input<T>(c, 2, "lr");
+    const T* momentum = scalar_input<T>(c, 4, "momentum");
+    const any_tensor& grad = c.input(3);
+    const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
+    update_locks lock(c.refs);
+    check_update(c, grad);
+    const gpu_context& g = gpu_of(c);
+    if (const std::int64_t n = elements<T>(c); n > 0) {
+      momentum_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
+          ref_data<T>(c, 0), ref_data<T>(c, 1), lr, grad.template device_data<T>(), momentum, n,
+          nesterov);
+      check_launch();
+    }
+    c.output = c.refs[0]->value;
+  }
+};
+
+template <class T> struct apply_adagrad_gpu {
+  static void run(kernel_context& c) {
+    const T* lr = scalar_input<T>(c, 2, "lr");
+    const any_tensor& grad = c.input(3);
+    update_locks lock(c.refs);
+    check_update(c, grad);
+    const gpu_context& g = gpu_of(c);
+    if (const std::int64_t n = elements<T>(c); n > 0) {
+      adagrad_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
+          ref_data<T>(c, 0), ref_data<T>(c, 1), lr, grad.template device_data<T>(), n);
+      check_launch();
+    }
+    c.output = c.refs[0]->value;
+  }
+};
+
+template <class T> struct apply_adam_gpu {
+  static void run(kernel_context& c) {
+    const adam_params p{scalar_input<T>(c, 3, "beta1_power"), scalar_input<T>(c, 4, "beta2_power"),
+                        scalar_input<T>(c, 5, "lr"),          scalar_input<T>(c, 6, "beta1"),
+                        scalar_input<T>(c, 7, "beta2"),       scalar_input<T>(c, 8, "epsilon")};
+    const any_tensor& grad = c.input(9);
+    const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
+    update_locks lock(c.refs);
+    check_update(c, grad);
+    const gpu_context& g = gpu_of(c);
+    if (const std::int64_t n = elements<T>(c); n > 0) {
+      adam_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
+          ref_data<T>(c, 0), ref_data<T>(c, 1), ref_data<T>(c, 2), grad.template device_data<T>(),
+          p, n, nesterov);
+      check_launch();
+    }
+    c.output = c.refs[0]->value;
+  }
+};
+
+template <class T> struct apply_rms_prop_gpu {
+  static void run(kernel_context& c) {
+    const T* lr = scalar_input<T>(c, 3, "lr");
+    const T* rho = scalar_input<T>(c, 4, "rho");
+    const T* momentum = scalar_input<T>(c, 5, "momentum");
+    const T* epsilon = scalar_input<T>(c, 6, "epsilon");
+    const any_tensor& grad = c.input(7);
+    update_locks lock(c.refs);
+    check_update(c, grad);
+    const gpu_context& g = gpu_of(c);
+    if (const std::int64_t n = elements<T>(c); n > 0) {
+      rms_prop_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
+          ref_data<T>(c, 0), ref_data<T>(c, 1), ref_data<T>(c, 2), grad.template device_data<T>(),
+          lr, rho, momentum, epsilon, n);
+      check_launch();
+    }
+    c.output = c.refs[0]->value;
+  }
+};
+
+inline bool register_training_gpu() {
+  register_kernels<apply_gradient_descent_gpu>("apply_gradient_descent", floating_types{},
+                                               device_gpu);
+  register_kernels<apply_momentum_gpu>("apply_momentum", floating_types{}, device_gpu);
+  register_kernels<apply_adagrad_gpu>("apply_adagrad", floating_types{}, device_gpu);
+  register_kernels<apply_adam_gpu>("apply_adam", floating_types{}, device_gpu);
+  register_kernels<apply_rms_prop_gpu>("apply_rms_prop", floating_types{}, device_gpu);
+  return true;
+}
+
+inline const bool training_gpu_registered = register_training_gpu();
+
+} // namespace loom::cuda::kernels

@@ -1,0 +1,65 @@
+// What the executor and the placer need from a GPU runtime, without a CUDA
+// header: how many GPUs this process has, how to run a GPU kernel, and how to
+// copy a tensor between host and device memory.
+//
+// A process has GPUs only when a translation unit compiled by nvcc includes
+// loom/cuda/backend.cuh (DESIGN §3: "a TU compiled by nvcc instantiates CUDA
+// kernels for what it uses"); that header registers the one backend here
+// before main(). Everything else sees registered() == nullptr and places
+// nothing on a GPU.
+#pragma once
+
+#include <loom/core/tensor.hpp>
+#include <loom/kernels/registry.hpp>
+
+#include <atomic>
+
+namespace loom {
+
+class gpu_backend {
+public:
+  virtual ~gpu_backend() = default;
+
+  // GPUs this process can use (0 without a driver or a device).
+  virtual int device_count() const noexcept = 0;
+
+  // Runs a GPU kernel on `device`: sets c.gpu, launches under the device's
+  // lock (kernels of concurrent steps share one stream), checks the launch.
+  virtual void run(int device, kernel_fn kernel, kernel_context& c) = 0;
+
+  // A copy of `t` at `where`. To the host it has completed on return; to a GPU
+  // it is ordered before every later kernel on that GPU.
+  virtual any_tensor copy(const any_tensor& t, memory_location where) = 0;
+
+  // The registered backend, or nullptr when this process has none.
+  static gpu_backend* registered() noexcept { return slot().load(std::memory_order_acquire); }
+  static void register_backend(gpu_backend* b) noexcept {
+    slot().store(b, std::memory_order_release);
+  }
+
+private:
+  static std::atomic<gpu_backend*>& slot() noexcept {
+    static std::atomic<gpu_backend*> s{nullptr};
+    return s;
+  }
+};
+
+// GPUs this process can place nodes on.
+inline int gpu_count() noexcept {
+  const gpu_backend* b = gpu_backend::registered();
+  return b ? b->device_count() : 0;
+}
+
+// `t` at `where`: itself when it is there already, else a copy (one clear
+// error when no backend could have made it).
+inline any_tensor at_location(const any_tensor& t, memory_location where) {
+  if (t.empty() || t.location() == where)
+    return t;
+  gpu_backend* b = gpu_backend::registered();
+  if (!b)
+    throw internal_error("a tensor " + t.describe() + " is needed on " + where.to_string() +
+                         " but this process has no GPU backend");
+  return b->copy(t, where);
+}
+
+} // namespace loom

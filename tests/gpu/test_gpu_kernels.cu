@@ -1,0 +1,927 @@
+// The GPU kernels of kernels/cuda/ against the CPU kernels of kernels/cpu/.
+//
+// Two suites, as tests/gpu/test_gpu.cu:
+//   "cuda_host"   needs no GPU: every (op, dtype) the CPU registers has a GPU
+//                 kernel (but for the CPU-only list below), and the table of
+//                 device cases covers every GPU kernel;
+//   "cuda_device" needs a GPU (skipped without one; main prints "no CUDA device"):
+//                 every GPU kernel run on fresh random inputs and compared with
+//                 the CPU kernel of the same (op, dtype) from the registry; the
+//                 optimizer updates over several steps; the random sources'
+//                 distributions; variables and assignments.
+// Outputs are poisoned first: before each GPU kernel an output-sized block of
+// the caching allocator is filled with 0xFF bytes (NaN for float and double)
+// and freed, so the kernel's own allocation reuses it and an element it never
+// writes fails the comparison. The CPU kernels register from
+// tests/gpu/cpu_kernels.cpp (a g++ unit), which also holds the end-to-end
+// session test of an MLP placed on /gpu:0.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <loom/graph/op_registry.hpp>
+#include <loom/kernels/cuda/cuda.cuh>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+// The CPU kernels' thread pool, made in cpu_kernels.cpp: Eigen's thread pool
+// does not compile under nvcc (host-only members of __host__ __device__ code).
+loom::cpu_device& host_device();
+
+namespace {
+
+using namespace loom;
+
+bool have_gpu() {
+  static const bool has = gpu_count() > 0;
+  return has;
+}
+
+std::uint64_t fresh_seed() {
+  static std::random_device rd;
+  return (std::uint64_t{rd()} << 32) ^ rd();
+}
+
+// Ops that the CPU has and the GPU deliberately has not, and why.
+const std::set<std::string>& cpu_only_ops() {
+  static const std::set<std::string> ops{
+      // Blocking synchronous-replica state (kernels/cpu/sync.hpp): they wait on
+      // host condition variables and keep host resources, like TF's accumulators.
+      "accumulate_gradient", "take_gradient", "close_accumulator",
+      "counter_raise",       "counter_add",   "counter_wait",
+  };
+  return ops;
+}
+
+const std::vector<dtype>& every_dtype() {
+  static const std::vector<dtype> all{dtype::f32, dtype::f64,     dtype::i32,
+                                      dtype::i64, dtype::boolean, dtype::string};
+  return all;
+}
+
+// -- a process's resources, for kernels run outside a session ------------------------------------
+class test_resources final : public resource_access {
+public:
+  variable_resource& variable(const node_def& n) override {
+    auto& v = vars_[n.name];
+    if (!v)
+      v = std::make_unique<variable_resource>();
+    return *v;
+  }
+  std::mt19937_64& random_engine(const node_def& n, std::uint64_t seed) override {
+    auto it = engines_.find(n.name);
+    if (it == engines_.end())
+      it = engines_.emplace(n.name, std::mt19937_64(seed ? seed : fresh_seed())).first;
+    return it->second;
+  }
+  std::shared_ptr<resource_base>
+  resource(const std::string& container, const std::string& name,
+           const std::function<std::shared_ptr<resource_base>()>& make) override {
+    auto& r = others_[container + "/" + name];
+    if (!r)
+      r = make();
+    return r;
+  }
+
+private:
+  std::map<std::string, std::unique_ptr<variable_resource>> vars_;
+  std::map<std::string, std::mt19937_64> engines_;
+  std::map<std::string, std::shared_ptr<resource_base>> others_;
+};
+
+// -- running one kernel
+// ----------------------------------------------------------------------------
+any_tensor run_cpu(const node_def& n, dtype t, const std::vector<const any_tensor*>& in,
+                   const std::vector<variable_resource*>& refs, resource_access& res) {
+  kernel_fn fn = kernel_registry::instance().find_for(n, t, device_cpu);
+  kernel_context ctx{n, in, refs, host_device(), res, {}, 0, nullptr};
+  fn(ctx);
+  return ctx.output;
+}
+
+thread_local kernel_fn t_kernel = nullptr;
+thread_local std::size_t t_poison_bytes = 0;
+
+// Fills an output-sized block with 0xFF and frees it, then runs the kernel.
+void poisoned_kernel(kernel_context& c) {
+  const gpu_context& g = *c.gpu;
+  if (t_poison_bytes) {
+    void* p = g.allocator->allocate(t_poison_bytes, g.stream);
+    LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, t_poison_bytes, g.stream));
+    g.allocator->deallocate(p);
+  }
+  t_kernel(c);
+}
+
+gpu_backend& backend() {
+  gpu_backend* b = gpu_backend::registered();
+  REQUIRE(b != nullptr);
+  return *b;
+}
+
+any_tensor to_gpu(const any_tensor& t) {
+  return backend().copy(t, memory_location::gpu(0));
+}
+any_tensor to_host(const any_tensor& t) {
+  if (t.empty() || t.on_host())
+    return t;
+  return backend().copy(t, memory_location::host());
+}
+
+// Runs the GPU kernel of (n.op, t) on GPU 0; `out_bytes` sizes the poisoned block.
+any_tensor run_gpu(const node_def& n, dtype t, const std::vector<const any_tensor*>& in,
+                   const std::vector<variable_resource*>& refs, resource_access& res,
+                   std::size_t out_bytes, std::uint32_t forwardable = 0) {
+  t_kernel = kernel_registry::instance().find_for(n, t, device_gpu);
+  t_poison_bytes = out_bytes;
+  kernel_context ctx{n, in, refs, host_device(), res, {}, forwardable, nullptr};
+  backend().run(0, &poisoned_kernel, ctx);
+  if (!ctx.output.empty() && ctx.output.num_elements() > 0)
+    CHECK(ctx.output.location() == memory_location::gpu(0));
+  return ctx.output;
+}
+
+// -- random inputs
+// -----------------------------------------------------------------------------------
+enum class gen {
+  any,      // floats in [-3, 3], ints in [-9, 9]
+  positive, // floats in [0.1, 4], ints in [1, 9]
+  nonzero,  // away from zero: |x| in [0.5, 3], ints in +-[1, 9]
+  low,      // [-3, -0.5] (clip's lower bound)
+  high,     // [0.5, 3]
+  prob,     // [0, 1]
+  labels,   // ints in [0, classes)
+};
+
+struct in_spec {
+  loom::shape s;
+  std::optional<dtype> fixed{}; // the input's dtype when not the kernel's
+  gen g = gen::any;
+  std::int64_t classes = 0;
+};
+
+any_tensor random_tensor(dtype t, const loom::shape& s, gen g, std::int64_t classes,
+                         std::mt19937_64& rng) {
+  any_tensor out(t, s);
+  const std::int64_t n = out.num_elements();
+  visit_dtype(t, [&]<class T>() {
+    if constexpr (std::is_same_v<T, std::string>) {
+      FAIL("no string inputs on a GPU");
+    } else if constexpr (std::is_same_v<T, bool>) {
+      std::bernoulli_distribution d(0.5);
+      for (std::int64_t i = 0; i < n; ++i)
+        out.data<bool>()[i] = d(rng);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      double lo = -3, hi = 3;
+      if (g == gen::positive)
+        lo = 0.1, hi = 4;
+      else if (g == gen::low)
+        lo = -3, hi = -0.5;
+      else if (g == gen::high || g == gen::nonzero)
+        lo = 0.5, hi = 3;
+      else if (g == gen::prob)
+        lo = 0, hi = 1;
+      std::uniform_real_distribution<double> d(lo, hi);
+      std::bernoulli_distribution sign(0.5);
+      for (std::int64_t i = 0; i < n; ++i) {
+        double v = d(rng);
+        if (g == gen::nonzero && sign(rng))
+          v = -v;
+        out.data<T>()[i] = static_cast<T>(v);
+      }
+    } else {
+      std::int64_t lo = -9, hi = 9;
+      if (g == gen::positive || g == gen::nonzero || g == gen::high)
+        lo = 1;
+      if (g == gen::low)
+        lo = -9, hi = -1;
+      if (g == gen::labels)
+        lo = 0, hi = classes - 1;
+      std::uniform_int_distribution<std::int64_t> d(lo, hi);
+      std::bernoulli_distribution sign(0.5);
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::int64_t v = d(rng);
+        if (g == gen::nonzero && sign(rng))
+          v = -v;
+        out.data<T>()[i] = static_cast<T>(v);
+      }
+    }
+  });
+  return out;
+}
+
+// -- comparisons
+// -------------------------------------------------------------------------------------
+enum class check {
+  elementwise, // each element: |gpu - cpu| <= tol * max(|cpu|, 1e-3); tol 1e-5 float, 1e-12 double
+  l2,          // ||gpu - cpu|| <= tol ||cpu||; tol 1e-4 float, 1e-10 double
+};
+
+template <class T> double as_double(T v) {
+  return static_cast<double>(v);
+}
+
+void compare(const any_tensor& cpu, const any_tensor& gpu_value, check how,
+             const std::string& what) {
+  INFO(what);
+  REQUIRE(cpu.empty() == gpu_value.empty());
+  if (cpu.empty())
+    return;
+  const any_tensor gpu = to_host(gpu_value);
+  REQUIRE(std::string(to_string(gpu.type())) == std::string(to_string(cpu.type())));
+  REQUIRE(gpu.shape().to_string() == cpu.shape().to_string());
+  const std::int64_t n = cpu.num_elements();
+  visit_dtype(cpu.type(), [&]<class T>() {
+    if constexpr (std::is_same_v<T, std::string>) {
+      FAIL("string output");
+    } else if constexpr (!std::is_floating_point_v<T>) {
+      std::int64_t bad = 0, first = -1;
+      for (std::int64_t i = 0; i < n; ++i)
+        if (cpu.data<T>()[i] != gpu.data<T>()[i] && bad++ == 0)
+          first = i;
+      INFO("first difference at " << first);
+      CHECK_MESSAGE(bad == 0, bad << " of " << n << " elements differ (exact dtype)");
+    } else {
+      const double f32 = std::is_same_v<T, float>;
+      const T* c = cpu.data<T>();
+      const T* g = gpu.data<T>();
+      if (how == check::elementwise) {
+        const double tol = f32 ? 1e-5 : 1e-12;
+        std::int64_t bad = 0, first = -1;
+        for (std::int64_t i = 0; i < n; ++i) {
+          const double a = as_double(c[i]), b = as_double(g[i]);
+          const bool same = (std::isnan(a) && std::isnan(b)) || a == b ||
+                            std::abs(a - b) <= tol * std::max(std::abs(a), 1e-3);
+          if (!same && bad++ == 0)
+            first = i;
+        }
+        INFO("first difference at " << first << ": cpu " << (first >= 0 ? as_double(c[first]) : 0.)
+                                    << ", gpu " << (first >= 0 ? as_double(g[first]) : 0.));
+        CHECK_MESSAGE(bad == 0, bad << " of " << n << " elements beyond the relative bound");
+      } else {
+        const double tol = f32 ? 1e-4 : 1e-10;
+        double diff = 0, norm = 0;
+        std::int64_t nan_mismatch = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          const double a = as_double(c[i]), b = as_double(g[i]);
+          if (std::isnan(a) || std::isnan(b)) {
+            nan_mismatch += std::isnan(a) != std::isnan(b);
+            continue;
+          }
+          diff += (a - b) * (a - b);
+          norm += a * a;
+        }
+        CHECK_MESSAGE(nan_mismatch == 0, nan_mismatch << " NaNs where the other has a number");
+        CHECK_MESSAGE(std::sqrt(diff) <= tol * std::max(std::sqrt(norm), 1e-30),
+                      "relative L2 error " << std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30));
+      }
+    }
+  });
+}
+
+// -- the table of cases
+// ------------------------------------------------------------------------------
+struct op_case {
+  std::string op;
+  std::vector<dtype> types; // the kernel dtypes to run (the op's type_input dtype)
+  std::vector<in_spec> in;
+  attr_map attrs{};
+  check how = check::elementwise;
+  std::optional<loom::shape> value{}; // constant: a random "value" attr of this shape
+};
+
+const std::vector<dtype> floats{dtype::f32, dtype::f64};
+const std::vector<dtype> numeric{dtype::f32, dtype::f64, dtype::i32, dtype::i64};
+const std::vector<dtype> no_strings{dtype::f32, dtype::f64, dtype::i32, dtype::i64, dtype::boolean};
+
+std::vector<op_case> make_cases() {
+  std::vector<op_case> cs;
+  using S = loom::shape;
+  // Elementwise: odd sizes, one element, zero elements and every broadcasting form.
+  const std::vector<std::pair<std::string, std::vector<dtype>>> unary{
+      {"neg", numeric},    {"exp", floats},  {"log", floats},       {"sqrt", floats},
+      {"square", numeric}, {"abs", numeric}, {"sign", numeric},     {"relu", numeric},
+      {"sigmoid", floats}, {"tanh", floats}, {"reciprocal", floats}};
+  for (const auto& [op, types] : unary) {
+    const gen g = op == "log" || op == "sqrt" ? gen::positive
+                  : op == "reciprocal"        ? gen::nonzero
+                                              : gen::any;
+    for (const S& s : {S{1003}, S{1}, S{}, S{0}, S{7, 5, 3}})
+      cs.push_back({op, types, {{s, {}, g}}});
+  }
+  const std::vector<std::pair<std::string, std::vector<dtype>>> binary{
+      {"add", numeric},         {"sub", numeric},           {"mul", numeric},
+      {"div", numeric},         {"maximum", numeric},       {"minimum", numeric},
+      {"relu_grad", floats},    {"less", numeric},          {"less_equal", numeric},
+      {"greater", numeric},     {"greater_equal", numeric}, {"equal", no_strings},
+      {"not_equal", no_strings}};
+  const std::vector<std::pair<S, S>> pairs{
+      {S{1003}, S{1003}}, {S{7, 5}, S{5}}, {S{5}, S{7, 5}},    {S{7, 1, 5}, S{1, 3, 1}},
+      {S{}, S{4, 3}},     {S{1003}, S{1}}, {S{0, 3}, S{1, 3}}, {S{2, 1, 3, 1, 2, 3}, S{4, 1, 3}}};
+  for (const auto& [op, types] : binary)
+    for (const auto& [a, b] : pairs)
+      cs.push_back({op, types, {{a}, {b, {}, op == "div" ? gen::nonzero : gen::any}}});
+  cs.push_back(
+      {"clip_by_value", numeric, {{S{37, 11}}, {S{}, {}, gen::low}, {S{}, {}, gen::high}}});
+  cs.push_back(
+      {"clip_by_value", numeric, {{S{37, 11}}, {S{11}, {}, gen::low}, {S{37, 1}, {}, gen::high}}});
+  cs.push_back({"select", numeric, {{S{7, 1}, dtype::boolean}, {S{7, 9}}, {S{9}}}});
+  cs.push_back({"select", numeric, {{S{1003}, dtype::boolean}, {S{1003}}, {S{}}}});
+  for (dtype to : no_strings)
+    for (dtype from : no_strings)
+      cs.push_back({"cast", {from}, {{S{1003}}}, {{"dst", to}}});
+
+  // matmul / xw_plus_b (L2: the summation orders differ).
+  auto mm = [&](S a, S b, bool ta, bool tb) {
+    cs.push_back(
+        {"matmul", floats, {{a}, {b}}, {{"transpose_a", ta}, {"transpose_b", tb}}, check::l2});
+  };
+  mm(S{37, 64}, S{64, 29}, false, false);
+  mm(S{64, 37}, S{64, 29}, true, false);
+  mm(S{37, 64}, S{29, 64}, false, true);
+  mm(S{64, 37}, S{29, 64}, true, true);
+  mm(S{1, 1}, S{1, 1}, false, false);
+  mm(S{3, 1003}, S{1003, 7}, false, false);
+  mm(S{3, 0}, S{0, 4}, false, false);
+  mm(S{0, 5}, S{5, 4}, false, false);
+  cs.push_back({"xw_plus_b", floats, {{S{33, 17}}, {S{17, 10}}, {S{10}}}, {}, check::l2});
+  cs.push_back({"xw_plus_b", floats, {{S{1, 1003}}, {S{1003, 1}}, {S{1}}}, {}, check::l2});
+
+  // Reductions over every form of axes; long rows take the split path.
+  using axes = std::vector<std::int64_t>;
+  const std::vector<std::pair<S, axes>> reductions{{S{5, 7, 9}, axes{}},
+                                                   {S{5, 7, 9}, axes{0}},
+                                                   {S{5, 7, 9}, axes{1}},
+                                                   {S{5, 7, 9}, axes{2}},
+                                                   {S{5, 7, 9}, axes{0, 2}},
+                                                   {S{5, 7, 9}, axes{-1, 0}},
+                                                   {S{1003}, axes{}},
+                                                   {S{2, 70001}, axes{1}},
+                                                   {S{70001, 3}, axes{0}},
+                                                   {S{300, 129}, axes{1}},
+                                                   {S{1, 1}, axes{0}},
+                                                   {S{0, 3}, axes{0}},
+                                                   {S{4, 1, 3, 1, 5}, axes{1, 2}},
+                                                   {S{}, axes{}}};
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"})
+    for (const auto& [s, ax] : reductions)
+      for (bool keep : {false, true})
+        cs.push_back({op, numeric, {{s}}, {{"axes", ax}, {"keepdims", keep}}, check::l2});
+  // reduce_grad (dy, x): dy has the kept shape.
+  for (const char* mode : {"sum", "mean"}) {
+    cs.push_back({"reduce_grad",
+                  floats,
+                  {{S{5, 9}}, {S{5, 7, 9}}},
+                  {{"axes", axes{1}}, {"mode", std::string(mode)}}});
+    cs.push_back({"reduce_grad",
+                  floats,
+                  {{S{}}, {S{5, 7, 9}}},
+                  {{"axes", axes{}}, {"mode", std::string(mode)}}});
+    cs.push_back({"reduce_grad",
+                  floats,
+                  {{S{7, 1}}, {S{5, 7, 9}}},
+                  {{"axes", axes{0, 2}}, {"mode", std::string(mode)}}});
+    cs.push_back({"reduce_grad",
+                  floats,
+                  {{S{3}}, {S{3, 1}}},
+                  {{"axes", axes{1}}, {"mode", std::string(mode)}}});
+    cs.push_back({"reduce_grad",
+                  floats,
+                  {{S{1, 3}}, {S{1003, 3}}},
+                  {{"axes", axes{0}}, {"mode", std::string(mode)}}});
+  }
+  for (const char* op : {"argmax", "argmin"})
+    for (const auto& [s, axis] : std::vector<std::pair<S, std::int64_t>>{
+             {S{7, 13}, 1}, {S{7, 13}, 0}, {S{5, 1, 300}, -1}, {S{1003}, 0}, {S{0, 4}, 1}})
+      cs.push_back({op, numeric, {{s}}, {{"axis", axis}}});
+  cs.push_back({"reshape", no_strings, {{S{6, 4}}}, {{"dims", axes{3, -1}}}});
+  cs.push_back({"reshape_like", no_strings, {{S{6, 4}}, {S{2, 12}}}});
+
+  // Softmax and cross-entropies (L2: exp and row sums differ in order).
+  for (const S& s : {S{33, 10}, S{5, 1003}, S{7}, S{4, 0}, S{2, 3, 5}})
+    for (const char* op : {"softmax", "log_softmax"})
+      cs.push_back({op, floats, {{s}}, {}, check::l2});
+  for (const char* op : {"softmax_grad", "log_softmax_grad"}) {
+    cs.push_back({op, floats, {{S{33, 10}, {}, gen::prob}, {S{33, 10}}}, {}, check::l2});
+    cs.push_back({op, floats, {{S{3, 1003}, {}, gen::prob}, {S{3, 1003}}}, {}, check::l2});
+  }
+  for (const S& s : {S{33, 10}, S{3, 1003}, S{4, 0}})
+    cs.push_back(
+        {"softmax_cross_entropy_with_logits", floats, {{s, {}, gen::prob}, {s}}, {}, check::l2});
+  for (const char* wrt : {"logits", "labels"}) {
+    cs.push_back({"xent_grad",
+                  floats,
+                  {{S{33}}, {S{33, 10}, {}, gen::prob}, {S{33, 10}}},
+                  {{"wrt", std::string(wrt)}},
+                  check::l2});
+    cs.push_back({"xent_grad",
+                  floats,
+                  {{S{2}}, {S{2, 1003}, {}, gen::prob}, {S{2, 1003}}},
+                  {{"wrt", std::string(wrt)}},
+                  check::l2});
+  }
+  for (dtype label : {dtype::i32, dtype::i64}) {
+    cs.push_back({"sparse_softmax_cross_entropy_with_logits",
+                  floats,
+                  {{S{33}, label, gen::labels, 10}, {S{33, 10}}},
+                  {},
+                  check::l2});
+    cs.push_back({"sparse_softmax_cross_entropy_with_logits",
+                  floats,
+                  {{S{3}, label, gen::labels, 1003}, {S{3, 1003}}},
+                  {},
+                  check::l2});
+    cs.push_back({"sparse_xent_grad",
+                  floats,
+                  {{S{33}}, {S{33}, label, gen::labels, 10}, {S{33, 10}}},
+                  {},
+                  check::l2});
+    cs.push_back({"sparse_xent_grad",
+                  floats,
+                  {{S{3}}, {S{3}, label, gen::labels, 1003}, {S{3, 1003}}},
+                  {},
+                  check::l2});
+  }
+
+  // State and plumbing.
+  for (const S& s : {S{1003}, S{}, S{2, 3}, S{0}})
+    cs.push_back({"constant", no_strings, {}, {}, check::elementwise, s});
+  cs.push_back({"identity", no_strings, {{S{7, 3}}}});
+  cs.push_back({"no_op", no_strings, {}});
+  for (const char* op : {"zeros_like", "ones_like"})
+    for (const S& s : {S{1003}, S{}, S{0}})
+      cs.push_back({op, numeric, {{s}}});
+  for (const auto& [from, to] : std::vector<std::pair<S, S>>{{S{7, 5, 3}, S{5, 1}},
+                                                             {S{4, 3}, S{4, 3}},
+                                                             {S{2, 3}, S{}},
+                                                             {S{1003, 3}, S{3}},
+                                                             {S{2, 70001}, S{2, 1}},
+                                                             {S{0, 3}, S{1, 3}}})
+    cs.push_back({"sum_to_shape", numeric, {{from}, {to}}, {}, check::l2});
+  return cs;
+}
+
+// Ops tested by their own cases below (refs, randomness), not by the table.
+const std::set<std::string>& separately_tested() {
+  static const std::set<std::string> ops{"variable",
+                                         "assign",
+                                         "assign_add",
+                                         "assign_sub",
+                                         "is_variable_initialized",
+                                         "random_uniform",
+                                         "random_normal",
+                                         "truncated_normal",
+                                         "apply_gradient_descent",
+                                         "apply_momentum",
+                                         "apply_adagrad",
+                                         "apply_adam",
+                                         "apply_rms_prop"};
+  return ops;
+}
+
+std::string describe_case(const op_case& c, dtype t) {
+  std::string s = c.op + "<" + std::string(to_string(t)) + ">(";
+  for (std::size_t i = 0; i < c.in.size(); ++i)
+    s += (i ? ", " : "") + c.in[i].s.to_string();
+  s += ")";
+  for (const auto& [k, v] : c.attrs) {
+    s += " " + k + "=";
+    if (const auto* d = std::get_if<dtype>(&v))
+      s += std::string(to_string(*d));
+    else if (const auto* b = std::get_if<bool>(&v))
+      s += *b ? "true" : "false";
+    else if (const auto* str = std::get_if<std::string>(&v))
+      s += *str;
+    else if (const auto* i = std::get_if<std::int64_t>(&v))
+      s += std::to_string(*i);
+    else if (const auto* ax = std::get_if<std::vector<std::int64_t>>(&v)) {
+      s += "{";
+      for (std::size_t i = 0; i < ax->size(); ++i)
+        s += (i ? "," : "") + std::to_string((*ax)[i]);
+      s += "}";
+    }
+  }
+  return s;
+}
+
+} // namespace
+
+// -- no GPU needed
+// ---------------------------------------------------------------------------------------
+
+TEST_SUITE("cuda_host") {
+
+  TEST_CASE("every CPU kernel has a GPU kernel for the same dtypes, but the listed CPU-only ops") {
+    const auto& kernels = kernel_registry::instance();
+    const auto names = op_registry::instance().names();
+    REQUIRE(names.size() > 40); // the CPU kernels' unit registered its ops
+    int cpu_kernels = 0;
+    for (const std::string& op : names)
+      for (dtype t : every_dtype()) {
+        if (!kernels.find(op, t, device_cpu))
+          continue;
+        ++cpu_kernels;
+        // Strings never live on a GPU.
+        if (t == dtype::string || cpu_only_ops().count(op))
+          continue;
+        INFO(op << " with dtype " << to_string(t));
+        const bool has_gpu_kernel = kernels.find(op, t, device_gpu) != nullptr;
+        CHECK_MESSAGE(has_gpu_kernel,
+                      "the CPU has a kernel the GPU lacks: add it to kernels/cuda/ or, if it must "
+                      "stay on the CPU, to cpu_only_ops() with the reason");
+      }
+    CHECK(cpu_kernels > 100);
+    // The CPU-only list names only ops that exist and have no GPU kernel.
+    for (const std::string& op : cpu_only_ops()) {
+      INFO(op);
+      CHECK(kernels.has(op, device_cpu));
+      CHECK_FALSE(kernels.has(op, device_gpu));
+    }
+  }
+
+  TEST_CASE("the device cases cover every GPU kernel") {
+    std::set<std::pair<std::string, dtype>> covered;
+    for (const op_case& c : make_cases())
+      for (dtype t : c.types) {
+        INFO(describe_case(c, t));
+        const bool exists = kernel_registry::instance().find(c.op, t, device_gpu) != nullptr;
+        CHECK_MESSAGE(exists, "a case for a kernel that does not exist");
+        covered.insert({c.op, t});
+      }
+    for (const std::string& op : op_registry::instance().names())
+      for (dtype t : every_dtype()) {
+        if (!kernel_registry::instance().find(op, t, device_gpu) || separately_tested().count(op))
+          continue;
+        INFO(op << " with dtype " << to_string(t));
+        CHECK_MESSAGE(covered.count({op, t}), "no device case runs this GPU kernel");
+      }
+  }
+
+} // TEST_SUITE
+
+// -- on a GPU (skipped without one)
+// ----------------------------------------------------------------------
+
+TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
+
+  TEST_CASE("every GPU kernel computes what the CPU kernel computes") {
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    std::mt19937_64 rng(seed);
+    int runs = 0;
+    for (const op_case& c : make_cases())
+      for (dtype t : c.types) {
+        const std::string what = describe_case(c, t);
+        INFO(what);
+        node_def n;
+        n.op = c.op;
+        n.name = "case";
+        n.type = t;
+        n.attrs = c.attrs;
+        std::vector<any_tensor> host, dev;
+        if (c.value) {
+          n.attrs["value"] = random_tensor(t, *c.value, gen::any, 0, rng);
+          n.shape = *c.value;
+        }
+        for (const in_spec& s : c.in) {
+          host.push_back(random_tensor(s.fixed.value_or(t), s.s, s.g, s.classes, rng));
+          dev.push_back(to_gpu(host.back()));
+        }
+        std::vector<const any_tensor*> host_in, dev_in;
+        for (std::size_t i = 0; i < host.size(); ++i) {
+          host_in.push_back(&host[i]);
+          dev_in.push_back(&dev[i]);
+        }
+        test_resources cpu_res, gpu_res;
+        const any_tensor expected = run_cpu(n, t, host_in, {}, cpu_res);
+        const any_tensor got = run_gpu(n, t, dev_in, {}, gpu_res, expected.byte_size());
+        const bool integral = expected.empty() || expected.type() == dtype::boolean ||
+                              expected.type() == dtype::i32 || expected.type() == dtype::i64;
+        compare(expected, got, integral ? check::elementwise : c.how, what);
+        ++runs;
+        // reshape and identity share the input's device memory, as on the CPU.
+        if (c.op == "reshape" || c.op == "reshape_like" || c.op == "identity")
+          CHECK(got.shares_buffer_with(dev[0]));
+      }
+    MESSAGE(runs << " kernel runs compared");
+  }
+
+  TEST_CASE("the GPU kernels refuse what the CPU kernels refuse, with the same message") {
+    struct bad {
+      std::string op;
+      std::vector<loom::shape> in;
+      attr_map attrs;
+    };
+    using S = loom::shape;
+    const std::vector<bad> cases{
+        {"add", {S{3, 4}, S{5}}, {}},
+        {"matmul", {S{3, 4}, S{5, 6}}, {}},
+        {"matmul", {S{3}, S{3, 6}}, {}},
+        {"xw_plus_b", {S{3, 4}, S{4, 5}, S{6}}, {}},
+        {"reduce_sum", {S{3, 4}}, {{"axes", std::vector<std::int64_t>{2}}}},
+        {"reduce_grad",
+         {S{5}, S{3, 4}},
+         {{"axes", std::vector<std::int64_t>{1}}, {"mode", std::string("sum")}}},
+        {"argmax", {S{3, 0}}, {{"axis", std::int64_t{1}}}},
+        {"reshape", {S{6, 4}}, {{"dims", std::vector<std::int64_t>{5, -1}}}},
+        {"reshape_like", {S{6, 4}, S{5}}, {}},
+        {"softmax", {S{}}, {}},
+        {"softmax_grad", {S{3, 4}, S{3, 5}}, {}},
+        {"softmax_cross_entropy_with_logits", {S{3, 4}, S{3, 5}}, {}},
+        {"xent_grad", {S{2}, S{3, 4}, S{3, 4}}, {}},
+        {"sum_to_shape", {S{3, 4}, S{5}}, {}},
+    };
+    std::mt19937_64 rng(fresh_seed());
+    for (const bad& b : cases) {
+      INFO(b.op);
+      node_def n;
+      n.op = b.op;
+      n.name = "bad";
+      n.attrs = b.attrs;
+      std::vector<any_tensor> host, dev;
+      for (const S& s : b.in) {
+        host.push_back(random_tensor(dtype::f32, s, gen::any, 0, rng));
+        dev.push_back(to_gpu(host.back()));
+      }
+      std::vector<const any_tensor*> host_in, dev_in;
+      for (std::size_t i = 0; i < host.size(); ++i) {
+        host_in.push_back(&host[i]);
+        dev_in.push_back(&dev[i]);
+      }
+      test_resources res;
+      std::string cpu_error, gpu_error;
+      try {
+        run_cpu(n, dtype::f32, host_in, {}, res);
+      } catch (const std::exception& e) {
+        cpu_error = e.what();
+      }
+      try {
+        run_gpu(n, dtype::f32, dev_in, {}, res, 0);
+      } catch (const std::exception& e) {
+        gpu_error = e.what();
+      }
+      CHECK_FALSE(cpu_error.empty());
+      CHECK(gpu_error == cpu_error);
+    }
+    // Sparse labels: the shape is checked on the host, values out of range give NaN.
+    node_def n;
+    n.op = "sparse_softmax_cross_entropy_with_logits";
+    n.name = "sparse";
+    const any_tensor labels = any_tensor::from_vector<std::int32_t>(S{2}, {1, 7});
+    const any_tensor logits = random_tensor(dtype::f32, S{2, 4}, gen::any, 0, rng);
+    const any_tensor dl = to_gpu(labels), dx = to_gpu(logits);
+    test_resources res;
+    const any_tensor out = to_host(run_gpu(n, dtype::f32, {&dl, &dx}, {}, res, 8));
+    CHECK(std::isfinite(out.data<float>()[0]));
+    CHECK(std::isnan(out.data<float>()[1]));
+  }
+
+  TEST_CASE("variables, assign, assign_add, assign_sub and is_variable_initialized") {
+    std::mt19937_64 rng(fresh_seed());
+    for (dtype t : no_strings) {
+      INFO(to_string(t));
+      const loom::shape s{1003};
+      node_def var;
+      var.op = "variable";
+      var.name = "v";
+      var.type = t;
+      var.shape = s;
+      test_resources cpu_res, gpu_res;
+      variable_resource& cv = cpu_res.variable(var);
+      variable_resource& gv = gpu_res.variable(var);
+      auto apply = [&](const std::string& op, const any_tensor& value) {
+        node_def n;
+        n.op = op;
+        n.name = op;
+        n.type = t;
+        n.attrs["_ref_name_0"] = std::string("v");
+        const any_tensor dvalue = to_gpu(value);
+        const any_tensor c = run_cpu(n, t, {nullptr, &value}, {&cv}, cpu_res);
+        const any_tensor g = run_gpu(n, t, {nullptr, &dvalue}, {&gv}, gpu_res, value.byte_size());
+        compare(c, g, check::elementwise, op);
+        CHECK(g.shares_buffer_with(gv.value));
+        CHECK(gv.value.location() == memory_location::gpu(0));
+      };
+      node_def init;
+      init.op = "is_variable_initialized";
+      init.name = "init";
+      init.type = dtype::boolean;
+      auto initialized = [&] {
+        const any_tensor g = run_gpu(init, dtype::boolean, {nullptr}, {&gv}, gpu_res, 1);
+        return to_host(g).data<bool>()[0];
+      };
+      CHECK_FALSE(initialized());
+      apply("assign", random_tensor(t, s, gen::any, 0, rng));
+      CHECK(initialized());
+      if (t != dtype::boolean) {
+        apply("assign_add", random_tensor(t, s, gen::any, 0, rng));
+        apply("assign_sub", random_tensor(t, s, gen::any, 0, rng));
+      }
+      const any_tensor read = run_gpu(var, t, {}, {}, gpu_res, 0);
+      CHECK(read.shares_buffer_with(gv.value));
+      compare(run_cpu(var, t, {}, {}, cpu_res), read, check::elementwise, "variable");
+      // A variable whose value is on the host is read as a device copy.
+      gv.value = cv.value.clone();
+      compare(cv.value, run_gpu(var, t, {}, {}, gpu_res, cv.value.byte_size()), check::elementwise,
+              "variable on the host");
+      CHECK(gv.value.on_host());
+    }
+  }
+
+  TEST_CASE("the optimizer updates match the CPU's over several steps") {
+    struct update {
+      std::string op;
+      int slots;
+      std::vector<std::pair<std::string, double>>
+          scalars; // inputs before the gradient, after the refs
+      bool nesterov;
+    };
+    const std::vector<update> updates{
+        {"apply_gradient_descent", 0, {{"alpha", 0.1}}, false},
+        {"apply_momentum", 1, {{"lr", 0.05}}, false},
+        {"apply_momentum", 1, {{"lr", 0.05}}, true},
+        {"apply_adagrad", 1, {{"lr", 0.1}}, false},
+        {"apply_adam",
+         2,
+         {{"beta1_power", 0.9},
+          {"beta2_power", 0.999},
+          {"lr", 0.01},
+          {"beta1", 0.9},
+          {"beta2", 0.999},
+          {"epsilon", 1e-7}},
+         false},
+        {"apply_adam",
+         2,
+         {{"beta1_power", 0.81},
+          {"beta2_power", 0.998},
+          {"lr", 0.01},
+          {"beta1", 0.9},
+          {"beta2", 0.999},
+          {"epsilon", 1e-7}},
+         true},
+        {"apply_rms_prop",
+         2,
+         {{"lr", 0.01}, {"rho", 0.9}, {"momentum", 0.5}, {"epsilon", 1e-7}},
+         false},
+    };
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    std::mt19937_64 rng(seed);
+    for (const update& u : updates)
+      for (dtype t : floats) {
+        INFO(u.op << "<" << to_string(t) << "> nesterov " << u.nesterov);
+        const loom::shape s{1003};
+        node_def n;
+        n.op = u.op;
+        n.name = u.op;
+        n.type = t;
+        n.attrs["use_nesterov"] = u.nesterov;
+        test_resources cpu_res, gpu_res;
+        std::vector<variable_resource*> cpu_refs, gpu_refs;
+        for (int k = 0; k <= u.slots; ++k) {
+          node_def v;
+          v.name = "ref" + std::to_string(k);
+          n.attrs["_ref_name_" + std::to_string(k)] = v.name;
+          variable_resource& c = cpu_res.variable(v);
+          variable_resource& g = gpu_res.variable(v);
+          // Slots hold accumulated squares in some updates: positive.
+          c.value = random_tensor(t, s, k == 0 ? gen::any : gen::positive, 0, rng);
+          c.initialized = g.initialized = true;
+          g.value = to_gpu(c.value);
+          cpu_refs.push_back(&c);
+          gpu_refs.push_back(&g);
+        }
+        auto scalar = [&](double value) {
+          return t == dtype::f32 ? any_tensor::scalar(static_cast<float>(value))
+                                 : any_tensor::scalar(value);
+        };
+        std::vector<any_tensor> scalars, dscalars;
+        for (const auto& [name, value] : u.scalars) {
+          scalars.push_back(scalar(value));
+          dscalars.push_back(to_gpu(scalars.back()));
+        }
+        // apply_momentum takes its momentum after the gradient.
+        const any_tensor momentum = scalar(0.9), dmomentum = to_gpu(momentum);
+        for (int step = 0; step < 5; ++step) {
+          const any_tensor grad = random_tensor(t, s, gen::any, 0, rng);
+          const any_tensor dgrad = to_gpu(grad);
+          std::vector<const any_tensor*> host_in(static_cast<std::size_t>(u.slots + 1), nullptr);
+          std::vector<const any_tensor*> dev_in = host_in;
+          for (std::size_t k = 0; k < scalars.size(); ++k) {
+            host_in.push_back(&scalars[k]);
+            dev_in.push_back(&dscalars[k]);
+          }
+          host_in.push_back(&grad);
+          dev_in.push_back(&dgrad);
+          if (u.op == "apply_momentum") {
+            host_in.push_back(&momentum);
+            dev_in.push_back(&dmomentum);
+          }
+          const any_tensor c = run_cpu(n, t, host_in, cpu_refs, cpu_res);
+          const any_tensor g = run_gpu(n, t, dev_in, gpu_refs, gpu_res, 0);
+          CHECK(g.shares_buffer_with(gpu_refs[0]->value));
+          CHECK(c.shares_buffer_with(cpu_refs[0]->value));
+        }
+        for (int k = 0; k <= u.slots; ++k)
+          compare(cpu_refs[static_cast<std::size_t>(k)]->value,
+                  gpu_refs[static_cast<std::size_t>(k)]->value, check::l2,
+                  "ref " + std::to_string(k) + " after 5 steps");
+      }
+  }
+
+  TEST_CASE("an update refuses a variable that is not on the GPU") {
+    node_def n;
+    n.op = "apply_gradient_descent";
+    n.name = "sgd";
+    n.type = dtype::f32;
+    n.attrs["_ref_name_0"] = std::string("w");
+    test_resources res;
+    node_def v;
+    v.name = "w";
+    variable_resource& w = res.variable(v);
+    w.value = any_tensor::from_vector<float>(loom::shape{2}, {1, 2});
+    w.initialized = true;
+    const any_tensor alpha = to_gpu(any_tensor::scalar(0.5f));
+    const any_tensor delta = to_gpu(any_tensor::from_vector<float>(loom::shape{2}, {1, 1}));
+    CHECK_THROWS_WITH_AS(run_gpu(n, dtype::f32, {nullptr, &alpha, &delta}, {&w}, res, 0),
+                         doctest::Contains("variable 'w' is float32[2] on the host"),
+                         failed_precondition_error);
+  }
+
+  TEST_CASE("the random sources follow their distributions on the GPU") {
+    struct source {
+      std::string op;
+      double a, b;
+    };
+    for (const source& src : std::vector<source>{
+             {"random_uniform", -2, 3}, {"random_normal", 1, 2}, {"truncated_normal", -1, 0.5}})
+      for (dtype t : floats)
+        for (std::int64_t seed : {std::int64_t{0}, std::int64_t{42}}) {
+          INFO(src.op << "<" << to_string(t) << "> seed " << seed);
+          node_def n;
+          n.op = src.op;
+          n.name = src.op;
+          n.type = t;
+          n.shape = loom::shape{100003};
+          n.attrs = {{"seed", seed}, {"seed2", std::int64_t{0}}, {"a", src.a}, {"b", src.b}};
+          test_resources res;
+          const any_tensor first = to_host(run_gpu(n, t, {}, {}, res, 100003 * size_of(t)));
+          const any_tensor second = to_host(run_gpu(n, t, {}, {}, res, 100003 * size_of(t)));
+          std::vector<double> x(100003), y(100003);
+          visit_dtype(t, [&]<class T>() {
+            if constexpr (std::is_floating_point_v<T>) {
+              for (std::size_t i = 0; i < x.size(); ++i) {
+                x[i] = first.data<T>()[i];
+                y[i] = second.data<T>()[i];
+              }
+            }
+          });
+          CHECK(x != y); // a stateful source: every run draws new numbers
+          double mean = 0, var = 0, lo = x[0], hi = x[0];
+          for (double v : x) {
+            mean += v;
+            lo = std::min(lo, v);
+            hi = std::max(hi, v);
+          }
+          mean /= static_cast<double>(x.size());
+          for (double v : x)
+            var += (v - mean) * (v - mean);
+          const double sd = std::sqrt(var / static_cast<double>(x.size() - 1));
+          double want_mean = src.a, want_sd = src.b;
+          if (src.op == "random_uniform") {
+            want_mean = (src.a + src.b) / 2;
+            want_sd = (src.b - src.a) / std::sqrt(12.0);
+            CHECK(lo >= src.a);
+            CHECK(hi <= src.b);
+          } else if (src.op == "truncated_normal") {
+            want_sd = src.b * 0.879626; // a standard normal truncated at +-2
+            CHECK(lo >= src.a - 2 * src.b - 1e-6);
+            CHECK(hi <= src.a + 2 * src.b + 1e-6);
+          }
+          // Five standard errors of the mean; 2% on the standard deviation.
+          CHECK(std::abs(mean - want_mean) <=
+                5 * want_sd / std::sqrt(static_cast<double>(x.size())));
+          CHECK(std::abs(sd - want_sd) <= 0.02 * want_sd);
+        }
+  }
+
+} // TEST_SUITE
+
+int main(int argc, char** argv) {
+  doctest::Context context(argc, argv);
+  if (!have_gpu())
+    std::printf("no CUDA device: the cuda_device test cases are skipped "
+                "(the cuda_host ones still run)\n");
+  return context.run();
+}

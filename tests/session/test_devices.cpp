@@ -1,0 +1,209 @@
+// Nodes on a GPU in a local session, without CUDA: a stand-in GPU backend keeps
+// "device" memory in host RAM under the location GPU:0 and runs stand-in GPU
+// kernels that refuse inputs from anywhere else. What is tested is the
+// executor's and the placer's part: where nodes go, which copies are made
+// (once per value and location), and that host code never reads device memory.
+#include <doctest/doctest.h>
+#include <support/cluster.hpp>
+#include <support/messages.hpp>
+
+#include <loom/loom.hpp>
+
+#include <cstring>
+#include <optional>
+#include <sstream>
+#include <string>
+
+using loom::graph;
+using loom::memory_location;
+using loom::shape;
+using loom::tensor;
+using loom::testing::contains;
+using loom::testing::message_of;
+
+namespace {
+
+// A copy of `t`'s bytes under the label `where`.
+loom::any_tensor relabelled(const loom::any_tensor& t, memory_location where) {
+  auto* p = new unsigned char[t.byte_size() + 1];
+  std::memcpy(p, t.device_data(), t.byte_size());
+  return loom::any_tensor::adopt(t.type(), t.shape(), where, p,
+                                 [](void* q) { delete[] static_cast<unsigned char*>(q); });
+}
+
+class stand_in_gpu final : public loom::gpu_backend {
+public:
+  int to_device = 0, to_host = 0, kernels = 0;
+
+  int device_count() const noexcept override { return 1; }
+  void run(int device, loom::kernel_fn kernel, loom::kernel_context& c) override {
+    REQUIRE(device == 0);
+    for (const loom::any_tensor* in : c.inputs)
+      if (in)
+        REQUIRE(in->location() == memory_location::gpu(0));
+    ++kernels;
+    kernel(c);
+  }
+  loom::any_tensor copy(const loom::any_tensor& t, memory_location where) override {
+    ++(where.on_host() ? to_host : to_device);
+    if (where.on_host()) {
+      loom::any_tensor out(t.type(), t.shape());
+      std::memcpy(out.raw_data(), t.device_data(), t.byte_size());
+      return out;
+    }
+    return relabelled(t, where);
+  }
+};
+
+// Registered for one test case: other tests of this binary see no GPU.
+struct registered_gpu {
+  stand_in_gpu gpu;
+  registered_gpu() { loom::gpu_backend::register_backend(&gpu); }
+  ~registered_gpu() { loom::gpu_backend::register_backend(nullptr); }
+};
+
+// Stand-in GPU kernels: square and add of float32 (add without broadcasting).
+void gpu_square(loom::kernel_context& c) {
+  const loom::any_tensor& x = c.input(0);
+  loom::any_tensor out(x.type(), x.shape());
+  const float* in = x.device_data<float>();
+  for (std::int64_t i = 0; i < x.num_elements(); ++i)
+    out.data<float>()[i] = in[i] * in[i];
+  c.output = relabelled(out, memory_location::gpu(0));
+}
+void gpu_add(loom::kernel_context& c) {
+  const loom::any_tensor& a = c.input(0);
+  const loom::any_tensor& b = c.input(1);
+  REQUIRE(a.shape() == b.shape());
+  loom::any_tensor out(a.type(), a.shape());
+  for (std::int64_t i = 0; i < a.num_elements(); ++i)
+    out.data<float>()[i] = a.device_data<float>()[i] + b.device_data<float>()[i];
+  c.output = relabelled(out, memory_location::gpu(0));
+}
+const loom::kernel_registration square_on_gpu("square", loom::dtype::f32, &gpu_square,
+                                              loom::device_gpu);
+const loom::kernel_registration add_on_gpu("add", loom::dtype::f32, &gpu_add, loom::device_gpu);
+
+loom::session_options opts() {
+  return {.intra_op_threads = 2};
+}
+
+} // namespace
+
+TEST_CASE("a tensor in device memory: host reads fail with a message, copies need a backend") {
+  loom::any_tensor host = loom::any_tensor::from_vector<float>(shape{2}, {1, 2});
+  loom::any_tensor dev = relabelled(host, memory_location::gpu(0));
+  CHECK(dev.location() == memory_location::gpu(0));
+  CHECK(dev.describe() == "float32[2] on GPU:0");
+  const auto msg = message_of<loom::internal_error>([&] { (void)dev.data<float>(); });
+  CHECK(contains(msg, "float32[2] on GPU:0 was read as host memory"));
+  CHECK(message_of<loom::internal_error>([&] { (void)dev.clone(); }) == msg);
+  CHECK(contains(message_of<loom::internal_error>(
+                     [&] { (void)loom::at_location(host, memory_location::gpu(0)); }),
+                 "no GPU backend"));
+  CHECK(loom::at_location(host, memory_location::host()).shares_buffer_with(host));
+}
+
+TEST_CASE("nodes on /gpu:0 run their GPU kernels; each value is copied once per place it is read") {
+  registered_gpu r;
+  graph g;
+  loom::placeholder<float, 1> x(g, shape{3}, "x");
+  auto [squared, twice] = [&] {
+    auto _ = g.device("/gpu:0");
+    auto sq = loom::lower(loom::square(x));
+    return std::pair{sq, loom::lower(sq + sq)};
+  }();
+  auto on_cpu = loom::lower(squared * 3.0f); // no request: the CPU
+  loom::session s(g, opts());
+  const auto in = tensor<float, 1>(shape{3}, {1, -2, 3});
+  auto [sq, tw, cpu] = s.run(loom::fetches(squared, twice, on_cpu), {{x, in}});
+  CHECK(sq(1) == 4.0f);
+  CHECK(tw(2) == 18.0f);
+  CHECK(cpu(1) == 12.0f);
+  CHECK(r.gpu.kernels == 2);
+  CHECK(r.gpu.to_device == 1); // x, once
+  CHECK(r.gpu.to_host == 2);   // squared (read by the CPU node and fetched), twice (fetched)
+}
+
+TEST_CASE(
+    "a GPU request for an op without a GPU kernel: an error, or the CPU with soft placement") {
+  registered_gpu r;
+  graph g;
+  loom::placeholder<float, 1> x(g, shape{2}, "x");
+  auto e = [&] {
+    auto _ = g.device("/gpu:0");
+    return loom::lower(loom::exp(x));
+  }();
+  const auto in = tensor<float, 1>(shape{2}, {0, 0});
+  SUBCASE("without soft placement") {
+    loom::session s(g, opts());
+    const auto msg = message_of<loom::invalid_argument_error>([&] { s.run(e, {{x, in}}); });
+    CHECK(contains(msg, e.name()));
+    CHECK(contains(msg, "GPU"));
+  }
+  SUBCASE("with soft placement") {
+    std::ostringstream log;
+    auto o = opts();
+    o.allow_soft_placement = true;
+    o.placement_log = &log;
+    loom::session s(g, o);
+    CHECK(s.run(e, {{x, in}})(1) == 1.0f);
+    CHECK(r.gpu.kernels == 0);
+    CHECK(contains(log.str(), "soft placement of operation '" + e.name() + "'"));
+  }
+  SUBCASE("a GPU the process lacks") {
+    graph h;
+    loom::placeholder<float, 1> hx(h, shape{2}, "x");
+    auto far = [&] {
+      auto _ = h.device("/gpu:1");
+      return loom::lower(loom::square(hx));
+    }();
+    loom::session s(h, opts());
+    const auto msg = message_of<loom::invalid_argument_error>([&] { s.run(far, {{hx, in}}); });
+    CHECK(contains(msg, "/job:localhost/replica:0/task:0/device:GPU:0"));
+  }
+}
+
+TEST_CASE("a fused CPU region reads GPU values on the host") {
+  registered_gpu r;
+  graph g;
+  loom::placeholder<float, 1> x(g, shape{4}, "x");
+  auto sq = [&] {
+    auto _ = g.device("/gpu:0");
+    return loom::lower(loom::square(x));
+  }();
+  auto fused = loom::lower(loom::relu(sq * 2.0f - 5.0f) + sq); // one elementwise region
+  loom::session s(g, opts());
+  const auto out = s.run(fused, {{x, tensor<float, 1>(shape{4}, {1, 2, 3, -4})}});
+  CHECK(out(0) == 1.0f);  // relu(2 - 5) + 1
+  CHECK(out(2) == 22.0f); // relu(18 - 5) + 9
+  CHECK(r.gpu.to_host == 1);
+}
+
+TEST_CASE("on a cluster, a worker's /gpu:0 nodes run on its GPU; the ps's variable reaches them "
+          "through the host") {
+  registered_gpu r;
+  loom::testing::local_cluster cluster(1, 1);
+  graph g;
+  std::optional<loom::variable<float, 1>> v;
+  {
+    auto _ = g.device("/job:ps/task:0");
+    v.emplace(g, "v", shape{3}, loom::constant_initializer{-2});
+  }
+  auto doubled_square = [&] {
+    auto _ = g.device("/job:worker/task:0/gpu:0");
+    return loom::lower(loom::square(*v) + loom::square(*v));
+  }();
+  std::ostringstream log;
+  auto o = loom::testing::quiet();
+  o.log_device_placement = true;
+  o.placement_log = &log;
+  loom::session s(g, loom::session_target(cluster.target()), o);
+  s.run(loom::global_variables_initializer(g));
+  CHECK(s.run(doubled_square)(2) == 8.0f);
+  CHECK(r.gpu.kernels == 2);   // square (one node: lowering shares it) and add
+  CHECK(r.gpu.to_device == 1); // v, received from the ps on the host
+  CHECK(r.gpu.to_host == 1);   // the fetch
+  CHECK(contains(log.str(),
+                 doubled_square.name() + ": (add): /job:worker/replica:0/task:0/device:GPU:0"));
+}
