@@ -125,6 +125,19 @@ TEST_CASE("nodes on /gpu:0 run their GPU kernels; each value is copied once per 
   CHECK(r.gpu.to_host == 2);   // squared (read by the CPU node and fetched), twice (fetched)
 }
 
+TEST_CASE("on<gpu>(expression) lowers it on the GPU of the scopes' task; on<cpu> on the CPU") {
+  registered_gpu r;
+  graph g;
+  loom::placeholder<float, 1> x(g, shape{2}, "x");
+  auto sq = loom::on<loom::gpu>(loom::square(x));
+  auto back = loom::on<loom::cpu>(loom::square(sq));
+  CHECK(g.node(sq.id()).requested_device == "/device:GPU:0");
+  CHECK(g.node(back.id()).requested_device == "/device:CPU:0");
+  loom::session s(g, opts());
+  CHECK(s.run(back, {{x, tensor<float, 1>(shape{2}, {2, -3})}})(1) == 81.0f);
+  CHECK(r.gpu.kernels == 1);
+}
+
 TEST_CASE(
     "a GPU request for an op without a GPU kernel: an error, or the CPU with soft placement") {
   registered_gpu r;

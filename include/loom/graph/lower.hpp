@@ -11,6 +11,8 @@
 #include <loom/graph/output.hpp>
 
 #include <optional>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 namespace loom {
@@ -89,6 +91,22 @@ template <expression E> output<value_type_of<E>, rank_of<E>> lower(const E& e) {
     }
     return output<value_type_of<E>, rank_of<E>>(g, root);
   }
+}
+
+// Lowers an expression on a device of kind Kind (loom::gpu or loom::cpu), index
+// `index` of the task the surrounding scopes give: `on<gpu>(relu(x * w))` is
+// `g.on("/device:GPU:0", [&] { return lower(relu(x * w)); })`. Where the
+// process has no such device, placement fails with the node named, or soft
+// placement moves it to the CPU and logs why.
+template <class Kind, expression E>
+output<value_type_of<E>, rank_of<E>> on(const E& e, int index = 0) {
+  static_assert(std::is_same_v<Kind, gpu> || std::is_same_v<Kind, cpu>,
+                "loom::on<Kind>(expression): Kind is the device kind to run on, loom::gpu or "
+                "loom::cpu");
+  graph g = graph_of(e);
+  auto scope = g.device(std::string(std::is_same_v<Kind, gpu> ? "/device:GPU:" : "/device:CPU:") +
+                        std::to_string(index));
+  return lower(e);
 }
 
 // Lowers an expression and gives its result a name (an identity node when the

@@ -8,7 +8,7 @@
 // dtype and reducer.
 #pragma once
 
-#include <loom/graph/ops/math.hpp>
+#include <loom/kernels/checks/math.hpp>
 #include <loom/kernels/cpu/elementwise.hpp>
 #include <loom/kernels/cpu/state.hpp>
 #include <loom/kernels/registry.hpp>
@@ -72,12 +72,7 @@ template <class T> struct matmul_cpu {
     const any_tensor& b = c.input(1);
     const bool ta = c.node.attr_or<bool>("transpose_a", false);
     const bool tb = c.node.attr_or<bool>("transpose_b", false);
-    if (a.rank() != 2 || b.rank() != 2)
-      throw invalid_argument_error("node " + c.node.describe() + ": needs rank-2 operands, got " +
-                                   a.shape().to_string() + " x " + b.shape().to_string());
-    if (a.shape()[ta ? 0 : 1] != b.shape()[tb ? 1 : 0])
-      throw invalid_argument_error(inner_dims_message(c.node, a.shape(), b.shape(), ta, tb));
-    c.output = any_tensor(dtype_of<T>, loom::shape{a.shape()[ta ? 1 : 0], b.shape()[tb ? 0 : 1]});
+    c.output = any_tensor(dtype_of<T>, matmul_shape(c.node, a, b, ta, tb));
     gemm<T>(c.device, a, ta, b, tb, nullptr, c.output);
   }
 };
@@ -87,49 +82,12 @@ template <class T> struct xw_plus_b_cpu {
     const any_tensor& x = c.input(0);
     const any_tensor& w = c.input(1);
     const any_tensor& b = c.input(2);
-    if (x.rank() != 2 || w.rank() != 2 || b.rank() != 1)
-      throw invalid_argument_error("node " + c.node.describe() +
-                                   ": needs x, w, b of ranks 2, 2 "
-                                   "and 1, got " +
-                                   x.shape().to_string() + ", " + w.shape().to_string() + " and " +
-                                   b.shape().to_string());
-    if (x.shape()[1] != w.shape()[0])
-      throw invalid_argument_error(inner_dims_message(c.node, x.shape(), w.shape(), false, false));
-    if (b.shape()[0] != w.shape()[1])
-      throw invalid_argument_error(
-          "node " + c.node.describe() + ": the bias of shape " + b.shape().to_string() +
-          " does not match the columns of the weights of shape " + w.shape().to_string());
-    c.output = any_tensor(dtype_of<T>, loom::shape{x.shape()[0], w.shape()[1]});
+    c.output = any_tensor(dtype_of<T>, xw_plus_b_shape(c.node, x, w, b));
     gemm<T>(c.device, x, false, w, false, b.data<T>(), c.output);
   }
 };
 
 // -- reductions ---------------------------------------------------------------------
-
-// The input's dimensions merged into alternating runs of kept and reduced
-// ones; dimensions of size 1 are dropped, as they change no element's position.
-struct reduction_runs {
-  std::vector<index_t> dims;
-  std::vector<char> reduced;
-  bool any_reduced() const { return std::find(reduced.begin(), reduced.end(), 1) != reduced.end(); }
-};
-
-inline reduction_runs merge_runs(const loom::shape& s, const std::vector<char>& mask) {
-  reduction_runs r;
-  for (int i = 0; i < s.rank(); ++i) {
-    const index_t d = s[i];
-    if (d == 1)
-      continue;
-    const char red = mask[static_cast<std::size_t>(i)];
-    if (!r.dims.empty() && r.reduced.back() == red)
-      r.dims.back() *= d;
-    else {
-      r.dims.push_back(d);
-      r.reduced.push_back(red);
-    }
-  }
-  return r;
-}
 
 // out[o, i] = reduce over j of in[o, j, i].
 template <class T, class Reducer>
@@ -185,10 +143,7 @@ template <class T> struct reduction_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
     const node_def& n = c.node;
-    const auto mask =
-        reduction_mask(n, x.shape(), n.attr_or<std::vector<std::int64_t>>("axes", {}));
-    const loom::shape out_shape =
-        reduced_shape(x.shape(), mask, n.attr_or<bool>("keepdims", false));
+    const auto [mask, out_shape] = reduction_of(n, x.shape());
     const std::int64_t out_count = out_shape.num_elements();
     const std::int64_t count = out_count == 0 ? 0 : x.num_elements() / out_count;
     const bool is_max = n.op == "reduce_max";
@@ -221,15 +176,8 @@ template <class T> struct reduce_grad_cpu {
     const any_tensor& dy = c.input(0);
     const loom::shape& to = c.input(1).shape();
     const node_def& n = c.node;
-    const auto mask = reduction_mask(n, to, n.attr_or<std::vector<std::int64_t>>("axes", {}));
-    const loom::shape kept = reduced_shape(to, mask, true);
-    if (dy.num_elements() != kept.num_elements())
-      throw invalid_argument_error("node " + n.describe() + ": the gradient of shape " +
-                                   dy.shape().to_string() +
-                                   " does not match a reduction of shape " + to.to_string());
+    const auto [mask, count] = reduce_grad_of(n, dy, to);
     any_tensor src = dy;
-    const std::int64_t count =
-        kept.num_elements() == 0 ? 0 : to.num_elements() / kept.num_elements();
     if (n.attr<std::string>("mode") == "mean" && count > 1) {
       src = any_tensor(dy.type(), dy.shape());
       src.flat_map<T>().device(c.device) = dy.flat_map<T>() / static_cast<T>(count);
@@ -255,21 +203,11 @@ template <class T> struct arg_reduction_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
     const node_def& n = c.node;
-    const int axis = normalize_axis(n, x.shape(), n.attr<std::int64_t>("axis"));
-    std::vector<char> mask(static_cast<std::size_t>(x.rank()), 0);
-    mask[static_cast<std::size_t>(axis)] = 1;
-    c.output = any_tensor(dtype::i64, reduced_shape(x.shape(), mask, false));
-    index_t o = 1, i = 1;
-    for (int k = 0; k < axis; ++k)
-      o *= x.shape()[k];
-    for (int k = axis + 1; k < x.rank(); ++k)
-      i *= x.shape()[k];
-    const index_t r = x.shape()[axis];
+    const arg_reduction_layout l = arg_reduction_of(n, x.shape());
+    c.output = any_tensor(dtype::i64, l.out);
+    const index_t o = l.outer, i = l.inner, r = l.size;
     if (o * i == 0)
       return;
-    if (r == 0)
-      throw invalid_argument_error("node " + n.describe() + ": axis " + std::to_string(axis) +
-                                   " of the input of shape " + x.shape().to_string() + " is empty");
     const T* in = x.data<T>();
     std::int64_t* out = c.output.data<std::int64_t>();
     const bool is_min = n.op == "argmin";
@@ -295,28 +233,6 @@ template <class T> struct arg_reduction_cpu {
   }
 };
 
-// -- reshape -------------------------------------------------------------------------
-
-template <class T> struct reshape_cpu {
-  static void run(kernel_context& c) {
-    const any_tensor& x = c.input(0);
-    c.output = x.reshaped(
-        reshape_target(c.node, x.shape(), c.node.attr<std::vector<std::int64_t>>("dims")));
-  }
-};
-
-template <class T> struct reshape_like_cpu {
-  static void run(kernel_context& c) {
-    const any_tensor& x = c.input(0);
-    const loom::shape& to = c.input(1).shape();
-    if (x.num_elements() != to.num_elements())
-      throw invalid_argument_error("node " + c.node.describe() +
-                                   ": cannot reshape a tensor of shape " + x.shape().to_string() +
-                                   " into shape " + to.to_string());
-    c.output = x.reshaped(to);
-  }
-};
-
 inline bool register_math_kernels() {
   register_kernels<matmul_cpu>("matmul", floating_types{});
   register_kernels<xw_plus_b_cpu>("xw_plus_b", floating_types{});
@@ -325,8 +241,6 @@ inline bool register_math_kernels() {
   register_kernels<reduce_grad_cpu>("reduce_grad", floating_types{});
   register_kernels<arg_reduction_cpu>("argmax", numeric_types{});
   register_kernels<arg_reduction_cpu>("argmin", numeric_types{});
-  register_kernels<reshape_cpu>("reshape", all_types{});
-  register_kernels<reshape_like_cpu>("reshape_like", all_types{});
   return true;
 }
 

@@ -4,7 +4,7 @@
 // first, so large logits never overflow.
 #pragma once
 
-#include <loom/graph/ops/nn.hpp>
+#include <loom/kernels/checks/nn.hpp>
 #include <loom/kernels/registry.hpp>
 
 #include <Eigen/Core>
@@ -19,36 +19,6 @@ namespace loom::detail {
 
 template <class T> using row_array = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
 template <class T> using const_row_array = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
-
-// A [rows, cols] view of a tensor of rank >= 1: cols is its last dimension.
-struct row_layout {
-  Eigen::Index rows = 0, cols = 0;
-};
-inline row_layout rows_of(const node_def& n, const any_tensor& t) {
-  if (t.rank() < 1)
-    throw invalid_argument_error("node " + n.describe() + ": needs rank 1 or more, got shape " +
-                                 t.shape().to_string());
-  row_layout l;
-  l.cols = t.shape()[t.rank() - 1];
-  l.rows = l.cols == 0 ? without_last(t.shape()).num_elements() : t.num_elements() / l.cols;
-  return l;
-}
-
-inline void check_same_shape(const node_def& n, const any_tensor& a, const char* what_a,
-                             const any_tensor& b, const char* what_b) {
-  if (a.shape() != b.shape())
-    throw invalid_argument_error("node " + n.describe() + ": " + what_a + " of shape " +
-                                 a.shape().to_string() + " and " + what_b + " of shape " +
-                                 b.shape().to_string() + " must have the same shape");
-}
-
-// dy of a per-row op must have one element per row.
-inline void check_per_row(const node_def& n, const any_tensor& dy, const any_tensor& logits) {
-  if (dy.shape() != without_last(logits.shape()))
-    throw invalid_argument_error("node " + n.describe() + ": the gradient of shape " +
-                                 dy.shape().to_string() + " does not match logits of shape " +
-                                 logits.shape().to_string());
-}
 
 // Runs f(row) for every row, split over the pool; `cycles` is the work per element.
 template <class T, class F>
@@ -170,20 +140,13 @@ template <class T> struct xent_grad_cpu {
 // exception must not escape a pool thread).
 inline std::vector<std::int64_t> checked_labels(const node_def& n, const any_tensor& labels,
                                                 const any_tensor& logits, row_layout l) {
-  if (labels.shape() != without_last(logits.shape()))
-    throw invalid_argument_error("node " + n.describe() + ": labels of shape " +
-                                 labels.shape().to_string() + " do not match logits of shape " +
-                                 logits.shape().to_string());
+  check_sparse_labels(n, labels, logits);
   std::vector<std::int64_t> out(static_cast<std::size_t>(l.rows));
   visit_dtype(labels.type(), [&]<class L>() {
     if constexpr (std::is_same_v<L, std::int32_t> || std::is_same_v<L, std::int64_t>) {
       const L* p = labels.data<L>();
       for (Eigen::Index r = 0; r < l.rows; ++r)
         out[static_cast<std::size_t>(r)] = p[r];
-    } else {
-      throw invalid_argument_error("node " + n.describe() +
-                                   ": labels must be int32 or int64, not " +
-                                   std::string(to_string(labels.type())));
     }
   });
   for (Eigen::Index r = 0; r < l.rows; ++r) {

@@ -1,6 +1,8 @@
 // CPU kernels of sources, state and plumbing.
 #pragma once
 
+#include <loom/kernels/checks/state.hpp>
+#include <loom/kernels/metadata.hpp>
 #include <loom/kernels/registry.hpp>
 
 #include <algorithm>
@@ -19,10 +21,7 @@ template <class T> struct variable_cpu {
   static void run(kernel_context& c) {
     variable_resource& v = c.resources.variable(c.node);
     std::lock_guard lock(v.mu);
-    if (!v.initialized)
-      throw failed_precondition_error("attempting to use uninitialized value " + c.node.name +
-                                      " (run its initializer, or "
-                                      "global_variables_initializer, first)");
+    check_variable_initialized(c.node, v);
     c.output = v.value;
   }
 };
@@ -40,18 +39,9 @@ template <class T> struct assign_cpu {
       v.value = c.may_forward(1) ? value : value.clone();
       v.initialized = true;
     } else {
-      if (!v.initialized)
-        throw failed_precondition_error(
-            "node " + n.describe() + ": attempting to use uninitialized variable '" +
-            n.attr_or<std::string>("_ref_name_0", "?") +
-            "' (run its initializer, or global_variables_initializer, first)");
-      if (value.shape() != v.value.shape())
-        throw invalid_argument_error(
-            "node " + n.describe() + ": value of shape " + value.shape().to_string() +
-            " does not match the variable's shape " + v.value.shape().to_string());
+      check_assign_update(n, v, value);
       if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, bool>) {
-        throw invalid_argument_error("node " + n.describe() + ": no arithmetic on " +
-                                     std::string(to_string(dtype_of<T>)));
+        throw_no_arithmetic(n, dtype_of<T>);
       } else {
         // In place when nothing else holds the value (TF's AssignAdd updates in
         // place too); otherwise into another buffer, so values read earlier in
@@ -77,14 +67,6 @@ template <class T> struct assign_cpu {
   }
 };
 
-template <class T> struct identity_cpu {
-  static void run(kernel_context& c) { c.output = c.input(0); }
-};
-
-template <class T> struct no_op_cpu {
-  static void run(kernel_context&) {}
-};
-
 template <class T> struct fill_like_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
@@ -104,20 +86,15 @@ template <class T> struct sum_to_shape_cpu {
       return;
     }
     const loom::shape& from = dy.shape();
-    const int r = from.rank(), pad = r - to.rank();
-    if (pad < 0)
-      throw invalid_argument_error("node " + c.node.describe() + ": cannot reduce " +
-                                   from.to_string() + " to " + to.to_string());
-    // Row-major strides of dy and of the target (with broadcast dims at stride 0).
+    const std::vector<char> summed = summed_axes(c.node, from, to);
+    const int r = from.rank();
+    // Row-major strides of the target over dy's axes, 0 along the summed ones.
     std::vector<std::int64_t> to_stride(static_cast<std::size_t>(r), 0);
     std::int64_t s = 1;
     for (int i = r - 1; i >= 0; --i) {
-      const std::int64_t td = i >= pad ? to[i - pad] : 1;
-      if (td != 1 && td != from[i])
-        throw invalid_argument_error("node " + c.node.describe() + ": cannot reduce " +
-                                     from.to_string() + " to " + to.to_string());
-      to_stride[static_cast<std::size_t>(i)] = td == 1 ? 0 : s;
-      s *= td;
+      const auto ui = static_cast<std::size_t>(i);
+      to_stride[ui] = summed[ui] ? 0 : s;
+      s *= summed[ui] ? 1 : from[i];
     }
     c.output = any_tensor(dy.type(), to);
     T* out = c.output.data<T>();
@@ -146,8 +123,7 @@ inline bool register_state_kernels() {
   register_kernels<variable_cpu>("variable", all_types{});
   for (const char* op : {"assign", "assign_add", "assign_sub"})
     register_kernels<assign_cpu>(op, all_types{});
-  register_kernels<identity_cpu>("identity", all_types{});
-  register_kernels<no_op_cpu>("no_op", all_types{});
+  register_metadata_kernels<all_types>(device_cpu);
   register_kernels<fill_like_cpu>("zeros_like", numeric_types{});
   register_kernels<fill_like_cpu>("ones_like", numeric_types{});
   register_kernels<sum_to_shape_cpu>("sum_to_shape", numeric_types{});

@@ -10,7 +10,7 @@
 // and finished by a second pass when there are few outputs and many inputs).
 #pragma once
 
-#include <loom/graph/ops/math.hpp>
+#include <loom/kernels/checks/math.hpp>
 #include <loom/kernels/cuda/common.cuh>
 #include <loom/kernels/cuda/elementwise.cuh>
 #include <loom/kernels/registry.hpp>
@@ -26,12 +26,15 @@
 
 namespace loom::cuda::kernels {
 
-// The shape helpers the CPU kernels and shape inference use, with their messages.
-using loom::detail::inner_dims_message;
-using loom::detail::normalize_axis;
-using loom::detail::reduced_shape;
-using loom::detail::reduction_mask;
-using loom::detail::reshape_target;
+// The argument checks, output shapes and layouts of the CPU kernels, with their messages.
+using loom::detail::arg_reduction_layout;
+using loom::detail::arg_reduction_of;
+using loom::detail::matmul_shape;
+using loom::detail::merge_runs;
+using loom::detail::reduce_grad_of;
+using loom::detail::reduction_of;
+using loom::detail::reduction_runs;
+using loom::detail::xw_plus_b_shape;
 
 // -- matmul, xw_plus_b -------------------------------------------------------------------
 
@@ -88,13 +91,7 @@ template <class T> struct matmul_gpu {
     const any_tensor& b = c.input(1);
     const bool ta = c.node.attr_or<bool>("transpose_a", false);
     const bool tb = c.node.attr_or<bool>("transpose_b", false);
-    if (a.rank() != 2 || b.rank() != 2)
-      throw invalid_argument_error("node " + c.node.describe() + ": needs rank-2 operands, got " +
-                                   a.shape().to_string() + " x " + b.shape().to_string());
-    if (a.shape()[ta ? 0 : 1] != b.shape()[tb ? 1 : 0])
-      throw invalid_argument_error(inner_dims_message(c.node, a.shape(), b.shape(), ta, tb));
-    c.output =
-        gpu_of(c).allocate(dtype_of<T>, loom::shape{a.shape()[ta ? 1 : 0], b.shape()[tb ? 0 : 1]});
+    c.output = gpu_of(c).allocate(dtype_of<T>, matmul_shape(c.node, a, b, ta, tb));
     gemm<T>(c, a, ta, b, tb, c.output);
   }
 };
@@ -104,20 +101,9 @@ template <class T> struct xw_plus_b_gpu {
     const any_tensor& x = c.input(0);
     const any_tensor& w = c.input(1);
     const any_tensor& b = c.input(2);
-    if (x.rank() != 2 || w.rank() != 2 || b.rank() != 1)
-      throw invalid_argument_error("node " + c.node.describe() +
-                                   ": needs x, w, b of ranks 2, 2 "
-                                   "and 1, got " +
-                                   x.shape().to_string() + ", " + w.shape().to_string() + " and " +
-                                   b.shape().to_string());
-    if (x.shape()[1] != w.shape()[0])
-      throw invalid_argument_error(inner_dims_message(c.node, x.shape(), w.shape(), false, false));
-    if (b.shape()[0] != w.shape()[1])
-      throw invalid_argument_error(
-          "node " + c.node.describe() + ": the bias of shape " + b.shape().to_string() +
-          " does not match the columns of the weights of shape " + w.shape().to_string());
+    const loom::shape out_shape = xw_plus_b_shape(c.node, x, w, b);
     const gpu_context& g = gpu_of(c);
-    c.output = g.allocate(dtype_of<T>, loom::shape{x.shape()[0], w.shape()[1]});
+    c.output = g.allocate(dtype_of<T>, out_shape);
     gemm<T>(c, x, false, w, false, c.output);
     const std::int64_t n = c.output.num_elements();
     if (n == 0)
@@ -150,31 +136,6 @@ __device__ inline std::int64_t offset_of(std::int64_t i, int rank, const std::in
     i = q;
   }
   return off;
-}
-
-// Dimensions merged into alternating runs of kept and reduced ones; dimensions
-// of size 1 are dropped (the CPU kernel's merge_runs).
-struct merged_runs {
-  std::vector<std::int64_t> dims;
-  std::vector<char> reduced;
-  bool any_reduced() const { return std::find(reduced.begin(), reduced.end(), 1) != reduced.end(); }
-};
-
-inline merged_runs merge(const loom::shape& s, const std::vector<char>& mask) {
-  merged_runs r;
-  for (int i = 0; i < s.rank(); ++i) {
-    const std::int64_t d = s[i];
-    if (d == 1)
-      continue;
-    const char red = mask[static_cast<std::size_t>(i)];
-    if (!r.dims.empty() && r.reduced.back() == red)
-      r.dims.back() *= d;
-    else {
-      r.dims.push_back(d);
-      r.reduced.push_back(red);
-    }
-  }
-  return r;
 }
 
 template <class T, class Op>
@@ -275,7 +236,7 @@ any_tensor reduce(const kernel_context& c, const any_tensor& x, const std::vecto
     fill<T>(g, out.template device_data<T>(), out_count, fill_value);
     return out;
   }
-  const merged_runs runs = merge(x.shape(), mask);
+  const reduction_runs runs = merge_runs(x.shape(), mask);
   if (!runs.any_reduced())
     return x.reshaped(out_shape);
   reduce_desc d;
@@ -314,10 +275,7 @@ template <class T> struct reduction_gpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
     const node_def& n = c.node;
-    const auto mask =
-        reduction_mask(n, x.shape(), n.attr_or<std::vector<std::int64_t>>("axes", {}));
-    const loom::shape out_shape =
-        reduced_shape(x.shape(), mask, n.attr_or<bool>("keepdims", false));
+    const auto [mask, out_shape] = reduction_of(n, x.shape());
     const reducer r = n.op == "reduce_max"    ? reducer::max
                       : n.op == "reduce_mean" ? reducer::mean
                                               : reducer::sum;
@@ -341,16 +299,9 @@ template <class T> struct reduce_grad_gpu {
     const any_tensor& dy = c.input(0);
     const loom::shape& to = c.input(1).shape();
     const node_def& n = c.node;
-    const auto mask = reduction_mask(n, to, n.attr_or<std::vector<std::int64_t>>("axes", {}));
-    const loom::shape kept = reduced_shape(to, mask, true);
-    if (dy.num_elements() != kept.num_elements())
-      throw invalid_argument_error("node " + n.describe() + ": the gradient of shape " +
-                                   dy.shape().to_string() +
-                                   " does not match a reduction of shape " + to.to_string());
-    const std::int64_t count =
-        kept.num_elements() == 0 ? 0 : to.num_elements() / kept.num_elements();
+    const auto [mask, count] = reduce_grad_of(n, dy, to);
     const std::int64_t divisor = n.attr<std::string>("mode") == "mean" ? count : 1;
-    const merged_runs runs = merge(to, mask);
+    const reduction_runs runs = merge_runs(to, mask);
     const gpu_context& g = gpu_of(c);
     if (to.num_elements() == 0) {
       c.output = g.allocate(dy.type(), to);
@@ -407,48 +358,16 @@ template <class T> struct arg_reduction_gpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
     const node_def& n = c.node;
-    const int axis = normalize_axis(n, x.shape(), n.attr<std::int64_t>("axis"));
-    std::vector<char> mask(static_cast<std::size_t>(x.rank()), 0);
-    mask[static_cast<std::size_t>(axis)] = 1;
+    const arg_reduction_layout l = arg_reduction_of(n, x.shape());
     const gpu_context& g = gpu_of(c);
-    c.output = g.allocate(dtype::i64, reduced_shape(x.shape(), mask, false));
-    std::int64_t o = 1, i = 1;
-    for (int k = 0; k < axis; ++k)
-      o *= x.shape()[k];
-    for (int k = axis + 1; k < x.rank(); ++k)
-      i *= x.shape()[k];
-    const std::int64_t r = x.shape()[axis];
+    c.output = g.allocate(dtype::i64, l.out);
+    const std::int64_t o = l.outer, i = l.inner, r = l.size;
     if (o * i == 0)
       return;
-    if (r == 0)
-      throw invalid_argument_error("node " + n.describe() + ": axis " + std::to_string(axis) +
-                                   " of the input of shape " + x.shape().to_string() + " is empty");
     arg_reduce_kernel<T><<<grid_for(o * i), block_threads, 0, g.stream>>>(
         x.template device_data<T>(), c.output.template device_data<std::int64_t>(), o * i, r, i,
         n.op == "argmin");
     check_launch();
-  }
-};
-
-// -- reshape: the same device memory under another shape, as on the CPU -----------------------
-
-template <class T> struct reshape_gpu {
-  static void run(kernel_context& c) {
-    const any_tensor& x = c.input(0);
-    c.output = x.reshaped(
-        reshape_target(c.node, x.shape(), c.node.attr<std::vector<std::int64_t>>("dims")));
-  }
-};
-
-template <class T> struct reshape_like_gpu {
-  static void run(kernel_context& c) {
-    const any_tensor& x = c.input(0);
-    const loom::shape& to = c.input(1).shape();
-    if (x.num_elements() != to.num_elements())
-      throw invalid_argument_error("node " + c.node.describe() +
-                                   ": cannot reshape a tensor of shape " + x.shape().to_string() +
-                                   " into shape " + to.to_string());
-    c.output = x.reshaped(to);
   }
 };
 
@@ -460,8 +379,6 @@ inline bool register_math_gpu() {
   register_kernels<reduce_grad_gpu>("reduce_grad", floating_types{}, device_gpu);
   register_kernels<arg_reduction_gpu>("argmax", numeric_types{}, device_gpu);
   register_kernels<arg_reduction_gpu>("argmin", numeric_types{}, device_gpu);
-  register_kernels<reshape_gpu>("reshape", all_types_but_string{}, device_gpu);
-  register_kernels<reshape_like_gpu>("reshape_like", all_types_but_string{}, device_gpu);
   return true;
 }
 

@@ -12,7 +12,7 @@
 #pragma once
 
 #include <loom/cuda/elementwise.cuh>
-#include <loom/graph/ops/nn.hpp>
+#include <loom/kernels/checks/nn.hpp>
 #include <loom/kernels/cuda/common.cuh>
 #include <loom/kernels/registry.hpp>
 
@@ -22,37 +22,13 @@
 
 namespace loom::cuda::kernels {
 
-// The shape helpers the CPU kernels and shape inference use, with their messages.
+// The host-side checks and row layout of the CPU kernels, with their messages.
+using loom::detail::check_per_row;
+using loom::detail::check_same_shape;
+using loom::detail::check_sparse_labels;
+using loom::detail::row_layout;
+using loom::detail::rows_of;
 using loom::detail::without_last;
-
-// [rows, cols] over the last axis (the CPU's rows_of, same message).
-struct rows_t {
-  std::int64_t rows = 0, cols = 0;
-};
-inline rows_t rows_of(const node_def& n, const any_tensor& t) {
-  if (t.rank() < 1)
-    throw invalid_argument_error("node " + n.describe() + ": needs rank 1 or more, got shape " +
-                                 t.shape().to_string());
-  rows_t l;
-  l.cols = t.shape()[t.rank() - 1];
-  l.rows = l.cols == 0 ? without_last(t.shape()).num_elements() : t.num_elements() / l.cols;
-  return l;
-}
-
-inline void same_shape(const node_def& n, const any_tensor& a, const char* what_a,
-                       const any_tensor& b, const char* what_b) {
-  if (a.shape() != b.shape())
-    throw invalid_argument_error("node " + n.describe() + ": " + what_a + " of shape " +
-                                 a.shape().to_string() + " and " + what_b + " of shape " +
-                                 b.shape().to_string() + " must have the same shape");
-}
-
-inline void per_row(const node_def& n, const any_tensor& dy, const any_tensor& logits) {
-  if (dy.shape() != without_last(logits.shape()))
-    throw invalid_argument_error("node " + n.describe() + ": the gradient of shape " +
-                                 dy.shape().to_string() + " does not match logits of shape " +
-                                 logits.shape().to_string());
-}
 
 // Threads per row: a warp for short rows, up to a full block for long ones.
 inline int row_threads(std::int64_t cols) {
@@ -196,7 +172,7 @@ __global__ void sparse_xent_grad_kernel(const T* dy, const L* labels, const T* x
 
 // Launches a row kernel: a block per row (at most max_blocks, striding), sized to the row.
 template <class K, class... A>
-void launch_rows(const gpu_context& g, rows_t l, K kernel, A... args) {
+void launch_rows(const gpu_context& g, row_layout l, K kernel, A... args) {
   if (l.rows == 0)
     return;
   kernel<<<static_cast<unsigned>(std::min(l.rows, max_blocks)), row_threads(l.cols), 0, g.stream>>>(
@@ -207,7 +183,7 @@ void launch_rows(const gpu_context& g, rows_t l, K kernel, A... args) {
 template <class T> struct softmax_gpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
-    const rows_t l = rows_of(c.node, x);
+    const row_layout l = rows_of(c.node, x);
     const gpu_context& g = gpu_of(c);
     c.output = g.allocate(x.type(), x.shape());
     if (l.cols == 0)
@@ -222,8 +198,8 @@ template <class T> struct softmax_grad_gpu {
   static void run(kernel_context& c) {
     const any_tensor& y = c.input(0);
     const any_tensor& dy = c.input(1);
-    same_shape(c.node, y, "the output", dy, "its gradient");
-    const rows_t l = rows_of(c.node, y);
+    check_same_shape(c.node, y, "the output", dy, "its gradient");
+    const row_layout l = rows_of(c.node, y);
     const gpu_context& g = gpu_of(c);
     c.output = g.allocate(y.type(), y.shape());
     if (l.cols == 0)
@@ -239,8 +215,8 @@ template <class T> struct xent_gpu {
   static void run(kernel_context& c) {
     const any_tensor& labels = c.input(0);
     const any_tensor& logits = c.input(1);
-    same_shape(c.node, labels, "labels", logits, "logits");
-    const rows_t l = rows_of(c.node, logits);
+    check_same_shape(c.node, labels, "labels", logits, "logits");
+    const row_layout l = rows_of(c.node, logits);
     const gpu_context& g = gpu_of(c);
     c.output = g.allocate(logits.type(), without_last(logits.shape()));
     if (l.cols == 0) { // an empty sum per row
@@ -259,9 +235,9 @@ template <class T> struct xent_grad_gpu {
     const any_tensor& dy = c.input(0);
     const any_tensor& labels = c.input(1);
     const any_tensor& logits = c.input(2);
-    same_shape(c.node, labels, "labels", logits, "logits");
-    per_row(c.node, dy, logits);
-    const rows_t l = rows_of(c.node, logits);
+    check_same_shape(c.node, labels, "labels", logits, "logits");
+    check_per_row(c.node, dy, logits);
+    const row_layout l = rows_of(c.node, logits);
     const gpu_context& g = gpu_of(c);
     c.output = g.allocate(logits.type(), logits.shape());
     if (l.cols == 0)
@@ -273,24 +249,13 @@ template <class T> struct xent_grad_gpu {
   }
 };
 
-// The host-side part of the CPU's checked_labels: shape and dtype.
-inline void check_labels(const node_def& n, const any_tensor& labels, const any_tensor& logits) {
-  if (labels.shape() != without_last(logits.shape()))
-    throw invalid_argument_error("node " + n.describe() + ": labels of shape " +
-                                 labels.shape().to_string() + " do not match logits of shape " +
-                                 logits.shape().to_string());
-  if (labels.type() != dtype::i32 && labels.type() != dtype::i64)
-    throw invalid_argument_error("node " + n.describe() + ": labels must be int32 or int64, not " +
-                                 std::string(to_string(labels.type())));
-}
-
 // Inputs (labels, logits).
 template <class T> struct sparse_xent_gpu {
   static void run(kernel_context& c) {
     const any_tensor& labels = c.input(0);
     const any_tensor& logits = c.input(1);
-    const rows_t l = rows_of(c.node, logits);
-    check_labels(c.node, labels, logits);
+    const row_layout l = rows_of(c.node, logits);
+    check_sparse_labels(c.node, labels, logits);
     const gpu_context& g = gpu_of(c);
     c.output = g.allocate(logits.type(), without_last(logits.shape()));
     T* out = c.output.template device_data<T>();
@@ -311,9 +276,9 @@ template <class T> struct sparse_xent_grad_gpu {
     const any_tensor& dy = c.input(0);
     const any_tensor& labels = c.input(1);
     const any_tensor& logits = c.input(2);
-    per_row(c.node, dy, logits);
-    const rows_t l = rows_of(c.node, logits);
-    check_labels(c.node, labels, logits);
+    check_per_row(c.node, dy, logits);
+    const row_layout l = rows_of(c.node, logits);
+    check_sparse_labels(c.node, labels, logits);
     const gpu_context& g = gpu_of(c);
     c.output = g.allocate(logits.type(), logits.shape());
     if (l.cols == 0)

@@ -10,8 +10,10 @@
 #pragma once
 
 #include <loom/graph/ops/state.hpp>
+#include <loom/kernels/checks/state.hpp>
 #include <loom/kernels/cuda/common.cuh>
 #include <loom/kernels/cuda/math.cuh>
+#include <loom/kernels/metadata.hpp>
 #include <loom/kernels/registry.hpp>
 
 #include <cstdint>
@@ -22,6 +24,12 @@
 #include <vector>
 
 namespace loom::cuda::kernels {
+
+// The checks of the CPU kernels, with their messages.
+using loom::detail::check_assign_update;
+using loom::detail::check_variable_initialized;
+using loom::detail::summed_axes;
+using loom::detail::throw_no_arithmetic;
 
 // Throws unless the variable's value lives on this GPU (an update in place needs it there).
 inline void check_on_gpu(const kernel_context& c, const any_tensor& value,
@@ -74,10 +82,7 @@ template <class T> struct variable_gpu {
   static void run(kernel_context& c) {
     variable_resource& v = c.resources.variable(c.node);
     std::lock_guard lock(v.mu);
-    if (!v.initialized)
-      throw failed_precondition_error("attempting to use uninitialized value " + c.node.name +
-                                      " (run its initializer, or "
-                                      "global_variables_initializer, first)");
+    check_variable_initialized(c.node, v);
     const gpu_context& g = gpu_of(c);
     if (on_this_gpu(g, v.value))
       c.output = v.value;
@@ -109,18 +114,9 @@ template <class T> struct assign_gpu {
       v.value = c.may_forward(1) ? value : device_clone(g, value);
       v.initialized = true;
     } else {
-      if (!v.initialized)
-        throw failed_precondition_error(
-            "node " + n.describe() + ": attempting to use uninitialized variable '" +
-            n.attr_or<std::string>("_ref_name_0", "?") +
-            "' (run its initializer, or global_variables_initializer, first)");
-      if (value.shape() != v.value.shape())
-        throw invalid_argument_error(
-            "node " + n.describe() + ": value of shape " + value.shape().to_string() +
-            " does not match the variable's shape " + v.value.shape().to_string());
+      check_assign_update(n, v, value);
       if constexpr (std::is_same_v<T, bool>) {
-        throw invalid_argument_error("node " + n.describe() + ": no arithmetic on " +
-                                     std::string(to_string(dtype_of<T>)));
+        throw_no_arithmetic(n, dtype_of<T>);
       } else {
         check_on_gpu(c, v.value, "variable '" + n.attr_or<std::string>("_ref_name_0", "?") + "'");
         // In place when nothing else holds the value; otherwise into another
@@ -155,14 +151,6 @@ template <class T> struct is_variable_initialized_gpu {
   }
 };
 
-template <class T> struct identity_gpu {
-  static void run(kernel_context& c) { c.output = c.input(0); }
-};
-
-template <class T> struct no_op_gpu {
-  static void run(kernel_context&) {}
-};
-
 template <class T> struct fill_like_gpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
@@ -183,19 +171,7 @@ template <class T> struct sum_to_shape_gpu {
       c.output = dy;
       return;
     }
-    const loom::shape& from = dy.shape();
-    const int r = from.rank(), pad = r - to.rank();
-    if (pad < 0)
-      throw invalid_argument_error("node " + c.node.describe() + ": cannot reduce " +
-                                   from.to_string() + " to " + to.to_string());
-    std::vector<char> mask(static_cast<std::size_t>(r), 0);
-    for (int i = 0; i < r; ++i) {
-      const std::int64_t td = i >= pad ? to[i - pad] : 1;
-      if (td != 1 && td != from[i])
-        throw invalid_argument_error("node " + c.node.describe() + ": cannot reduce " +
-                                     from.to_string() + " to " + to.to_string());
-      mask[static_cast<std::size_t>(i)] = td == 1 && from[i] != 1;
-    }
+    const std::vector<char> mask = summed_axes(c.node, dy.shape(), to);
     c.output = reduce<T>(c, dy, mask, to, reducer::sum);
   }
 };
@@ -207,8 +183,8 @@ inline bool register_state_gpu() {
     register_kernels<assign_gpu>(op, all_types_but_string{}, device_gpu);
   register_kernels<is_variable_initialized_gpu>("is_variable_initialized", type_list<bool>{},
                                                 device_gpu);
-  register_kernels<identity_gpu>("identity", all_types_but_string{}, device_gpu);
-  register_kernels<no_op_gpu>("no_op", all_types_but_string{}, device_gpu);
+  // Strings never live on a GPU.
+  loom::detail::register_metadata_kernels<all_types_but_string>(device_gpu);
   register_kernels<fill_like_gpu>("zeros_like", numeric_types{}, device_gpu);
   register_kernels<fill_like_gpu>("ones_like", numeric_types{}, device_gpu);
   register_kernels<sum_to_shape_gpu>("sum_to_shape", numeric_types{}, device_gpu);

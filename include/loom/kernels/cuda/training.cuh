@@ -9,84 +9,31 @@
 #pragma once
 
 #include <loom/cuda/elementwise.cuh>
-#include <loom/graph/ops/training.hpp>
+#include <loom/kernels/checks/training.hpp>
 #include <loom/kernels/cuda/common.cuh>
 #include <loom/kernels/cuda/state.cuh>
 #include <loom/kernels/registry.hpp>
 
-#include <algorithm>
-#include <array>
+#include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <mutex>
-#include <span>
 #include <string>
 
 namespace loom::cuda::kernels {
 
-// The shape helpers the CPU kernels and shape inference use, with their messages.
-using loom::detail::apply_ref_attr;
-
-// The mutexes of the variable and its slots for the update's duration, in
-// address order (the CPU's apply_locks). The update is queued on the stream
-// before they are released, so any later reader or update is ordered after it.
-class update_locks {
-public:
-  explicit update_locks(std::span<variable_resource* const> refs) {
-    if (refs.size() > max_refs)
-      throw internal_error("update_locks: " + std::to_string(refs.size()) + " refs");
-    std::array<std::mutex*, max_refs> mus{};
-    std::size_t n = 0;
-    for (variable_resource* r : refs)
-      if (std::find(mus.begin(), mus.begin() + static_cast<std::ptrdiff_t>(n), &r->mu) ==
-          mus.begin() + static_cast<std::ptrdiff_t>(n))
-        mus[n++] = &r->mu;
-    for (std::size_t i = 1; i < n; ++i)
-      for (std::size_t j = i; j > 0 && std::less<>{}(mus[j], mus[j - 1]); --j)
-        std::swap(mus[j], mus[j - 1]);
-    for (std::size_t k = 0; k < n; ++k)
-      locks_[k] = std::unique_lock(*mus[k]);
-  }
-
-private:
-  static constexpr std::size_t max_refs = 3;
-  std::array<std::unique_lock<std::mutex>, max_refs> locks_;
-};
+using loom::detail::apply_locks;
+using loom::detail::apply_ref_name;
 
 // The CPU's check_apply_inputs (same messages), then: every ref on this GPU.
 inline void check_update(const kernel_context& c, const any_tensor& grad) {
-  const node_def& n = c.node;
-  auto ref_name = [&](std::size_t k) {
-    return n.attr_or<std::string>(apply_ref_attr(k), "input " + std::to_string(k));
-  };
+  loom::detail::check_apply_inputs(c, grad);
   for (std::size_t k = 0; k < c.refs.size(); ++k)
-    if (!c.refs[k]->initialized)
-      throw failed_precondition_error("node " + n.describe() +
-                                      ": attempting to use uninitialized variable '" + ref_name(k) +
-                                      "' (run its initializer, or global_variables_initializer, "
-                                      "first)");
-  const any_tensor& var = c.refs[0]->value;
-  for (std::size_t k = 1; k < c.refs.size(); ++k)
-    if (c.refs[k]->value.shape() != var.shape())
-      throw invalid_argument_error("node " + n.describe() + ": slot '" + ref_name(k) +
-                                   "' has shape " + c.refs[k]->value.shape().to_string() +
-                                   ", but variable '" + ref_name(0) + "' has shape " +
-                                   var.shape().to_string());
-  if (grad.shape() != var.shape())
-    throw invalid_argument_error("node " + n.describe() + ": the gradient has shape " +
-                                 grad.shape().to_string() + ", but variable '" + ref_name(0) +
-                                 "' has shape " + var.shape().to_string());
-  for (std::size_t k = 0; k < c.refs.size(); ++k)
-    check_on_gpu(c, c.refs[k]->value, (k == 0 ? "variable '" : "slot '") + ref_name(k) + "'");
+    check_on_gpu(c, c.refs[k]->value,
+                 (k == 0 ? "variable '" : "slot '") + apply_ref_name(c.node, k) + "'");
 }
 
 // A scalar hyperparameter input, in device memory; TF accepts only scalars.
 template <class T> const T* scalar_input(const kernel_context& c, std::size_t i, const char* what) {
-  const any_tensor& t = c.input(i);
-  if (t.rank() != 0)
-    throw invalid_argument_error("node " + c.node.describe() + ": " + what +
-                                 " is not a scalar: " + t.shape().to_string());
-  return t.template device_data<T>();
+  return loom::detail::apply_scalar_input(c, i, what).template device_data<T>();
 }
 
 template <class T> T* ref_data(const kernel_context& c, std::size_t k) {
@@ -177,7 +124,7 @@ template <class T> struct apply_gradient_descent_gpu {
   static void run(kernel_context& c) {
     const T* alpha = scalar_input<T>(c, 1, "alpha");
     const any_tensor& delta = c.input(2);
-    update_locks lock(c.refs);
+    apply_locks lock(c.refs);
     check_update(c, delta);
     const gpu_context& g = gpu_of(c);
     if (const std::int64_t n = elements<T>(c); n > 0) {
@@ -195,7 +142,7 @@ template <class T> struct apply_momentum_gpu {
     const T* momentum = scalar_input<T>(c, 4, "momentum");
     const any_tensor& grad = c.input(3);
     const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
-    update_locks lock(c.refs);
+    apply_locks lock(c.refs);
     check_update(c, grad);
     const gpu_context& g = gpu_of(c);
     if (const std::int64_t n = elements<T>(c); n > 0) {
@@ -212,7 +159,7 @@ template <class T> struct apply_adagrad_gpu {
   static void run(kernel_context& c) {
     const T* lr = scalar_input<T>(c, 2, "lr");
     const any_tensor& grad = c.input(3);
-    update_locks lock(c.refs);
+    apply_locks lock(c.refs);
     check_update(c, grad);
     const gpu_context& g = gpu_of(c);
     if (const std::int64_t n = elements<T>(c); n > 0) {
@@ -231,7 +178,7 @@ template <class T> struct apply_adam_gpu {
                         scalar_input<T>(c, 7, "beta2"),       scalar_input<T>(c, 8, "epsilon")};
     const any_tensor& grad = c.input(9);
     const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
-    update_locks lock(c.refs);
+    apply_locks lock(c.refs);
     check_update(c, grad);
     const gpu_context& g = gpu_of(c);
     if (const std::int64_t n = elements<T>(c); n > 0) {
@@ -251,7 +198,7 @@ template <class T> struct apply_rms_prop_gpu {
     const T* momentum = scalar_input<T>(c, 5, "momentum");
     const T* epsilon = scalar_input<T>(c, 6, "epsilon");
     const any_tensor& grad = c.input(7);
-    update_locks lock(c.refs);
+    apply_locks lock(c.refs);
     check_update(c, grad);
     const gpu_context& g = gpu_of(c);
     if (const std::int64_t n = elements<T>(c); n > 0) {

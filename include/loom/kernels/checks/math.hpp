@@ -1,0 +1,136 @@
+// The host-side part of the non-elementwise math kernels that the CPU kernels
+// (kernels/cpu/math.hpp) and the GPU kernels (kernels/cuda/math.cuh) share:
+// argument checks, with their messages, and the output shapes and layouts
+// they imply. Host code only (no Eigen evaluation), so nvcc compiles it too.
+#pragma once
+
+#include <loom/graph/ops/math.hpp>
+#include <loom/kernels/registry.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::detail {
+
+// -- matmul, xw_plus_b --------------------------------------------------------------
+
+// The shape [m, n] of op(a) op(b), once both are matrices whose inner dimensions agree.
+inline loom::shape matmul_shape(const node_def& n, const any_tensor& a, const any_tensor& b,
+                                bool ta, bool tb) {
+  if (a.rank() != 2 || b.rank() != 2)
+    throw invalid_argument_error("node " + n.describe() + ": needs rank-2 operands, got " +
+                                 a.shape().to_string() + " x " + b.shape().to_string());
+  if (a.shape()[ta ? 0 : 1] != b.shape()[tb ? 1 : 0])
+    throw invalid_argument_error(inner_dims_message(n, a.shape(), b.shape(), ta, tb));
+  return loom::shape{a.shape()[ta ? 1 : 0], b.shape()[tb ? 0 : 1]};
+}
+
+// The shape of x w + b, once x and w multiply and b has one value per column of w.
+inline loom::shape xw_plus_b_shape(const node_def& n, const any_tensor& x, const any_tensor& w,
+                                   const any_tensor& b) {
+  if (x.rank() != 2 || w.rank() != 2 || b.rank() != 1)
+    throw invalid_argument_error("node " + n.describe() +
+                                 ": needs x, w, b of ranks 2, 2 "
+                                 "and 1, got " +
+                                 x.shape().to_string() + ", " + w.shape().to_string() + " and " +
+                                 b.shape().to_string());
+  if (x.shape()[1] != w.shape()[0])
+    throw invalid_argument_error(inner_dims_message(n, x.shape(), w.shape(), false, false));
+  if (b.shape()[0] != w.shape()[1])
+    throw invalid_argument_error(
+        "node " + n.describe() + ": the bias of shape " + b.shape().to_string() +
+        " does not match the columns of the weights of shape " + w.shape().to_string());
+  return loom::shape{x.shape()[0], w.shape()[1]};
+}
+
+// -- reductions ---------------------------------------------------------------------
+
+// What reduce_sum / reduce_mean / reduce_max reduce, from the node's "axes"
+// and "keepdims": the reduced axes of the input and the output's shape.
+struct reduction_axes {
+  std::vector<char> mask;
+  loom::shape out;
+};
+
+inline reduction_axes reduction_of(const node_def& n, const loom::shape& in) {
+  reduction_axes r;
+  r.mask = reduction_mask(n, in, n.attr_or<std::vector<std::int64_t>>("axes", {}));
+  r.out = reduced_shape(in, r.mask, n.attr_or<bool>("keepdims", false));
+  return r;
+}
+
+// What reduce_grad broadcasts back: the axes the forward reduction reduced
+// (of `to`, its input's shape) and how many elements each output summed,
+// once dy has one element per output.
+struct reduce_grad_axes {
+  std::vector<char> mask;
+  std::int64_t count = 0;
+};
+
+inline reduce_grad_axes reduce_grad_of(const node_def& n, const any_tensor& dy,
+                                       const loom::shape& to) {
+  reduce_grad_axes r;
+  r.mask = reduction_mask(n, to, n.attr_or<std::vector<std::int64_t>>("axes", {}));
+  const loom::shape kept = reduced_shape(to, r.mask, true);
+  if (dy.num_elements() != kept.num_elements())
+    throw invalid_argument_error("node " + n.describe() + ": the gradient of shape " +
+                                 dy.shape().to_string() + " does not match a reduction of shape " +
+                                 to.to_string());
+  r.count = kept.num_elements() == 0 ? 0 : to.num_elements() / kept.num_elements();
+  return r;
+}
+
+// The input's dimensions merged into alternating runs of kept and reduced
+// ones; dimensions of size 1 are dropped, as they change no element's position.
+struct reduction_runs {
+  std::vector<std::int64_t> dims;
+  std::vector<char> reduced;
+  bool any_reduced() const { return std::find(reduced.begin(), reduced.end(), 1) != reduced.end(); }
+};
+
+inline reduction_runs merge_runs(const loom::shape& s, const std::vector<char>& mask) {
+  reduction_runs r;
+  for (int i = 0; i < s.rank(); ++i) {
+    const std::int64_t d = s[i];
+    if (d == 1)
+      continue;
+    const char red = mask[static_cast<std::size_t>(i)];
+    if (!r.dims.empty() && r.reduced.back() == red)
+      r.dims.back() *= d;
+    else {
+      r.dims.push_back(d);
+      r.reduced.push_back(red);
+    }
+  }
+  return r;
+}
+
+// argmax / argmin of an input seen as [outer, size, inner], `size` along the
+// node's "axis": the output's shape and the three extents. An empty axis is
+// an error only when there are outputs to give.
+struct arg_reduction_layout {
+  loom::shape out;
+  std::int64_t outer = 1, size = 0, inner = 1;
+};
+
+inline arg_reduction_layout arg_reduction_of(const node_def& n, const loom::shape& in) {
+  const int axis = normalize_axis(n, in, n.attr<std::int64_t>("axis"));
+  std::vector<char> mask(static_cast<std::size_t>(in.rank()), 0);
+  mask[static_cast<std::size_t>(axis)] = 1;
+  arg_reduction_layout l;
+  l.out = reduced_shape(in, mask, false);
+  for (int k = 0; k < axis; ++k)
+    l.outer *= in[k];
+  for (int k = axis + 1; k < in.rank(); ++k)
+    l.inner *= in[k];
+  l.size = in[axis];
+  if (l.outer * l.inner != 0 && l.size == 0)
+    throw invalid_argument_error("node " + n.describe() + ": axis " + std::to_string(axis) +
+                                 " of the input of shape " + in.to_string() + " is empty");
+  return l;
+}
+
+} // namespace loom::detail

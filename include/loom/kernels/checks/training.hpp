@@ -1,0 +1,92 @@
+// The host-side part of the optimizer updates that the CPU kernels
+// (kernels/cpu/training.hpp) and the GPU kernels (kernels/cuda/training.cuh)
+// share: the locks an update holds and the checks of its inputs, with their
+// messages. Host code only (no Eigen evaluation), so nvcc compiles it too.
+#pragma once
+
+#include <loom/graph/ops/training.hpp>
+#include <loom/kernels/registry.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <string>
+
+namespace loom::detail {
+
+// Holds the mutexes of one update's variable and slots for the duration of the
+// update, and nothing longer: updates of different variables never wait on
+// each other (TF's use_locking=false), but one update never interleaves with
+// another update or an assign of the same variable. Mutexes are taken in
+// address order so two updates sharing a slot cannot deadlock. A GPU update is
+// queued on its stream before they are released, so any later reader or
+// update of the variable is ordered after it.
+class apply_locks {
+public:
+  explicit apply_locks(std::span<variable_resource* const> refs) {
+    if (refs.size() > max_refs)
+      throw internal_error("apply_locks: " + std::to_string(refs.size()) + " refs");
+    std::array<std::mutex*, max_refs> mus{};
+    std::size_t n = 0;
+    for (variable_resource* r : refs)
+      if (std::find(mus.begin(), mus.begin() + static_cast<std::ptrdiff_t>(n), &r->mu) ==
+          mus.begin() + static_cast<std::ptrdiff_t>(n))
+        mus[n++] = &r->mu;
+    // Insertion sort by address: n <= 3, and g++ 12's -Warray-bounds misreads std::sort here.
+    for (std::size_t i = 1; i < n; ++i)
+      for (std::size_t j = i; j > 0 && std::less<>{}(mus[j], mus[j - 1]); --j)
+        std::swap(mus[j], mus[j - 1]);
+    for (std::size_t k = 0; k < n; ++k)
+      locks_[k] = std::unique_lock(*mus[k]);
+  }
+
+private:
+  static constexpr std::size_t max_refs = 3;
+  std::array<std::unique_lock<std::mutex>, max_refs> locks_;
+};
+
+// The name of an update's ref input k (its variable for k = 0, else a slot),
+// as the graph recorded it, for messages.
+inline std::string apply_ref_name(const node_def& n, std::size_t k) {
+  return n.attr_or<std::string>(apply_ref_attr(k), "input " + std::to_string(k));
+}
+
+// Checks, under the locks, that every ref is initialised, every slot has the
+// variable's shape and the gradient has it too; errors name the variables.
+inline void check_apply_inputs(const kernel_context& c, const any_tensor& grad) {
+  const node_def& n = c.node;
+  for (std::size_t k = 0; k < c.refs.size(); ++k)
+    if (!c.refs[k]->initialized)
+      throw failed_precondition_error("node " + n.describe() +
+                                      ": attempting to use uninitialized variable '" +
+                                      apply_ref_name(n, k) +
+                                      "' (run its initializer, or global_variables_initializer, "
+                                      "first)");
+  const any_tensor& var = c.refs[0]->value;
+  for (std::size_t k = 1; k < c.refs.size(); ++k)
+    if (c.refs[k]->value.shape() != var.shape())
+      throw invalid_argument_error("node " + n.describe() + ": slot '" + apply_ref_name(n, k) +
+                                   "' has shape " + c.refs[k]->value.shape().to_string() +
+                                   ", but variable '" + apply_ref_name(n, 0) + "' has shape " +
+                                   var.shape().to_string());
+  if (grad.shape() != var.shape())
+    throw invalid_argument_error("node " + n.describe() + ": the gradient has shape " +
+                                 grad.shape().to_string() + ", but variable '" +
+                                 apply_ref_name(n, 0) + "' has shape " + var.shape().to_string());
+}
+
+// A hyperparameter input (lr, beta1, ...), checked to be a scalar as TF
+// requires; the kernel reads its value wherever it lives.
+inline const any_tensor& apply_scalar_input(const kernel_context& c, std::size_t i,
+                                            const char* what) {
+  const any_tensor& t = c.input(i);
+  if (t.rank() != 0)
+    throw invalid_argument_error("node " + c.node.describe() + ": " + what +
+                                 " is not a scalar: " + t.shape().to_string());
+  return t;
+}
+
+} // namespace loom::detail
