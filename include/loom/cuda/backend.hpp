@@ -1,13 +1,15 @@
 // The GPU backend of the executor (kernels/gpu_backend.hpp) over CUDA: one
-// context per device (a stream, a cuBLAS handle, the caching allocator), GPU
-// kernels run on that stream, and copies between host and device memory go
-// through pinned staging buffers.
+// context per device (a stream, a cuBLAS handle, the caching allocator), and
+// GPU kernels and copies run on that stream.
 //
 // Ordering: every GPU kernel and every copy of a device runs on its one
 // stream, so they run in the order the executor issued them, and a block the
 // allocator hands out again on that stream cannot be overwritten before its
 // last reader ran. A copy to the host waits for the stream: what the host
-// reads is complete.
+// reads is complete. A copy to a GPU does not wait: cudaMemcpyAsync from
+// pageable memory returns once the driver has staged the source (no extra
+// copy of ours, no pinned buffer to keep), so the host tensor may go at once
+// and the GPU's queued work keeps running.
 //
 // Registered before main() by including this header in any translation unit
 // (kernels/cuda/cuda.cuh does, with the GPU kernels); host-only (cudart,
@@ -24,7 +26,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,6 +48,25 @@ struct gpu_context {
     void* p = bytes ? a->allocate(bytes, stream) : nullptr;
     return any_tensor::adopt(t, std::move(s), memory_location::gpu(device), p,
                              [a](void* q) { a->deallocate(q); });
+  }
+
+  // A host tensor's copy on this GPU, ordered before this stream's later work;
+  // `host` may go at once (the driver staged it before returning).
+  any_tensor upload(const any_tensor& host) const {
+    any_tensor out = allocate(host.type(), host.shape());
+    cuda::copy_to_device(static_cast<unsigned char*>(out.device_data()),
+                         static_cast<const unsigned char*>(host.raw_data()), host.byte_size(),
+                         stream);
+    return out;
+  }
+
+  // A copy of a tensor on this GPU in a buffer of its own.
+  any_tensor clone(const any_tensor& t) const {
+    any_tensor out = allocate(t.type(), t.shape());
+    cuda::copy_device_to_device(static_cast<unsigned char*>(out.device_data()),
+                                static_cast<const unsigned char*>(t.device_data()), t.byte_size(),
+                                stream);
+    return out;
   }
 };
 
@@ -100,35 +120,28 @@ public:
       per_device& d = at(where.device);
       std::lock_guard lock(d.mu);
       device_guard g(where.device);
+      if (t.on_host())
+        return d.context.upload(t);
+      // From another GPU: wait for its stream (t's last writer), copy, and wait
+      // for the copy: t's block returns to the other GPU's free list when t
+      // goes, and that GPU's next allocation must not overwrite it mid-copy.
+      per_device& from = at(t.location().device);
+      LOOM_CUDA_CHECK(cudaStreamSynchronize(from.context.stream));
       any_tensor out = d.context.allocate(t.type(), t.shape());
-      if (t.byte_size() == 0)
-        return out;
-      if (t.on_host()) { // through the staging buffer: the copy is asynchronous
-        stage(d, t.byte_size());
-        std::memcpy(d.staging.data(), t.raw_data(), t.byte_size());
-        LOOM_CUDA_CHECK(cudaMemcpyAsync(out.device_data(), d.staging.data(), t.byte_size(),
-                                        cudaMemcpyHostToDevice, d.context.stream));
-        // The staging buffer is reused by the next copy: wait until this one read it.
-        LOOM_CUDA_CHECK(cudaStreamSynchronize(d.context.stream));
-      } else { // from another GPU: wait for its stream, then copy peer to peer
-        per_device& from = at(t.location().device);
-        LOOM_CUDA_CHECK(cudaStreamSynchronize(from.context.stream));
+      if (t.byte_size())
         LOOM_CUDA_CHECK(cudaMemcpyPeerAsync(out.device_data(), where.device, t.device_data(),
                                             t.location().device, t.byte_size(), d.context.stream));
-      }
+      LOOM_CUDA_CHECK(cudaStreamSynchronize(d.context.stream));
       return out;
     }
     per_device& d = at(t.location().device);
     std::lock_guard lock(d.mu);
     device_guard g(t.location().device);
     any_tensor out(t.type(), t.shape());
-    if (t.byte_size() == 0)
-      return out;
-    stage(d, t.byte_size());
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(d.staging.data(), t.device_data(), t.byte_size(),
-                                    cudaMemcpyDeviceToHost, d.context.stream));
+    copy_to_host(static_cast<unsigned char*>(out.raw_data()),
+                 static_cast<const unsigned char*>(t.device_data()), t.byte_size(),
+                 d.context.stream);
     LOOM_CUDA_CHECK(cudaStreamSynchronize(d.context.stream));
-    std::memcpy(out.raw_data(), d.staging.data(), t.byte_size());
     return out;
   }
 
@@ -145,7 +158,6 @@ private:
     std::mutex mu; // kernels and copies of concurrent steps, one at a time
     std::unique_ptr<stream> s;
     gpu_context context;
-    pinned_buffer<unsigned char> staging;
     ~per_device() {
       if (context.blas)
         cublasDestroy(context.blas);
@@ -170,16 +182,6 @@ private:
       check_cublas(cublasSetStream(d.context.blas, d.context.stream), "cublasSetStream");
     });
     return d;
-  }
-
-  // A pinned staging buffer of at least `bytes` (grown by doubling, kept).
-  static void stage(per_device& d, std::size_t bytes) {
-    if (d.staging.size() >= bytes)
-      return;
-    std::size_t n = std::max<std::size_t>(d.staging.size() * 2, 1 << 20);
-    while (n < bytes)
-      n *= 2;
-    d.staging = pinned_buffer<unsigned char>(n);
   }
 
   int count_;

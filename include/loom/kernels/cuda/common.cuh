@@ -62,25 +62,6 @@ template <class T> void fill(const gpu_context& g, T* out, std::int64_t n, T val
   check_launch();
 }
 
-// A device copy of `t` (on this GPU) in a buffer of its own.
-inline any_tensor device_clone(const gpu_context& g, const any_tensor& t) {
-  any_tensor out = g.allocate(t.type(), t.shape());
-  if (t.byte_size())
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(out.device_data(), t.device_data(), t.byte_size(),
-                                    cudaMemcpyDeviceToDevice, g.stream));
-  return out;
-}
-
-// A host tensor's copy on this GPU. The copy from pageable memory returns once
-// the source has been read, so `t` may go away at once.
-inline any_tensor upload(const gpu_context& g, const any_tensor& t) {
-  any_tensor out = g.allocate(t.type(), t.shape());
-  if (t.byte_size())
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(out.device_data(), t.raw_data(), t.byte_size(),
-                                    cudaMemcpyHostToDevice, g.stream));
-  return out;
-}
-
 inline bool on_this_gpu(const gpu_context& g, const any_tensor& t) {
   return t.location() == memory_location::gpu(g.device);
 }

@@ -65,7 +65,7 @@ template <class T> struct constant_gpu {
       return;
     }
     if (v.byte_size() == 0 || v.byte_size() > small_blob::capacity) {
-      c.output = upload(g, v);
+      c.output = g.upload(v);
       return;
     }
     c.output = g.allocate(v.type(), v.shape());
@@ -87,7 +87,7 @@ template <class T> struct variable_gpu {
     if (on_this_gpu(g, v.value))
       c.output = v.value;
     else if (v.value.on_host())
-      c.output = upload(g, v.value);
+      c.output = g.upload(v.value);
     else
       throw failed_precondition_error("variable " + c.node.name + " lives on " +
                                       v.value.location().to_string() +
@@ -111,7 +111,7 @@ template <class T> struct assign_gpu {
     if (n.op == "assign") {
       // A value nothing else holds becomes the variable's buffer; otherwise a
       // copy, so that the variable owns its state (as on the CPU).
-      v.value = c.may_forward(1) ? value : device_clone(g, value);
+      v.value = c.may_forward(1) ? value : g.clone(value);
       v.initialized = true;
     } else {
       check_assign_update(n, v, value);
