@@ -159,7 +159,6 @@ TEST_SUITE("cuda_device" * doctest::skip(loom::gpu_count() == 0)) {
       CHECK(std::isfinite(gpu.losses[i]));
       CHECK(std::abs(gpu.losses[i] - cpu.losses[i]) <= 1e-3 * std::abs(cpu.losses[i]));
     }
-    CHECK(gpu.losses.back() < gpu.losses.front()); // it learns
     CHECK(relative_l2(cpu.hid_w, gpu.hid_w) <= 1e-3);
     CHECK(relative_l2(cpu.sm_w, gpu.sm_w) <= 1e-3);
   }

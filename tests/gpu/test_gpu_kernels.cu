@@ -22,6 +22,7 @@
 #include <loom/kernels/cuda/cuda.cuh>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -113,13 +114,25 @@ any_tensor run_cpu(const node_def& n, dtype t, const std::vector<const any_tenso
 thread_local kernel_fn t_kernel = nullptr;
 thread_local std::size_t t_poison_bytes = 0;
 
-// Fills an output-sized block with 0xFF and frees it, then runs the kernel.
+// Empties the allocator's cache, then poisons the blocks the kernel's first
+// allocations of the output's size class will get, then runs the kernel. The
+// cache is emptied first because the allocator hands out the oldest cached block
+// of a class: with older blocks cached, the output would skip the poisoned one
+// (and might hold an earlier correct result). The poison is 0x7F bytes, finite
+// in floating point (3.4e38, 1.4e306), so an unwritten element differs from a
+// NaN the CPU computed as well as from a number.
 void poisoned_kernel(kernel_context& c) {
   const gpu_context& g = *c.gpu;
   if (t_poison_bytes) {
-    void* p = g.allocator->allocate(t_poison_bytes, g.stream);
-    LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, t_poison_bytes, g.stream));
-    g.allocator->deallocate(p);
+    LOOM_CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    g.allocator->empty_cache();
+    std::array<void*, 4> blocks{}; // the output and up to 3 temporaries before it
+    for (void*& p : blocks) {
+      p = g.allocator->allocate(t_poison_bytes, g.stream);
+      LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0x7F, t_poison_bytes, g.stream));
+    }
+    for (void* p : blocks)
+      g.allocator->deallocate(p);
   }
   t_kernel(c);
 }
@@ -317,7 +330,8 @@ std::vector<op_case> make_cases() {
     const gen g = op == "log" || op == "sqrt" ? gen::positive
                   : op == "reciprocal"        ? gen::nonzero
                                               : gen::any;
-    for (const S& s : {S{1003}, S{1}, S{}, S{0}, S{7, 5, 3}})
+    // 2100003 elements: past one pass of the grid-stride loop (8192 blocks x 256 threads).
+    for (const S& s : {S{1003}, S{1}, S{}, S{0}, S{7, 5, 3}, S{2100003}})
       cs.push_back({op, types, {{s, {}, g}}});
   }
   const std::vector<std::pair<std::string, std::vector<dtype>>> binary{
@@ -369,6 +383,7 @@ std::vector<op_case> make_cases() {
                                                    {S{1003}, axes{}},
                                                    {S{2, 70001}, axes{1}},
                                                    {S{70001, 3}, axes{0}},
+                                                   {S{9000, 40}, axes{1}}, // > 8192 outputs
                                                    {S{300, 129}, axes{1}},
                                                    {S{1, 1}, axes{0}},
                                                    {S{0, 3}, axes{0}},
@@ -409,7 +424,8 @@ std::vector<op_case> make_cases() {
   cs.push_back({"reshape_like", no_strings, {{S{6, 4}}, {S{2, 12}}}});
 
   // Softmax and cross-entropies (L2: exp and row sums differ in order).
-  for (const S& s : {S{33, 10}, S{5, 1003}, S{7}, S{4, 0}, S{2, 3, 5}})
+  // 8200 rows: more rows than blocks (8192), so the row loop takes a second pass.
+  for (const S& s : {S{33, 10}, S{5, 1003}, S{7}, S{4, 0}, S{2, 3, 5}, S{8200, 3}})
     for (const char* op : {"softmax", "log_softmax"})
       cs.push_back({op, floats, {{s}}, {}, check::l2});
   for (const char* op : {"softmax_grad", "log_softmax_grad"}) {
