@@ -88,6 +88,28 @@ TEST_CASE("an Adam step sends the worker only its variables and the ps only thei
   CHECK(keys(worker, "_recv").size() == 2);
 }
 
+TEST_CASE("a step's tensors for one task travel as one message") {
+  local_cluster cluster(1, 1);
+  linear_model m(1, trained_by::adam_with_global_step);
+  loom::session s(m.g, cluster.target(), quiet());
+  s.run(loom::global_variables_initializer(m.g));
+  auto step = [&] {
+    s.run(loom::fetches(*m.train, *m.loss),
+          {{m.x, loom::testing::batch_x()}, {m.y, loom::testing::batch_y()}});
+  };
+  step(); // registers the partitions
+  const auto ps_before = cluster.ps(0).received();
+  const auto worker_before = cluster.worker(0).received();
+  constexpr int steps = 5;
+  for (int i = 0; i < steps; ++i)
+    step();
+  // Each step: w and b to the worker in one message, their gradients back in one.
+  CHECK(cluster.worker(0).received().messages - worker_before.messages == steps);
+  CHECK(cluster.worker(0).received().tensors - worker_before.tensors == 2 * steps);
+  CHECK(cluster.ps(0).received().messages - ps_before.messages == steps);
+  CHECK(cluster.ps(0).received().tensors - ps_before.tensors == 2 * steps);
+}
+
 TEST_CASE("a constant read on another task is built there, not sent every step") {
   local_cluster cluster(1, 1);
   loom::graph g;

@@ -24,13 +24,16 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <queue>
 #include <set>
 #include <span>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace loom {
@@ -51,6 +54,11 @@ public:
   virtual void send(const node_def& send, const any_tensor& value) = 0;
   // Calls done exactly once: with the value, or with the error that ended the wait.
   virtual void recv(const node_def& recv, recv_done done) = 0;
+  // Delivers what send() has held back. A rendezvous may hold sends back to
+  // carry a burst of them to a task as one message; the executor flushes
+  // before the step can wait (for a recv, in a blocking kernel) and when it
+  // ends, so nothing it waits for hangs on a held send.
+  virtual void flush() {}
   // Where blocking kernels learn that the step was aborted; nullptr if never.
   virtual step_cancellation* cancellation() noexcept { return nullptr; }
 };
@@ -98,6 +106,7 @@ public:
     kind k = kind::kernel;
     node_id id = no_node;
     kernel_fn kernel = nullptr;
+    bool blocking = false;       // the kernel may wait for other steps (op_def::blocking)
     memory_location where{};     // a kernel's device: its inputs are copied there
     std::vector<node_id> inputs; // no_node at ref-input positions
     std::vector<node_id> refs;   // the variable nodes of ref inputs
@@ -193,6 +202,7 @@ public:
       } else {
         steps_.push_back(make_step(g, id, placed[i]));
         on_gpu_ = on_gpu_ || !placed[i].on_host();
+        blocks_ = blocks_ || steps_.back().blocking;
       }
     }
 
@@ -234,138 +244,231 @@ public:
   const std::vector<step>& steps() const noexcept { return steps_; }
   const run_request& request() const noexcept { return request_; }
 
-  // Runs the plan. `values` is indexed by node id and holds the fed values on
-  // entry; on return it holds the fetched ones. A plan with _send or _recv
-  // nodes needs a rendezvous.
+  // Runs the plan on the calling thread, which waits there for its recvs.
+  // `values` is indexed by node id and holds the fed values on entry; on
+  // return it holds the fetched ones. A plan with _send or _recv nodes needs a
+  // rendezvous.
   void run(const graph& g, std::vector<any_tensor>& values, const cpu_device& device,
            resource_access& resources, step_rendezvous* rendezvous = nullptr) const {
-    // What a _recv's callback touches outlives this call if the step fails
-    // while a recv is still outstanding.
-    struct arrivals {
-      std::mutex mu;
-      std::condition_variable cv;
-      std::deque<std::tuple<std::size_t, any_tensor, std::exception_ptr>> items;
-    };
-    auto arrived = std::make_shared<arrivals>();
-    std::vector<int> pending = pending_;
-    std::vector<int> readers = readers_;
-    std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
-    for (std::size_t k = 0; k < steps_.size(); ++k)
-      if (pending[k] == 0)
-        ready.push(k);
-    std::size_t done = 0, waiting = 0;
+    auto st =
+        std::make_shared<execution>(*this, g, std::move(values), device, resources, rendezvous);
+    while (!advance(st)) {
+      std::unique_lock lock(st->mu);
+      st->cv.wait(lock, [&] { return !st->arrived.empty(); });
+    }
+    values = std::move(st->values);
+  }
 
+  // Called once when a started step ends: with the values (as run() leaves
+  // them), or with the error that ended it.
+  using done_fn = std::function<void(std::vector<any_tensor>& values, std::exception_ptr error)>;
+
+  // Runs the plan on the calling thread until it waits for a recv, then
+  // returns; the thread that delivers the recv's value runs it on (TF's
+  // executor continues where a recv completes too). A task's io thread that
+  // receives a step's tensor so runs the step's next kernels itself, without
+  // waking a thread that waits for it. `done` runs on the thread that ends the
+  // step. Not for a plan that blocks(): its kernels would wait on that thread.
+  // g, device, resources and rendezvous must outlive the step: `done` is the
+  // place to release them.
+  void start(const graph& g, std::vector<any_tensor> values, const cpu_device& device,
+             resource_access& resources, step_rendezvous& rendezvous, done_fn done) const {
+    if (blocks_)
+      throw internal_error("executor: a plan with blocking kernels cannot run as continuations");
+    auto st =
+        std::make_shared<execution>(*this, g, std::move(values), device, resources, &rendezvous);
+    st->on_done = std::move(done);
+    drive(st);
+  }
+
+  // Has a kernel that may wait for other steps (a blocking op).
+  bool blocks() const noexcept { return blocks_; }
+
+private:
+  // One step of the plan in flight: what run() and start() keep between the
+  // kernels they run. Shared with the recv callbacks, which may come late
+  // (the step failed while a recv was outstanding).
+  struct execution {
+    execution(const plan& p, const graph& g, std::vector<any_tensor> fed, const cpu_device& d,
+              resource_access& r, step_rendezvous* rv)
+        : g(g), values(std::move(fed)), device(d), resources(r), rendezvous(rv),
+          pending(p.pending_), readers(p.readers_), elsewhere(p.on_gpu_ ? values.size() : 0) {
+      for (std::size_t k = 0; k < p.steps_.size(); ++k)
+        if (pending[k] == 0)
+          ready.push(k);
+    }
+    const graph& g;
+    std::vector<any_tensor> values; // by node id
+    const cpu_device& device;
+    resource_access& resources;
+    step_rendezvous* rendezvous;
+    std::vector<int> pending; // per step: inputs not yet computed
+    std::vector<int> readers; // per node id: steps yet to read it
+    std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
     // A plan with GPU steps keeps, beside each value, its copy at the other
     // location (host or GPU), made when the first reader elsewhere needs it.
-    std::vector<any_tensor> elsewhere(on_gpu_ ? values.size() : 0);
-    auto release = [&](node_id id) {
-      if (keep_[static_cast<std::size_t>(id)])
-        return;
-      values[static_cast<std::size_t>(id)] = {};
-      if (on_gpu_)
-        elsewhere[static_cast<std::size_t>(id)] = {};
-    };
-    // The value of `id` at `where`: itself, or its copy there.
-    auto value_at = [&](node_id id, memory_location where) -> const any_tensor& {
-      const any_tensor& v = values[static_cast<std::size_t>(id)];
-      if (!on_gpu_ || v.empty() || v.location() == where)
-        return v;
-      any_tensor& copy = elsewhere[static_cast<std::size_t>(id)];
-      if (copy.empty() || copy.location() != where)
-        copy = at_location(v, where);
-      return copy;
-    };
-    auto finish = [&](std::size_t k) {
-      ++done;
-      const step& s = steps_[k];
-      for (node_id in : s.inputs)
-        if (in != no_node && --readers[static_cast<std::size_t>(in)] == 0)
-          release(in);
-      if (readers[static_cast<std::size_t>(s.id)] == 0)
-        release(s.id);
-      for (std::size_t c : consumers_[k])
-        if (--pending[c] == 0)
-          ready.push(c);
-    };
+    std::vector<any_tensor> elsewhere;
+    std::size_t done = 0, waiting = 0;
 
-    while (done < steps_.size()) {
-      if (ready.empty()) {
-        if (waiting == 0)
+    std::mutex mu; // guards what follows: recv callbacks come from other threads
+    std::condition_variable cv;
+    std::deque<std::tuple<std::size_t, any_tensor, std::exception_ptr>> arrived;
+    bool suspended = false; // started, and no thread runs it: an arrival resumes it
+    bool ended = false;     // started, and done was called: arrivals are dropped
+    done_fn on_done;        // set: started (start()), else run()
+  };
+
+  // Runs what is ready. True when every step ran; false when the step waits
+  // for a recv (a started step is then suspended, under the lock that its
+  // next arrival takes).
+  bool advance(const std::shared_ptr<execution>& st) const {
+    execution& x = *st;
+    while (x.done < steps_.size()) {
+      if (x.ready.empty()) {
+        if (x.waiting == 0)
           throw internal_error("executor: no step is ready and none is waiting (a cycle?)");
-        std::unique_lock lock(arrived->mu);
-        arrived->cv.wait(lock, [&] { return !arrived->items.empty(); });
-        auto items = std::move(arrived->items);
-        arrived->items.clear();
-        lock.unlock();
+        x.rendezvous->flush();
+        std::deque<std::tuple<std::size_t, any_tensor, std::exception_ptr>> items;
+        {
+          std::lock_guard lock(x.mu);
+          if (x.arrived.empty()) {
+            x.suspended = static_cast<bool>(x.on_done);
+            return false;
+          }
+          items.swap(x.arrived);
+        }
         for (auto& [k, value, error] : items) {
-          --waiting;
+          --x.waiting;
           if (error)
             std::rethrow_exception(error);
-          values[static_cast<std::size_t>(steps_[k].id)] = std::move(value);
-          finish(k);
+          x.values[static_cast<std::size_t>(steps_[k].id)] = std::move(value);
+          finish(x, k);
         }
         continue;
       }
-      const std::size_t k = ready.top();
-      ready.pop();
+      const std::size_t k = x.ready.top();
+      x.ready.pop();
       const step& s = steps_[k];
       switch (s.k) {
       case step::kind::recv:
-        if (!rendezvous)
+        if (!x.rendezvous)
           throw internal_error("executor: a _recv node without a rendezvous");
-        ++waiting;
-        rendezvous->recv(g.node(s.id), [arrived, k](any_tensor v, std::exception_ptr e) {
-          std::lock_guard lock(arrived->mu);
-          arrived->items.emplace_back(k, std::move(v), std::move(e));
-          arrived->cv.notify_one();
+        ++x.waiting;
+        x.rendezvous->recv(x.g.node(s.id), [this, st, k](any_tensor v, std::exception_ptr e) {
+          bool resume = false;
+          {
+            std::lock_guard lock(st->mu);
+            if (st->ended)
+              return;
+            st->arrived.emplace_back(k, std::move(v), std::move(e));
+            resume = std::exchange(st->suspended, false);
+            if (!st->on_done)
+              st->cv.notify_one();
+          }
+          if (resume)
+            drive(st);
         });
         continue;
       case step::kind::send:
-        if (!rendezvous)
+        if (!x.rendezvous)
           throw internal_error("executor: a _send node without a rendezvous");
-        rendezvous->send(g.node(s.id), value_at(s.inputs[0], memory_location::host()));
+        x.rendezvous->send(x.g.node(s.id), value_at(x, s.inputs[0], memory_location::host()));
         break;
       case step::kind::fused:
-        reread_variables(g, s, values, resources);
+        reread_variables(x.g, s, x.values, x.resources);
         if (on_gpu_) // a fused region runs on the host: its leaves are read there
           for (node_id l : s.leaves) {
-            any_tensor& v = values[static_cast<std::size_t>(l)];
+            any_tensor& v = x.values[static_cast<std::size_t>(l)];
             if (!v.empty() && !v.on_host()) {
-              value_at(l, memory_location::host());
-              std::swap(v, elsewhere[static_cast<std::size_t>(l)]);
+              value_at(x, l, memory_location::host());
+              std::swap(v, x.elsewhere[static_cast<std::size_t>(l)]);
             }
           }
-        run_fused(g, s, values, device, resources);
+        run_fused(x.g, s, x.values, x.device, x.resources);
         break;
       case step::kind::kernel: {
-        if (reread_variables(g, s, values, resources) && on_gpu_)
+        if (reread_variables(x.g, s, x.values, x.resources) && on_gpu_)
           for (node_id in : s.inputs)
             if (in != no_node && variable_read_[static_cast<std::size_t>(in)])
-              elsewhere[static_cast<std::size_t>(in)] = {}; // the read may have changed
+              x.elsewhere[static_cast<std::size_t>(in)] = {}; // the read may have changed
         std::uint32_t forwardable = 0;
         for (std::size_t i = 0; i < s.inputs.size() && i < 32; ++i) {
           const node_id in = s.inputs[i];
-          if (in != no_node && readers[static_cast<std::size_t>(in)] == 1 &&
+          if (in != no_node && x.readers[static_cast<std::size_t>(in)] == 1 &&
               !keep_[static_cast<std::size_t>(in)])
             forwardable |= 1u << i;
         }
         std::vector<const any_tensor*> inputs;
         inputs.reserve(s.inputs.size());
         for (node_id in : s.inputs)
-          inputs.push_back(in == no_node ? nullptr : &value_at(in, s.where));
-        run_step(g, s, inputs, values, device, resources, forwardable,
-                 rendezvous ? rendezvous->cancellation() : nullptr);
+          inputs.push_back(in == no_node ? nullptr : &value_at(x, in, s.where));
+        if (s.blocking && x.rendezvous)
+          x.rendezvous->flush();
+        run_step(x.g, s, inputs, x.values, x.device, x.resources, forwardable,
+                 x.rendezvous ? x.rendezvous->cancellation() : nullptr);
         break;
       }
       }
-      finish(k);
+      finish(x, k);
     }
+    if (x.rendezvous)
+      x.rendezvous->flush();
     if (on_gpu_) // what the caller fetches, it reads on the host
       for (node_id f : request_.fetches)
-        values[static_cast<std::size_t>(f)] = any_tensor(value_at(f, memory_location::host()));
+        x.values[static_cast<std::size_t>(f)] = any_tensor(value_at(x, f, memory_location::host()));
+    return true;
   }
 
-private:
+  // A started step: runs it until it waits or ends; at its end calls on_done.
+  void drive(const std::shared_ptr<execution>& st) const {
+    std::exception_ptr error;
+    try {
+      if (!advance(st))
+        return; // an arrival resumes it
+    } catch (...) {
+      error = std::current_exception();
+    }
+    done_fn done;
+    {
+      std::lock_guard lock(st->mu);
+      st->ended = true;
+      done = std::move(st->on_done);
+    }
+    done(st->values, error);
+  }
+
+  void release(execution& x, node_id id) const {
+    if (keep_[static_cast<std::size_t>(id)])
+      return;
+    x.values[static_cast<std::size_t>(id)] = {};
+    if (on_gpu_)
+      x.elsewhere[static_cast<std::size_t>(id)] = {};
+  }
+
+  // The value of `id` at `where`: itself, or its copy there.
+  const any_tensor& value_at(execution& x, node_id id, memory_location where) const {
+    const any_tensor& v = x.values[static_cast<std::size_t>(id)];
+    if (!on_gpu_ || v.empty() || v.location() == where)
+      return v;
+    any_tensor& copy = x.elsewhere[static_cast<std::size_t>(id)];
+    if (copy.empty() || copy.location() != where)
+      copy = at_location(v, where);
+    return copy;
+  }
+
+  void finish(execution& x, std::size_t k) const {
+    ++x.done;
+    const step& s = steps_[k];
+    for (node_id in : s.inputs)
+      if (in != no_node && --x.readers[static_cast<std::size_t>(in)] == 0)
+        release(x, in);
+    if (x.readers[static_cast<std::size_t>(s.id)] == 0)
+      release(x, s.id);
+    for (std::size_t c : consumers_[k])
+      if (--x.pending[c] == 0)
+        x.ready.push(c);
+  }
+
   // TF reads a variable when its consumer runs, not when the variable's node
   // does: a read under a control dependency on an update sees the update.
   // True when the step reads a variable.
@@ -407,6 +510,7 @@ private:
                         ? n.type
                         : g.node(n.inputs[static_cast<std::size_t>(def.type_input)]).type;
     s.where = where;
+    s.blocking = def.blocking;
     s.kernel =
         kernel_registry::instance().find_for(n, t, where.on_host() ? device_cpu : device_gpu);
     for (std::size_t i = 0; i < n.inputs.size(); ++i) {
@@ -498,6 +602,7 @@ private:
   std::vector<char> keep_;                          // per node id: fetched
   std::vector<char> variable_read_;                 // per node id: a variable read by a step
   bool on_gpu_ = false;                             // some step runs on a GPU
+  bool blocks_ = false;                             // some step runs a blocking kernel
 };
 
 } // namespace loom

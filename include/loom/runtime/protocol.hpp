@@ -149,13 +149,15 @@ struct run_graph_reply {
   template <class A> void serialize(A& ar) { ar(strings); }
 };
 
-// A _send's value for the _recv with the same key in step `step_id`; one
-// payload, absent for a control edge.
+// The values of a burst of _sends to one task, for the _recvs with the same
+// keys in step `step_id`. Payloads: the values, in the order of `keys`,
+// skipping the control edges (`carries_value[i] == 0`), which have none.
 struct rendezvous_put_request {
   std::uint64_t step_id = 0;
-  std::string key;
-  string_values strings{}; // the value when it is a string tensor
-  template <class A> void serialize(A& ar) { ar(step_id, key, strings); }
+  std::vector<std::string> keys;
+  std::vector<std::uint8_t> carries_value;
+  string_values strings{}; // the values that are string tensors
+  template <class A> void serialize(A& ar) { ar(step_id, keys, carries_value, strings); }
 };
 
 struct abort_step_request {

@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -144,59 +145,11 @@ private:
   std::map<std::uint64_t, std::shared_ptr<entry>> entries_;
 };
 
-// The rendezvous of one step on one task: _recv waits in the task's table,
-// _send pushes its value to the destination task's table.
-class step_transfers final : public step_rendezvous, private step_cancellation {
-public:
-  step_transfers(rendezvous_table& table, peer_channels& peers, std::uint64_t step)
-      : table_(table), peers_(peers), step_(step) {}
-
-  void send(const node_def& n, const any_tensor& value) override {
-    std::vector<any_tensor> payload;
-    if (!n.attr_or<bool>("control", false) && !value.empty())
-      payload.push_back(value);
-    const auto& dst = n.attr<std::string>("dst_task");
-    protocol::rendezvous_put_request m{step_, n.attr<std::string>("key")};
-    m.strings = protocol::string_values::take(payload);
-    sends_.push_back(
-        peers_.to(dst).call_async(protocol::rendezvous_put, std::move(m), std::move(payload)));
-  }
-
-  void recv(const node_def& n, recv_done done) override {
-    table_.recv(step_, n.attr<std::string>("key"), std::move(done));
-  }
-
-  step_cancellation* cancellation() noexcept override { return this; }
-
-  // Waits until every value sent in this step was delivered; throws the first failure.
-  void wait_sent() {
-    for (auto& s : sends_)
-      s.get();
-    sends_.clear();
-  }
-  void cancel_sends() noexcept {
-    for (auto& s : sends_) {
-      try {
-        s.cancel();
-      } catch (...) {
-      }
-    }
-    sends_.clear();
-  }
-
-private:
-  std::uint64_t on_abort(callback fn) override { return table_.on_abort(step_, std::move(fn)); }
-  void forget(std::uint64_t id) override { table_.forget(id); }
-
-  rendezvous_table& table_;
-  peer_channels& peers_;
-  std::uint64_t step_;
-  std::vector<net::call_handle> sends_;
-};
-
-// Threads for steps that wait for tensors from other tasks. A step never
-// waits for a free thread (it could be waiting for a step queued behind it):
-// one is started whenever none is idle, and idle ones are reused.
+// Threads for what may wait and must not wait on an io thread: steps with
+// blocking kernels, sends that must connect first, the ends of steps whose
+// sends are not yet acknowledged. A job never waits for a free thread (it
+// could be waiting for a job queued behind it): one is started whenever none
+// is idle, and idle ones are reused.
 class step_runners {
 public:
   step_runners() = default;
@@ -252,6 +205,119 @@ private:
   std::vector<std::thread> threads_;
   int idle_ = 0;
   bool stopping_ = false;
+};
+
+// The rendezvous of one step on one task: _recv waits in the task's table,
+// _send pushes its value to the destination task's table. Sends are held
+// until the executor flushes, then go as one message per destination task:
+// the ps's reads of a step's weights reach a worker in one message, and wake
+// it once.
+//
+// A step may run on an io thread (plan::start), which must never wait for the
+// network: what it waits for may need that very thread (a peer in this
+// process answering a connection's handshake, or acknowledging a send). So a
+// send to a task not yet connected is issued by a runner thread, which
+// connects first, and sends_delivered() says without waiting whether the end
+// of the step can wait for the acknowledgements here.
+class step_transfers final : public step_rendezvous, private step_cancellation {
+public:
+  step_transfers(rendezvous_table& table, peer_channels& peers, step_runners& runners,
+                 std::uint64_t step)
+      : table_(table), peers_(peers), runners_(runners), step_(step) {}
+
+  void send(const node_def& n, const any_tensor& value) override {
+    const auto& dst = n.attr<std::string>("dst_task");
+    auto it =
+        std::find_if(held_.begin(), held_.end(), [&](const held_sends& h) { return h.dst == dst; });
+    if (it == held_.end()) {
+      held_.push_back({dst, {step_, {}, {}, {}}, {}});
+      it = std::prev(held_.end());
+    }
+    const bool carries = !n.attr_or<bool>("control", false) && !value.empty();
+    it->message.keys.push_back(n.attr<std::string>("key"));
+    it->message.carries_value.push_back(carries ? 1 : 0);
+    if (carries)
+      it->payload.push_back(value);
+  }
+
+  void recv(const node_def& n, recv_done done) override {
+    table_.recv(step_, n.attr<std::string>("key"), std::move(done));
+  }
+
+  void flush() override {
+    for (auto& h : held_) {
+      h.message.strings = protocol::string_values::take(h.payload);
+      net::channel& ch = peers_.to(h.dst);
+      if (ch.connected()) {
+        sends_.push_back(
+            ch.call_async(protocol::rendezvous_put, std::move(h.message), std::move(h.payload)));
+        continue;
+      }
+      auto issued = std::make_shared<std::promise<net::call_handle>>();
+      deferred_.push_back(issued->get_future());
+      const bool submitted =
+          runners_.submit([&ch, issued, m = std::move(h.message), p = std::move(h.payload)] {
+            try {
+              issued->set_value(ch.call_async(protocol::rendezvous_put, m, p));
+            } catch (...) {
+              issued->set_exception(std::current_exception());
+            }
+          });
+      if (!submitted)
+        issued->set_exception(std::make_exception_ptr(
+            unavailable_error("the task is stopping: a tensor for " + h.dst + " was not sent")));
+    }
+    held_.clear();
+  }
+
+  step_cancellation* cancellation() noexcept override { return this; }
+
+  // True when every value sent in this step was delivered (or failed to be):
+  // wait_sent() would not wait. Reads what has arrived; never waits.
+  bool sends_delivered() {
+    for (auto& d : deferred_)
+      if (d.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+        return false;
+    return std::all_of(sends_.begin(), sends_.end(), [](net::call_handle& s) { return s.done(); });
+  }
+  // Waits until every value sent in this step was delivered; throws the first failure.
+  void wait_sent() {
+    for (auto& d : deferred_)
+      sends_.push_back(d.get());
+    deferred_.clear();
+    for (auto& s : sends_)
+      s.get();
+    sends_.clear();
+  }
+  void cancel_sends() noexcept {
+    held_.clear();
+    deferred_.clear(); // a runner still sends them: the receiver drops an aborted step's values
+    for (auto& s : sends_) {
+      try {
+        s.cancel();
+      } catch (...) {
+      }
+    }
+    sends_.clear();
+  }
+
+private:
+  std::uint64_t on_abort(callback fn) override { return table_.on_abort(step_, std::move(fn)); }
+  void forget(std::uint64_t id) override { table_.forget(id); }
+
+  struct held_sends {
+    std::string dst;
+    protocol::rendezvous_put_request message;
+    std::vector<any_tensor> payload;
+  };
+
+  rendezvous_table& table_;
+  peer_channels& peers_;
+  step_runners& runners_;
+  std::uint64_t step_;
+  std::vector<held_sends> held_; // by destination, until flush()
+  std::vector<net::call_handle> sends_;
+  std::vector<std::future<net::call_handle>> deferred_; // issued by a runner thread
 };
 
 } // namespace detail
@@ -317,6 +383,17 @@ public:
   const std::string& job_name() const noexcept { return job_; }
   int task_index() const noexcept { return task_; }
   resource_manager& resources() noexcept { return resources_; }
+
+  // What this task received from other tasks' _sends: messages, and the
+  // tensors (control edges included) in them. A step's sends to one task
+  // travel as one message.
+  struct transfer_counts {
+    std::uint64_t messages = 0, tensors = 0;
+  };
+  transfer_counts received() const noexcept {
+    return {received_messages_.load(std::memory_order_relaxed),
+            received_tensors_.load(std::memory_order_relaxed)};
+  }
 
   // Blocks until the cluster is shut down (a client's shutdown call) or
   // stop() is called, then stops serving.
@@ -469,19 +546,33 @@ private:
       auto m = req.metadata<protocol::run_graph_request>();
       std::move(m.strings).restore(req.payloads());
       std::shared_ptr<partition> part = find_partition(m.handle, req.payloads().size());
-      // A partition that waits for tensors or other steps must not wait on an
-      // io thread: what it waits for arrives on them.
-      if (!part->may_wait) {
-        run_partition(*part, m.step_id, std::move(req.payloads()), r);
+      const auto timeout = req.timeout();
+      const auto deadline = timeout.count() > 0 ? clock::now() + timeout : clock::time_point::max();
+      // A partition without blocking kernels runs here until it waits for a
+      // tensor, and goes on on the io thread that receives it (start()).
+      if (!part->p->blocks()) {
+        auto responder = std::make_shared<net::responder>(std::move(r));
+        const bool watched = part->may_wait;
+        if (watched)
+          watch_step(
+              m.step_id, deadline, [responder] { return responder->peer_connected(); },
+              "the client that started the step disconnected");
+        start(part, m.step_id, std::move(req.payloads()),
+              [this, responder, watched, step = m.step_id](std::vector<any_tensor> out,
+                                                           std::exception_ptr error) {
+                if (watched)
+                  unwatch_step(step);
+                reply(*responder, std::move(out), error);
+              });
         return;
       }
+      // One with blocking kernels must not wait on an io thread: what it waits
+      // for arrives on them.
       // std::function needs a copyable callable: the responder moves into a shared_ptr.
       auto job = std::make_shared<std::tuple<std::vector<any_tensor>, net::responder>>(
           std::move(req.payloads()), std::move(r));
-      const auto timeout = req.timeout();
       watch_step(
-          m.step_id, timeout.count() > 0 ? clock::now() + timeout : clock::time_point::max(),
-          [job] { return std::get<1>(*job).peer_connected(); },
+          m.step_id, deadline, [job] { return std::get<1>(*job).peer_connected(); },
           "the client that started the step disconnected");
       if (!runners_.submit([this, part, step = m.step_id, job] {
             run_partition(*part, step, std::move(std::get<0>(*job)), std::get<1>(*job));
@@ -494,9 +585,27 @@ private:
     rpc_->handle(protocol::rendezvous_put, [this](net::request req, net::responder r) {
       auto m = req.metadata<protocol::rendezvous_put_request>();
       std::move(m.strings).restore(req.payloads());
-      any_tensor value = req.payloads().empty() ? any_tensor{} : std::move(req.payloads()[0]);
-      table_.put(m.step_id, m.key, std::move(value));
+      std::vector<any_tensor>& values = req.payloads();
+      const auto carried = std::count(m.carries_value.begin(), m.carries_value.end(), 1);
+      if (m.carries_value.size() != m.keys.size() ||
+          static_cast<std::size_t>(carried) != values.size())
+        throw data_loss_error(describe() + ": a rendezvous message of step " +
+                              std::to_string(m.step_id) + " has " + std::to_string(m.keys.size()) +
+                              " keys, " + std::to_string(carried) + " of them with values, and " +
+                              std::to_string(values.size()) + " values");
+      received_messages_.fetch_add(1, std::memory_order_relaxed);
+      received_tensors_.fetch_add(m.keys.size(), std::memory_order_relaxed);
+      // Acknowledged first: a put may run the rest of a step here (start()),
+      // and the sender need not wait for that.
       r.reply();
+      std::size_t next = 0;
+      try {
+        for (std::size_t i = 0; i < m.keys.size(); ++i)
+          table_.put(m.step_id, m.keys[i],
+                     m.carries_value[i] ? std::move(values[next++]) : any_tensor{});
+      } catch (const error& e) { // a second value for a key: the step cannot go on
+        table_.abort(m.step_id, describe() + ": " + e.message());
+      }
     });
     rpc_->handle(protocol::abort_step, [this](net::request req, net::responder r) {
       auto m = req.metadata<protocol::abort_step_request>();
@@ -551,7 +660,34 @@ private:
         step, deadline, [&others_failed] { return !others_failed(); },
         "another task's part of the step failed");
     try {
-      auto out = execute(*part, step, std::move(feeds));
+      std::vector<any_tensor> out;
+      if (part->p->blocks()) {
+        out = execute(*part, step, std::move(feeds));
+      } else {
+        // Its kernels run where its tensors arrive (start()); this thread waits
+        // for the end.
+        struct ending {
+          std::mutex mu;
+          std::condition_variable cv;
+          bool ended = false;
+          std::vector<any_tensor> out;
+          std::exception_ptr error;
+        };
+        auto e = std::make_shared<ending>();
+        start(part, step, std::move(feeds),
+              [e](std::vector<any_tensor> out, std::exception_ptr error) {
+                std::lock_guard lock(e->mu);
+                e->out = std::move(out);
+                e->error = error;
+                e->ended = true;
+                e->cv.notify_one();
+              });
+        std::unique_lock lock(e->mu);
+        e->cv.wait(lock, [&] { return e->ended; });
+        if (e->error)
+          std::rethrow_exception(e->error);
+        out = std::move(e->out);
+      }
       unwatch_step(step);
       return out;
     } catch (const aborted_error& e) {
@@ -568,39 +704,126 @@ private:
 
   void run_partition(partition& part, std::uint64_t step, std::vector<any_tensor> feeds,
                      net::responder& r) {
+    std::vector<any_tensor> out;
+    std::exception_ptr error;
     try {
-      std::vector<any_tensor> out = execute(part, step, std::move(feeds));
-      protocol::run_graph_reply reply;
-      reply.strings = protocol::string_values::take(out);
-      r.reply(std::move(reply), std::move(out));
-    } catch (const error& e) {
-      r.fail(e.code(), e.message());
+      out = execute(part, step, std::move(feeds));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    reply(r, std::move(out), error);
+  }
+
+  static void reply(net::responder& r, std::vector<any_tensor> out, std::exception_ptr failure) {
+    if (failure) {
+      try {
+        std::rethrow_exception(failure);
+      } catch (const error& e) {
+        r.fail(e.code(), e.message());
+      }
+      return;
+    }
+    protocol::run_graph_reply fetched;
+    fetched.strings = protocol::string_values::take(out);
+    r.reply(std::move(fetched), std::move(out));
+  }
+
+  // Runs one step of `part` on this thread; returns its fetches. On failure
+  // the step is aborted here and on its peers, and the error names this task.
+  std::vector<any_tensor> execute(partition& part, std::uint64_t step,
+                                  std::vector<any_tensor> feeds) {
+    detail::step_transfers transfers(table_, *peers_, runners_, step);
+    try {
+      std::vector<any_tensor> values = fed_values(part, std::move(feeds));
+      part.p->run(part.g, values, device_, resources_, &transfers);
+      return end_step(part, step, transfers, values);
+    } catch (...) {
+      std::rethrow_exception(step_failed(part, step, transfers, std::current_exception()));
     }
   }
 
-  // Runs one step of `part`; returns its fetches. On failure the step is
-  // aborted here and on its peers, and the error names this task.
-  std::vector<any_tensor> execute(partition& part, std::uint64_t step,
-                                  std::vector<any_tensor> feeds) {
-    detail::step_transfers transfers(table_, *peers_, step);
-    try {
-      std::vector<any_tensor> values(part.g.size());
-      for (std::size_t i = 0; i < part.fed.size(); ++i)
-        values[static_cast<std::size_t>(part.fed[i])] = std::move(feeds[i]);
-      part.p->run(part.g, values, device_, resources_, &transfers);
-      transfers.wait_sent();
-      table_.end_step(step);
+  // Starts one step of `part` (plan::start): it runs on this thread until it
+  // waits for a tensor, then on the thread that delivers it. `done` gets the
+  // fetches or the error, as execute() returns or throws them.
+  void start(std::shared_ptr<partition> part, std::uint64_t step, std::vector<any_tensor> feeds,
+             std::function<void(std::vector<any_tensor>, std::exception_ptr)> done) {
+    auto transfers = std::make_shared<detail::step_transfers>(table_, *peers_, runners_, step);
+    using done_fn = std::function<void(std::vector<any_tensor>, std::exception_ptr)>;
+    auto finish = [this, part, step, transfers](std::vector<any_tensor>& values,
+                                                std::exception_ptr error, const done_fn& done) {
       std::vector<any_tensor> out;
-      out.reserve(part.fetches.size());
-      for (node_id f : part.fetches)
-        out.push_back(values[static_cast<std::size_t>(f)]); // a node may be fetched twice
-      return out;
-    } catch (const error& e) {
-      fail_step(part, step, transfers, describe() + ": " + e.message());
-      net::throw_error(e.code(), describe() + ": " + e.message());
-    } catch (const std::exception& e) {
-      fail_step(part, step, transfers, describe() + ": " + e.what());
-      throw internal_error(describe() + ": " + e.what());
+      if (!error) {
+        try {
+          out = end_step(*part, step, *transfers, values);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      if (error)
+        error = step_failed(*part, step, *transfers, error);
+      done(std::move(out), error);
+    };
+    // The end waits for the step's sends to be acknowledged: where that would
+    // wait, on a runner thread, not on the io thread that may run the step.
+    auto ended = [this, transfers, finish, done = done_fn(std::move(done))](
+                     std::vector<any_tensor>& values, std::exception_ptr error) {
+      if (error || transfers->sends_delivered() || !runners_.submit([finish, values, done] {
+            auto v = values;
+            finish(v, nullptr, done);
+          }))
+        finish(values, error, done);
+    };
+    try {
+      part->p->start(part->g, fed_values(*part, std::move(feeds)), device_, resources_, *transfers,
+                     std::move(ended));
+    } catch (...) { // the plan refused to start: `ended` was not called
+      done({}, step_failed(*part, step, *transfers, std::current_exception()));
+    }
+  }
+
+  static std::vector<any_tensor> fed_values(const partition& part, std::vector<any_tensor> feeds) {
+    std::vector<any_tensor> values(part.g.size());
+    for (std::size_t i = 0; i < part.fed.size(); ++i)
+      values[static_cast<std::size_t>(part.fed[i])] = std::move(feeds[i]);
+    return values;
+  }
+
+  // A step that ran: waits until what it sent was delivered, ends it in the
+  // rendezvous, returns its fetches.
+  std::vector<any_tensor> end_step(const partition& part, std::uint64_t step,
+                                   detail::step_transfers& transfers,
+                                   std::vector<any_tensor>& values) {
+    transfers.wait_sent();
+    table_.end_step(step);
+    std::vector<any_tensor> out;
+    out.reserve(part.fetches.size());
+    for (node_id f : part.fetches)
+      out.push_back(values[static_cast<std::size_t>(f)]); // a node may be fetched twice
+    return out;
+  }
+
+  // A step of `part` that failed with `e`: aborted here and on its peers.
+  // Returns the error to report, naming this task.
+  std::exception_ptr step_failed(const partition& part, std::uint64_t step,
+                                 detail::step_transfers& transfers, std::exception_ptr e) {
+    error_code code = error_code::internal;
+    std::string what;
+    try {
+      std::rethrow_exception(e);
+    } catch (const error& x) {
+      code = x.code();
+      what = x.message();
+    } catch (const std::exception& x) {
+      what = x.what();
+    } catch (...) {
+      what = "an unknown exception";
+    }
+    const std::string reason = describe() + ": " + what;
+    fail_step(part, step, transfers, reason);
+    try {
+      net::throw_error(code, reason);
+    } catch (...) {
+      return std::current_exception();
     }
   }
 
@@ -614,9 +837,18 @@ private:
     table_.abort(step, reason);
     for (const std::string& peer : part.peers) {
       try {
-        peers_->to(peer).call_async(protocol::abort_step,
-                                    protocol::abort_step_request{step, reason});
-      } catch (...) { // a peer that is gone has nothing to abort
+        net::channel& ch = peers_->to(peer);
+        const protocol::abort_step_request m{step, reason};
+        auto abort = [&ch, m] {
+          try {
+            ch.call_async(protocol::abort_step, m);
+          } catch (...) { // a peer that is gone has nothing to abort
+          }
+        };
+        // Connecting waits: not on a thread that may be an io thread.
+        if (ch.connected() || !runners_.submit(abort))
+          abort();
+      } catch (...) {
       }
     }
   }
@@ -632,6 +864,7 @@ private:
   std::unique_ptr<detail::peer_channels> peers_;
   std::unique_ptr<net::rpc_server> rpc_;
   std::uint64_t instance_ = 0; // tells a session in this process that its target is this server
+  std::atomic<std::uint64_t> received_messages_{0}, received_tensors_{0};
   std::shared_ptr<detail::in_process_tasks::entry> in_process_;
 
   std::mutex mu_;

@@ -63,7 +63,7 @@ void gemm(const cpu_device& d, const any_tensor& a, bool ta, const any_tensor& b
   const Eigen::TensorOpCost per_row(static_cast<double>(k * sizeof(T)),
                                     static_cast<double>(n * sizeof(T)),
                                     static_cast<double>(k) * static_cast<double>(n) / 4.0);
-  d.parallelFor(m, per_row, rows);
+  parallel_for(d, m, per_row, rows);
 }
 
 template <class T> struct matmul_cpu {
@@ -211,25 +211,24 @@ template <class T> struct arg_reduction_cpu {
     const T* in = x.data<T>();
     std::int64_t* out = c.output.data<std::int64_t>();
     const bool is_min = n.op == "argmin";
-    c.device.parallelFor(
-        o * i,
-        Eigen::TensorOpCost(static_cast<double>(r * static_cast<index_t>(sizeof(T))),
-                            sizeof(std::int64_t), static_cast<double>(r)),
-        [=](index_t first, index_t last) {
-          for (index_t k = first; k < last; ++k) {
-            const T* p = in + (k / i) * r * i + k % i;
-            index_t best = 0;
-            T value = p[0];
-            for (index_t j = 1; j < r; ++j) {
-              const T v = p[j * i];
-              if (is_min ? v < value : v > value) {
-                value = v;
-                best = j;
-              }
-            }
-            out[k] = best;
-          }
-        });
+    parallel_for(c.device, o * i,
+                 Eigen::TensorOpCost(static_cast<double>(r * static_cast<index_t>(sizeof(T))),
+                                     sizeof(std::int64_t), static_cast<double>(r)),
+                 [=](index_t first, index_t last) {
+                   for (index_t k = first; k < last; ++k) {
+                     const T* p = in + (k / i) * r * i + k % i;
+                     index_t best = 0;
+                     T value = p[0];
+                     for (index_t j = 1; j < r; ++j) {
+                       const T v = p[j * i];
+                       if (is_min ? v < value : v > value) {
+                         value = v;
+                         best = j;
+                       }
+                     }
+                     out[k] = best;
+                   }
+                 });
   }
 };
 

@@ -26,11 +26,12 @@ void for_each_row(const cpu_device& d, row_layout l, double cycles, F&& f) {
   if (l.rows == 0 || l.cols == 0)
     return;
   const double bytes = static_cast<double>(l.cols) * static_cast<double>(sizeof(T));
-  d.parallelFor(l.rows, Eigen::TensorOpCost(2 * bytes, bytes, cycles * static_cast<double>(l.cols)),
-                [&](Eigen::Index first, Eigen::Index last) {
-                  for (Eigen::Index r = first; r < last; ++r)
-                    f(r);
-                });
+  parallel_for(d, l.rows,
+               Eigen::TensorOpCost(2 * bytes, bytes, cycles * static_cast<double>(l.cols)),
+               [&](Eigen::Index first, Eigen::Index last) {
+                 for (Eigen::Index r = first; r < last; ++r)
+                   f(r);
+               });
 }
 
 // Cycles per element of a row pass with exp (Eigen's vectorised exp is ~10-20).
