@@ -11,11 +11,12 @@
 //
 // It prints a table with each rate's ratio to single-process loom and to the
 // Eigen step, and whether 1 ps + 1 worker reaches 0.8 x single-process loom.
-// Beside it, the bound on that ratio over loopback TCP: a worker's step on one
-// ps sends at least four messages in turn (ask for the weights, the weights,
-// the gradients, the answer), so no TCP-based ps can beat single-process loom's
-// step plus the same four messages sent by raw TCP (../raw_tcp.hpp), measured
-// in the same run.
+// Beside it, the bound on that ratio over loopback TCP: with TF's semantics (a
+// step reads the weights when it starts and ends when its update is applied) a
+// worker's step on one ps sends at least four messages in turn (ask for the
+// weights, the weights, the gradients, the answer), so no TCP-based ps can beat
+// single-process loom's step plus the same four messages sent by raw TCP
+// (../raw_tcp.hpp), measured in the same run.
 // The exit status is 0 when every measurement ran (target met or not), 1 when
 // one could not run.
 //

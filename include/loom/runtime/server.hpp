@@ -742,9 +742,10 @@ private:
     }
   }
 
-  // Starts one step of `part` (plan::start): it runs on this thread until it
-  // waits for a tensor, then on the thread that delivers it. `done` gets the
-  // fetches or the error, as execute() returns or throws them.
+  // Starts one step of `part` (plan::start; not for a partition that blocks):
+  // it runs on this thread until it waits for a tensor, then on the thread
+  // that delivers it. `done` gets the fetches or the error, as execute()
+  // returns or throws them.
   void start(std::shared_ptr<partition> part, std::uint64_t step, std::vector<any_tensor> feeds,
              std::function<void(std::vector<any_tensor>, std::exception_ptr)> done) {
     auto transfers = std::make_shared<detail::step_transfers>(table_, *peers_, runners_, step);
@@ -773,12 +774,8 @@ private:
           }))
         finish(values, error, done);
     };
-    try {
-      part->p->start(part->g, fed_values(*part, std::move(feeds)), device_, resources_, *transfers,
-                     std::move(ended));
-    } catch (...) { // the plan refused to start: `ended` was not called
-      done({}, step_failed(*part, step, *transfers, std::current_exception()));
-    }
+    part->p->start(part->g, fed_values(*part, std::move(feeds)), device_, resources_, *transfers,
+                   std::move(ended));
   }
 
   static std::vector<any_tensor> fed_values(const partition& part, std::vector<any_tensor> feeds) {
