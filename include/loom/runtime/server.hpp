@@ -557,12 +557,28 @@ private:
           watch_step(
               m.step_id, deadline, [responder] { return responder->peer_connected(); },
               "the client that started the step disconnected");
-        start(part, m.step_id, std::move(req.payloads()),
-              [this, responder, watched, step = m.step_id](std::vector<any_tensor> out,
-                                                           std::exception_ptr error) {
-                if (watched)
-                  unwatch_step(step);
-                reply(*responder, std::move(out), error);
+        auto transfers =
+            std::make_shared<detail::step_transfers>(table_, *peers_, runners_, m.step_id);
+        start(*part, std::move(req.payloads()), *transfers,
+              [this, part, transfers, responder, watched, step = m.step_id](plan_end end) {
+                // Ending waits for the sends' acknowledgements: where it would,
+                // on a runner thread, not on the io thread that may be here.
+                const bool here = end.error || transfers->sends_delivered();
+                std::function<void()> answer = [this, part, transfers, responder, watched, step,
+                                                end = std::move(end)]() mutable {
+                  std::vector<any_tensor> out;
+                  std::exception_ptr error;
+                  try {
+                    out = end_started(*part, step, *transfers, end);
+                  } catch (...) {
+                    error = std::current_exception();
+                  }
+                  if (watched)
+                    unwatch_step(step);
+                  reply(*responder, std::move(out), error);
+                };
+                if (here || !runners_.submit(answer))
+                  answer();
               });
         return;
       }
@@ -664,29 +680,15 @@ private:
       if (part->p->blocks()) {
         out = execute(*part, step, std::move(feeds));
       } else {
-        // Its kernels run where its tensors arrive (start()); this thread waits
-        // for the end.
-        struct ending {
-          std::mutex mu;
-          std::condition_variable cv;
-          bool ended = false;
-          std::vector<any_tensor> out;
-          std::exception_ptr error;
-        };
-        auto e = std::make_shared<ending>();
-        start(part, step, std::move(feeds),
-              [e](std::vector<any_tensor> out, std::exception_ptr error) {
-                std::lock_guard lock(e->mu);
-                e->out = std::move(out);
-                e->error = error;
-                e->ended = true;
-                e->cv.notify_one();
-              });
-        std::unique_lock lock(e->mu);
-        e->cv.wait(lock, [&] { return e->ended; });
-        if (e->error)
-          std::rethrow_exception(e->error);
-        out = std::move(e->out);
+        // Its kernels run where its tensors arrive (start()); this thread
+        // waits for the plan's end and ends the step itself.
+        detail::step_transfers transfers(table_, *peers_, runners_, step);
+        auto ended = std::make_shared<std::promise<plan_end>>();
+        auto plan_ended = ended->get_future();
+        start(*part, std::move(feeds), transfers,
+              [ended](plan_end end) { ended->set_value(std::move(end)); });
+        plan_end end = plan_ended.get();
+        out = end_started(*part, step, transfers, end);
       }
       unwatch_step(step);
       return out;
@@ -742,40 +744,37 @@ private:
     }
   }
 
+  // Where a started step's plan ended: its values, or the error that ended it.
+  struct plan_end {
+    std::vector<any_tensor> values;
+    std::exception_ptr error;
+  };
+
   // Starts one step of `part` (plan::start; not for a partition that blocks):
   // it runs on this thread until it waits for a tensor, then on the thread
-  // that delivers it. `done` gets the fetches or the error, as execute()
-  // returns or throws them.
-  void start(std::shared_ptr<partition> part, std::uint64_t step, std::vector<any_tensor> feeds,
-             std::function<void(std::vector<any_tensor>, std::exception_ptr)> done) {
-    auto transfers = std::make_shared<detail::step_transfers>(table_, *peers_, runners_, step);
-    using done_fn = std::function<void(std::vector<any_tensor>, std::exception_ptr)>;
-    auto finish = [this, part, step, transfers](std::vector<any_tensor>& values,
-                                                std::exception_ptr error, const done_fn& done) {
-      std::vector<any_tensor> out;
-      if (!error) {
-        try {
-          out = end_step(*part, step, *transfers, values);
-        } catch (...) {
-          error = std::current_exception();
-        }
-      }
-      if (error)
-        error = step_failed(*part, step, *transfers, error);
-      done(std::move(out), error);
-    };
-    // The end waits for the step's sends to be acknowledged: where that would
-    // wait, on a runner thread, not on the io thread that may run the step.
-    auto ended = [this, transfers, finish, done = done_fn(std::move(done))](
-                     std::vector<any_tensor>& values, std::exception_ptr error) {
-      if (error || transfers->sends_delivered() || !runners_.submit([finish, values, done] {
-            auto v = values;
-            finish(v, nullptr, done);
-          }))
-        finish(values, error, done);
-    };
-    part->p->start(part->g, fed_values(*part, std::move(feeds)), device_, resources_, *transfers,
-                   std::move(ended));
+  // that delivers it. `ended` is called once, on the thread that ran the plan
+  // last, often an io thread, which must not wait: end_started() then ends the
+  // step on a thread that may.
+  void start(const partition& part, std::vector<any_tensor> feeds,
+             detail::step_transfers& transfers, std::function<void(plan_end)> ended) {
+    part.p->start(
+        part.g, fed_values(part, std::move(feeds)), device_, resources_, transfers,
+        [ended = std::move(ended)](std::vector<any_tensor>& values, std::exception_ptr error) {
+          ended({std::move(values), error});
+        });
+  }
+
+  // Ends a started step as execute() would: returns its fetches or throws the
+  // error naming this task. Waits for the step's sends to be acknowledged.
+  std::vector<any_tensor> end_started(const partition& part, std::uint64_t step,
+                                      detail::step_transfers& transfers, plan_end& end) {
+    try {
+      if (end.error)
+        std::rethrow_exception(end.error);
+      return end_step(part, step, transfers, end.values);
+    } catch (...) {
+      std::rethrow_exception(step_failed(part, step, transfers, std::current_exception()));
+    }
   }
 
   static std::vector<any_tensor> fed_values(const partition& part, std::vector<any_tensor> feeds) {
