@@ -1,6 +1,7 @@
 // Distributed training end to end (seed 002): examples/mnist_replica as real
 // processes on loopback, async and with synchronous replicas, with a worker
-// killed, and with the ps killed and restarted. Each case checks the exit of
+// killed, and with the ps killed and restarted (mid-run, and while a worker
+// waits for the chief). Each case checks the exit of
 // every process, so none is left behind (a child's destructor kills it).
 #include <loom/data/mnist.hpp>
 
@@ -148,7 +149,8 @@ TEST_CASE("backup workers: 3 workers aggregate 2, one is killed mid-run, trainin
   lt::child w0(replica(), flags(0));
   lt::child w1(replica(), flags(1));
   lt::child w2(replica(), flags(2));
-  REQUIRE_MESSAGE(w2.wait_for_output("Training begins", 120s), w2.report());
+  REQUIRE_MESSAGE(w2.wait_for_output("Training begins", 120s),
+                  (w2.report() + "\n" + ps.report() + "\n" + w0.report() + "\n" + w1.report()));
   std::this_thread::sleep_for(1s); // mid-run: it has sent gradients by now
   w2.kill();                       // SIGKILL
   expect_exit(w0, 0, 300s);
@@ -193,6 +195,26 @@ TEST_CASE("the ps is killed and restarted: the chief restores the last checkpoin
   // most the checkpoint interval.
   CHECK(restored[0] >= saved_before.back());
   CHECK(final_global_step(out) >= 2500);
+}
+
+TEST_CASE("a worker waiting for the chief outlives a restart of the ps" *
+          doctest::skip(skip_training)) {
+  cluster_flags cf(1, 2);
+  temp_dir dir;
+  auto ps = std::make_unique<lt::child>(replica(), cf.task("ps", 0));
+  lt::child w1(replica(), args(cf.task("worker", 1), common(dir, "300")));
+  REQUIRE_MESSAGE(w1.wait_for_output("waiting for the chief to initialize", 60s), w1.report());
+  ps->kill();
+  ps.reset();
+  // The worker's next readiness check fails (the ps is gone, or restarted and
+  // no longer knows the worker's graph); it recreates its session and waits on.
+  REQUIRE_MESSAGE(w1.wait_for_output("creating the session failed", 60s), w1.report());
+  lt::child ps2(replica(), cf.task("ps", 0));
+  lt::child w0(replica(), args(cf.task("worker", 0), common(dir, "300")));
+  expect_exit(w0, 0, 300s);
+  expect_exit(w1, 0, 60s);
+  expect_exit(ps2, 0, 60s);
+  CHECK(final_global_step(w0.output()) >= 300);
 }
 
 TEST_CASE("sync replicas: a worker that loses the chief exits with a clear error, not a hang" *

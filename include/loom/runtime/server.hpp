@@ -632,7 +632,9 @@ private:
       resources_.reset(req.metadata<protocol::reset_request>().containers);
       r.reply();
     });
-    rpc_->handle(protocol::shutdown, [this](net::request, net::responder r) {
+    rpc_->handle(protocol::shutdown, [this](net::request req, net::responder r) {
+      // Said, so that a task that stops serving always tells who stopped it.
+      net::log_line(options_.log, describe() + ": shutting down, as " + req.peer() + " asked");
       r.reply();
       {
         std::lock_guard lock(mu_);
@@ -648,8 +650,10 @@ private:
       std::lock_guard lock(mu_);
       auto it = partitions_.find(handle);
       if (it == partitions_.end())
-        throw not_found_error(describe() + " has no registered graph " + std::to_string(handle) +
-                              " (was the task restarted?)");
+        // Aborted, as TF's worker says: the task restarted since the session
+        // registered the graph, and a recreated session registers it again.
+        throw aborted_error(describe() + " has no registered graph " + std::to_string(handle) +
+                            " (the task restarted since the session registered it)");
       part = it->second;
     }
     if (feeds != part->fed.size())

@@ -9,9 +9,10 @@
 //   - run() runs one step plus what the hooks ask for; the global step is
 //     fetched with every step. stop_at_step, logging, checkpoints (chief) and
 //     the NaN guard are hooks.
-//   - A step that fails with aborted or unavailable (a ps task restarted) makes
-//     the session recreate itself: the chief restores the last checkpoint, the
-//     others wait for it, and the step is retried (TF's _RecoverableSession).
+//   - A step, or the creation of the session, that fails with aborted or
+//     unavailable (a ps task restarted) makes the session recreate itself: the
+//     chief restores the last checkpoint, the others wait for it, and the step
+//     is retried (TF's _RecoverableSession), at most max_recoveries times.
 //   - close(): the hooks' end (the chief's final checkpoint); each worker
 //     counts itself done on the global step's task; the chief waits for the
 //     others (bounded), then tells the cluster to shut down, so every ps
@@ -108,7 +109,7 @@ public:
                               {"timeout_ms", static_cast<std::int64_t>(o_.shutdown_wait.count())}},
                              "all_workers_done");
     }
-    create_session();
+    create_session_recovering();
   }
 
   monitored_training_session(const monitored_training_session&) = delete;
@@ -150,14 +151,8 @@ public:
         should_stop_ = should_stop_ || ctx.stop_requested;
         return result;
       } catch (const error& e) {
-        if (!recoverable(e) || recoveries_ >= o_.max_recoveries)
-          throw;
-        ++recoveries_;
-        std::fprintf(o_.log, "%s: step failed (%s); recreating the session (%d of %d)\n",
-                     o_.label.c_str(), e.what(), recoveries_, o_.max_recoveries);
-        std::fflush(o_.log);
-        std::this_thread::sleep_for(o_.recovery_wait);
-        create_session();
+        prepare_recovery(e, "step");
+        create_session_recovering();
       }
     }
   }
@@ -205,6 +200,32 @@ public:
 private:
   static bool recoverable(const error& e) {
     return e.code() == error_code::aborted || e.code() == error_code::unavailable;
+  }
+
+  // Called in a handler of e: rethrows e unless it is recoverable and
+  // recoveries are left, else says so and waits before the next attempt.
+  void prepare_recovery(const error& e, const char* what) {
+    if (!recoverable(e) || recoveries_ >= o_.max_recoveries)
+      throw;
+    ++recoveries_;
+    std::fprintf(o_.log, "%s: %s failed (%s); recreating the session (%d of %d)\n",
+                 o_.label.c_str(), what, e.what(), recoveries_, o_.max_recoveries);
+    std::fflush(o_.log);
+    std::this_thread::sleep_for(o_.recovery_wait);
+  }
+
+  // A ps task may go away while the session is being created too (a worker
+  // waiting for the chief while the ps restarts): creating it is retried like
+  // a step, as TF's _RecoverableSession does.
+  void create_session_recovering() {
+    for (;;) {
+      try {
+        create_session();
+        return;
+      } catch (const error& e) {
+        prepare_recovery(e, "creating the session");
+      }
+    }
   }
 
   void create_session() {
