@@ -3,12 +3,15 @@
 // Two suites, as tests/gpu/test_gpu.cu:
 //   "cuda_host"   needs no GPU: every (op, dtype) the CPU registers has a GPU
 //                 kernel (but for the CPU-only list below), and the table of
-//                 device cases covers every GPU kernel;
+//                 device cases covers every GPU kernel; a graph lowered here
+//                 (nvcc) has its regions' GPU kernels, whose device trees read
+//                 the leaves as the CPU's fused kernel does (emulated);
 //   "cuda_device" needs a GPU (skipped without one; main prints "no CUDA device"):
 //                 every GPU kernel run on fresh random inputs and compared with
 //                 the CPU kernel of the same (op, dtype) from the registry; the
 //                 optimizer updates over several steps; the random sources'
-//                 distributions; variables and assignments.
+//                 distributions; variables and assignments; fused regions
+//                 placed on the GPU, through the executor.
 // Outputs are poisoned first: before each GPU kernel an output-sized block of
 // the caching allocator is filled with 0xFF bytes (NaN for float and double)
 // and freed, so the kernel's own allocation reuses it and an element it never
@@ -18,8 +21,11 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <loom/graph/lower.hpp>
 #include <loom/graph/op_registry.hpp>
+#include <loom/graph/variables.hpp>
 #include <loom/kernels/cuda/cuda.cuh>
+#include <loom/runtime/executor.hpp>
 
 #include <algorithm>
 #include <array>
@@ -27,11 +33,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -531,6 +539,89 @@ std::string describe_case(const op_case& c, dtype t) {
   return s;
 }
 
+// -- fused regions: trees lowered in this unit, which nvcc compiles ------------------------------
+
+// relu(a * b + c) * 2 - a: two tensor leaves (a twice), a scalar node and a number.
+auto arith_tree(const placeholder<float, 2>& a, const placeholder<float, 2>& b,
+                const placeholder<float, 0>& c) {
+  return relu(a * b + c) * 2.0f - a;
+}
+// where(a < b, a * b, cast<float>(k)): a bool intermediate and a cast of int32.
+auto mixed_tree(const placeholder<float, 2>& a, const placeholder<float, 2>& b,
+                const placeholder<std::int32_t, 2>& k) {
+  return where(a < b, a * b, cast<float>(k));
+}
+
+struct fused_graph {
+  graph g;
+  placeholder<float, 2> a{g, loom::shape{-1, -1}, "a"};
+  placeholder<float, 2> b{g, loom::shape{-1, -1}, "b"};
+  placeholder<float, 0> c{g, loom::shape{}, "c"};
+  placeholder<std::int32_t, 2> k{g, loom::shape{-1, -1}, "k"};
+  using arith_t = decltype(arith_tree(a, b, c));
+  using mixed_t = decltype(mixed_tree(a, b, k));
+  node_id arith = no_node, mixed = no_node;
+
+  fused_graph() {
+    auto on_gpu = g.device("/gpu:0");
+    arith = lower(arith_tree(a, b, c)).id();
+    mixed = lower(mixed_tree(a, b, k)).id();
+  }
+
+  const fusion_candidate& region(node_id root) const {
+    for (const fusion_candidate& f : g.fusions())
+      if (f.root == root)
+        return f;
+    FAIL("no fusion candidate at node " << root);
+    throw;
+  }
+
+  // Random inputs: a, b and k of shape `s` (b of shape `b_shape` if given).
+  std::map<node_id, any_tensor> inputs(const loom::shape& s, std::mt19937_64& rng,
+                                       std::optional<loom::shape> b_shape = {}) const {
+    return {{a.id(), random_tensor(dtype::f32, s, gen::any, 0, rng)},
+            {b.id(), random_tensor(dtype::f32, b_shape.value_or(s), gen::any, 0, rng)},
+            {c.id(), random_tensor(dtype::f32, loom::shape{}, gen::any, 0, rng)},
+            {k.id(), random_tensor(dtype::i32, s, gen::any, 0, rng)}};
+  }
+
+  // The region's leaves in its kernel's order: a fed value, or a constant's.
+  std::vector<const any_tensor*> leaves(node_id root,
+                                        const std::map<node_id, any_tensor>& in) const {
+    std::vector<const any_tensor*> out;
+    for (node_id l : region(root).leaves) {
+      if (auto it = in.find(l); it != in.end())
+        out.push_back(&it->second);
+      else
+        out.push_back(&std::get<any_tensor>(g.node(l).attrs.at("value")));
+    }
+    return out;
+  }
+};
+
+// Poisons the next 8 blocks of t_poison_bytes that the allocator hands out on
+// a GPU's stream (as poisoned_kernel does for one kernel), for a step's leaf
+// copies and outputs; run as a "region" so that it gets the GPU's context.
+bool poison_blocks(const gpu_context& g, std::span<const any_tensor* const>, any_tensor&,
+                   const std::string&) {
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(g.stream));
+  g.allocator->empty_cache();
+  std::array<void*, 8> blocks{};
+  for (void*& p : blocks) {
+    p = g.allocator->allocate(t_poison_bytes, g.stream);
+    LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0x7F, t_poison_bytes, g.stream));
+  }
+  for (void* p : blocks)
+    g.allocator->deallocate(p);
+  return true;
+}
+
+void poison_next_blocks(std::size_t bytes) {
+  t_poison_bytes = bytes;
+  any_tensor unused;
+  backend().run_fused(0, &poison_blocks, {}, unused, "poison");
+}
+
 } // namespace
 
 // -- no GPU needed
@@ -564,6 +655,58 @@ TEST_SUITE("cuda_host") {
       CHECK(kernels.has(op, device_cpu));
       CHECK_FALSE(kernels.has(op, device_gpu));
     }
+  }
+
+  TEST_CASE("a graph lowered by nvcc has its regions' GPU kernels beside the CPU's") {
+    fused_graph fg;
+    for (node_id root : {fg.arith, fg.mixed}) {
+      const std::string& key = fg.region(root).key;
+      INFO(key);
+      const bool has_cpu = fused_kernel_registry::instance().find(key) != nullptr;
+      const bool has_gpu = fused_kernel_registry::instance().find_gpu(key) != nullptr;
+      CHECK(has_cpu);
+      CHECK(has_gpu);
+    }
+    CHECK(fg.region(fg.arith).key == region_key<fused_graph::arith_t>());
+    CHECK(fg.region(fg.mixed).key == region_key<fused_graph::mixed_t>());
+  }
+
+  TEST_CASE("a region's device tree reads its leaves as the CPU's fused kernel does (emulated)") {
+    fused_graph fg;
+    std::mt19937_64 rng(fresh_seed());
+    for (const loom::shape& s : {loom::shape{1, 1}, loom::shape{1, 3}, loom::shape{2, 2},
+                                 loom::shape{3, 7}, loom::shape{17, 61}}) {
+      const auto in = fg.inputs(s, rng);
+      const auto n = static_cast<std::size_t>(s.num_elements());
+      auto check_region = [&]<class E>(std::type_identity<E>, node_id root) {
+        const auto leaves = fg.leaves(root, in);
+        any_tensor cpu;
+        REQUIRE(fused_kernel<E>(host_device(), leaves, cpu, "cpu"));
+        for (const std::size_t threads : {1, 3, 64})
+          for (const bool vectorized : {false, true}) {
+            INFO("shape " << s.to_string() << ", " << threads << " threads, "
+                          << (vectorized ? "4-wide" : "scalar"));
+            any_tensor emulated(dtype::f32, s);
+            std::fill_n(emulated.data<float>(), n, std::numeric_limits<float>::quiet_NaN());
+            const auto tree = cuda::detail::region_tree<E>(leaves);
+            if (vectorized && !cuda::detail::vectorizable_tree(tree, emulated.data<float>(), n))
+              continue;
+            cuda::detail::emulate_tree_on_host(tree, emulated.data<float>(), n, threads,
+                                               vectorized);
+            compare(cpu, emulated, check::elementwise, fg.region(root).key);
+          }
+      };
+      check_region(std::type_identity<fused_graph::arith_t>{}, fg.arith);
+      check_region(std::type_identity<fused_graph::mixed_t>{}, fg.mixed);
+    }
+  }
+
+  TEST_CASE("a GPU uniform draw stays below its upper bound after rounding") {
+    const double just_below_one = 1.0 - 0x1.0p-53; // the largest uniform01 draw
+    CHECK(cuda::kernels::uniform_in<float>(0.0, 1.0, just_below_one) < 1.0f);
+    CHECK(cuda::kernels::uniform_in<double>(0.0, 1.0, just_below_one) < 1.0);
+    CHECK(cuda::kernels::uniform_in<float>(5.0, 6.0, just_below_one) < 6.0f);
+    CHECK(cuda::kernels::uniform_in<float>(-2.0, 3.0, 0.5) == 0.5f);
   }
 
   TEST_CASE("the device cases cover every GPU kernel") {
@@ -930,6 +1073,88 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
                 5 * want_sd / std::sqrt(static_cast<double>(x.size())));
           CHECK(std::abs(sd - want_sd) <= 0.02 * want_sd);
         }
+  }
+
+  TEST_CASE("fused regions on /gpu:0 run as one GPU kernel each and match the CPU") {
+    fused_graph fg;
+    std::mt19937_64 rng(fresh_seed());
+    const run_request req{{fg.arith, fg.mixed}, {}, {fg.a.id(), fg.b.id(), fg.c.id(), fg.k.id()}};
+    const std::vector<memory_location> on_gpu(fg.g.size(), memory_location::gpu(0));
+    const std::vector<memory_location> on_host(fg.g.size(), memory_location::host());
+    const plan gpu_plan(fg.g, req, true, on_gpu);
+    const plan cpu_plan(fg.g, req, false, on_host); // the primitive CPU kernels
+    int fused = 0;
+    for (const plan::step& st : gpu_plan.steps())
+      if (st.k == plan::step::kind::fused) {
+        ++fused;
+        CHECK(st.where == memory_location::gpu(0));
+        const bool has_gpu_kernel = st.gpu_fused != nullptr;
+        CHECK(has_gpu_kernel);
+      }
+    CHECK(fused == 2);
+    for (const loom::shape& s : {loom::shape{1, 1}, loom::shape{37, 129}, loom::shape{256, 1024}}) {
+      INFO("shape " << s.to_string());
+      const auto in = fg.inputs(s, rng);
+      // Called directly, the region's kernel takes same-shape operands.
+      std::vector<any_tensor> on_device;
+      for (const any_tensor* l : fg.leaves(fg.arith, in))
+        on_device.push_back(to_gpu(*l));
+      std::vector<const any_tensor*> device_leaves;
+      for (const any_tensor& t : on_device)
+        device_leaves.push_back(&t);
+      any_tensor direct;
+      CHECK(backend().run_fused(0,
+                                fused_kernel_registry::instance().find_gpu(fg.region(fg.arith).key),
+                                device_leaves, direct, "arith"));
+
+      test_resources res;
+      std::vector<any_tensor> cpu_values(fg.g.size()), gpu_values(fg.g.size());
+      for (const auto& [id, t] : in)
+        cpu_values[static_cast<std::size_t>(id)] = gpu_values[static_cast<std::size_t>(id)] = t;
+      cpu_plan.run(fg.g, cpu_values, host_device(), res);
+      poison_next_blocks(static_cast<std::size_t>(s.num_elements()) * sizeof(float));
+      gpu_plan.run(fg.g, gpu_values, host_device(), res);
+      for (node_id root : {fg.arith, fg.mixed}) {
+        const any_tensor& got = gpu_values[static_cast<std::size_t>(root)];
+        CHECK(got.on_host()); // fetched values come back to the host
+        compare(cpu_values[static_cast<std::size_t>(root)], got, check::elementwise,
+                fg.region(root).key);
+      }
+      compare(cpu_values[static_cast<std::size_t>(fg.arith)], direct, check::elementwise,
+              "called directly");
+    }
+  }
+
+  TEST_CASE(
+      "a region on /gpu:0 whose operands need broadcasting runs as its primitive GPU kernels") {
+    fused_graph fg;
+    std::mt19937_64 rng(fresh_seed());
+    const run_request req{{fg.arith}, {}, {fg.a.id(), fg.b.id(), fg.c.id(), fg.k.id()}};
+    const plan gpu_plan(fg.g, req, true,
+                        std::vector<memory_location>(fg.g.size(), memory_location::gpu(0)));
+    const plan cpu_plan(fg.g, req, false,
+                        std::vector<memory_location>(fg.g.size(), memory_location::host()));
+    const auto in = fg.inputs(loom::shape{33, 65}, rng, loom::shape{1, 65}); // b: one row
+    std::vector<any_tensor> on_device;
+    for (const any_tensor* l : fg.leaves(fg.arith, in))
+      on_device.push_back(to_gpu(*l));
+    std::vector<const any_tensor*> device_leaves;
+    for (const any_tensor& t : on_device)
+      device_leaves.push_back(&t);
+    any_tensor declined;
+    CHECK_FALSE(
+        backend().run_fused(0, fused_kernel_registry::instance().find_gpu(fg.region(fg.arith).key),
+                            device_leaves, declined, "arith"));
+    CHECK(declined.empty());
+
+    test_resources res;
+    std::vector<any_tensor> cpu_values(fg.g.size()), gpu_values(fg.g.size());
+    for (const auto& [id, t] : in)
+      cpu_values[static_cast<std::size_t>(id)] = gpu_values[static_cast<std::size_t>(id)] = t;
+    cpu_plan.run(fg.g, cpu_values, host_device(), res);
+    gpu_plan.run(fg.g, gpu_values, host_device(), res);
+    compare(cpu_values[static_cast<std::size_t>(fg.arith)],
+            gpu_values[static_cast<std::size_t>(fg.arith)], check::elementwise, "broadcast b");
   }
 
 } // TEST_SUITE

@@ -670,6 +670,15 @@ template <class T, int R> std::pair<double, double> mean_and_stddev(const tensor
 
 } // namespace
 
+TEST_CASE_TEMPLATE("a uniform draw stays below its upper bound after rounding", T, float, double) {
+  const double just_below_one = 1.0 - 0x1.0p-53;                 // the largest uniform01 draw
+  CHECK(static_cast<float>(0.0 + 1.0 * just_below_one) == 1.0f); // what rounding alone gives
+  CHECK(loom::detail::uniform_in<T>(0.0, 1.0, just_below_one) < T(1));
+  CHECK(loom::detail::uniform_in<T>(5.0, 6.0, just_below_one) < T(6));
+  CHECK(loom::detail::uniform_in<T>(-2.0, 3.0, 0.0) == T(-2));
+  CHECK(loom::detail::uniform_in<T>(-2.0, 3.0, 0.5) == T(0.5));
+}
+
 TEST_CASE_TEMPLATE("seeded random sources and initializers", T, float, double) {
   graph g;
   g.set_random_seed(1234);

@@ -1,8 +1,9 @@
 // Nodes on a GPU in a local session, without CUDA: a stand-in GPU backend keeps
 // "device" memory in host RAM under the location GPU:0 and runs stand-in GPU
-// kernels that refuse inputs from anywhere else. What is tested is the
-// executor's and the placer's part: where nodes go, which copies are made
-// (once per value and location), and that host code never reads device memory.
+// kernels (and fused regions' GPU kernels) that refuse inputs from anywhere
+// else. What is tested is the executor's and the placer's part: where nodes
+// go, which regions fuse, which copies are made (once per value and
+// location), and that host code never reads device memory.
 #include <doctest/doctest.h>
 #include <support/cluster.hpp>
 #include <support/messages.hpp>
@@ -11,8 +12,16 @@
 
 #include <cstring>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
+
+// What a GPU kernel launches on: cuda/backend.hpp defines it in a program with
+// CUDA. This binary has none, and the stand-in backend gives its fused kernels
+// an empty one.
+namespace loom {
+struct gpu_context {};
+} // namespace loom
 
 using loom::graph;
 using loom::memory_location;
@@ -33,7 +42,7 @@ loom::any_tensor relabelled(const loom::any_tensor& t, memory_location where) {
 
 class stand_in_gpu final : public loom::gpu_backend {
 public:
-  int to_device = 0, to_host = 0, kernels = 0;
+  int to_device = 0, to_host = 0, kernels = 0, fused = 0;
 
   int device_count() const noexcept override { return 1; }
   void run(int device, loom::kernel_fn kernel, loom::kernel_context& c) override {
@@ -44,6 +53,15 @@ public:
     ++kernels;
     kernel(c);
   }
+  bool run_fused(int device, loom::gpu_fused_kernel_fn kernel,
+                 std::span<const loom::any_tensor* const> leaves, loom::any_tensor& out,
+                 const std::string& node_name) override {
+    REQUIRE(device == 0);
+    for (const loom::any_tensor* in : leaves)
+      REQUIRE(in->location() == memory_location::gpu(0));
+    ++fused;
+    return kernel(context_, leaves, out, node_name);
+  }
   loom::any_tensor copy(const loom::any_tensor& t, memory_location where) override {
     ++(where.on_host() ? to_host : to_device);
     if (where.on_host()) {
@@ -53,6 +71,9 @@ public:
     }
     return relabelled(t, where);
   }
+
+private:
+  loom::gpu_context context_;
 };
 
 // Registered for one test case: other tests of this binary see no GPU.
@@ -83,6 +104,33 @@ void gpu_add(loom::kernel_context& c) {
 const loom::kernel_registration square_on_gpu("square", loom::dtype::f32, &gpu_square,
                                               loom::device_gpu);
 const loom::kernel_registration add_on_gpu("add", loom::dtype::f32, &gpu_add, loom::device_gpu);
+int gpu_constants_made = 0;
+void gpu_constant(loom::kernel_context& c) {
+  ++gpu_constants_made;
+  c.output = relabelled(c.node.attr<loom::any_tensor>("value"), memory_location::gpu(0));
+}
+const loom::kernel_registration constant_on_gpu("constant", loom::dtype::f32, &gpu_constant,
+                                                loom::device_gpu);
+
+// Stand-in GPU kernels of fused regions (a unit compiled by nvcc registers
+// real ones: kernels/cuda/fused.cuh): square(a) + b in one pass, and one that
+// declines every shape, as a real one declines general broadcasting.
+bool gpu_square_plus(const loom::gpu_context&, std::span<const loom::any_tensor* const> leaves,
+                     loom::any_tensor& out, const std::string&) {
+  REQUIRE(leaves.size() == 2);
+  const loom::any_tensor& a = *leaves[0];
+  const loom::any_tensor& b = *leaves[1];
+  loom::any_tensor r(a.type(), a.shape());
+  for (std::int64_t i = 0; i < a.num_elements(); ++i)
+    r.data<float>()[i] =
+        a.device_data<float>()[i] * a.device_data<float>()[i] + b.device_data<float>()[i];
+  out = relabelled(r, memory_location::gpu(0));
+  return true;
+}
+bool gpu_declines(const loom::gpu_context&, std::span<const loom::any_tensor* const>,
+                  loom::any_tensor&, const std::string&) {
+  return false;
+}
 
 loom::session_options opts() {
   return {.intra_op_threads = 2};
@@ -191,6 +239,75 @@ TEST_CASE("a fused CPU region reads GPU values on the host") {
   CHECK(out(0) == 1.0f);  // relu(2 - 5) + 1
   CHECK(out(2) == 22.0f); // relu(18 - 5) + 9
   CHECK(r.gpu.to_host == 1);
+}
+
+TEST_CASE("a region on /gpu:0 runs as one GPU kernel where the process has the region's") {
+  registered_gpu r;
+  graph g;
+  loom::placeholder<float, 1> x(g, shape{3}, "x");
+  auto tree = loom::square(x) + x;
+  loom::fused_kernel_registry::instance().add(loom::region_key<decltype(tree)>(), &gpu_square_plus);
+  auto y = [&] {
+    auto _ = g.device("/gpu:0");
+    return loom::lower(tree);
+  }();
+  loom::session s(g, opts());
+  const auto out = s.run(y, {{x, tensor<float, 1>(shape{3}, {1, -2, 3})}});
+  CHECK(out(0) == 2.0f);
+  CHECK(out(1) == 2.0f);
+  CHECK(out(2) == 12.0f);
+  CHECK(r.gpu.fused == 1);
+  CHECK(r.gpu.kernels == 0);   // not square and add
+  CHECK(r.gpu.to_device == 1); // x, once, though the region reads it twice
+  CHECK(r.gpu.to_host == 1);   // the fetch
+}
+
+TEST_CASE("a region on /gpu:0 runs as its primitive GPU kernels where the fused kernel declines "
+          "or the process has none") {
+  registered_gpu r;
+  graph g;
+  loom::placeholder<float, 1> x(g, shape{3}, "x");
+  auto declined = loom::square(loom::square(x)) + x;
+  loom::fused_kernel_registry::instance().add(loom::region_key<decltype(declined)>(),
+                                              &gpu_declines);
+  auto [y, z] = [&] {
+    auto _ = g.device("/gpu:0");
+    // The CPU's fused kernel of x + square(x) is registered; a GPU one is not.
+    return std::pair{loom::lower(declined), loom::lower(x + loom::square(x))};
+  }();
+  loom::session s(g, opts());
+  const auto feed = tensor<float, 1>(shape{3}, {1, -2, 3});
+  const auto out = s.run(y, {{x, feed}});
+  CHECK(out(0) == 2.0f);
+  CHECK(out(1) == 14.0f);
+  CHECK(out(2) == 84.0f);
+  CHECK(r.gpu.fused == 1);
+  CHECK(r.gpu.kernels == 3); // square, square, add
+  r.gpu.fused = r.gpu.kernels = 0;
+  const auto out2 = s.run(z, {{x, feed}});
+  CHECK(out2(1) == 2.0f);
+  CHECK(r.gpu.fused == 0);
+  CHECK(r.gpu.kernels == 2); // square, add
+}
+
+TEST_CASE("a constant on /gpu:0 is made once per plan, not once per step") {
+  registered_gpu r;
+  graph g;
+  loom::placeholder<float, 1> x(g, shape{3}, "x");
+  auto y = [&] {
+    auto _ = g.device("/gpu:0");
+    auto c = loom::constant(g, tensor<float, 1>(shape{3}, {10, 20, 30}), "c");
+    return loom::lower(c + loom::square(x)); // a region without a GPU fused kernel
+  }();
+  loom::session s(g, opts());
+  gpu_constants_made = 0;
+  for (float step = 1; step <= 3; ++step) {
+    const auto out = s.run(y, {{x, tensor<float, 1>(shape{3}, {step, 0, -1})}});
+    CHECK(out(0) == step * step + 10);
+    CHECK(out(2) == 31.0f);
+  }
+  CHECK(gpu_constants_made == 1);
+  CHECK(r.gpu.kernels == 1 + 3 * 2); // the constant once; square and add every step
 }
 
 TEST_CASE("on a cluster, a worker's /gpu:0 nodes run on its GPU; the ps's variable reaches them "

@@ -1,7 +1,7 @@
 // Tensors. any_tensor is the runtime value that kernels, the executor and the
 // wire see: a dtype, a shape and a shared buffer, 64-byte-aligned host memory
 // or, for a node placed on a GPU, device memory that a GPU backend adopted
-// (cuda/backend.cuh). tensor<T, R> is a host value with its element type and
+// (cuda/backend.hpp). tensor<T, R> is a host value with its element type and
 // rank in the type, which is what users feed and fetch. Copies share the
 // buffer, as TF's Tensor does; clone() makes a deep copy.
 #pragma once
@@ -302,11 +302,14 @@ private:
       throw invalid_argument_error("tensor holds " + std::string(to_string(dtype_)) +
                                    ", accessed as " + std::string(to_string(dtype_of<T>)));
   }
-  template <int R> std::array<Eigen::DenseIndex, static_cast<std::size_t>(R)> dims() const {
+  // Eigen::array: std::array under g++ and clang, Eigen's own array under nvcc,
+  // where TensorMap takes nothing else (a graph built in an nvcc unit views
+  // tensors too).
+  template <int R> Eigen::array<Eigen::DenseIndex, static_cast<std::size_t>(R)> dims() const {
     if (shape_.rank() != R)
       throw invalid_argument_error("tensor of shape " + shape_.to_string() + " viewed with rank " +
                                    std::to_string(R));
-    std::array<Eigen::DenseIndex, static_cast<std::size_t>(R)> d{};
+    Eigen::array<Eigen::DenseIndex, static_cast<std::size_t>(R)> d{};
     for (int i = 0; i < R; ++i)
       d[static_cast<std::size_t>(i)] = shape_[i];
     return d;

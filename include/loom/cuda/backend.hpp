@@ -28,6 +28,7 @@
 
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,20 @@ public:
     c.gpu = &d.context;
     kernel(c);
     LOOM_CUDA_CHECK(cudaGetLastError()); // a launch that failed
+  }
+
+  bool run_fused(int device, gpu_fused_kernel_fn kernel, std::span<const any_tensor* const> leaves,
+                 any_tensor& out, const std::string& node_name) override {
+    per_device& d = at(device);
+    std::lock_guard lock(d.mu);
+    device_guard g(device);
+    for (const any_tensor* in : leaves)
+      if (in->location() != memory_location::gpu(device))
+        throw internal_error("fused region '" + node_name + "' on GPU:" + std::to_string(device) +
+                             " got an input " + in->describe());
+    const bool ran = kernel(d.context, leaves, out, node_name);
+    LOOM_CUDA_CHECK(cudaGetLastError()); // a launch that failed
+    return ran;
   }
 
   any_tensor copy(const any_tensor& t, memory_location where) override {

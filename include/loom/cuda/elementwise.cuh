@@ -79,6 +79,12 @@ template <class T> struct d_scalar {
   using value_type = T;
   T v;
 };
+// One element in device memory, read for every output element (a rank-0 leaf
+// of a graph's fused region: a scalar constant or a scalar node's value).
+template <class T> struct d_repeat {
+  using value_type = T;
+  const T* p;
+};
 template <class Op, class... C> struct d_node;
 template <class Op, class C0> struct d_node<Op, C0> {
   using value_type = typename Op::template result<typename C0::value_type>;
@@ -238,6 +244,9 @@ template <class T> bool aligned4(const d_leaf<T>& l) {
 template <class T> bool aligned4(const d_scalar<T>&) {
   return true;
 }
+template <class T> bool aligned4(const d_repeat<T>&) {
+  return true;
+}
 template <class Op, class C0> bool aligned4(const d_node<Op, C0>& n) {
   return aligned4(n.c0);
 }
@@ -254,6 +263,9 @@ template <class T> __host__ __device__ inline T eval1(const d_leaf<T>& l, std::s
 }
 template <class T> __host__ __device__ inline T eval1(const d_scalar<T>& s, std::size_t) {
   return s.v;
+}
+template <class T> __host__ __device__ inline T eval1(const d_repeat<T>& r, std::size_t) {
+  return *r.p;
 }
 template <class Op, class C0>
 __host__ __device__ inline typename d_node<Op, C0>::value_type eval1(const d_node<Op, C0>& n,
@@ -281,6 +293,10 @@ template <class T> __host__ __device__ inline pack4<T> eval4(const d_leaf<T>& l,
 }
 template <class T> __host__ __device__ inline pack4<T> eval4(const d_scalar<T>& s, std::size_t) {
   return {{s.v, s.v, s.v, s.v}};
+}
+template <class T> __host__ __device__ inline pack4<T> eval4(const d_repeat<T>& r, std::size_t) {
+  const T v = *r.p;
+  return {{v, v, v, v}};
 }
 template <class Op, class C0>
 __host__ __device__ inline pack4<typename d_node<Op, C0>::value_type> eval4(const d_node<Op, C0>& n,
@@ -384,13 +400,12 @@ template <auto Kernel> unsigned grid_for(std::size_t work) {
   return static_cast<unsigned>(std::max<std::size_t>(1, std::min(wanted, resident)));
 }
 
-// What evaluate() does, on the host: every "thread" of a grid of `nthreads` in
+// What launch() does, on the host: every "thread" of a grid of `nthreads` in
 // turn. For tests of the kernels' indexing on machines without a GPU; `out` and
-// the leaves are host pointers here.
-template <expression E>
-void emulate_on_host(const E& e, value_type_of<E>* out, std::size_t n, std::size_t nthreads,
-                     bool vectorized) {
-  const auto tree = to_device(e);
+// the tree's leaves are host pointers here.
+template <class Tree, class R>
+void emulate_tree_on_host(const Tree& tree, R* out, std::size_t n, std::size_t nthreads,
+                          bool vectorized) {
   for (std::size_t tid = 0; tid < nthreads; ++tid) {
     if (vectorized)
       vector_body(tree, out, n, tid, nthreads);
@@ -398,14 +413,38 @@ void emulate_on_host(const E& e, value_type_of<E>* out, std::size_t n, std::size
       scalar_body(tree, out, n, tid, nthreads);
   }
 }
+template <expression E>
+void emulate_on_host(const E& e, value_type_of<E>* out, std::size_t n, std::size_t nthreads,
+                     bool vectorized) {
+  emulate_tree_on_host(to_device(e), out, n, nthreads, vectorized);
+}
+
+// Whether launch() takes the 4-wide path for this tree and output.
+template <class Tree, class R>
+bool vectorizable_tree(const Tree& tree, const R* out, std::size_t n) {
+  return n >= 4 && reinterpret_cast<std::uintptr_t>(out) % (4 * sizeof(R)) == 0 && aligned4(tree);
+}
+
+// One kernel over n elements of a device tree into out, on `stream`.
+template <class Tree, class R>
+void launch(const Tree& tree, R* out, std::size_t n, cudaStream_t stream) {
+  if (n == 0)
+    return;
+  if (vectorizable_tree(tree, out, n)) {
+    constexpr auto kernel = &vector_kernel<Tree, R>;
+    kernel<<<grid_for<kernel>(n / 4), block_threads, 0, stream>>>(tree, out, n);
+  } else {
+    constexpr auto kernel = &scalar_kernel<Tree, R>;
+    kernel<<<grid_for<kernel>(n), block_threads, 0, stream>>>(tree, out, n);
+  }
+  LOOM_CUDA_CHECK(cudaGetLastError());
+}
 
 } // namespace detail
 
 // Whether evaluate() would take the 4-wide path for these pointers.
 template <expression E> bool vectorizable(const E& e, const value_type_of<E>* out, std::size_t n) {
-  using R = value_type_of<E>;
-  return n >= 4 && reinterpret_cast<std::uintptr_t>(out) % (4 * sizeof(R)) == 0 &&
-         detail::aligned4(detail::to_device(e));
+  return detail::vectorizable_tree(detail::to_device(e), out, n);
 }
 
 // Evaluates an elementwise tree over n elements into out (device memory), as one
@@ -413,21 +452,9 @@ template <expression E> bool vectorizable(const E& e, const value_type_of<E>* ou
 // during the kernel surface at the next synchronising call.
 template <expression E>
 void evaluate(const E& e, value_type_of<E>* out, std::size_t n, cudaStream_t stream = nullptr) {
-  using R = value_type_of<E>;
-  static_assert(std::is_arithmetic_v<R>, "loom::cuda::evaluate: string results have no GPU form");
-  if (n == 0)
-    return;
-  const auto tree = detail::to_device(e);
-  using tree_t = std::remove_const_t<decltype(tree)>;
-  if (n >= 4 && reinterpret_cast<std::uintptr_t>(out) % (4 * sizeof(R)) == 0 &&
-      detail::aligned4(tree)) {
-    constexpr auto kernel = &detail::vector_kernel<tree_t, R>;
-    kernel<<<detail::grid_for<kernel>(n / 4), detail::block_threads, 0, stream>>>(tree, out, n);
-  } else {
-    constexpr auto kernel = &detail::scalar_kernel<tree_t, R>;
-    kernel<<<detail::grid_for<kernel>(n), detail::block_threads, 0, stream>>>(tree, out, n);
-  }
-  LOOM_CUDA_CHECK(cudaGetLastError());
+  static_assert(std::is_arithmetic_v<value_type_of<E>>,
+                "loom::cuda::evaluate: string results have no GPU form");
+  detail::launch(detail::to_device(e), out, n, stream);
 }
 
 } // namespace cuda

@@ -125,7 +125,7 @@ any_tensor broadcast_to(const cpu_device& d, const any_tensor& t, const loom::sh
   if (to.rank() > max_rank)
     throw unimplemented_error("broadcasting beyond rank 6 (shape " + to.to_string() + ")");
   any_tensor out(t.type(), to);
-  std::array<Eigen::DenseIndex, max_rank> in_dims{}, out_dims{}, factors{};
+  Eigen::array<Eigen::DenseIndex, max_rank> in_dims{}, out_dims{}, factors{};
   const int pad = max_rank - to.rank(), in_pad = max_rank - t.rank();
   for (int i = 0; i < max_rank; ++i) {
     out_dims[static_cast<std::size_t>(i)] = i < pad ? 1 : to[i - pad];
@@ -289,6 +289,12 @@ bool leaves_have_shape(std::span<const any_tensor* const> in, const loom::shape&
 using fused_kernel_fn = bool (*)(const cpu_device&, std::span<const any_tensor* const> leaves,
                                  any_tensor& out, const std::string& node_name);
 
+// The same on a GPU (kernels/cuda/fused.cuh): the leaves are on that GPU, the
+// output is made there, and the kernel is queued on the GPU's stream.
+struct gpu_context;
+using gpu_fused_kernel_fn = bool (*)(const gpu_context&, std::span<const any_tensor* const> leaves,
+                                     any_tensor& out, const std::string& node_name);
+
 template <class E>
 bool fused_kernel(const cpu_device& d, std::span<const any_tensor* const> leaves, any_tensor& out,
                   const std::string& node_name) {
@@ -317,8 +323,10 @@ bool fused_kernel(const cpu_device& d, std::span<const any_tensor* const> leaves
 namespace loom {
 
 // The process's fused kernels, by the canonical key of their region. Lowering
-// a typed tree registers its instantiation here; a process that never saw the
-// tree (a generic server) has no entry and runs the primitive ops instead.
+// a typed tree registers its instantiation here: the CPU's always, the GPU's
+// when the lowering translation unit is compiled by nvcc. A process that
+// never saw the tree (a generic server) has no entry and runs the primitive
+// ops instead.
 class fused_kernel_registry {
 public:
   static fused_kernel_registry& instance() {
@@ -327,17 +335,30 @@ public:
   }
   void add(const std::string& key, fused_kernel_fn fn) {
     std::lock_guard lock(mu_);
-    kernels_.emplace(key, fn);
+    kernels_[key].cpu = fn;
+  }
+  void add(const std::string& key, gpu_fused_kernel_fn fn) {
+    std::lock_guard lock(mu_);
+    kernels_[key].gpu = fn;
   }
   fused_kernel_fn find(const std::string& key) const {
     std::lock_guard lock(mu_);
     auto it = kernels_.find(key);
-    return it == kernels_.end() ? nullptr : it->second;
+    return it == kernels_.end() ? nullptr : it->second.cpu;
+  }
+  gpu_fused_kernel_fn find_gpu(const std::string& key) const {
+    std::lock_guard lock(mu_);
+    auto it = kernels_.find(key);
+    return it == kernels_.end() ? nullptr : it->second.gpu;
   }
 
 private:
+  struct kernels {
+    fused_kernel_fn cpu = nullptr;
+    gpu_fused_kernel_fn gpu = nullptr;
+  };
   mutable std::mutex mu_;
-  std::map<std::string, fused_kernel_fn, std::less<>> kernels_;
+  std::map<std::string, kernels, std::less<>> kernels_;
 };
 
 // The canonical key of a typed tree: op ids, cast targets, leaf dtypes and

@@ -2,13 +2,19 @@
 // becomes a primitive node (structural CSE merges repeats); an elementwise tree
 // of two or more ops is also recorded as a fusion candidate, and its fused
 // kernel, instantiated from the tree's type, is registered under the region's
-// canonical key.
+// canonical key: the CPU's always, and in a translation unit compiled by nvcc
+// the GPU's too (DESIGN §3: "a TU compiled by nvcc instantiates CUDA kernels
+// for what it uses").
 #pragma once
 
 #include <loom/expr/eval.hpp>
 #include <loom/expr/expr.hpp>
 #include <loom/graph/graph.hpp>
 #include <loom/graph/output.hpp>
+
+#if defined(__CUDACC__)
+#include <loom/kernels/cuda/fused.cuh>
+#endif
 
 #include <optional>
 #include <string>
@@ -87,6 +93,9 @@ template <expression E> output<value_type_of<E>, rank_of<E>> lower(const E& e) {
     if constexpr (op_count<ED>() >= 2) {
       std::string key = region_key<ED>();
       fused_kernel_registry::instance().add(key, &fused_kernel<ED>);
+#if defined(__CUDACC__)
+      cuda::register_gpu_region<ED>(key);
+#endif
       g.add_fusion({root, std::move(key), std::move(leaves)});
     }
     return output<value_type_of<E>, rank_of<E>>(g, root);

@@ -1,9 +1,9 @@
 // What the executor and the placer need from a GPU runtime, without a CUDA
-// header: how many GPUs this process has, how to run a GPU kernel, and how to
-// copy a tensor between host and device memory.
+// header: how many GPUs this process has, how to run a GPU kernel or a fused
+// region's GPU kernel, and how to copy a tensor between host and device memory.
 //
 // A process has GPUs only when a translation unit compiled by nvcc includes
-// loom/cuda/backend.cuh (DESIGN §3: "a TU compiled by nvcc instantiates CUDA
+// loom/cuda/backend.hpp (DESIGN §3: "a TU compiled by nvcc instantiates CUDA
 // kernels for what it uses"); that header registers the one backend here
 // before main(). Everything else sees registered() == nullptr and places
 // nothing on a GPU.
@@ -13,6 +13,8 @@
 #include <loom/kernels/registry.hpp>
 
 #include <atomic>
+#include <span>
+#include <string>
 
 namespace loom {
 
@@ -26,6 +28,12 @@ public:
   // Runs a GPU kernel on `device`: sets c.gpu, launches under the device's
   // lock (kernels of concurrent steps share one stream), checks the launch.
   virtual void run(int device, kernel_fn kernel, kernel_context& c) = 0;
+
+  // Runs a fused region's GPU kernel on `device` as run() runs a kernel (its
+  // leaves are on that GPU); false when it declined the operands' shapes.
+  virtual bool run_fused(int device, gpu_fused_kernel_fn kernel,
+                         std::span<const any_tensor* const> leaves, any_tensor& out,
+                         const std::string& node_name) = 0;
 
   // A copy of `t` at `where`. To the host it has completed on return; to a GPU
   // it is ordered before every later kernel on that GPU.

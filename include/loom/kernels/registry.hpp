@@ -77,7 +77,7 @@ public:
 };
 
 // What a GPU kernel launches on: its device, stream, cuBLAS handle and
-// allocator. Defined by the GPU backend (cuda/backend.cuh), which sets
+// allocator. Defined by the GPU backend (cuda/backend.hpp), which sets
 // kernel_context::gpu for kernels registered under device_gpu.
 struct gpu_context;
 

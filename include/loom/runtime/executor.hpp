@@ -107,13 +107,16 @@ public:
     node_id id = no_node;
     kernel_fn kernel = nullptr;
     bool blocking = false;       // the kernel may wait for other steps (op_def::blocking)
+    bool kept = false;           // a constant on a GPU: made by its first run, then kept
     memory_location where{};     // a kernel's device: its inputs are copied there
     std::vector<node_id> inputs; // no_node at ref-input positions
     std::vector<node_id> refs;   // the variable nodes of ref inputs
     std::vector<node_id> after;  // control inputs
-    // A fused region: its kernel and leaves, and the primitive steps that
-    // compute the same value when the fused kernel declines the shapes.
+    // A fused region: its kernel (the CPU's, or the GPU's for a region on a
+    // GPU) and leaves, and the primitive steps that compute the same value
+    // when the fused kernel declines the shapes.
     fused_kernel_fn fused = nullptr;
+    gpu_fused_kernel_fn gpu_fused = nullptr;
     std::vector<node_id> leaves;
     std::vector<step> fallback;
   };
@@ -121,7 +124,9 @@ public:
   // allow_fusion = false runs every fusable region as its primitive ops (the
   // path a process without the region's instantiation takes), for testing.
   // `placed` gives each node id's device (empty: each node's assigned_device);
-  // a node on a GPU runs its GPU kernel and is never fused.
+  // a node on a GPU runs its GPU kernel. A region fuses where all its nodes
+  // are on one device whose fused kernel the process has (lowering registers
+  // the GPU's only in a unit compiled by nvcc).
   plan(const graph& g, const run_request& req, bool allow_fusion = true,
        std::vector<memory_location> placed = {})
       : request_(req) {
@@ -129,7 +134,6 @@ public:
     if (placed.empty())
       for (std::size_t id = 0; id < g.size(); ++id)
         placed.push_back(location_of(g.node(static_cast<node_id>(id))));
-    auto on_host = [&](node_id id) { return placed[static_cast<std::size_t>(id)].on_host(); };
     // 1. The nodes the request needs.
     const std::vector<char> needed = needed_nodes(g, req);
 
@@ -160,10 +164,13 @@ public:
           !needed[static_cast<std::size_t>(c->root)])
         continue;
       auto interior = region_interior(g, *c);
-      if (!interior || !fused_kernel_registry::instance().find(c->key))
+      const memory_location where = placed[static_cast<std::size_t>(c->root)];
+      const auto& fused = fused_kernel_registry::instance();
+      if (!interior ||
+          !(where.on_host() ? fused.find(c->key) != nullptr : fused.find_gpu(c->key) != nullptr))
         continue;
-      bool ok = !fed.count(c->root) && !fused_away.count(c->root) && !fuse_at.count(c->root) &&
-                on_host(c->root);
+      auto at_root = [&](node_id id) { return placed[static_cast<std::size_t>(id)] == where; };
+      bool ok = !fed.count(c->root) && !fused_away.count(c->root) && !fuse_at.count(c->root);
       std::unordered_set<node_id> region(interior->begin(), interior->end());
       region.insert(c->root);
       for (node_id id : *interior) {
@@ -171,7 +178,7 @@ public:
           break;
         const node_def& n = g.node(id);
         ok = needed[static_cast<std::size_t>(id)] && !fed.count(id) && !fetched.count(id) &&
-             !fused_away.count(id) && !fuse_at.count(id) && n.control_inputs.empty() && on_host(id);
+             !fused_away.count(id) && !fuse_at.count(id) && n.control_inputs.empty() && at_root(id);
         for (node_id user : consumers[id])
           ok = ok && region.count(user);
       }
@@ -190,14 +197,19 @@ public:
         step s;
         s.k = step::kind::fused;
         s.id = id;
-        s.fused = fused_kernel_registry::instance().find(it->second->key);
+        s.where = placed[i];
+        if (s.where.on_host())
+          s.fused = fused_kernel_registry::instance().find(it->second->key);
+        else
+          s.gpu_fused = fused_kernel_registry::instance().find_gpu(it->second->key);
         s.leaves = it->second->leaves;
         auto interior = *region_interior(g, *it->second);
         std::sort(interior.begin(), interior.end());
         for (node_id r : interior)
-          s.fallback.push_back(make_step(g, r));
-        s.fallback.push_back(make_step(g, id));
+          s.fallback.push_back(make_step(g, r, s.where));
+        s.fallback.push_back(make_step(g, id, s.where));
         s.inputs = s.leaves;
+        on_gpu_ = on_gpu_ || !s.where.on_host();
         steps_.push_back(std::move(s));
       } else {
         steps_.push_back(make_step(g, id, placed[i]));
@@ -375,22 +387,13 @@ private:
         x.rendezvous->send(x.g.node(s.id), value_at(x, s.inputs[0], memory_location::host()));
         break;
       case step::kind::fused:
-        reread_variables(x.g, s, x.values, x.resources);
-        if (on_gpu_) // a fused region runs on the host: its leaves are read there
-          for (node_id l : s.leaves) {
-            any_tensor& v = x.values[static_cast<std::size_t>(l)];
-            if (!v.empty() && !v.on_host()) {
-              value_at(x, l, memory_location::host());
-              std::swap(v, x.elsewhere[static_cast<std::size_t>(l)]);
-            }
-          }
-        run_fused(x.g, s, x.values, x.device, x.resources);
+        reread_inputs(x, s);
+        run_fused(x, s);
         break;
       case step::kind::kernel: {
-        if (reread_variables(x.g, s, x.values, x.resources) && on_gpu_)
-          for (node_id in : s.inputs)
-            if (in != no_node && variable_read_[static_cast<std::size_t>(in)])
-              x.elsewhere[static_cast<std::size_t>(in)] = {}; // the read may have changed
+        if (s.kept && reuse_kept(x, s))
+          break;
+        reread_inputs(x, s);
         std::uint32_t forwardable = 0;
         for (std::size_t i = 0; i < s.inputs.size() && i < 32; ++i) {
           const node_id in = s.inputs[i];
@@ -406,6 +409,8 @@ private:
           x.rendezvous->flush();
         run_step(x.g, s, inputs, x.values, x.device, x.resources, forwardable,
                  x.rendezvous ? x.rendezvous->cancellation() : nullptr);
+        if (s.kept)
+          keep(x, s);
         break;
       }
       }
@@ -438,8 +443,10 @@ private:
   }
 
   void release(execution& x, node_id id) const {
-    if (keep_[static_cast<std::size_t>(id)])
-      return;
+    if (!keep_[static_cast<std::size_t>(id)])
+      release_value(x, id);
+  }
+  void release_value(execution& x, node_id id) const {
     x.values[static_cast<std::size_t>(id)] = {};
     if (on_gpu_)
       x.elsewhere[static_cast<std::size_t>(id)] = {};
@@ -467,6 +474,31 @@ private:
     for (std::size_t c : consumers_[k])
       if (--x.pending[c] == 0)
         x.ready.push(c);
+  }
+
+  // A GPU constant's value from an earlier step of this plan: a constant never
+  // changes, and making it again costs a copy or a kernel on every step.
+  // Readers never write it in place: the kept reference makes it shared.
+  bool reuse_kept(execution& x, const step& s) const {
+    std::lock_guard lock(kept_mu_);
+    auto it = kept_.find(s.id);
+    if (it == kept_.end())
+      return false;
+    x.values[static_cast<std::size_t>(s.id)] = it->second;
+    return true;
+  }
+  void keep(execution& x, const step& s) const {
+    std::lock_guard lock(kept_mu_);
+    kept_.emplace(s.id, x.values[static_cast<std::size_t>(s.id)]);
+  }
+
+  // A step's variable inputs, read again (reread_variables); a copy at the
+  // other location of a read that changed is dropped.
+  void reread_inputs(execution& x, const step& s) const {
+    if (reread_variables(x.g, s, x.values, x.resources) && on_gpu_)
+      for (node_id in : s.inputs)
+        if (in != no_node && variable_read_[static_cast<std::size_t>(in)])
+          x.elsewhere[static_cast<std::size_t>(in)] = {}; // the read may have changed
   }
 
   // TF reads a variable when its consumer runs, not when the variable's node
@@ -511,6 +543,7 @@ private:
                         : g.node(n.inputs[static_cast<std::size_t>(def.type_input)]).type;
     s.where = where;
     s.blocking = def.blocking;
+    s.kept = n.op == "constant" && !where.on_host();
     s.kernel =
         kernel_registry::instance().find_for(n, t, where.on_host() ? device_cpu : device_gpu);
     for (std::size_t i = 0; i < n.inputs.size(); ++i) {
@@ -524,27 +557,41 @@ private:
     return s;
   }
 
-  static void run_fused(const graph& g, const step& s, std::vector<any_tensor>& values,
-                        const cpu_device& device, resource_access& resources) {
+  // A fused region at its location: the fused kernel, or its primitive steps
+  // where the kernel declines the shapes. Its leaves are read at the region's
+  // location, copied there once if they are elsewhere.
+  void run_fused(execution& x, const step& s) const {
     std::vector<const any_tensor*> leaves;
     leaves.reserve(s.leaves.size());
     for (node_id l : s.leaves)
-      leaves.push_back(&values[static_cast<std::size_t>(l)]);
+      leaves.push_back(&value_at(x, l, s.where));
     any_tensor out;
-    if (s.fused(device, leaves, out, g.node(s.id).name)) {
-      values[static_cast<std::size_t>(s.id)] = std::move(out);
+    const std::string& name = x.g.node(s.id).name;
+    if (s.where.on_host() ? s.fused(x.device, leaves, out, name)
+                          : gpu_of(x.g.node(s.id), s.where)
+                                .run_fused(s.where.device, s.gpu_fused, leaves, out, name)) {
+      x.values[static_cast<std::size_t>(s.id)] = std::move(out);
       return;
     }
     for (const step& f : s.fallback) {
       std::vector<const any_tensor*> inputs;
       inputs.reserve(f.inputs.size());
       for (node_id in : f.inputs)
-        inputs.push_back(in == no_node ? nullptr : &values[static_cast<std::size_t>(in)]);
-      run_step(g, f, inputs, values, device, resources);
+        inputs.push_back(in == no_node ? nullptr : &value_at(x, in, f.where));
+      run_step(x.g, f, inputs, x.values, x.device, x.resources);
     }
     for (const step& f : s.fallback)
       if (f.id != s.id)
-        values[static_cast<std::size_t>(f.id)] = {};
+        release_value(x, f.id);
+  }
+
+  // The GPU backend that runs node n on `where`; one clear error without one.
+  static gpu_backend& gpu_of(const node_def& n, memory_location where) {
+    gpu_backend* gpu = gpu_backend::registered();
+    if (!gpu)
+      throw internal_error("node " + n.describe() + " is placed on " + where.to_string() +
+                           " but this process has no GPU backend");
+    return *gpu;
   }
 
   // Runs a kernel step on `inputs` (its data inputs, at the step's location).
@@ -558,15 +605,10 @@ private:
     for (node_id r : s.refs)
       refs.push_back(&resources.variable(g.node(r)));
     kernel_context ctx{n, inputs, refs, device, resources, {}, forwardable, cancellation};
-    if (s.where.on_host()) {
+    if (s.where.on_host())
       s.kernel(ctx);
-    } else {
-      gpu_backend* gpu = gpu_backend::registered();
-      if (!gpu)
-        throw internal_error("node " + n.describe() + " is placed on " + s.where.to_string() +
-                             " but this process has no GPU backend");
-      gpu->run(s.where.device, s.kernel, ctx);
-    }
+    else
+      gpu_of(n, s.where).run(s.where.device, s.kernel, ctx);
     values[static_cast<std::size_t>(s.id)] = std::move(ctx.output);
   }
 
@@ -603,6 +645,10 @@ private:
   std::vector<char> variable_read_;                 // per node id: a variable read by a step
   bool on_gpu_ = false;                             // some step runs on a GPU
   bool blocks_ = false;                             // some step runs a blocking kernel
+  // GPU constants' values, by node id, kept by the plan's first step that made
+  // them (shared by its concurrent steps).
+  mutable std::mutex kept_mu_;
+  mutable std::unordered_map<node_id, any_tensor> kept_;
 };
 
 } // namespace loom

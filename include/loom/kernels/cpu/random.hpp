@@ -15,6 +15,14 @@ inline double uniform01(std::mt19937_64& e) {
   return static_cast<double>(e() >> 11) * 0x1.0p-53;
 }
 
+// a + (b - a) * u as T, below b: TF's interval is [a, b), and rounding to
+// float can reach b itself (u = 1 - 2^-53 over [0, 1) rounds to 1.0f).
+template <class T> T uniform_in(double a, double b, double u) {
+  const T v = static_cast<T>(a + (b - a) * u);
+  const T hi = static_cast<T>(b);
+  return v < hi ? v : std::nextafter(hi, static_cast<T>(a));
+}
+
 // A standard normal by Box-Muller (one of the pair; simple and portable).
 inline double standard_normal(std::mt19937_64& e) {
   double u1 = uniform01(e);
@@ -37,7 +45,7 @@ template <class T> struct random_cpu {
     const std::int64_t count = c.output.num_elements();
     if (n.op == "random_uniform") {
       for (std::int64_t i = 0; i < count; ++i)
-        out[i] = static_cast<T>(a + (b - a) * uniform01(e));
+        out[i] = uniform_in<T>(a, b, uniform01(e));
     } else if (n.op == "random_normal") {
       for (std::int64_t i = 0; i < count; ++i)
         out[i] = static_cast<T>(a + b * standard_normal(e));

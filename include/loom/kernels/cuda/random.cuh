@@ -13,6 +13,7 @@
 #include <loom/kernels/registry.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace loom::cuda::kernels {
 
@@ -30,6 +31,19 @@ __device__ inline std::uint64_t random_bits(std::uint64_t key, std::uint64_t i) 
 // A uniform double in [0, 1) from the top 53 bits (as the CPU's uniform01).
 __device__ inline double uniform01(std::uint64_t key, std::uint64_t i) {
   return static_cast<double>(random_bits(key, i) >> 11) * 0x1.0p-53;
+}
+
+// a + (b - a) * u as T, below b (as the CPU's uniform_in: rounding to float
+// can reach b itself). Host-callable for the tests.
+template <class T> __host__ __device__ inline T uniform_in(double a, double b, double u) {
+  const T v = static_cast<T>(a + (b - a) * u);
+  const T hi = static_cast<T>(b);
+  if (v < hi)
+    return v;
+  if constexpr (std::is_same_v<T, float>)
+    return ::nextafterf(hi, static_cast<T>(a));
+  else
+    return ::nextafter(hi, static_cast<T>(a));
 }
 
 // A standard normal from counters 2c and 2c + 1 (Box-Muller, as on the CPU).
@@ -51,7 +65,8 @@ __global__ void __launch_bounds__(block_threads)
     const auto u = static_cast<std::uint64_t>(i);
     double v;
     if (dist == distribution::uniform) {
-      v = a + (b - a) * uniform01(key, u);
+      out[i] = uniform_in<T>(a, b, uniform01(key, u));
+      continue;
     } else if (dist == distribution::normal) {
       v = a + b * standard_normal(key, u);
     } else {
