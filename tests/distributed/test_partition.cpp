@@ -100,6 +100,27 @@ TEST_CASE("two sessions share the variables of the cluster; reset clears them") 
   CHECK_THROWS_WITH_AS(s2.run(c2), doctest::Contains("counter"), loom::failed_precondition_error);
 }
 
+TEST_CASE(
+    "a session deregisters its graphs from the tasks when the graph changes and when it goes") {
+  local_cluster cluster(1, 1);
+  loom::graph g;
+  auto v = [&] {
+    auto _ = g.device("/job:ps/task:0");
+    return loom::variable<float, 0>(g, "v", loom::shape{}, loom::zeros_initializer{});
+  }();
+  {
+    loom::session s(g, cluster.worker(0).target(), quiet());
+    s.run(v.initializer());
+    CHECK(static_cast<float>(s.run(v)) == 0.0f);
+    CHECK(cluster.ps(0).registered_graphs() == 2); // the initializer's request and the read's
+    auto doubled = loom::lower(v * 2.0f);          // a new node: a new graph version
+    CHECK(static_cast<float>(s.run(doubled)) == 0.0f);
+    CHECK(cluster.ps(0).registered_graphs() == 1); // the older version's are gone
+  }
+  CHECK(cluster.ps(0).registered_graphs() == 0);
+  CHECK(cluster.worker(0).registered_graphs() == 0);
+}
+
 TEST_CASE("one run fetches values computed on several tasks, with control edges across tasks") {
   local_cluster cluster(2, 1);
   loom::graph g;

@@ -226,3 +226,29 @@ TEST_CASE("the in-process target's part ends when another task of the step dies"
   REQUIRE(step.wait_for(10s) == std::future_status::ready);
   CHECK_THROWS_WITH_AS(step.get(), doctest::Contains("ps task 0"), loom::unavailable_error);
 }
+
+TEST_CASE("a plain session whose step a restarted ps aborted registers its graph again" *
+          doctest::skip(std::string(LOOM_SERVER_BIN).empty())) {
+  loom::testing::ps_process_cluster cluster(LOOM_SERVER_BIN);
+  loom::graph g;
+  auto v = [&] {
+    auto _ = g.device("/job:ps/task:0");
+    return loom::variable<float, 0>(g, "v", loom::shape{}, loom::constant_initializer{3});
+  }();
+  loom::session s(g, cluster.worker->target(), quiet());
+  s.run(v.initializer());
+  CHECK(static_cast<float>(s.run(v)) == 3.0f);
+  cluster.ps.kill();
+  loom::testing::child restarted(LOOM_SERVER_BIN, {"--ps_hosts=" + cluster.ps_host,
+                                                   "--worker_hosts=" + cluster.worker_host,
+                                                   "--job_name=ps", "--task_index=0"});
+  REQUIRE(restarted.wait_for_output("serving /job:ps/task:0"));
+  // The restarted ps does not know the session's graph: the step is aborted,
+  // as TF's worker answers ...
+  CHECK_THROWS_WITH_AS(s.run(v.initializer()), doctest::Contains("has no registered graph"),
+                       loom::aborted_error);
+  // ... and the next runs register their requests again, the one registered
+  // before the restart too (TF's session would fail until made again).
+  s.run(v.initializer());
+  CHECK(static_cast<float>(s.run(v)) == 3.0f);
+}

@@ -337,3 +337,31 @@ TEST_CASE("on a cluster, a worker's /gpu:0 nodes run on its GPU; the ps's variab
   CHECK(contains(log.str(),
                  doubled_square.name() + ": (add): /job:worker/replica:0/task:0/device:GPU:0"));
 }
+
+TEST_CASE("on a cluster, a node asked on another task's GPU runs there: the master asks that task "
+          "for its GPUs") {
+  registered_gpu r;
+  loom::testing::local_cluster cluster(1, 2);
+  graph g;
+  loom::placeholder<float, 1> x(g, shape{3}, "x");
+  auto on_task1 = [&] {
+    auto _ = g.device("/job:worker/task:1/gpu:0");
+    return loom::lower(loom::square(x));
+  }();
+  auto on_job = [&] {
+    auto _ = g.device("/job:ps/gpu:0"); // no task: any ps task's GPU
+    return loom::lower(on_task1 + on_task1);
+  }();
+  std::ostringstream log;
+  auto o = loom::testing::quiet();
+  o.log_device_placement = true;
+  o.placement_log = &log;
+  loom::session s(g, loom::session_target(cluster.target()), o); // worker 0 is the target
+  const auto out = s.run(on_job, {{x, tensor<float, 1>(shape{3}, {1, -2, 3})}});
+  CHECK(out(1) == 8.0f);
+  CHECK(r.gpu.kernels == 2);
+  INFO(log.str());
+  CHECK(contains(log.str(),
+                 on_task1.name() + ": (square): /job:worker/replica:0/task:1/device:GPU:0"));
+  CHECK(contains(log.str(), on_job.name() + ": (add): /job:ps/replica:0/task:0/device:GPU:0"));
+}

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <shared_mutex>
 #include <sstream>
 #include <string>
@@ -86,6 +87,17 @@ public:
     step_ids_.seed((static_cast<std::uint64_t>(rd()) << 32) ^ rd());
   }
 
+  cluster_master(const cluster_master&) = delete;
+  cluster_master& operator=(const cluster_master&) = delete;
+
+  // Deregisters the session's graphs from their tasks (TF's MasterSession::Close
+  // does): a task keeps a registered partition, its plan and what the plan
+  // keeps until told, and a long-lived ps serves many sessions.
+  ~cluster_master() {
+    std::lock_guard lock(mu_);
+    deregister(all_registered());
+  }
+
   const cluster_spec& cluster() const noexcept { return cluster_; }
   // The target's task: where nodes without a device run (TF places them on the master's task).
   std::string default_task() const { return detail::task_name(job_, task_); }
@@ -95,7 +107,8 @@ public:
   // target's own, when the target serves in this process, then runs on this
   // thread, its feeds and fetches handed over in memory.
   void run(const graph& g, const run_request& req, std::vector<any_tensor>& values) {
-    registered& r = registration(g, req);
+    const std::shared_ptr<registered> reg = registration(g, req);
+    const registered& r = *reg;
     std::uint64_t step;
     {
       std::lock_guard lock(mu_);
@@ -160,8 +173,17 @@ public:
           std::move(res.metadata<protocol::run_graph_reply>().strings).restore(res.payloads);
           return std::move(res.payloads);
         });
-    if (first)
+    if (first) {
+      // A task that restarted answers `aborted` for a graph it no longer has
+      // (so does every task of a step that another task's failure aborted),
+      // and it has lost the session's other graphs too: the next run of each
+      // request registers it again. TF's plain session keeps failing until it
+      // is made again; this costs a registration per request after a step
+      // that failed anyway.
+      if (is_abort(first))
+        forget_registrations();
       std::rethrow_exception(first);
+    }
   }
 
   // Clears resource containers on every task (TF's Session.reset).
@@ -231,6 +253,90 @@ private:
     }
   }
 
+  // The tasks whose GPUs a node asks for: its request's task; every task of
+  // its request's job when it names no task; the target when it names no job.
+  // A job or task the cluster lacks is left to the placer's error.
+  std::set<std::string> tasks_asked_for_gpus(const std::vector<node_def>& nodes) const {
+    std::set<std::string> out;
+    for (const node_def& n : nodes) {
+      if (n.requested_device.empty())
+        continue;
+      const device_spec d = device_spec::from_string(n.requested_device);
+      if (!d.is_gpu())
+        continue;
+      if (!d.job())
+        out.insert(default_task());
+      else if (!cluster_.has_job(*d.job()))
+        continue;
+      else if (d.task()) {
+        if (cluster_.has_task(*d.job(), *d.task()))
+          out.insert(detail::task_name(*d.job(), *d.task()));
+      } else {
+        for (int t : cluster_.task_indices(*d.job()))
+          out.insert(detail::task_name(*d.job(), t));
+      }
+    }
+    return out;
+  }
+
+  // How many GPUs `task` can place nodes on: the target's from its
+  // cluster_info at construction, another task's asked once.
+  int gpus_of(const std::string& task) {
+    if (task == default_task())
+      return target_gpus_;
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = task_gpus_.find(task); it != task_gpus_.end())
+        return it->second;
+    }
+    const int gpus =
+        channel(task).call(protocol::cluster_info).metadata<protocol::cluster_info_reply>().gpus;
+    std::lock_guard lock(mu_);
+    task_gpus_.emplace(task, gpus);
+    return gpus;
+  }
+
+  // Tells each task of `regs` to drop its partitions, and waits for the
+  // answers (a second at most). Best effort: a task that is gone, or that
+  // restarted, has nothing to drop, and a channel that is not connected is
+  // not dialled for it. Called under mu_.
+  void deregister(const std::vector<std::shared_ptr<registered>>& regs) noexcept {
+    std::vector<net::call_handle> calls;
+    net::call_options co;
+    co.timeout = std::chrono::seconds(1);
+    for (const auto& r : regs)
+      for (const part_handle& p : r->parts) {
+        auto it = channels_.find(p.task);
+        if (it == channels_.end() || !it->second->connected())
+          continue;
+        try {
+          calls.push_back(it->second->call_async(
+              protocol::deregister_graph, protocol::deregister_graph_request{p.handle}, {}, co));
+        } catch (...) {
+        }
+      }
+    for (net::call_handle& c : calls)
+      try {
+        c.get();
+      } catch (...) {
+      }
+  }
+
+  std::vector<std::shared_ptr<registered>> all_registered() const {
+    std::vector<std::shared_ptr<registered>> out;
+    for (const auto& [key, r] : registered_)
+      out.push_back(r);
+    return out;
+  }
+
+  // Drops every registration (deregistering them) so that each request's next
+  // run registers it again; a step still running one keeps its reference.
+  void forget_registrations() {
+    std::lock_guard lock(mu_);
+    deregister(all_registered());
+    registered_.clear();
+  }
+
   net::channel& channel(const std::string& task) {
     std::lock_guard lock(mu_);
     auto it = channels_.find(task);
@@ -245,7 +351,9 @@ private:
     return *channels_.emplace(task, std::move(ch)).first->second;
   }
 
-  registered& registration(const graph& g, const run_request& req) {
+  // The request's partitions, registered with their tasks on its first run.
+  // Shared: a step keeps its registration while another thread drops it.
+  std::shared_ptr<registered> registration(const graph& g, const run_request& req) {
     std::string key = std::to_string(g.version()) + "|";
     for (auto v : {&req.fetches, &req.targets, &req.fed}) {
       for (node_id id : *v)
@@ -255,11 +363,12 @@ private:
     {
       std::lock_guard lock(mu_);
       if (g.version() != registered_version_) {
-        registered_.clear(); // partitions of an older graph version are stale
+        deregister(all_registered()); // partitions of an older graph version are stale
+        registered_.clear();
         registered_version_ = g.version();
       }
       if (auto it = registered_.find(key); it != registered_.end())
-        return *it->second;
+        return it->second;
     }
     std::set<node_id> ref_only;
     std::vector<node_def> nodes = nodes_to_place(g, req, ref_only);
@@ -271,15 +380,18 @@ private:
     po.has_kernel = [](std::string_view op, dtype, std::string_view device_type) {
       return placeable_on(op, device_type);
     };
-    // The devices: every task's CPU, and the target's GPUs (the only task
-    // whose GPUs this master asks about: a between-graph replica computes on
-    // its own task's GPU).
+    // The devices: every task's CPU, and the GPUs of the tasks that nodes ask
+    // for a GPU on. TF's master lists every task's devices when its session
+    // is made; this one asks a task only when the graph names a GPU there, so
+    // a task the graph does not name may be down at no cost.
     std::vector<device_spec> devices = cluster_.devices();
-    for (int i = 0; i < target_gpus_; ++i)
-      devices.push_back(
-          device_spec::from_string(default_task() + "/device:GPU:" + std::to_string(i)));
+    for (const std::string& task : tasks_asked_for_gpus(nodes)) {
+      const int gpus = gpus_of(task);
+      for (int i = 0; i < gpus; ++i)
+        devices.push_back(device_spec::from_string(task + "/device:GPU:" + std::to_string(i)));
+    }
     place(nodes, devices, po, *options_.placement_log);
-    auto reg = std::make_unique<registered>();
+    auto reg = std::make_shared<registered>();
     for (graph_partition& p : partition_graph(g, req, nodes, ref_only)) {
       protocol::register_graph_request m;
       std::ostringstream os;
@@ -298,7 +410,10 @@ private:
       reg->parts.push_back({p.task, handle, p.fetch_sources, p.fed_sources});
     }
     std::lock_guard lock(mu_);
-    return *registered_.emplace(key, std::move(reg)).first->second;
+    auto [it, inserted] = registered_.emplace(key, reg);
+    if (!inserted) // another thread registered the request meanwhile: keep one
+      deregister({reg});
+    return it->second;
   }
 
   std::string target_;
@@ -307,10 +422,11 @@ private:
   std::string job_;
   int task_ = 0;
   int target_gpus_ = 0;
+  std::map<std::string, int> task_gpus_; // other tasks' GPUs, asked when a node names them
   std::mutex mu_;
   std::mt19937_64 step_ids_;
   std::map<std::string, std::unique_ptr<net::channel>> channels_;
-  std::map<std::string, std::unique_ptr<registered>> registered_;
+  std::map<std::string, std::shared_ptr<registered>> registered_;
   // The target's server when it serves in this process (null otherwise).
   std::shared_ptr<detail::in_process_tasks::entry> in_process_;
   std::uint64_t registered_version_ = 0;

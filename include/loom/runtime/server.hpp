@@ -384,6 +384,12 @@ public:
   int task_index() const noexcept { return task_; }
   resource_manager& resources() noexcept { return resources_; }
 
+  // Graph partitions sessions have registered here and not deregistered.
+  std::size_t registered_graphs() {
+    std::lock_guard lock(mu_);
+    return partitions_.size();
+  }
+
   // What this task received from other tasks' _sends: messages, and the
   // tensors (control edges included) in them. A step's sends to one task
   // travel as one message.
