@@ -9,14 +9,39 @@
 #   3. benchmarks/gpu_step (the MLP step, batch 1024, hidden 1024, vs PyTorch eager);
 #   4. mnist_replica --num_gpus=1 as 1 ps + 2 workers for a short run (loom-launch).
 # Each step's full output goes to $OUT/<step>.log (or ./gpu_check/ without $OUT); a
-# table of PASS/FAIL/SKIP lines comes last. The binaries come from BUILD (default
-# build-gpuk), built on this machine with CUDA and carried over, or built there with
-#   cmake -S . -B build-gpuk -G Ninja -DCMAKE_BUILD_TYPE=Release && ninja -C build-gpuk \
-#     test_gpu test_gpu_kernels gpu_elementwise gpu_step mnist_replica loom-launch
-# Exit status: 0 when every step that ran passed.
+# table of PASS/FAIL/SKIP lines comes last. Exit status: 0 when every step that ran passed.
+#
+# The binaries come from BUILD (default build-gpu). The device machine's image has CUDA
+# but not loom's Debian packages (Eigen, Asio, cereal, doctest), so build them here and
+# carry them:
+#   tools/gpu_check.sh bundle     # here: builds them in build/, copies them stripped, with
+#                                 # Fashion-MNIST, into build-gpu/ (about 55 MB)
+#   device: command "tools/gpu_check.sh", carry ["build-gpu"]
+# build-gpu/fashion-mnist is the data of step 4 unless DATA_DIR names another.
 set -u
-BUILD=${BUILD:-build-gpuk}
+BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-gpu_check}
+binaries=(tests/gpu/test_gpu tests/gpu/test_gpu_kernels benchmarks/gpu_elementwise
+  benchmarks/gpu_step examples/mnist_replica tools/loom-launch)
+
+if [ "${1:-}" = bundle ]; then
+  set -e
+  cmake --preset default >/dev/null
+  targets=()
+  for b in "${binaries[@]}"; do targets+=("$(basename "$b")"); done
+  cmake --build build --target "${targets[@]}"
+  rm -rf "$BUILD"
+  for b in "${binaries[@]}"; do
+    mkdir -p "$BUILD/$(dirname "$b")"
+    strip -o "$BUILD/$b" "build/$b"
+  done
+  cp -r /usr/share/datasets/fashion-mnist "$BUILD/fashion-mnist"
+  du -sh "$BUILD"
+  exit 0
+fi
+if [ -z "${DATA_DIR:-}" ] && [ -d "$BUILD/fashion-mnist" ]; then
+  DATA_DIR=$BUILD/fashion-mnist
+fi
 mkdir -p "$OUT"
 summary=()
 status=0
@@ -44,10 +69,15 @@ step() { # step NAME COMMAND...: runs it, logs it, records PASS/FAIL/SKIP
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
+# Binaries built on another image: say which shared libraries this one lacks.
+for b in "${binaries[@]}"; do
+  [ -x "$BUILD/$b" ] && ldd "$BUILD/$b" 2>&1 | sed "s|^|$b: |"
+done >"$OUT/ldd.txt"
+grep "not found" "$OUT/ldd.txt" || true
 step gpu_device "$BUILD/tests/gpu/test_gpu" --test-suite=cuda_device
 step gpu_kernels_device "$BUILD/tests/gpu/test_gpu_kernels" --test-suite=cuda_device
 step gpu_elementwise "$BUILD/benchmarks/gpu_elementwise"
-step gpu_step "$BUILD/benchmarks/gpu_step"
+step gpu_step "$BUILD/benchmarks/gpu_step" --torch_step benchmarks/gpu_step/torch_step.py
 if [ -d /usr/share/datasets/fashion-mnist ] || [ -n "${DATA_DIR:-}" ]; then
   step mnist_replica_gpu "$BUILD/tools/loom-launch" --ps 1 --workers 2 -- \
     "$BUILD/examples/mnist_replica" --data_dir "${DATA_DIR:-/usr/share/datasets/fashion-mnist}" \

@@ -121,6 +121,31 @@ TEST_CASE(
   CHECK(cluster.worker(0).registered_graphs() == 0);
 }
 
+TEST_CASE("a task started with another host list is refused before anything is placed on it") {
+  // ps 0 and ps 1 list the ps hosts as p0,p1; the worker was given them as p1,p0, so by its
+  // spec ps task 0 is at p1, where ps task 1 serves.
+  const auto ports = free_ports(3);
+  auto host = [&](std::size_t i) { return "127.0.0.1:" + std::to_string(ports[i]); };
+  const auto right = loom::cluster_spec::from_flags(host(0) + "," + host(1), host(2));
+  const auto swapped = loom::cluster_spec::from_flags(host(1) + "," + host(0), host(2));
+  loom::server ps0(right, "ps", 0), ps1(right, "ps", 1), worker(swapped, "worker", 0);
+  loom::graph g;
+  auto v = [&] {
+    auto _ = g.device("/job:ps/task:0");
+    return loom::variable<float, 0>(g, "v", loom::shape{}, loom::zeros_initializer{});
+  }();
+  loom::session s(g, worker.target(), quiet());
+  const std::string what =
+      error_of([&] { s.run(v.initializer()); }, loom::error_code::invalid_argument);
+  INFO(what);
+  CHECK(contains(what, "ps task 0 is at " + host(1)));
+  CHECK(contains(what, "the server there is ps task 1"));
+  CHECK(contains(what, "host lists"));
+  // Nothing was registered with the wrong task, nor created there.
+  CHECK(ps1.registered_graphs() == 0);
+  CHECK(ps1.resources().uninitialized("", {"v"}) == std::vector<std::string>{"v"});
+}
+
 TEST_CASE("one run fetches values computed on several tasks, with control edges across tasks") {
   local_cluster cluster(2, 1);
   loom::graph g;

@@ -122,26 +122,30 @@ any_tensor run_cpu(const node_def& n, dtype t, const std::vector<const any_tenso
 thread_local kernel_fn t_kernel = nullptr;
 thread_local std::size_t t_poison_bytes = 0;
 
-// Empties the allocator's cache, then poisons the blocks the kernel's first
-// allocations of the output's size class will get, then runs the kernel. The
-// cache is emptied first because the allocator hands out the oldest cached block
-// of a class: with older blocks cached, the output would skip the poisoned one
-// (and might hold an earlier correct result). The poison is 0x7F bytes, finite
-// in floating point (3.4e38, 1.4e306), so an unwritten element differs from a
-// NaN the CPU computed as well as from a number.
-void poisoned_kernel(kernel_context& c) {
-  const gpu_context& g = *c.gpu;
-  if (t_poison_bytes) {
-    LOOM_CUDA_CHECK(cudaStreamSynchronize(g.stream));
-    g.allocator->empty_cache();
-    std::array<void*, 4> blocks{}; // the output and up to 3 temporaries before it
-    for (void*& p : blocks) {
-      p = g.allocator->allocate(t_poison_bytes, g.stream);
-      LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0x7F, t_poison_bytes, g.stream));
-    }
-    for (void* p : blocks)
-      g.allocator->deallocate(p);
+// Empties the allocator's cache, then poisons the `count` blocks that its next
+// allocations of `bytes` on g's stream will get. The cache is emptied first
+// because the allocator hands out the oldest cached block of a class: with
+// older blocks cached, an output would skip the poisoned one (and might hold
+// an earlier correct result). The poison is 0x7F bytes, finite in floating
+// point (3.4e38, 1.4e306), so an unwritten element differs from a NaN the CPU
+// computed as well as from a number.
+void poison_blocks(const gpu_context& g, std::size_t bytes, std::size_t count) {
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(g.stream));
+  g.allocator->empty_cache();
+  std::vector<void*> blocks(count);
+  for (void*& p : blocks) {
+    p = g.allocator->allocate(bytes, g.stream);
+    LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0x7F, bytes, g.stream));
   }
+  for (void* p : blocks)
+    g.allocator->deallocate(p);
+}
+
+// Runs t_kernel with the blocks of its output's size poisoned first: the
+// output and up to 3 temporaries before it.
+void poisoned_kernel(kernel_context& c) {
+  if (t_poison_bytes)
+    poison_blocks(*c.gpu, t_poison_bytes, 4);
   t_kernel(c);
 }
 
@@ -599,28 +603,26 @@ struct fused_graph {
   }
 };
 
-// Poisons the next 8 blocks of t_poison_bytes that the allocator hands out on
-// a GPU's stream (as poisoned_kernel does for one kernel), for a step's leaf
-// copies and outputs; run as a "region" so that it gets the GPU's context.
-bool poison_blocks(const gpu_context& g, std::span<const any_tensor* const>, any_tensor&,
-                   const std::string&) {
-  LOOM_CUDA_CHECK(cudaStreamSynchronize(g.stream));
-  g.allocator->empty_cache();
-  std::array<void*, 8> blocks{};
-  for (void*& p : blocks) {
-    p = g.allocator->allocate(t_poison_bytes, g.stream);
-    LOOM_CUDA_CHECK(cudaMemsetAsync(p, 0x7F, t_poison_bytes, g.stream));
-  }
-  for (void* p : blocks)
-    g.allocator->deallocate(p);
-  return true;
+// Poisons the next 8 blocks of `bytes` on GPU 0 (as poisoned_kernel does
+// for one kernel), for a whole step's leaf copies and outputs.
+void poison_next_blocks(std::size_t bytes) {
+  auto* gpus = dynamic_cast<cuda::backend*>(&backend());
+  REQUIRE(gpus != nullptr);
+  gpus->on_device(0, [bytes](const gpu_context& g) { poison_blocks(g, bytes, 8); });
 }
 
-void poison_next_blocks(std::size_t bytes) {
-  t_poison_bytes = bytes;
-  any_tensor unused;
-  backend().run_fused(0, &poison_blocks, {}, unused, "poison");
-}
+// Copies of `leaves` on GPU 0, and pointers to them in the same order (what
+// a region's GPU kernel takes).
+struct gpu_leaves {
+  std::vector<any_tensor> copies;
+  std::vector<const any_tensor*> pointers;
+
+  explicit gpu_leaves(const std::vector<const any_tensor*>& leaves) {
+    copies.reserve(leaves.size());
+    for (const any_tensor* l : leaves)
+      pointers.push_back(&copies.emplace_back(to_gpu(*l)));
+  }
+};
 
 } // namespace
 
@@ -1096,16 +1098,11 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
       INFO("shape " << s.to_string());
       const auto in = fg.inputs(s, rng);
       // Called directly, the region's kernel takes same-shape operands.
-      std::vector<any_tensor> on_device;
-      for (const any_tensor* l : fg.leaves(fg.arith, in))
-        on_device.push_back(to_gpu(*l));
-      std::vector<const any_tensor*> device_leaves;
-      for (const any_tensor& t : on_device)
-        device_leaves.push_back(&t);
+      const gpu_leaves on_gpu(fg.leaves(fg.arith, in));
       any_tensor direct;
       CHECK(backend().run_fused(0,
                                 fused_kernel_registry::instance().find_gpu(fg.region(fg.arith).key),
-                                device_leaves, direct, "arith"));
+                                on_gpu.pointers, direct, "arith"));
 
       test_resources res;
       std::vector<any_tensor> cpu_values(fg.g.size()), gpu_values(fg.g.size());
@@ -1135,16 +1132,11 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
     const plan cpu_plan(fg.g, req, false,
                         std::vector<memory_location>(fg.g.size(), memory_location::host()));
     const auto in = fg.inputs(loom::shape{33, 65}, rng, loom::shape{1, 65}); // b: one row
-    std::vector<any_tensor> on_device;
-    for (const any_tensor* l : fg.leaves(fg.arith, in))
-      on_device.push_back(to_gpu(*l));
-    std::vector<const any_tensor*> device_leaves;
-    for (const any_tensor& t : on_device)
-      device_leaves.push_back(&t);
+    const gpu_leaves on_gpu(fg.leaves(fg.arith, in));
     any_tensor declined;
     CHECK_FALSE(
         backend().run_fused(0, fused_kernel_registry::instance().find_gpu(fg.region(fg.arith).key),
-                            device_leaves, declined, "arith"));
+                            on_gpu.pointers, declined, "arith"));
     CHECK(declined.empty());
 
     test_resources res;

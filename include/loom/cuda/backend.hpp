@@ -30,6 +30,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loom {
@@ -100,31 +101,38 @@ public:
 
   int device_count() const noexcept override { return count_; }
 
-  void run(int device, kernel_fn kernel, kernel_context& c) override {
+  // Calls f(context) of GPU `device` with the device current, and the
+  // device's stream, allocator and cuBLAS handle to itself until f returns.
+  template <class F> decltype(auto) on_device(int device, F&& f) {
     per_device& d = at(device);
     std::lock_guard lock(d.mu);
     device_guard g(device);
+    return std::forward<F>(f)(d.context);
+  }
+
+  void run(int device, kernel_fn kernel, kernel_context& c) override {
     for (const any_tensor* in : c.inputs)
       if (in && !in->empty() && in->location() != memory_location::gpu(device))
         throw internal_error("node " + c.node.describe() + " on GPU:" + std::to_string(device) +
                              " got an input " + in->describe());
-    c.gpu = &d.context;
-    kernel(c);
-    LOOM_CUDA_CHECK(cudaGetLastError()); // a launch that failed
+    on_device(device, [&](gpu_context& g) {
+      c.gpu = &g;
+      kernel(c);
+      LOOM_CUDA_CHECK(cudaGetLastError()); // a launch that failed
+    });
   }
 
   bool run_fused(int device, gpu_fused_kernel_fn kernel, std::span<const any_tensor* const> leaves,
                  any_tensor& out, const std::string& node_name) override {
-    per_device& d = at(device);
-    std::lock_guard lock(d.mu);
-    device_guard g(device);
     for (const any_tensor* in : leaves)
       if (in->location() != memory_location::gpu(device))
         throw internal_error("fused region '" + node_name + "' on GPU:" + std::to_string(device) +
                              " got an input " + in->describe());
-    const bool ran = kernel(d.context, leaves, out, node_name);
-    LOOM_CUDA_CHECK(cudaGetLastError()); // a launch that failed
-    return ran;
+    return on_device(device, [&](const gpu_context& g) {
+      const bool ran = kernel(g, leaves, out, node_name);
+      LOOM_CUDA_CHECK(cudaGetLastError()); // a launch that failed
+      return ran;
+    });
   }
 
   any_tensor copy(const any_tensor& t, memory_location where) override {
@@ -162,9 +170,8 @@ public:
 
   // Waits for everything queued on `device`.
   void synchronize(int device) {
-    per_device& d = at(device);
-    std::lock_guard lock(d.mu);
-    LOOM_CUDA_CHECK(cudaStreamSynchronize(d.context.stream));
+    on_device(device,
+              [](const gpu_context& g) { LOOM_CUDA_CHECK(cudaStreamSynchronize(g.stream)); });
   }
 
 private:

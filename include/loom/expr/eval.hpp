@@ -245,14 +245,8 @@ auto fused_operand(std::span<const any_tensor* const> in, Eigen::DenseIndex firs
                                     std::span<const any_tensor* const> leaves,
                                     Eigen::DenseIndex begin, Eigen::DenseIndex size) {
       return [&]<std::size_t... I>(std::index_sequence<I...>) {
-        constexpr std::array<std::size_t, sizeof...(C)> counts{leaf_count<C>()...};
-        constexpr auto offset = [counts](std::size_t k) {
-          std::size_t o = Offset;
-          for (std::size_t j = 0; j < k; ++j)
-            o += counts[j];
-          return o;
-        };
-        return Op::eval(fused_operand<C, offset(I)>(leaves, begin, size)...);
+        constexpr auto at = child_leaf_offsets<E, Offset>();
+        return Op::eval(fused_operand<C, at[I]>(leaves, begin, size)...);
       }
       (std::index_sequence_for<C...>{});
     }(std::type_identity<E>{}, in, first, len);
@@ -268,14 +262,8 @@ bool leaves_have_shape(std::span<const any_tensor* const> in, const loom::shape&
         []<class Op, class... C>(std::type_identity<expr<Op, C...>>,
                                  std::span<const any_tensor* const> leaves, const loom::shape& sh) {
           return [&]<std::size_t... I>(std::index_sequence<I...>) {
-            constexpr std::array<std::size_t, sizeof...(C)> counts{leaf_count<C>()...};
-            constexpr auto offset = [counts](std::size_t k) {
-              std::size_t o = Offset;
-              for (std::size_t j = 0; j < k; ++j)
-                o += counts[j];
-              return o;
-            };
-            return (leaves_have_shape<C, offset(I)>(leaves, sh) && ...);
+            constexpr auto at = child_leaf_offsets<E, Offset>();
+            return (leaves_have_shape<C, at[I]>(leaves, sh) && ...);
           }
           (std::index_sequence_for<C...>{});
         }(std::type_identity<E>{}, in, s);

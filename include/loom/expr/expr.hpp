@@ -10,6 +10,7 @@
 #include <loom/expr/ops.hpp>
 
 #include <algorithm>
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <tuple>
@@ -68,6 +69,19 @@ template <class E> constexpr std::size_t leaf_count() {
     return []<class Op, class... C>(std::type_identity<expr<Op, C...>>) {
       return (leaf_count<C>() + ... + 0);
     }(std::type_identity<E>{});
+}
+
+// Where each child of a (non-leaf) typed tree starts among the leaves, in
+// depth-first order, when the tree's own first leaf is leaf Offset: child k's
+// leaves are the inputs from child_leaf_offsets<E, Offset>()[k] on. The fused
+// kernels (CPU and GPU) walk their inputs with it.
+template <class E, std::size_t Offset = 0> constexpr auto child_leaf_offsets() {
+  return []<class Op, class... C>(std::type_identity<expr<Op, C...>>) {
+    std::array<std::size_t, sizeof...(C)> at{};
+    std::size_t next = Offset, k = 0;
+    ((at[k++] = next, next += leaf_count<C>()), ...);
+    return at;
+  }(std::type_identity<E>{});
 }
 
 // How many ops a typed tree has; a region of one op is not worth fusing.

@@ -94,8 +94,12 @@ public:
   // does): a task keeps a registered partition, its plan and what the plan
   // keeps until told, and a long-lived ps serves many sessions.
   ~cluster_master() {
-    std::lock_guard lock(mu_);
-    deregister(all_registered());
+    std::vector<net::call_handle> calls;
+    {
+      std::lock_guard lock(mu_);
+      calls = send_deregistrations(all_registered());
+    }
+    await_quietly(calls);
   }
 
   const cluster_spec& cluster() const noexcept { return cluster_; }
@@ -280,27 +284,45 @@ private:
   }
 
   // How many GPUs `task` can place nodes on: the target's from its
-  // cluster_info at construction, another task's asked once.
+  // cluster_info at construction, another task's from its own (checked_info).
   int gpus_of(const std::string& task) {
-    if (task == default_task())
-      return target_gpus_;
-    {
-      std::lock_guard lock(mu_);
-      if (auto it = task_gpus_.find(task); it != task_gpus_.end())
-        return it->second;
-    }
-    const int gpus =
-        channel(task).call(protocol::cluster_info).metadata<protocol::cluster_info_reply>().gpus;
-    std::lock_guard lock(mu_);
-    task_gpus_.emplace(task, gpus);
-    return gpus;
+    return task == default_task() ? target_gpus_ : checked_info(task).gpus;
   }
 
-  // Tells each task of `regs` to drop its partitions, and waits for the
-  // answers (a second at most). Best effort: a task that is gone, or that
-  // restarted, has nothing to drop, and a channel that is not connected is
-  // not dialled for it. Called under mu_.
-  void deregister(const std::vector<std::shared_ptr<registered>>& regs) noexcept {
+  // What `task` says of itself (cluster_info), asked once, and checked: the
+  // server at the address this session's cluster spec gives for the task
+  // must be that task. A host list that names another task's address (ps
+  // hosts pasted in another order, a worker's port in the ps list) fails
+  // here, before a partition is registered with the wrong task; TF would
+  // place the variables there.
+  protocol::cluster_info_reply checked_info(const std::string& task) {
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = task_info_.find(task); it != task_info_.end())
+        return it->second;
+    }
+    auto info = channel(task).call(protocol::cluster_info).metadata<protocol::cluster_info_reply>();
+    const device_spec want = device_spec::from_string(task);
+    if (info.job != *want.job() || info.task != *want.task())
+      throw invalid_argument_error(
+          *want.job() + " task " + std::to_string(*want.task()) + " is at " +
+          cluster_.task_address(*want.job(), *want.task()) +
+          " by the cluster spec of session target " + target_ + ", but the server there is " +
+          info.job + " task " + std::to_string(info.task) +
+          ": the tasks were started with different host lists (every task needs the same "
+          "--ps_hosts and --worker_hosts, in the same order)");
+    std::lock_guard lock(mu_);
+    task_info_.emplace(task, info);
+    return info;
+  }
+
+  // Tells each task of `regs` to drop its partitions. Best effort: a task
+  // that is gone, or that restarted, has nothing to drop, and a channel that
+  // is not connected is not dialled for it. Called under mu_ (channels_), it
+  // only queues the calls: the caller waits for them with await_quietly after
+  // releasing mu_, so that other steps do not wait on a slow task's answer.
+  std::vector<net::call_handle>
+  send_deregistrations(const std::vector<std::shared_ptr<registered>>& regs) noexcept {
     std::vector<net::call_handle> calls;
     net::call_options co;
     co.timeout = std::chrono::seconds(1);
@@ -315,6 +337,12 @@ private:
         } catch (...) {
         }
       }
+    return calls;
+  }
+
+  // Waits for the calls' answers (each times out after a second; they run
+  // concurrently), ignoring failures.
+  static void await_quietly(std::vector<net::call_handle>& calls) noexcept {
     for (net::call_handle& c : calls)
       try {
         c.get();
@@ -330,11 +358,17 @@ private:
   }
 
   // Drops every registration (deregistering them) so that each request's next
-  // run registers it again; a step still running one keeps its reference.
+  // run registers it again, with tasks asked again who they are (one may have
+  // restarted); a step still running one keeps its reference.
   void forget_registrations() {
-    std::lock_guard lock(mu_);
-    deregister(all_registered());
-    registered_.clear();
+    std::vector<net::call_handle> calls;
+    {
+      std::lock_guard lock(mu_);
+      calls = send_deregistrations(all_registered());
+      registered_.clear();
+      task_info_.clear();
+    }
+    await_quietly(calls);
   }
 
   net::channel& channel(const std::string& task) {
@@ -361,14 +395,18 @@ private:
       key += "|";
     }
     {
-      std::lock_guard lock(mu_);
+      std::vector<net::call_handle> calls;
+      std::unique_lock lock(mu_);
       if (g.version() != registered_version_) {
-        deregister(all_registered()); // partitions of an older graph version are stale
+        // Partitions of an older graph version are stale.
+        calls = send_deregistrations(all_registered());
         registered_.clear();
         registered_version_ = g.version();
       }
       if (auto it = registered_.find(key); it != registered_.end())
         return it->second;
+      lock.unlock();
+      await_quietly(calls);
     }
     std::set<node_id> ref_only;
     std::vector<node_def> nodes = nodes_to_place(g, req, ref_only);
@@ -392,7 +430,11 @@ private:
     }
     place(nodes, devices, po, *options_.placement_log);
     auto reg = std::make_shared<registered>();
-    for (graph_partition& p : partition_graph(g, req, nodes, ref_only)) {
+    std::vector<graph_partition> partitions = partition_graph(g, req, nodes, ref_only);
+    for (const graph_partition& p : partitions) // every task checked before any registers
+      if (p.task != default_task())
+        checked_info(p.task);
+    for (graph_partition& p : partitions) {
       protocol::register_graph_request m;
       std::ostringstream os;
       {
@@ -409,11 +451,17 @@ private:
                         .handle;
       reg->parts.push_back({p.task, handle, p.fetch_sources, p.fed_sources});
     }
-    std::lock_guard lock(mu_);
-    auto [it, inserted] = registered_.emplace(key, reg);
-    if (!inserted) // another thread registered the request meanwhile: keep one
-      deregister({reg});
-    return it->second;
+    std::vector<net::call_handle> calls;
+    std::shared_ptr<registered> kept;
+    {
+      std::lock_guard lock(mu_);
+      auto [it, inserted] = registered_.emplace(key, reg);
+      if (!inserted) // another thread registered the request meanwhile: keep one
+        calls = send_deregistrations({reg});
+      kept = it->second;
+    }
+    await_quietly(calls);
+    return kept;
   }
 
   std::string target_;
@@ -422,7 +470,8 @@ private:
   std::string job_;
   int task_ = 0;
   int target_gpus_ = 0;
-  std::map<std::string, int> task_gpus_; // other tasks' GPUs, asked when a node names them
+  // Other tasks' cluster_info, asked before the first registration with them.
+  std::map<std::string, protocol::cluster_info_reply> task_info_;
   std::mutex mu_;
   std::mt19937_64 step_ids_;
   std::map<std::string, std::unique_ptr<net::channel>> channels_;

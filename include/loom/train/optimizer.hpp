@@ -364,9 +364,9 @@ protected:
     auto key = std::pair{hyper_name, t};
     if (auto it = prepared_.find(key); it != prepared_.end())
       return it->second;
-    std::optional<scope_guard> in_scope;
-    if (!apply_scope_.empty())
-      in_scope.emplace(g.name_scope(apply_scope_ + "/"));
+    const auto in_scope = apply_scope_.empty()
+                              ? std::optional<scope_guard>()
+                              : std::optional<scope_guard>(g.name_scope(apply_scope_ + "/"));
     node_id id = h.materialize(g, t, hyper_name);
     prepared_.emplace(key, id);
     return id;

@@ -14,14 +14,12 @@
 // false) when an operand needs general broadcasting; the executor then runs
 // the region's primitive ops, which broadcast.
 //
-// Where to lower: in a function defined in a .cu file. The unit may include
-// the graph-building headers (loom/graph/*, loom/expr/*) but not
-// <loom/loom.hpp>, whose Asio nvcc cannot compile, and needs nvcc's
-// --expt-relaxed-constexpr -diag-suppress 20011,20012,20014,2908 (Eigen's own
-// diagnostics; tests/gpu/CMakeLists.txt). An inline function that lowers the
-// same tree type in both a g++ and an nvcc unit is instantiated twice, and
-// the linker keeps one: the tree then may or may not have its GPU kernel
-// (the result is the same either way; only the fusion is lost).
+// Where to lower: in a unit nvcc compiles (CMake: loom_cuda_target, which
+// gives nvcc Eigen's flags and loom's definitions; <loom/loom.hpp> compiles
+// there). An inline function that lowers the same tree type in both a g++ and
+// an nvcc unit is instantiated twice, and the linker keeps one: the tree then
+// may or may not have its GPU kernel (the result is the same either way; only
+// the fusion is lost), so build the graph in the nvcc unit.
 #pragma once
 
 #include <loom/cuda/backend.hpp>
@@ -29,7 +27,6 @@
 #include <loom/expr/eval.hpp>
 #include <loom/expr/expr.hpp>
 
-#include <array>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -55,15 +52,8 @@ auto region_tree(std::span<const any_tensor* const> leaves) {
     return []<class Op, class... C>(std::type_identity<expr<Op, C...>>,
                                     std::span<const any_tensor* const> in) {
       return [&]<std::size_t... I>(std::index_sequence<I...>) {
-        constexpr std::array<std::size_t, sizeof...(C)> counts{leaf_count<C>()...};
-        constexpr auto offset = [counts](std::size_t k) {
-          std::size_t o = Offset;
-          for (std::size_t j = 0; j < k; ++j)
-            o += counts[j];
-          return o;
-        };
-        return d_node<Op, decltype(region_tree<C, offset(I)>(in))...>{
-            region_tree<C, offset(I)>(in)...};
+        constexpr auto at = child_leaf_offsets<E, Offset>();
+        return d_node<Op, decltype(region_tree<C, at[I]>(in))...>{region_tree<C, at[I]>(in)...};
       }
       (std::index_sequence_for<C...>{});
     }(std::type_identity<E>{}, leaves);

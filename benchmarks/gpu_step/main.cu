@@ -8,9 +8,14 @@
 // torch_step.py beside this file, run with `python3`.
 //
 //   gpu_step [--batch=1024] [--hidden=1024] [--steps=200] [--reps=7] [--python=python3]
+//            [--torch_step=<this directory>/torch_step.py]
 //
 // Without a GPU it prints that it skipped and exits 0; without PyTorch it
 // prints loom's time alone. Exit status 1 when loom's step could not run.
+//
+// Compiled by nvcc (benchmarks/CMakeLists.txt), so the graph built here has
+// GPU kernels for its fused elementwise regions (kernels/cuda/fused.cuh); the
+// table says how many of them do.
 #include "../bench_util.hpp"
 
 #include <loom/loom.hpp>
@@ -29,8 +34,9 @@
 namespace {
 
 // The median seconds per step PyTorch reports, or a negative number.
-double torch_step_seconds(const std::string& python, long batch, long hidden, int steps, int reps) {
-  const std::string cmd = python + " " + LOOM_TORCH_STEP + " --batch " + std::to_string(batch) +
+double torch_step_seconds(const std::string& python, const std::string& script, long batch,
+                          long hidden, int steps, int reps) {
+  const std::string cmd = python + " " + script + " --batch " + std::to_string(batch) +
                           " --hidden " + std::to_string(hidden) + " --steps " +
                           std::to_string(steps) + " --reps " + std::to_string(reps) + " 2>&1";
   std::FILE* p = ::popen(cmd.c_str(), "r");
@@ -57,7 +63,8 @@ int main(int argc, char** argv) try {
       .define_int("hidden", 1024, "Hidden units")
       .define_int("steps", 200, "Steps per timed repetition")
       .define_int("reps", 7, "Timed repetitions (the median is reported)")
-      .define_string("python", "python3", "The Python with PyTorch");
+      .define_string("python", "python3", "The Python with PyTorch")
+      .define_string("torch_step", LOOM_TORCH_STEP, "PyTorch's side of the comparison");
   if (!flags.parse(argc, argv))
     return 0;
   if (loom::gpu_count() == 0) {
@@ -102,10 +109,16 @@ int main(int argc, char** argv) try {
   for (int w = 0; w < 20; ++w) // warm up: plans, cuBLAS, the allocator's cache
     step();
   const double loom_s = loom::bench::median_seconds(step, reps, steps);
-  const double torch_s = torch_step_seconds(flags.get_string("python"), batch, hidden, steps, reps);
+  const double torch_s = torch_step_seconds(
+      flags.get_string("python"), flags.get_string("torch_step"), batch, hidden, steps, reps);
+  int gpu_regions = 0;
+  for (const loom::fusion_candidate& f : g.fusions())
+    gpu_regions += loom::fused_kernel_registry::instance().find_gpu(f.key) != nullptr;
 
   std::printf("\ngpu_step: batch %lld, hidden %lld, %d steps x %d repetitions (median)\n",
               static_cast<long long>(batch), static_cast<long long>(hidden), steps, reps);
+  std::printf("fused elementwise regions with a GPU kernel: %d of %zu\n", gpu_regions,
+              g.fusions().size());
   std::printf("%-28s %14s %12s\n", "case", "ms/step", "vs PyTorch");
   if (torch_s > 0)
     std::printf("%-28s %14.4f %12.3f\n", "PyTorch eager", torch_s * 1e3, 1.0);
