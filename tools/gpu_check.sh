@@ -78,7 +78,9 @@ step gpu_device "$BUILD/tests/gpu/test_gpu" --test-suite=cuda_device
 step gpu_kernels_device "$BUILD/tests/gpu/test_gpu_kernels" --test-suite=cuda_device
 step gpu_elementwise "$BUILD/benchmarks/gpu_elementwise"
 step gpu_step "$BUILD/benchmarks/gpu_step" --torch_step benchmarks/gpu_step/torch_step.py
-if [ -d /usr/share/datasets/fashion-mnist ] || [ -n "${DATA_DIR:-}" ]; then
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  summary+=("SKIP mnist_replica_gpu (no GPU: nvidia-smi lists none)")
+elif [ -d /usr/share/datasets/fashion-mnist ] || [ -n "${DATA_DIR:-}" ]; then
   step mnist_replica_gpu "$BUILD/tools/loom-launch" --ps 1 --workers 2 -- \
     "$BUILD/examples/mnist_replica" --data_dir "${DATA_DIR:-/usr/share/datasets/fashion-mnist}" \
     --num_gpus 1 --train_steps 2000 --learning_rate 0.001 --log_every 500 \
