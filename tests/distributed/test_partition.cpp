@@ -104,10 +104,9 @@ TEST_CASE(
     "a session deregisters its graphs from the tasks when the graph changes and when it goes") {
   local_cluster cluster(1, 1);
   loom::graph g;
-  auto v = [&] {
-    auto _ = g.device("/job:ps/task:0");
+  auto v = g.on("/job:ps/task:0", [&] {
     return loom::variable<float, 0>(g, "v", loom::shape{}, loom::zeros_initializer{});
-  }();
+  });
   {
     loom::session s(g, cluster.worker(0).target(), quiet());
     s.run(v.initializer());
@@ -130,10 +129,9 @@ TEST_CASE("a task started with another host list is refused before anything is p
   const auto swapped = loom::cluster_spec::from_flags(host(1) + "," + host(0), host(2));
   loom::server ps0(right, "ps", 0), ps1(right, "ps", 1), worker(swapped, "worker", 0);
   loom::graph g;
-  auto v = [&] {
-    auto _ = g.device("/job:ps/task:0");
+  auto v = g.on("/job:ps/task:0", [&] {
     return loom::variable<float, 0>(g, "v", loom::shape{}, loom::zeros_initializer{});
-  }();
+  });
   loom::session s(g, worker.target(), quiet());
   const std::string what =
       error_of([&] { s.run(v.initializer()); }, loom::error_code::invalid_argument);

@@ -231,10 +231,9 @@ TEST_CASE("a plain session whose step a restarted ps aborted registers its graph
           doctest::skip(std::string(LOOM_SERVER_BIN).empty())) {
   loom::testing::ps_process_cluster cluster(LOOM_SERVER_BIN);
   loom::graph g;
-  auto v = [&] {
-    auto _ = g.device("/job:ps/task:0");
+  auto v = g.on("/job:ps/task:0", [&] {
     return loom::variable<float, 0>(g, "v", loom::shape{}, loom::constant_initializer{3});
-  }();
+  });
   loom::session s(g, cluster.worker->target(), quiet());
   s.run(v.initializer());
   CHECK(static_cast<float>(s.run(v)) == 3.0f);

@@ -344,14 +344,9 @@ TEST_CASE("on a cluster, a node asked on another task's GPU runs there: the mast
   loom::testing::local_cluster cluster(1, 2);
   graph g;
   loom::placeholder<float, 1> x(g, shape{3}, "x");
-  auto on_task1 = [&] {
-    auto _ = g.device("/job:worker/task:1/gpu:0");
-    return loom::lower(loom::square(x));
-  }();
-  auto on_job = [&] {
-    auto _ = g.device("/job:ps/gpu:0"); // no task: any ps task's GPU
-    return loom::lower(on_task1 + on_task1);
-  }();
+  auto on_task1 = g.on("/job:worker/task:1/gpu:0", [&] { return loom::lower(loom::square(x)); });
+  // No task: any ps task's GPU.
+  auto on_job = g.on("/job:ps/gpu:0", [&] { return loom::lower(on_task1 + on_task1); });
   std::ostringstream log;
   auto o = loom::testing::quiet();
   o.log_device_placement = true;
