@@ -93,14 +93,7 @@ public:
   // Deregisters the session's graphs from their tasks (TF's MasterSession::Close
   // does): a task keeps a registered partition, its plan and what the plan
   // keeps until told, and a long-lived ps serves many sessions.
-  ~cluster_master() {
-    std::vector<net::call_handle> calls;
-    {
-      std::lock_guard lock(mu_);
-      calls = send_deregistrations(all_registered());
-    }
-    await_quietly(calls);
-  }
+  ~cluster_master() { forget_registrations(); }
 
   const cluster_spec& cluster() const noexcept { return cluster_; }
   // The target's task: where nodes without a device run (TF places them on the master's task).
