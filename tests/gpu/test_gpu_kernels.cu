@@ -9,7 +9,8 @@
 //   "cuda_device" needs a GPU (skipped without one; main prints "no CUDA device"):
 //                 every GPU kernel run on fresh random inputs and compared with
 //                 the CPU kernel of the same (op, dtype) from the registry; the
-//                 optimizer updates over several steps; the random sources'
+//                 optimizer updates over several steps (copying the refs a
+//                 reader holds); the random sources'
 //                 distributions; variables and assignments; fused regions
 //                 placed on the GPU, through the executor.
 // Outputs are poisoned first: before each GPU kernel an output-sized block of
@@ -989,10 +990,26 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
             host_in.push_back(&momentum);
             dev_in.push_back(&dmomentum);
           }
+          // On odd steps a reader holds every ref on both sides (a value read
+          // earlier in the step): the update copies them before it writes, and
+          // the reader keeps what it read.
+          std::vector<any_tensor> cpu_held, gpu_held, gpu_held_values;
+          if (step % 2 == 1)
+            for (int k = 0; k <= u.slots; ++k) {
+              cpu_held.push_back(cpu_refs[static_cast<std::size_t>(k)]->value);
+              gpu_held.push_back(gpu_refs[static_cast<std::size_t>(k)]->value);
+              gpu_held_values.push_back(to_host(gpu_held.back()));
+            }
           const any_tensor c = run_cpu(n, t, host_in, cpu_refs, cpu_res);
           const any_tensor g = run_gpu(n, t, dev_in, gpu_refs, gpu_res, 0);
           CHECK(g.shares_buffer_with(gpu_refs[0]->value));
           CHECK(c.shares_buffer_with(cpu_refs[0]->value));
+          for (std::size_t k = 0; k < gpu_held.size(); ++k) {
+            CHECK_FALSE(cpu_refs[k]->value.shares_buffer_with(cpu_held[k]));
+            CHECK_FALSE(gpu_refs[k]->value.shares_buffer_with(gpu_held[k]));
+            compare(gpu_held_values[k], gpu_held[k], check::elementwise,
+                    "what a reader of ref " + std::to_string(k) + " holds");
+          }
         }
         for (int k = 0; k <= u.slots; ++k)
           compare(cpu_refs[static_cast<std::size_t>(k)]->value,

@@ -1,5 +1,7 @@
 // The optimizers: each does TF's exact update for one and two steps (expected
-// values computed by hand in double), minimize increments the global step,
+// values computed by hand in double) and never changes a value its step read
+// (copy-on-write, checked in the session and on the kernels), minimize
+// increments the global step,
 // compute_gradients + apply_gradients equals minimize, slots exist with the
 // right names and shapes, and a tiny linear regression converges.
 #include <doctest/doctest.h>
@@ -60,6 +62,8 @@ void check_w(loom::session& s, const loom::variable<double, 1>& w,
 }
 
 // Runs `steps` updates of `opt` and compares w after each with `step(ref)`.
+// Each update's run fetches w too: the value the step read and computed its
+// gradient from, which the update in the same step must leave as it was.
 void check_optimizer(loom::optimizer& opt, const std::function<void(reference&)>& step,
                      int steps = 2) {
   quadratic m;
@@ -70,7 +74,9 @@ void check_optimizer(loom::optimizer& opt, const std::function<void(reference&)>
   check_w(s, m.w, ref.w);
   for (int k = 0; k < steps; ++k) {
     INFO("step " << k + 1);
-    s.run(train);
+    auto [_, read] = s.run(loom::fetches(train, m.w));
+    for (int i = 0; i < 3; ++i)
+      CHECK(read(i) == doctest::Approx(ref.w[static_cast<std::size_t>(i)]).epsilon(1e-13));
     ++ref.t;
     step(ref);
     check_w(s, m.w, ref.w);
@@ -152,6 +158,60 @@ TEST_CASE("rmsprop: ms starts at one; with and without momentum") {
         },
         3);
   }
+}
+
+// The update kernel itself: of the variable and its two slots, only the one
+// whose buffer something else holds (here a reader of the slot m, as a value
+// read earlier in the step or a send still on the wire would) is copied
+// before the update writes it; the others are updated in place.
+TEST_CASE("an update copies the buffers something else holds, and only those") {
+  loom::resource_manager resources;
+  Eigen::ThreadPool pool(2);
+  loom::cpu_device device(&pool, 2);
+  auto vec = [](std::vector<double> v) { return loom::any_tensor::from_vector(shape{3}, v); };
+  auto scalar = [](double v) { return loom::any_tensor::scalar(v); };
+  loom::variable_resource w, slot_m, slot_v;
+  w.value = vec(w0);
+  slot_m.value = vec({0.5, 0.5, 0.5});
+  slot_v.value = vec({0.25, 0.25, 0.25});
+  w.initialized = slot_m.initialized = slot_v.initialized = true;
+
+  loom::node_def n;
+  n.op = "apply_adam";
+  n.name = "w/Adam/update";
+  n.type = loom::dtype::f64;
+  const double b1p = 0.9, b2p = 0.999, lr = 0.1, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  const loom::any_tensor hyper[] = {scalar(b1p), scalar(b2p), scalar(lr),
+                                    scalar(b1),  scalar(b2),  scalar(eps)};
+  const loom::any_tensor grad = vec(c0);
+  const loom::any_tensor* inputs[] = {nullptr,   nullptr,   nullptr,   &hyper[0], &hyper[1],
+                                      &hyper[2], &hyper[3], &hyper[4], &hyper[5], &grad};
+  loom::variable_resource* refs[] = {&w, &slot_m, &slot_v};
+  loom::kernel_context c{n, inputs, refs, device, resources, {}, 0, nullptr, nullptr};
+
+  const loom::any_tensor m_read = slot_m.value;
+  const void* w_buffer = w.value.raw_data();
+  const void* v_buffer = slot_v.value.raw_data();
+  const loom::kernel_fn kernel =
+      loom::kernel_registry::instance().find("apply_adam", loom::dtype::f64, loom::device_cpu);
+  REQUIRE(static_cast<bool>(kernel));
+  kernel(c);
+
+  CHECK(w.value.raw_data() == w_buffer);
+  CHECK(slot_v.value.raw_data() == v_buffer);
+  CHECK_FALSE(slot_m.value.shares_buffer_with(m_read));
+  const double alpha = lr * std::sqrt(1 - b2p) / (1 - b1p);
+  for (std::size_t i = 0; i < 3; ++i) {
+    INFO("element " << i);
+    CHECK(m_read.data<double>()[i] == 0.5);
+    const double m = 0.5 + (c0[i] - 0.5) * (1 - b1);
+    const double v = 0.25 + (c0[i] * c0[i] - 0.25) * (1 - b2);
+    CHECK(slot_m.value.data<double>()[i] == doctest::Approx(m).epsilon(1e-13));
+    CHECK(slot_v.value.data<double>()[i] == doctest::Approx(v).epsilon(1e-13));
+    CHECK(w.value.data<double>()[i] ==
+          doctest::Approx(w0[i] - alpha * m / (std::sqrt(v) + eps)).epsilon(1e-13));
+  }
+  CHECK(c.output.shares_buffer_with(w.value));
 }
 
 TEST_CASE("a learning rate fed through a placeholder") {

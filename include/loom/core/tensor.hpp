@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -278,8 +279,16 @@ public:
     return t;
   }
 
-  // True when no other tensor, variable or constant holds this buffer.
-  bool sole_owner() const noexcept { return buffer_.use_count() == 1; }
+  // True when no other tensor, variable or constant holds this buffer, so the
+  // caller may write it. use_count() is a relaxed load; the acquire fence
+  // orders this thread's later writes after everything the other holders did
+  // before they let go (their release was an acq_rel decrement).
+  bool sole_owner() const noexcept {
+    if (buffer_.use_count() != 1)
+      return false;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return true;
+  }
 
   bool shares_buffer_with(const any_tensor& o) const noexcept {
     return buffer_ && buffer_ == o.buffer_;

@@ -20,9 +20,10 @@
 
 namespace loom {
 
-// A variable's storage in a resource container. Updates that replace the value
-// swap in a new buffer, so a tensor read earlier in a step keeps its value;
-// optimizer apply ops update in place, as TF's do (use_locking=false).
+// A variable's storage in a resource container. An update writes its buffer in
+// place only when nothing else holds it, and otherwise writes another buffer
+// and swaps it in (assign: kernels/cpu/state.hpp; the optimizers' apply ops:
+// unshare_refs), so a tensor read earlier in a step keeps its value.
 struct variable_resource {
   std::mutex mu;
   any_tensor value;

@@ -78,6 +78,18 @@ inline void check_apply_inputs(const kernel_context& c, const any_tensor& grad) 
                                  apply_ref_name(n, 0) + "' has shape " + var.shape().to_string());
 }
 
+// Copy-on-write, under the locks: a ref whose buffer something else still
+// holds (a value read earlier in this step, a send still on the wire, a
+// fetch) is replaced by copy(buffer) before the update writes it. So every
+// reader keeps the value it read, whole, and no update writes memory another
+// thread reads (TF's resource variables do the same: PrepareToUpdateVariable).
+// In the usual step nothing else holds it and the update stays in place.
+template <class Copy> void unshare_refs(const kernel_context& c, Copy&& copy) {
+  for (variable_resource* r : c.refs)
+    if (!r->value.sole_owner())
+      r->value = copy(r->value);
+}
+
 // A hyperparameter input (lr, beta1, ...), checked to be a scalar as TF
 // requires; the kernel reads its value wherever it lives.
 inline const any_tensor& apply_scalar_input(const kernel_context& c, std::size_t i,

@@ -1,6 +1,7 @@
 // CPU kernels of the optimizer updates, with TF's exact formulas
 // (tensorflow/core/kernels/training_ops.cc). They update the variable and its
-// slots in place and output the variable's buffer, as TF's ref outputs do.
+// slots in place unless something else holds their buffers (begin_update),
+// and output the variable's buffer, as TF's ref outputs do.
 #pragma once
 
 #include <loom/kernels/checks/training.hpp>
@@ -36,13 +37,22 @@ template <class T, class F> void update_chunks(const kernel_context& c, int tens
   parallel_chunks(c.device, n, cost, std::forward<F>(update));
 }
 
+// What every update does before it writes: take the locks, check the inputs
+// and own the buffers it writes (unshare_refs). The locks are held until the
+// update is done.
+[[nodiscard]] inline apply_locks begin_update(const kernel_context& c, const any_tensor& grad) {
+  apply_locks lock(c.refs);
+  check_apply_inputs(c, grad);
+  unshare_refs(c, [](const any_tensor& t) { return t.clone(); });
+  return lock;
+}
+
 template <class T> struct apply_gradient_descent_cpu {
   static void run(kernel_context& c) {
     const T alpha = apply_scalar<T>(c, 1, "alpha");
     const any_tensor& delta = c.input(2);
     variable_resource& var = *c.refs[0];
-    apply_locks lock(c.refs);
-    check_apply_inputs(c, delta);
+    const apply_locks lock = begin_update(c, delta);
     update_chunks<T>(c, 2, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
       chunk<T>(var.value, f, len) -= chunk<T>(delta, f, len) * alpha;
     });
@@ -57,8 +67,7 @@ template <class T> struct apply_momentum_cpu {
     const any_tensor& g = c.input(3);
     const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
     variable_resource& var = *c.refs[0];
-    apply_locks lock(c.refs);
-    check_apply_inputs(c, g);
+    const apply_locks lock = begin_update(c, g);
     update_chunks<T>(c, 3, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
       auto w = chunk<T>(var.value, f, len);
       auto accum = chunk<T>(c.refs[1]->value, f, len);
@@ -78,8 +87,7 @@ template <class T> struct apply_adagrad_cpu {
     const T lr = apply_scalar<T>(c, 2, "lr");
     const any_tensor& g = c.input(3);
     variable_resource& var = *c.refs[0];
-    apply_locks lock(c.refs);
-    check_apply_inputs(c, g);
+    const apply_locks lock = begin_update(c, g);
     update_chunks<T>(c, 3, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
       auto w = chunk<T>(var.value, f, len);
       auto accum = chunk<T>(c.refs[1]->value, f, len);
@@ -102,8 +110,7 @@ template <class T> struct apply_adam_cpu {
     const any_tensor& g = c.input(9);
     const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
     variable_resource& var = *c.refs[0];
-    apply_locks lock(c.refs);
-    check_apply_inputs(c, g);
+    const apply_locks lock = begin_update(c, g);
     const T alpha = lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
     update_chunks<T>(c, 4, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
       auto w = chunk<T>(var.value, f, len);
@@ -129,8 +136,7 @@ template <class T> struct apply_rms_prop_cpu {
     const T epsilon = apply_scalar<T>(c, 6, "epsilon");
     const any_tensor& g = c.input(7);
     variable_resource& var = *c.refs[0];
-    apply_locks lock(c.refs);
-    check_apply_inputs(c, g);
+    const apply_locks lock = begin_update(c, g);
     update_chunks<T>(c, 4, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
       auto w = chunk<T>(var.value, f, len);
       auto ms = chunk<T>(c.refs[1]->value, f, len);

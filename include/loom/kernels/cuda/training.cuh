@@ -1,6 +1,7 @@
 // GPU kernels of the optimizer updates (kernels/cpu/training.hpp on the CPU),
-// with TF's formulas: each updates the variable and its slots in place in this
-// GPU's memory and outputs the variable's buffer. The variable and its slots
+// with TF's formulas: each updates the variable and its slots in this GPU's
+// memory, in place unless something else holds their buffers (begin_update),
+// and outputs the variable's buffer. The variable and its slots
 // must live on this GPU (their initializers placed here put them there); one
 // that does not is refused with a message naming it.
 //
@@ -23,12 +24,18 @@ namespace loom::cuda::kernels {
 using loom::detail::apply_locks;
 using loom::detail::apply_ref_name;
 
-// The CPU's check_apply_inputs (same messages), then: every ref on this GPU.
-inline void check_update(const kernel_context& c, const any_tensor& grad) {
+// The CPU's begin_update on this GPU: take the locks; check the inputs (the
+// CPU's messages) and that every ref lives on this GPU; own the buffers the
+// update writes, a shared one copied on this GPU's stream (unshare_refs).
+[[nodiscard]] inline apply_locks begin_update(const kernel_context& c, const any_tensor& grad) {
+  apply_locks lock(c.refs);
   loom::detail::check_apply_inputs(c, grad);
   for (std::size_t k = 0; k < c.refs.size(); ++k)
     check_on_gpu(c, c.refs[k]->value,
                  (k == 0 ? "variable '" : "slot '") + apply_ref_name(c.node, k) + "'");
+  const gpu_context& g = gpu_of(c);
+  loom::detail::unshare_refs(c, [&g](const any_tensor& t) { return g.clone(t); });
+  return lock;
 }
 
 // A scalar hyperparameter input, in device memory; TF accepts only scalars.
@@ -124,8 +131,7 @@ template <class T> struct apply_gradient_descent_gpu {
   static void run(kernel_context& c) {
     const T* alpha = scalar_input<T>(c, 1, "alpha");
     const any_tensor& delta = c.input(2);
-    apply_locks lock(c.refs);
-    check_update(c, delta);
+    const apply_locks lock = begin_update(c, delta);
     const gpu_context& g = gpu_of(c);
     if (const std::int64_t n = elements<T>(c); n > 0) {
       gradient_descent_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
@@ -142,8 +148,7 @@ template <class T> struct apply_momentum_gpu {
     const T* momentum = scalar_input<T>(c, 4, "momentum");
     const any_tensor& grad = c.input(3);
     const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
-    apply_locks lock(c.refs);
-    check_update(c, grad);
+    const apply_locks lock = begin_update(c, grad);
     const gpu_context& g = gpu_of(c);
     if (const std::int64_t n = elements<T>(c); n > 0) {
       momentum_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
@@ -159,8 +164,7 @@ template <class T> struct apply_adagrad_gpu {
   static void run(kernel_context& c) {
     const T* lr = scalar_input<T>(c, 2, "lr");
     const any_tensor& grad = c.input(3);
-    apply_locks lock(c.refs);
-    check_update(c, grad);
+    const apply_locks lock = begin_update(c, grad);
     const gpu_context& g = gpu_of(c);
     if (const std::int64_t n = elements<T>(c); n > 0) {
       adagrad_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
@@ -178,8 +182,7 @@ template <class T> struct apply_adam_gpu {
                         scalar_input<T>(c, 7, "beta2"),       scalar_input<T>(c, 8, "epsilon")};
     const any_tensor& grad = c.input(9);
     const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
-    apply_locks lock(c.refs);
-    check_update(c, grad);
+    const apply_locks lock = begin_update(c, grad);
     const gpu_context& g = gpu_of(c);
     if (const std::int64_t n = elements<T>(c); n > 0) {
       adam_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
@@ -198,8 +201,7 @@ template <class T> struct apply_rms_prop_gpu {
     const T* momentum = scalar_input<T>(c, 5, "momentum");
     const T* epsilon = scalar_input<T>(c, 6, "epsilon");
     const any_tensor& grad = c.input(7);
-    apply_locks lock(c.refs);
-    check_update(c, grad);
+    const apply_locks lock = begin_update(c, grad);
     const gpu_context& g = gpu_of(c);
     if (const std::int64_t n = elements<T>(c); n > 0) {
       rms_prop_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
