@@ -280,13 +280,16 @@ public:
   }
 
   // True when no other tensor, variable or constant holds this buffer, so the
-  // caller may write it. use_count() is a relaxed load; the acquire fence
-  // orders this thread's later writes after everything the other holders did
-  // before they let go (their release was an acq_rel decrement).
+  // caller may write it. use_count() is a relaxed load: alone it would not
+  // order the caller's writes after the reads of holders that just let go
+  // (their decrement is a release). The acquire fence does, in the C++ memory
+  // model. ThreadSanitizer does not model fences, so the copy's increment of
+  // the same count (acq_rel in libstdc++) shows it the same order.
   bool sole_owner() const noexcept {
     if (buffer_.use_count() != 1)
       return false;
     std::atomic_thread_fence(std::memory_order_acquire);
+    [[maybe_unused]] const std::shared_ptr<detail::buffer> ordered = buffer_;
     return true;
   }
 
