@@ -1,7 +1,14 @@
 // Everything a training program needs: the API (<loom/api.hpp>) and the CPU
-// kernels. A program of several translation units includes this in one of
-// them and <loom/api.hpp> in the others.
+// kernels.
+//
+// Built with CMake, a program links loom::kernels, which compiles the kernels
+// once per build and defines LOOM_COMPILED_KERNELS for the program's units:
+// this header is then the API alone. Built by hand (one g++ command, no
+// library), it instantiates the kernels itself: a program of several units
+// includes it in one of them and <loom/api.hpp> in the others.
 #pragma once
 
 #include <loom/api.hpp>
+#ifndef LOOM_COMPILED_KERNELS
 #include <loom/kernels/cpu/cpu.hpp>
+#endif

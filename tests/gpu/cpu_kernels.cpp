@@ -1,6 +1,6 @@
-// The host half of test_gpu_kernels: a g++ unit that registers every CPU
-// kernel (so that the .cu unit compares the GPU kernels with them in one
-// process) and runs the end-to-end checks that need the whole library: the
+// The host half of test_gpu_kernels: a g++ unit (the CPU kernels, which the
+// .cu unit compares the GPU kernels with in one process, come from
+// loom::kernels' objects, linked beside it) that runs the end-to-end checks that need the whole library: the
 // MLP of examples/common/seed_mlp.hpp with an Adam step, built once with every
 // node on /gpu:0 and once on the CPU, trained for five steps through
 // loom::session on the same batches from the same initial weights.
@@ -15,7 +15,6 @@
 // suites are (its registration comes first in this unit), so gpu_count() in
 // the skip decorator below sees it whatever order the two units start in.
 #include <loom/cuda/backend.hpp>
-#include <loom/kernels/cpu/cpu.hpp>
 
 #include "../../examples/common/seed_mlp.hpp"
 
