@@ -1,5 +1,7 @@
-// The one translation unit that instantiates loom's CPU kernels (CMake target
-// loom::kernels): including the header registers every kernel before main().
-// A program that links this target gets LOOM_COMPILED_KERNELS, so its own units'
-// <loom/loom.hpp> is the API alone (<loom/api.hpp>) and compiles in seconds.
+// The one translation unit that compiles loom's CPU kernels and its runtime
+// (the executor, the masters, the task server) for a program (CMake target
+// loom::kernels): including the headers registers the kernels and the runtime
+// before main(). A program that links this target gets LOOM_COMPILED_KERNELS,
+// so its own units' <loom/loom.hpp> is the API alone and compiles in seconds.
 #include <loom/kernels/cpu/cpu.hpp>
+#include <loom/runtime/linked_runtime.hpp>

@@ -21,6 +21,7 @@ packages=(
   libssl-dev
   libbenchmark-dev
   clang-format
+  ccache
   dataset-fashion-mnist
 )
 

@@ -10,7 +10,10 @@
 // Target: fused GB/s >= 0.85 x the copy's. Without a CUDA device it prints
 // "no CUDA device: skipped" and exits 0.
 //
-//   gpu_elementwise [--n=<floats>] [--iters=<runs>]      (default n = 256M floats, 1 GiB)
+//   gpu_elementwise [--n=<floats>] [--iters=<runs>] [--smoke]   (default n = 256M floats, 1 GiB)
+//
+// --smoke: n = 1M floats and 1 run unless given, a test that every case still runs (ctest
+// bench_gpu_elementwise_smoke, skipped without a device); its figures mean nothing.
 #include <loom/cuda/allocator.hpp>
 #include <loom/cuda/elementwise.cuh>
 #include <loom/cuda/error.hpp>
@@ -76,14 +79,20 @@ bool parse_flag(const char* arg, const char* name, long long& value) {
 } // namespace
 
 int main(int argc, char** argv) {
-  long long n_arg = 256ll << 20;
-  long long iters_arg = 20;
+  long long n_arg = 0, iters_arg = 0; // 0: not given (parse_flag takes positive values only)
+  bool smoke = false;
   for (int i = 1; i < argc; ++i) {
-    if (!parse_flag(argv[i], "--n", n_arg) && !parse_flag(argv[i], "--iters", iters_arg)) {
-      std::fprintf(stderr, "usage: %s [--n=<floats>] [--iters=<runs>]\n", argv[0]);
+    if (std::strcmp(argv[i], "--smoke") == 0)
+      smoke = true;
+    else if (!parse_flag(argv[i], "--n", n_arg) && !parse_flag(argv[i], "--iters", iters_arg)) {
+      std::fprintf(stderr, "usage: %s [--n=<floats>] [--iters=<runs>] [--smoke]\n", argv[0]);
       return 2;
     }
   }
+  if (n_arg == 0)
+    n_arg = smoke ? 1ll << 20 : 256ll << 20;
+  if (iters_arg == 0)
+    iters_arg = smoke ? 1 : 20;
   if (cuda::device_count() == 0) {
     std::printf("gpu_elementwise: no CUDA device: skipped\n");
     return 0;

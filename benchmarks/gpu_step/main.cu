@@ -8,7 +8,11 @@
 // torch_step.py beside this file, run with `python3`.
 //
 //   gpu_step [--batch=1024] [--hidden=1024] [--steps=200] [--reps=7] [--python=python3]
-//            [--torch_step=<this directory>/torch_step.py]
+//            [--torch_step=<this directory>/torch_step.py] [--smoke]
+//
+// --smoke: batch 100, hidden 100, 1 step x 1 repetition after 1 warm-up step unless given, a
+// test that both sides still run (ctest bench_gpu_step_smoke, skipped without a GPU); its
+// figures mean nothing.
 //
 // Without a GPU it prints that it skipped and exits 0; without PyTorch it
 // prints loom's time alone. Exit status 1 when loom's step could not run.
@@ -64,17 +68,24 @@ int main(int argc, char** argv) try {
       .define_int("steps", 200, "Steps per timed repetition")
       .define_int("reps", 7, "Timed repetitions (the median is reported)")
       .define_string("python", "python3", "The Python with PyTorch")
-      .define_string("torch_step", LOOM_TORCH_STEP, "PyTorch's side of the comparison");
+      .define_string("torch_step", LOOM_TORCH_STEP, "PyTorch's side of the comparison")
+      .define_bool("smoke", false, "The smallest run: the seed's sizes, one step");
   if (!flags.parse(argc, argv))
     return 0;
   if (loom::gpu_count() == 0) {
     std::printf("gpu_step: no CUDA device (or a build without CUDA); skipped\n");
     return 0;
   }
-  const auto batch = flags.get_int("batch");
-  const auto hidden = flags.get_int("hidden");
-  const int steps = static_cast<int>(flags.get_int("steps"));
-  const int reps = static_cast<int>(flags.get_int("reps"));
+  const bool smoke = flags.get_bool("smoke");
+  // A flag given on the command line wins over the smoke run's value.
+  const auto int_flag = [&](const char* name, std::int64_t smoke_value) {
+    return smoke && !flags.is_set(name) ? smoke_value : flags.get_int(name);
+  };
+  const auto batch = int_flag("batch", 100);
+  const auto hidden = int_flag("hidden", 100);
+  const int steps = static_cast<int>(int_flag("steps", 1));
+  const int reps = static_cast<int>(int_flag("reps", 1));
+  const int warm_up = smoke ? 1 : 20;
 
   loom::graph g;
   g.set_random_seed(1);
@@ -106,7 +117,7 @@ int main(int argc, char** argv) try {
     sink = loss;
     ++i;
   };
-  for (int w = 0; w < 20; ++w) // warm up: plans, cuBLAS, the allocator's cache
+  for (int w = 0; w < warm_up; ++w) // warm up: plans, cuBLAS, the allocator's cache
     step();
   const double loom_s = loom::bench::median_seconds(step, reps, steps);
   const double torch_s = torch_step_seconds(

@@ -2,6 +2,11 @@
 // clipped-log cross entropy, Adam; batch 100) through a loom session against
 // the same step written by hand with Eigen matrices (../mlp_eigen_step.hpp),
 // in the same run.
+//
+//   local_step [REPETITIONS=30]   each repetition times 20 steps of each
+//   local_step --smoke            one repetition of one step each: a test that the steps
+//                                 still run (ctest bench_local_step_smoke); its figures mean
+//                                 nothing
 #include "../bench_util.hpp"
 #include "../mlp_eigen_step.hpp"
 
@@ -11,7 +16,9 @@
 #include <Eigen/Dense>
 
 #include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <string_view>
 
 namespace {
 
@@ -25,8 +32,10 @@ constexpr int batch = 100, pool = 8;
 } // namespace
 
 int main(int argc, char** argv) {
-  const int reps = argc > 1 ? std::atoi(argv[1]) : 30;
-  const int inner = 20;
+  const bool smoke = argc > 1 && std::string_view(argv[1]) == "--smoke";
+  const int reps = smoke ? 1 : argc > 1 ? std::atoi(argv[1]) : 30;
+  const int inner = smoke ? 1 : 20;
+  const int warm_up = smoke ? 1 : 20;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(0, 1);
   std::vector<loom::tensor<float, 2>> xs, ys;
@@ -82,7 +91,7 @@ int main(int argc, char** argv) {
     ++e;
     sink = ref.step(exs[e % pool], eys[e % pool]);
   };
-  for (int i = 0; i < 20; ++i) { // warm up: plans, caches, allocator
+  for (int i = 0; i < warm_up; ++i) { // warm up: plans, caches, allocator
     loom_step();
     loom_step1();
     eigen_step();

@@ -5,8 +5,9 @@
 //       the RPC (one-way with an empty reply, and echoed back), with the layer
 //       allocating the destination and with caller-supplied destinations.
 // Targets: RPC round trip <= 2.0 x raw ping-pong; 64 MB bytes/s >= 0.9 x raw.
-// Flags: --quick (fewer repetitions), --bulk (only the 64 MB cases). Figures:
-// docs/wire-protocol.md.
+// Flags: --quick (fewer repetitions), --bulk (only the 64 MB cases), --smoke (every
+// case once, with the fewest warm-up calls: a test that they still run, ctest
+// bench_net_transfer_smoke; its figures mean nothing). Figures: docs/wire-protocol.md.
 #include "../bench_util.hpp"
 #include "../raw_tcp.hpp"
 
@@ -101,10 +102,11 @@ double raw_case(std::size_t request, std::size_t reply, int reps, int inner) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  const bool quick = mode == "--quick", bulk_only = mode == "--bulk";
-  const int small_reps = bulk_only ? 1 : quick ? 5 : 21;
-  const int small_inner = bulk_only ? 10 : quick ? 200 : 1000;
-  const int bulk_reps = quick ? 3 : 11;
+  const bool quick = mode == "--quick", bulk_only = mode == "--bulk", smoke = mode == "--smoke";
+  const int small_reps = bulk_only || smoke ? 1 : quick ? 5 : 21;
+  const int small_inner = smoke ? 1 : bulk_only ? 10 : quick ? 200 : 1000;
+  const int bulk_reps = smoke ? 1 : quick ? 3 : 11;
+  const int rpc_warm_up = smoke ? 1 : 100, bulk_warm_up = smoke ? 1 : 2;
 
   std::printf("loom net_transfer: loopback, %zu-byte messages and %zu MB tensors\n", small_bytes,
               bulk_bytes >> 20);
@@ -143,7 +145,7 @@ int main(int argc, char** argv) {
   ch.connect();
 
   const auto scalar = any_tensor::scalar<float>(1.f);
-  for (int i = 0; i < 100; ++i)
+  for (int i = 0; i < rpc_warm_up; ++i)
     (void)ch.call("echo", net::empty{}, {scalar});
   const double rpc_rt = bench::median_seconds(
       [&] { (void)ch.call("echo", net::empty{}, {scalar}); }, small_reps, small_inner);
@@ -163,7 +165,7 @@ int main(int argc, char** argv) {
   any_tensor big(dtype::f32, shape{static_cast<std::int64_t>(bulk_bytes / 4)});
   std::memset(big.raw_data(), 1, big.byte_size());
   any_tensor client_buffer(dtype::f32, big.shape());
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < bulk_warm_up; ++i)
     (void)ch.call("echo", net::empty{}, {big});
 
   const double rpc_one =

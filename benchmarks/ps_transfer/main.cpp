@@ -15,12 +15,16 @@
 //   4. ps-lite's test_benchmark goodput, 8 * len * keys * rounds / ns Gbit/s,
 //      for push, pull and push-pull, 4 keys over 2 ps tasks.
 //
-// `ps_transfer --quick` runs fewer repetitions (a smoke test); `--only=N` runs
-// part N alone (with the raw baselines it compares against), for profiling.
+// `ps_transfer --quick` runs fewer repetitions; `--smoke` runs every part once
+// at its smallest size (1 MB variables in 3, 4 KB in 4) with the fewest warm-up
+// calls, a test that they still run (ctest bench_ps_transfer_smoke) whose
+// figures mean nothing; `--only=N` runs part N alone (with the raw baselines it
+// compares against), for profiling.
 #include "../bench_util.hpp"
 #include "../raw_tcp.hpp"
 
 #include <loom/loom.hpp>
+#include <loom/net/rpc.hpp>
 
 #include <sched.h>
 
@@ -215,22 +219,26 @@ template <class F> chunked_rounds timed_rounds(F&& once, double seconds) {
 } // namespace
 
 int main(int argc, char** argv) try {
-  bool quick = false;
+  bool quick = false, smoke = false;
   int only = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick")
       quick = true;
+    else if (a == "--smoke")
+      smoke = true;
     else if (a.rfind("--only=", 0) == 0)
       only = std::stoi(a.substr(7));
     else {
-      std::fprintf(stderr, "usage: ps_transfer [--quick] [--only=1|2|3|4]\n");
+      std::fprintf(stderr, "usage: ps_transfer [--quick | --smoke] [--only=1|2|3|4]\n");
       return 2;
     }
   }
   const auto want = [&](int part) { return only == 0 || only == part; };
-  const int small_reps = quick ? 5 : 101; // short and many: latency here is bimodal
-  const int bulk_reps = quick ? 3 : 11;
+  const int small_reps = smoke ? 1 : quick ? 5 : 101; // short and many: latency here is bimodal
+  const int bulk_reps = smoke ? 1 : quick ? 3 : 11;
+  // Calls per timed repetition, and warm-up calls.
+  const auto calls = [&](int n) { return smoke ? 1 : n; };
   const auto run_start = clk::now();
 
   // ---- the cluster: ps0, ps1, worker0..3 in this process ----
@@ -276,13 +284,15 @@ int main(int argc, char** argv) try {
       (void)sess.run(inc_seed);
       ++count;
     };
-    for (int i = 0; i < 100; ++i) {
+    for (int i = 0; i < calls(100); ++i) {
       echo();
       step_a_once();
       step_b_once();
     }
-    const std::vector<timed_case> cases{
-        {[&] { ping.once(); }, 100}, {echo, 60}, {step_a_once, 60}, {step_b_once, 20}};
+    const std::vector<timed_case> cases{{[&] { ping.once(); }, calls(100)},
+                                        {echo, calls(60)},
+                                        {step_a_once, calls(60)},
+                                        {step_b_once, calls(20)}};
     // A wake-up across CPUs costs 40-80 us on this VM (the idle vCPU is halted)
     // against ~7 us on the same CPU, and the scheduler places each case's
     // threads its own way for a whole run: figures with every thread on CPU 0
@@ -394,10 +404,12 @@ int main(int argc, char** argv) try {
                 "pushes and pulls all 8\n");
     std::printf("%-12s %7s %11s %14s %16s\n", "variable", "steps", "median s", "aggregate GB/s",
                 "vs raw echo (2.)");
-    for (const std::int64_t mb : {1, 16}) {
+    const std::vector<std::int64_t> sizes_mb =
+        smoke ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{1, 16};
+    for (const std::int64_t mb : sizes_mb) {
       const std::int64_t elems = mb << 18;
-      const int steps = quick ? 1 : (mb == 1 ? 24 : 2);
-      const int reps = quick ? 1 : 5;
+      const int steps = quick || smoke ? 1 : (mb == 1 ? 24 : 2);
+      const int reps = quick || smoke ? 1 : 5;
       constexpr int n_workers = 4, keys = 8;
       std::barrier sync(n_workers + 1);
       std::vector<std::thread> threads;
@@ -458,8 +470,12 @@ int main(int argc, char** argv) try {
                 "keys = 4 variables over 2 ps tasks, one worker session; median of 3 chunks\n");
     std::printf("%-8s %10s %8s %10s %8s %10s %8s\n", "len", "push", "rounds", "pull", "rounds",
                 "push-pull", "rounds");
-    const double budget = quick ? 0.1 : 0.6;
-    for (const std::int64_t len : {4LL << 10, 40LL << 10, 400LL << 10, 4LL << 20, 40LL << 20}) {
+    const double budget = smoke ? 0 : quick ? 0.1 : 0.6; // 0: one calibration round
+    const std::vector<std::int64_t> lens =
+        smoke
+            ? std::vector<std::int64_t>{4LL << 10}
+            : std::vector<std::int64_t>{4LL << 10, 40LL << 10, 400LL << 10, 4LL << 20, 40LL << 20};
+    for (const std::int64_t len : lens) {
       constexpr int keys = 4;
       const std::int64_t elems = len / 4;
       kv_graph kv("pslite" + std::to_string(len), keys, elems, 2);

@@ -20,7 +20,10 @@
 // The exit status is 0 when every measurement ran (target met or not), 1 when
 // one could not run.
 //
-//   train_throughput [--quick] [--seconds=10] [--data_dir=DIR]
+//   train_throughput [--quick | --smoke] [--seconds=10] [--data_dir=DIR]
+//
+// --smoke: a few in-process steps and 1 ps + 1 worker for a few global steps, a test that
+// every part still runs (ctest bench_train_throughput_smoke); its figures mean nothing.
 #include "../bench_util.hpp"
 #include "../mlp_eigen_step.hpp"
 #include "../raw_tcp.hpp"
@@ -256,7 +259,9 @@ struct temp_dir {
 
 int main(int argc, char** argv) try {
   loom::flags flags("Examples/s of the seed's MLP: in process and as local clusters.");
-  flags.define_bool("quick", false, "A short smoke run (about a second a measurement)")
+  flags.define_bool("quick", false, "A short run (about a second a measurement)")
+      .define_bool("smoke", false,
+                   "Every part once at its smallest: a few steps, 1 ps + 1 worker alone")
       .define_float("seconds", 10, "About how long each cluster's training lasts")
       .define_string("data_dir", std::string(loom::data::default_fashion_mnist_dir),
                      "Directory with the Fashion-MNIST IDX files")
@@ -265,6 +270,7 @@ int main(int argc, char** argv) try {
   if (!flags.parse(argc, argv))
     return 0;
   const bool quick = flags.get_bool("quick");
+  const bool smoke = flags.get_bool("smoke");
   const double seconds = quick && !flags.is_set("seconds") ? 1.5 : flags.get_float("seconds");
   const std::string data_dir = flags.get_string("data_dir");
   const std::string replica = flags.get_string("replica");
@@ -280,14 +286,17 @@ int main(int argc, char** argv) try {
   std::printf("train_throughput: 784-%d-%d MLP, batch %d, Adam %g, Fashion-MNIST (%lld train "
               "examples)%s\n",
               mlp::hidden, mlp::classes, batch, learning_rate,
-              static_cast<long long>(data.train.size()), quick ? ", --quick" : "");
+              static_cast<long long>(data.train.size()),
+              smoke   ? ", --smoke"
+              : quick ? ", --quick"
+                      : "");
 
   // 1. In process.
-  const int windows = quick ? 3 : 15, steps = quick ? 20 : 100;
+  const int windows = smoke ? 1 : quick ? 3 : 15, steps = smoke ? 5 : quick ? 20 : 100;
   const baselines base = measure_in_process(data, windows, steps);
   std::printf("in process: median of %d windows of %d steps after %d warm-up steps\n", windows,
               steps, steps);
-  const double raw_secs = raw_step_messages(quick ? 200 : 2000);
+  const double raw_secs = raw_step_messages(smoke ? 10 : quick ? 200 : 2000);
   std::printf("raw TCP, a worker step's messages to one ps (64 B out, the weights back, the "
               "gradients out, 64 B back): median %.1f us\n",
               raw_secs * 1e6);
@@ -295,18 +304,23 @@ int main(int argc, char** argv) try {
 
   // 2. The clusters. Each run's --train_steps (global steps) comes from the global steps/s
   // measured so far: for the first, a guess of half the single-process rate; then what
-  // 1 ps + 1 worker reached (halved per sync step of 2 replicas).
-  const std::vector<cluster_config> configs = {{"1 ps + 1 worker", 1, 1, false},
-                                               {"1 ps + 2 workers, async", 1, 2, false},
-                                               {"1 ps + 2 workers, sync_replicas", 1, 2, true},
-                                               {"2 ps + 2 workers, async", 2, 2, false}};
+  // 1 ps + 1 worker reached (halved per sync step of 2 replicas). A smoke run starts
+  // 1 ps + 1 worker alone, for a fixed few steps.
+  std::vector<cluster_config> configs = {{"1 ps + 1 worker", 1, 1, false},
+                                         {"1 ps + 2 workers, async", 1, 2, false},
+                                         {"1 ps + 2 workers, sync_replicas", 1, 2, true},
+                                         {"2 ps + 2 workers, async", 2, 2, false}};
+  if (smoke)
+    configs.resize(1);
+  constexpr std::int64_t smoke_train_steps = 20;
   temp_dir tmp;
   double global_steps_per_sec = 0.5 * base.loom / batch;
   std::vector<cluster_result> results;
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const auto& c = configs[i];
     const double rate = c.sync ? global_steps_per_sec / c.workers : global_steps_per_sec;
-    const auto train_steps = std::max<std::int64_t>(50, std::llround(seconds * rate));
+    const auto train_steps =
+        smoke ? smoke_train_steps : std::max<std::int64_t>(50, std::llround(seconds * rate));
     std::printf("running %s: --train_steps=%lld ...", c.name.c_str(),
                 static_cast<long long>(train_steps));
     std::fflush(stdout);

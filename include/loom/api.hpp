@@ -22,6 +22,7 @@
 #include <loom/graph/ops/nn.hpp>
 #include <loom/graph/output.hpp>
 #include <loom/graph/variables.hpp>
+#include <loom/kernels/gpu_backend.hpp>
 #include <loom/placement/placement.hpp>
 #include <loom/runtime/server.hpp>
 #include <loom/runtime/session.hpp>

@@ -4,6 +4,7 @@
 // whose target serves in its own process hands that task's feeds and fetches
 // over in memory, on the session's thread.
 #include <loom/api.hpp>
+#include <loom/runtime/partition.hpp> // partition_graph, under test here
 
 #include <doctest/doctest.h>
 #include <support/cluster.hpp>

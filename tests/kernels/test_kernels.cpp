@@ -8,6 +8,9 @@
 #include <support/messages.hpp>
 
 #include <loom/loom.hpp>
+// Internals under test: the executor's plans and the random kernels' rounding.
+#include <loom/kernels/cpu/random.hpp>
+#include <loom/runtime/executor.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -7,6 +7,8 @@
 //
 // No fixed ports, no sleeps: the tests wait for a child's output or exit.
 // Every child is killed and reaped when its `child` object goes out of scope.
+// The cases that run an example carry needs_examples (support/examples.hpp):
+// a missing binary fails them; a suite built without examples skips them.
 #include <loom/api.hpp>
 
 #include "support/examples.hpp"
@@ -28,7 +30,7 @@ namespace lt = loom::testing;
 using lt::cluster_flags;
 using lt::example;
 using lt::expect_exit;
-using lt::no_examples;
+using lt::needs_examples;
 using lt::plus;
 using namespace std::chrono_literals;
 
@@ -59,8 +61,7 @@ std::string placed(const std::string& node, const std::string& op, const std::st
 // The examples
 // --------------------------------------------------------------------------------------------
 
-TEST_CASE("counter (seed 000): the worker prints 1..N and both tasks exit 0" *
-          doctest::skip(no_examples)) {
+TEST_CASE("counter (seed 000): the worker prints 1..N and both tasks exit 0" * needs_examples()) {
   cluster_flags cf(1, 1);
   lt::child ps(example("counter"), cf.task("ps", 0));
   lt::child worker(example("counter"), plus(cf.task("worker", 0), "--max_steps=5"));
@@ -90,7 +91,7 @@ void check_pinning_output(const std::string& out) {
 } // namespace
 
 TEST_CASE("pinning (seed 001): all five tasks in one process, like the notebook" *
-          doctest::skip(no_examples)) {
+          needs_examples()) {
   cluster_flags cf(2, 3);
   auto args = cf.task("", 0);
   args.resize(2); // only --ps_hosts and --worker_hosts: every task in this process
@@ -102,7 +103,7 @@ TEST_CASE("pinning (seed 001): all five tasks in one process, like the notebook"
 }
 
 TEST_CASE("pinning (seed 001): 2 ps and 3 workers as five processes, and a client" *
-          doctest::skip(no_examples)) {
+          needs_examples()) {
   cluster_flags cf(2, 3);
   std::vector<std::unique_ptr<lt::child>> tasks;
   for (int t = 0; t < 2; ++t)
@@ -117,7 +118,7 @@ TEST_CASE("pinning (seed 001): 2 ps and 3 workers as five processes, and a clien
 }
 
 TEST_CASE("shared_state (seed 003): x lives on the ps, shared by clients of servers A and B" *
-          doctest::skip(no_examples)) {
+          needs_examples()) {
   cluster_flags cf(1, 2);
   lt::child ps(example("shared_state"), cf.task("ps", 0));
   lt::child a(example("shared_state"), cf.task("worker", 0));
@@ -149,7 +150,7 @@ TEST_CASE("shared_state (seed 003): x lives on the ps, shared by clients of serv
 }
 
 TEST_CASE("custom_placement (seed 004): a lambda policy and a composed one place every node" *
-          doctest::skip(no_examples)) {
+          needs_examples()) {
   cluster_flags cf(2, 1);
   lt::child ps0(example("custom_placement"), cf.task("ps", 0));
   lt::child ps1(example("custom_placement"), cf.task("ps", 1));
@@ -260,7 +261,7 @@ TEST_CASE("a port in use: unavailable_error naming the task and the address") {
 }
 
 TEST_CASE("a malformed --ps_hosts: the example exits non-zero naming the bad address" *
-          doctest::skip(no_examples)) {
+          needs_examples()) {
   const std::string worker = "--worker_hosts=127.0.0.1:" + std::to_string(lt::free_ports(1)[0]);
   for (const std::string bad : {"127.0.0.1:notaport", "127.0.0.1:99999", "127.0.0.1"}) {
     CAPTURE(bad);
@@ -303,7 +304,7 @@ TEST_CASE("an unknown job or task in a device string: an error naming the node a
 }
 
 TEST_CASE("a wrong token: the worker fails with unauthenticated naming the ps address" *
-          doctest::skip(no_examples)) {
+          needs_examples()) {
   cluster_flags cf(1, 1);
   lt::child ps(example("counter"), cf.task("ps", 0), {{"LOOM_CLUSTER_TOKEN", "alpha-secret"}});
   lt::child worker(example("counter"), plus(cf.task("worker", 0), "--max_steps=3"),
@@ -318,7 +319,7 @@ TEST_CASE("a wrong token: the worker fails with unauthenticated naming the ps ad
 }
 
 TEST_CASE("a worker killed with SIGKILL mid-run does not crash the ps; a new worker runs" *
-          doctest::skip(no_examples)) {
+          needs_examples()) {
   cluster_flags cf(1, 1);
   lt::child ps(example("counter"), cf.task("ps", 0));
   {

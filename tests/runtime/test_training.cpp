@@ -3,6 +3,10 @@
 // killed, and with the ps killed and restarted (mid-run, and while a worker
 // waits for the chief). Each case checks the exit of
 // every process, so none is left behind (a child's destructor kills it).
+//
+// Every case needs examples/mnist_replica and Fashion-MNIST: with either
+// missing it fails at once, saying what to do (require_prerequisites); built
+// without examples on purpose, every case is skipped (needs_examples).
 #include <loom/data/mnist.hpp>
 
 #include <doctest/doctest.h>
@@ -14,6 +18,7 @@
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -25,8 +30,35 @@ using lt::expect_exit;
 using lt::plus;
 using namespace std::chrono_literals;
 
-const bool no_data = !std::filesystem::exists(std::string(loom::data::default_fashion_mnist_dir));
-const bool skip_training = lt::no_examples || no_data;
+// What is missing of the Fashion-MNIST files mnist_replica reads by default, or "".
+std::string missing_fashion_mnist() {
+  const std::filesystem::path dir(loom::data::default_fashion_mnist_dir);
+  const char* const how = " Install it with tools/setup.sh (Debian package dataset-fashion-mnist; "
+                          "`make test` runs it).";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec))
+    return "Fashion-MNIST is missing: no directory " + dir.string() + "." + how;
+  std::string missing;
+  for (const char* base : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+    if (!std::filesystem::is_regular_file(dir / (std::string(base) + ".gz"), ec) &&
+        !std::filesystem::is_regular_file(dir / base, ec))
+      missing += std::string(missing.empty() ? "" : ", ") + base + "[.gz]";
+  }
+  if (missing.empty())
+    return "";
+  return "Fashion-MNIST is incomplete: " + dir.string() + " lacks " + missing + "." + how;
+}
+
+// Without the replica binary or the data every process would fail on its own,
+// some only after a timeout; one message says what is missing instead.
+void require_prerequisites() {
+  std::string why = lt::missing_example("mnist_replica");
+  if (const std::string data = missing_fashion_mnist(); !data.empty())
+    why += (why.empty() ? "" : "\n") + data;
+  if (!why.empty())
+    FAIL(why);
+}
 
 std::string replica() {
   return lt::example("mnist_replica");
@@ -98,7 +130,8 @@ std::vector<std::string> args(std::vector<std::string> a, const std::vector<std:
 
 TEST_CASE("async, 1 ps + 2 workers: a non-chief waits for the chief, both train, one global "
           "step per worker step, every task exits 0" *
-          doctest::skip(skip_training)) {
+          lt::needs_examples()) {
+  require_prerequisites();
   cluster_flags cf(1, 2);
   temp_dir dir;
   lt::child ps(replica(), cf.task("ps", 0));
@@ -117,7 +150,8 @@ TEST_CASE("async, 1 ps + 2 workers: a non-chief waits for the chief, both train,
 
 TEST_CASE("sync replicas, 1 ps + 2 workers: one global step per aggregated update, no worker "
           "runs ahead" *
-          doctest::skip(skip_training)) {
+          lt::needs_examples()) {
+  require_prerequisites();
   cluster_flags cf(1, 2);
   temp_dir dir;
   lt::child ps(replica(), cf.task("ps", 0));
@@ -137,7 +171,8 @@ TEST_CASE("sync replicas, 1 ps + 2 workers: one global step per aggregated updat
 }
 
 TEST_CASE("backup workers: 3 workers aggregate 2, one is killed mid-run, training finishes" *
-          doctest::skip(skip_training)) {
+          lt::needs_examples()) {
+  require_prerequisites();
   cluster_flags cf(1, 3);
   temp_dir dir;
   auto flags = [&](int task) {
@@ -162,7 +197,8 @@ TEST_CASE("backup workers: 3 workers aggregate 2, one is killed mid-run, trainin
 
 TEST_CASE("the ps is killed and restarted: the chief restores the last checkpoint and training "
           "finishes, losing at most the steps since it" *
-          doctest::skip(skip_training)) {
+          lt::needs_examples()) {
+  require_prerequisites();
   cluster_flags cf(1, 1);
   temp_dir dir;
   const auto worker_flags = args(cf.task("worker", 0), common(dir, "2500"),
@@ -197,8 +233,8 @@ TEST_CASE("the ps is killed and restarted: the chief restores the last checkpoin
   CHECK(final_global_step(out) >= 2500);
 }
 
-TEST_CASE("a worker waiting for the chief outlives a restart of the ps" *
-          doctest::skip(skip_training)) {
+TEST_CASE("a worker waiting for the chief outlives a restart of the ps" * lt::needs_examples()) {
+  require_prerequisites();
   cluster_flags cf(1, 2);
   temp_dir dir;
   auto ps = std::make_unique<lt::child>(replica(), cf.task("ps", 0));
@@ -218,7 +254,8 @@ TEST_CASE("a worker waiting for the chief outlives a restart of the ps" *
 }
 
 TEST_CASE("sync replicas: a worker that loses the chief exits with a clear error, not a hang" *
-          doctest::skip(skip_training)) {
+          lt::needs_examples()) {
+  require_prerequisites();
   cluster_flags cf(1, 2);
   temp_dir dir;
   // The barrier timeout also bounds how long worker 1's first step may wait for the chief's

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <loom/loom.hpp>
+#include <loom/runtime/resource_manager.hpp> // the kernels' resource containers, used directly
 
 #include <algorithm>
 #include <cmath>

@@ -18,6 +18,7 @@
 #include <loom/graph/ops/transfer.hpp>
 #include <loom/kernels/gpu_backend.hpp>
 #include <loom/kernels/registry.hpp>
+#include <loom/runtime/interfaces.hpp>
 
 #include <algorithm>
 #include <condition_variable>
@@ -37,12 +38,6 @@
 #include <vector>
 
 namespace loom {
-
-struct run_request {
-  std::vector<node_id> fetches;
-  std::vector<node_id> targets;
-  std::vector<node_id> fed;
-};
 
 // How a step's _send and _recv nodes reach other tasks: implemented by the
 // worker service of a cluster task (runtime/rendezvous.hpp).

@@ -10,7 +10,8 @@
 #include <loom/placement/placer.hpp>
 #include <loom/runtime/partition.hpp>
 #include <loom/runtime/protocol.hpp>
-#include <loom/runtime/server.hpp>
+#include <loom/runtime/interfaces.hpp>
+#include <loom/runtime/task_server.hpp>
 
 #include <cereal/archives/portable_binary.hpp>
 
@@ -30,27 +31,6 @@
 
 namespace loom {
 
-struct cluster_session_options {
-  bool allow_soft_placement = false;
-  bool log_device_placement = false;
-  std::vector<std::string> device_filters{};
-  std::optional<std::string> token{};
-  // How long to wait for the target and the other tasks to come up.
-  std::chrono::milliseconds connect_timeout{30000};
-  // A step that takes longer fails with deadline_exceeded (0: no limit).
-  std::chrono::milliseconds step_timeout{0};
-  std::ostream* placement_log = &std::cerr;
-};
-
-// Where a session runs: a server's target() ("loom://host:port"). A type of
-// its own, not a bare string, so `session(g, {.intra_op_threads = 2})` stays
-// unambiguous.
-struct session_target {
-  std::string address;
-  session_target(std::string a) : address(std::move(a)) {}
-  session_target(const char* a) : address(a) {}
-};
-
 namespace detail {
 
 // "loom://host:port" (or "grpc://host:port", or "host:port") -> "host:port".
@@ -67,7 +47,7 @@ inline std::string target_address(const std::string& target) {
 
 } // namespace detail
 
-class cluster_master {
+class cluster_master final : public master_interface {
 public:
   cluster_master(std::string target, cluster_session_options o = {})
       : target_(std::move(target)), options_(std::move(o)) {
@@ -103,7 +83,7 @@ public:
   // holds the fetched ones. The other tasks' partitions start first; the
   // target's own, when the target serves in this process, then runs on this
   // thread, its feeds and fetches handed over in memory.
-  void run(const graph& g, const run_request& req, std::vector<any_tensor>& values) {
+  void run(const graph& g, const run_request& req, std::vector<any_tensor>& values) override {
     const std::shared_ptr<registered> reg = registration(g, req);
     const registered& r = *reg;
     std::uint64_t step;

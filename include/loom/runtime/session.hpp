@@ -1,6 +1,9 @@
 // A session runs a graph: in this process (TF's tf.Session() with no target),
 // or on a cluster through a server's target (tf.Session("grpc://...")), where
-// a master places, partitions and runs it across the tasks (runtime/master.hpp).
+// a master places, partitions and runs it across the tasks. Either way it runs
+// through a master_interface (runtime/interfaces.hpp): the local master
+// (runtime/local_master.hpp) or the cluster master (runtime/master.hpp), made
+// by the runtime linked into the program, so this header compiles neither.
 // Fetches are typed: an output<T, R> or expression comes back as tensor<T, R>,
 // an operation as nothing, several fetches as a tuple. Feeds are checked at
 // compile time (dtype, rank) and at run time (shape).
@@ -8,16 +11,10 @@
 
 #include <loom/graph/lower.hpp>
 #include <loom/graph/output.hpp>
-#include <loom/runtime/executor.hpp>
-#include <loom/runtime/master.hpp>
-#include <loom/runtime/resource_manager.hpp>
+#include <loom/runtime/interfaces.hpp>
 
 #include <algorithm>
-#include <map>
 #include <memory>
-#include <ostream>
-#include <set>
-#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -60,57 +57,29 @@ template <class... F> fetch_list<std::remove_cvref_t<F>...> fetches(F&&... f) {
   return {{std::forward<F>(f)...}};
 }
 
-struct session_options {
-  // Threads of the intra-op pool; 0 means one per hardware thread.
-  int intra_op_threads = 0;
-  // Run fusable elementwise regions as their primitive ops, as a process
-  // without the regions' instantiations does (for tests and comparisons).
-  bool disable_fusion = false;
-  // TF's ConfigProto options over this process's devices,
-  // /job:localhost/replica:0/task:0/device:CPU:0 and, where a GPU backend is
-  // linked in (loom/cuda/backend.hpp) and finds GPUs, .../device:GPU:i. A node
-  // whose device request names another device (a GPU this process lacks, a ps
-  // task), or a GPU for an op without a GPU kernel, fails the run naming it and
-  // the available devices, unless allow_soft_placement runs it on the CPU and
-  // says so on placement_log. A node without a request runs on the CPU.
-  bool allow_soft_placement = false;
-  bool log_device_placement = false;
-  std::ostream* placement_log = &std::cerr;
-};
-
 class session {
 public:
   explicit session(graph g, session_options o = {})
-      : graph_(std::move(g)), resources_(std::make_shared<resource_manager>()), pool_(threads(o)),
-        device_(&pool_, threads(o)), allow_fusion_(!o.disable_fusion) {
-    placement_.allow_soft_placement = o.allow_soft_placement;
-    placement_.log_device_placement = o.log_device_placement;
-    placement_.default_device = local_cpu;
-    placement_.has_kernel = [](std::string_view op, dtype, std::string_view device_type) {
-      return placeable_on(op, device_type);
-    };
-    placement_log_ = o.placement_log;
-  }
+      : graph_(std::move(g)), master_(runtime_factory::linked().local_master(o)) {}
 
   // A session on a cluster: `target` is a server's target() ("loom://host:port").
   // Variables live in the tasks' resource containers, shared with every other
   // session on the cluster.
   session(graph g, const session_target& target, cluster_session_options o = {})
-      : graph_(std::move(g)), resources_(std::make_shared<resource_manager>()), pool_(1),
-        device_(&pool_, 1),
-        master_(std::make_unique<cluster_master>(target.address, std::move(o))) {}
+      : graph_(std::move(g)),
+        master_(runtime_factory::linked().cluster_master(target.address, std::move(o))) {}
 
   // Clears the named resource containers (all when empty) on every task of the
   // cluster behind `target` (TF's tf.Session.reset).
   static void reset(const std::string& target, const std::vector<std::string>& containers = {}) {
-    cluster_master(target).reset(containers);
+    runtime_factory::linked().reset(target, containers);
   }
 
   // Tells every task of the cluster behind `target` (only those of `jobs`,
   // when given) to stop serving: their servers' join() return.
   static void shutdown_cluster(const std::string& target,
                                const std::vector<std::string>& jobs = {}) {
-    cluster_master(target).shutdown_cluster(jobs);
+    runtime_factory::linked().shutdown_cluster(target, jobs);
   }
 
   session(const session&) = delete;
@@ -155,16 +124,8 @@ public:
   }
 
   const graph& graph_ref() const noexcept { return graph_; }
-  resource_manager& resources() noexcept { return *resources_; }
-  const cpu_device& device() const noexcept { return device_; }
 
 private:
-  static int threads(const session_options& o) {
-    if (o.intra_op_threads > 0)
-      return o.intra_op_threads;
-    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  }
-
   template <class F> auto resolve_all(const F& fetch) {
     if constexpr (requires { fetch.items; }) {
       auto resolved =
@@ -240,10 +201,7 @@ private:
         add_feed(id, v);
 
     std::sort(req.fed.begin(), req.fed.end());
-    if (master_)
-      master_->run(graph_, req, values);
-    else
-      plan_for(req).run(graph_, values, device_, *resources_);
+    master_->run(graph_, req, values);
     return values;
   }
 
@@ -258,52 +216,8 @@ private:
                                    " is incompatible with the node's shape " + n.shape.to_string());
   }
 
-  const plan& plan_for(const run_request& req) {
-    if (graph_.version() != planned_version_) { // plans of an older graph are stale
-      plans_.clear();
-      planned_version_ = graph_.version();
-    }
-    std::string key = std::to_string(graph_.version()) + "|";
-    for (auto v : {&req.fetches, &req.targets, &req.fed}) {
-      for (node_id id : *v)
-        key += std::to_string(id) + ",";
-      key += "|";
-    }
-    auto it = plans_.find(key);
-    if (it == plans_.end())
-      it = plans_.emplace(key, std::make_unique<plan>(graph_, req, allow_fusion_, place_nodes(req)))
-               .first;
-    return *it->second;
-  }
-
-  static constexpr const char* local_cpu = "/job:localhost/replica:0/task:0/device:CPU:0";
-
-  // Places the nodes a request runs on this process's devices (the placer's
-  // rules and messages, as on a cluster): each node id's location.
-  std::vector<memory_location> place_nodes(const run_request& req) const {
-    std::set<node_id> ref_only;
-    std::vector<node_def> nodes = nodes_to_place(graph_, req, ref_only);
-    std::vector<device_spec> devices{device_spec::from_string(local_cpu)};
-    for (int i = 0, n = gpu_count(); i < n; ++i)
-      devices.push_back(device_spec::from_string("/job:localhost/replica:0/task:0/device:GPU:" +
-                                                 std::to_string(i)));
-    place(nodes, devices, placement_, *placement_log_);
-    std::vector<memory_location> placed(graph_.size());
-    for (const node_def& n : nodes)
-      placed[static_cast<std::size_t>(n.id)] = location_of(n);
-    return placed;
-  }
-
   graph graph_;
-  std::shared_ptr<resource_manager> resources_;
-  Eigen::ThreadPool pool_;
-  cpu_device device_;
-  std::map<std::string, std::unique_ptr<plan>> plans_;
-  std::uint64_t planned_version_ = 0;
-  std::unique_ptr<cluster_master> master_; // set for a session on a cluster
-  bool allow_fusion_ = true;
-  placer_options placement_; // a local session's
-  std::ostream* placement_log_ = &std::cerr;
+  std::unique_ptr<master_interface> master_;
 };
 
 } // namespace loom

@@ -1,0 +1,158 @@
+// The runtime's seams, as TensorFlow's distributed runtime has them: a session
+// runs steps through a master (MasterInterface: a local one in its own
+// process, or the cluster master that partitions the graph over a cluster's
+// tasks), and a program serves a cluster task through a server
+// (ServerInterface). The API (loom::session, loom::server) holds these
+// interfaces only; their implementations (runtime/local_master.hpp,
+// runtime/master.hpp, runtime/task_server.hpp: the executor, the placer, the
+// message layer, Asio) are compiled once per program and reached through the
+// runtime_factory they register, as TF's SessionFactory and ServerFactory are.
+// So a unit that builds and runs graphs never compiles the runtime itself.
+#pragma once
+
+#include <loom/cluster/cluster_spec.hpp>
+#include <loom/core/error.hpp>
+#include <loom/core/tensor.hpp>
+#include <loom/graph/graph.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace loom {
+
+class resource_manager;
+
+// What one step computes: the nodes whose values it returns, the nodes it only
+// runs, and the nodes whose values the caller feeds.
+struct run_request {
+  std::vector<node_id> fetches;
+  std::vector<node_id> targets;
+  std::vector<node_id> fed;
+};
+
+struct session_options {
+  // Threads of the intra-op pool; 0 means one per hardware thread.
+  int intra_op_threads = 0;
+  // Run fusable elementwise regions as their primitive ops, as a process
+  // without the regions' instantiations does (for tests and comparisons).
+  bool disable_fusion = false;
+  // TF's ConfigProto options over this process's devices,
+  // /job:localhost/replica:0/task:0/device:CPU:0 and, where a GPU backend is
+  // linked in (loom/cuda/backend.hpp) and finds GPUs, .../device:GPU:i. A node
+  // whose device request names another device (a GPU this process lacks, a ps
+  // task), or a GPU for an op without a GPU kernel, fails the run naming it and
+  // the available devices, unless allow_soft_placement runs it on the CPU and
+  // says so on placement_log. A node without a request runs on the CPU.
+  bool allow_soft_placement = false;
+  bool log_device_placement = false;
+  std::ostream* placement_log = &std::cerr;
+};
+
+struct cluster_session_options {
+  bool allow_soft_placement = false;
+  bool log_device_placement = false;
+  std::vector<std::string> device_filters{};
+  std::optional<std::string> token{};
+  // How long to wait for the target and the other tasks to come up.
+  std::chrono::milliseconds connect_timeout{30000};
+  // A step that takes longer fails with deadline_exceeded (0: no limit).
+  std::chrono::milliseconds step_timeout{0};
+  std::ostream* placement_log = &std::cerr;
+};
+
+// Where a session runs: a server's target() ("loom://host:port"). A type of
+// its own, not a bare string, so `session(g, {.intra_op_threads = 2})` stays
+// unambiguous.
+struct session_target {
+  std::string address;
+  session_target(std::string a) : address(std::move(a)) {}
+  session_target(const char* a) : address(a) {}
+};
+
+struct server_options {
+  // The cluster token; nullopt: LOOM_CLUSTER_TOKEN or LOOM_CLUSTER_TOKEN_FILE.
+  std::optional<std::string> token{};
+  // Serve beyond loopback without a token (also LOOM_ALLOW_INSECURE=1).
+  bool allow_insecure = false;
+  // Threads of the intra-op pool that kernels use; 0: one per hardware thread.
+  int intra_op_threads = 0;
+  // Where the task's log lines go; empty: stderr.
+  std::function<void(std::string_view)> log{};
+};
+
+// Runs a session's steps (TF's MasterInterface, with the master session it
+// creates folded in: one per loom::session).
+class master_interface {
+public:
+  virtual ~master_interface() = default;
+  // Runs `req` on `g`. `values` has one slot per node of g; the fed ones hold
+  // their values, and the fetched ones hold theirs afterwards.
+  virtual void run(const graph& g, const run_request& req, std::vector<any_tensor>& values) = 0;
+};
+
+// A cluster task serving (TF's ServerInterface); loom::server holds one.
+class server_interface {
+public:
+  // What this task received from other tasks' _sends: messages, and the
+  // tensors (control edges included) in them.
+  struct transfer_counts {
+    std::uint64_t messages = 0, tensors = 0;
+  };
+
+  virtual ~server_interface() = default;
+  virtual std::string target() const = 0;
+  virtual const cluster_spec& cluster() const noexcept = 0;
+  virtual const std::string& job_name() const noexcept = 0;
+  virtual int task_index() const noexcept = 0;
+  virtual resource_manager& resources() noexcept = 0;
+  virtual std::size_t registered_graphs() = 0;
+  virtual transfer_counts received() const noexcept = 0;
+  virtual void join() = 0;
+  virtual void stop() = 0;
+};
+
+// Makes the runtime's masters and servers, and carries the calls a client
+// makes of a whole cluster. One is registered per program by the runtime's
+// implementation (runtime/linked_runtime.hpp), which loom::kernels compiles.
+class runtime_factory {
+public:
+  virtual ~runtime_factory() = default;
+  virtual std::unique_ptr<master_interface> local_master(const session_options& o) = 0;
+  virtual std::unique_ptr<master_interface> cluster_master(const std::string& target,
+                                                           cluster_session_options o) = 0;
+  virtual std::unique_ptr<server_interface> server(cluster_spec cluster, std::string job,
+                                                   int task, server_options o) = 0;
+  virtual void reset(const std::string& target, const std::vector<std::string>& containers) = 0;
+  virtual void shutdown_cluster(const std::string& target,
+                                const std::vector<std::string>& jobs) = 0;
+
+  // The registered factory; an error saying how to link one where none is.
+  static runtime_factory& linked() {
+    if (runtime_factory* f = slot())
+      return *f;
+    throw failed_precondition_error(
+        "loom: this program has no runtime linked in (the executor, master and server that run "
+        "graphs): link its target with the CMake target loom::kernels, or include "
+        "<loom/loom.hpp> in one of its units when building without loom::kernels");
+  }
+  // Called by the implementation once, before main().
+  static bool install(runtime_factory& f) noexcept {
+    slot() = &f;
+    return true;
+  }
+
+private:
+  static runtime_factory*& slot() noexcept {
+    static runtime_factory* f = nullptr;
+    return f;
+  }
+};
+
+} // namespace loom

@@ -1,0 +1,94 @@
+// The master of a session without a target (TF's DirectSession): it places the
+// nodes a request needs on this process's devices, compiles the request into a
+// plan once per graph version, and runs the plan on its own thread pool over
+// its own resource containers.
+#pragma once
+
+#include <loom/placement/placer.hpp>
+#include <loom/runtime/executor.hpp>
+#include <loom/runtime/partition.hpp>
+#include <loom/runtime/interfaces.hpp>
+#include <loom/runtime/resource_manager.hpp>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace loom {
+
+class local_master final : public master_interface {
+public:
+  explicit local_master(const session_options& o)
+      : pool_(threads(o)), device_(&pool_, threads(o)), allow_fusion_(!o.disable_fusion),
+        placement_log_(o.placement_log) {
+    placement_.allow_soft_placement = o.allow_soft_placement;
+    placement_.log_device_placement = o.log_device_placement;
+    placement_.default_device = local_cpu;
+    placement_.has_kernel = [](std::string_view op, dtype, std::string_view device_type) {
+      return placeable_on(op, device_type);
+    };
+  }
+
+  void run(const graph& g, const run_request& req, std::vector<any_tensor>& values) override {
+    plan_for(g, req).run(g, values, device_, resources_);
+  }
+
+private:
+  static constexpr const char* local_cpu = "/job:localhost/replica:0/task:0/device:CPU:0";
+
+  static int threads(const session_options& o) {
+    if (o.intra_op_threads > 0)
+      return o.intra_op_threads;
+    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  }
+
+  const plan& plan_for(const graph& g, const run_request& req) {
+    if (g.version() != planned_version_) { // plans of an older graph are stale
+      plans_.clear();
+      planned_version_ = g.version();
+    }
+    std::string key = std::to_string(g.version()) + "|";
+    for (auto v : {&req.fetches, &req.targets, &req.fed}) {
+      for (node_id id : *v)
+        key += std::to_string(id) + ",";
+      key += "|";
+    }
+    auto it = plans_.find(key);
+    if (it == plans_.end())
+      it = plans_.emplace(key, std::make_unique<plan>(g, req, allow_fusion_, place_nodes(g, req)))
+               .first;
+    return *it->second;
+  }
+
+  // Places the nodes a request runs on this process's devices (the placer's
+  // rules and messages, as on a cluster): each node id's location.
+  std::vector<memory_location> place_nodes(const graph& g, const run_request& req) const {
+    std::set<node_id> ref_only;
+    std::vector<node_def> nodes = nodes_to_place(g, req, ref_only);
+    std::vector<device_spec> devices{device_spec::from_string(local_cpu)};
+    for (int i = 0, n = gpu_count(); i < n; ++i)
+      devices.push_back(device_spec::from_string("/job:localhost/replica:0/task:0/device:GPU:" +
+                                                 std::to_string(i)));
+    place(nodes, devices, placement_, *placement_log_);
+    std::vector<memory_location> placed(g.size());
+    for (const node_def& n : nodes)
+      placed[static_cast<std::size_t>(n.id)] = location_of(n);
+    return placed;
+  }
+
+  resource_manager resources_;
+  Eigen::ThreadPool pool_;
+  cpu_device device_;
+  std::map<std::string, std::unique_ptr<plan>> plans_;
+  std::uint64_t planned_version_ = 0;
+  bool allow_fusion_ = true;
+  placer_options placement_;
+  std::ostream* placement_log_ = &std::cerr;
+};
+
+} // namespace loom

@@ -1,0 +1,861 @@
+// A task of a cluster serving (TF's GrpcServer, behind loom::server): it hosts
+// the task's resource containers (its variables, shared by every session and
+// client that reaches it), registers and runs graph partitions for masters,
+// and moves tensors to the other tasks.
+#pragma once
+
+#include <loom/cluster/cluster_spec.hpp>
+#include <loom/graph/serialize.hpp>
+#include <loom/net/rpc.hpp>
+#include <loom/runtime/executor.hpp>
+#include <loom/runtime/interfaces.hpp>
+#include <loom/runtime/protocol.hpp>
+#include <loom/runtime/rendezvous.hpp>
+#include <loom/runtime/resource_manager.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace loom {
+
+namespace detail {
+
+// "/job:ps/replica:0/task:1" for (ps, 1): how tasks are named in device
+// strings, partitions and messages.
+inline std::string task_name(const std::string& job, int task) {
+  return "/job:" + job + "/replica:0/task:" + std::to_string(task);
+}
+
+inline int intra_op_threads(int requested) {
+  if (requested > 0)
+    return requested;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+// Channels from this task to the others, opened on first use.
+class peer_channels {
+public:
+  peer_channels(cluster_spec cluster, std::optional<std::string> token, net::log_fn log)
+      : cluster_(std::move(cluster)), token_(std::move(token)), log_(std::move(log)) {}
+
+  net::channel& to(const std::string& task) {
+    std::lock_guard lock(mu_);
+    auto it = channels_.find(task);
+    if (it != channels_.end())
+      return *it->second;
+    const device_spec d = device_spec::from_string(task);
+    if (!d.job() || !d.task())
+      throw invalid_argument_error("no task named '" + task + "' in the cluster");
+    net::channel_options o;
+    o.peer_name = *d.job() + " task " + std::to_string(*d.task());
+    o.token = token_;
+    o.log = log_;
+    auto ch = std::make_unique<net::channel>(cluster_.task_address(*d.job(), *d.task()), o);
+    return *channels_.emplace(task, std::move(ch)).first->second;
+  }
+
+  void stop() {
+    std::lock_guard lock(mu_);
+    for (auto& [name, ch] : channels_)
+      ch->stop();
+  }
+
+private:
+  cluster_spec cluster_;
+  std::optional<std::string> token_;
+  net::log_fn log_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<net::channel>> channels_;
+};
+
+// The tasks served in this process, by their servers' instance ids. A session
+// whose target is one of them runs that task's partitions on its own thread,
+// feeds and fetches handed over without a socket (TF's LocalMaster): the
+// worker of a between-graph replica does not send its batch to itself.
+class in_process_tasks {
+public:
+  // Runs one step of a registered partition on the calling thread.
+  using run_fn = std::function<std::vector<any_tensor>(
+      std::uint64_t handle, std::uint64_t step, std::vector<any_tensor> feeds,
+      std::chrono::milliseconds timeout, const std::function<bool()>& others_failed)>;
+  // A task's entry: `run` is empty once its server stopped; a run in flight
+  // holds `mu` shared, so the server outlives it.
+  struct entry {
+    std::shared_mutex mu;
+    run_fn run;
+  };
+
+  static in_process_tasks& instance() {
+    static in_process_tasks tasks;
+    return tasks;
+  }
+
+  std::shared_ptr<entry> add(std::uint64_t instance, run_fn run) {
+    auto e = std::make_shared<entry>();
+    e->run = std::move(run);
+    std::lock_guard lock(mu_);
+    entries_[instance] = e;
+    return e;
+  }
+  // Stops runs reaching the task: waits for the runs in flight.
+  void remove(std::uint64_t instance, entry& e) {
+    {
+      std::lock_guard lock(mu_);
+      entries_.erase(instance);
+    }
+    std::unique_lock lock(e.mu);
+    e.run = nullptr;
+  }
+  std::shared_ptr<entry> find(std::uint64_t instance) {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(instance);
+    return it == entries_.end() ? nullptr : it->second;
+  }
+
+private:
+  std::mutex mu_;
+  std::map<std::uint64_t, std::shared_ptr<entry>> entries_;
+};
+
+// Threads for what may wait and must not wait on an io thread: steps with
+// blocking kernels, sends that must connect first, the ends of steps whose
+// sends are not yet acknowledged. A job never waits for a free thread (it
+// could be waiting for a job queued behind it): one is started whenever none
+// is idle, and idle ones are reused.
+class step_runners {
+public:
+  step_runners() = default;
+  step_runners(const step_runners&) = delete;
+  step_runners& operator=(const step_runners&) = delete;
+  ~step_runners() { stop(); }
+
+  // False once stopped.
+  bool submit(std::function<void()> fn) {
+    std::lock_guard lock(mu_);
+    if (stopping_)
+      return false;
+    queue_.push_back(std::move(fn));
+    if (idle_ == 0)
+      threads_.emplace_back([this] { loop(); });
+    else
+      cv_.notify_one();
+    return true;
+  }
+
+  // Runs what is queued, then joins every thread.
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable())
+        t.join();
+  }
+
+private:
+  void loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      ++idle_;
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      --idle_;
+      if (queue_.empty())
+        return; // stopping
+      auto fn = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  std::vector<std::thread> threads_;
+  int idle_ = 0;
+  bool stopping_ = false;
+};
+
+// The rendezvous of one step on one task: _recv waits in the task's table,
+// _send pushes its value to the destination task's table. Sends are held
+// until the executor flushes, then go as one message per destination task:
+// the ps's reads of a step's weights reach a worker in one message, and wake
+// it once.
+//
+// A step may run on an io thread (plan::start), which must never wait for the
+// network: what it waits for may need that very thread (a peer in this
+// process answering a connection's handshake, or acknowledging a send). So a
+// send to a task not yet connected is issued by a runner thread, which
+// connects first, and sends_delivered() says without waiting whether the end
+// of the step can wait for the acknowledgements here.
+class step_transfers final : public step_rendezvous, private step_cancellation {
+public:
+  step_transfers(rendezvous_table& table, peer_channels& peers, step_runners& runners,
+                 std::uint64_t step)
+      : table_(table), peers_(peers), runners_(runners), step_(step) {}
+
+  void send(const node_def& n, const any_tensor& value) override {
+    const auto& dst = n.attr<std::string>("dst_task");
+    auto it =
+        std::find_if(held_.begin(), held_.end(), [&](const held_sends& h) { return h.dst == dst; });
+    if (it == held_.end()) {
+      held_.push_back({dst, {step_, {}, {}, {}}, {}});
+      it = std::prev(held_.end());
+    }
+    const bool carries = !n.attr_or<bool>("control", false) && !value.empty();
+    it->message.keys.push_back(n.attr<std::string>("key"));
+    it->message.carries_value.push_back(carries ? 1 : 0);
+    if (carries)
+      it->payload.push_back(value);
+  }
+
+  void recv(const node_def& n, recv_done done) override {
+    table_.recv(step_, n.attr<std::string>("key"), std::move(done));
+  }
+
+  void flush() override {
+    for (auto& h : held_) {
+      h.message.strings = protocol::string_values::take(h.payload);
+      net::channel& ch = peers_.to(h.dst);
+      if (ch.connected()) {
+        sends_.push_back(
+            ch.call_async(protocol::rendezvous_put, std::move(h.message), std::move(h.payload)));
+        continue;
+      }
+      auto issued = std::make_shared<std::promise<net::call_handle>>();
+      deferred_.push_back(issued->get_future());
+      const bool submitted =
+          runners_.submit([&ch, issued, m = std::move(h.message), p = std::move(h.payload)] {
+            try {
+              issued->set_value(ch.call_async(protocol::rendezvous_put, m, p));
+            } catch (...) {
+              issued->set_exception(std::current_exception());
+            }
+          });
+      if (!submitted)
+        issued->set_exception(std::make_exception_ptr(
+            unavailable_error("the task is stopping: a tensor for " + h.dst + " was not sent")));
+    }
+    held_.clear();
+  }
+
+  step_cancellation* cancellation() noexcept override { return this; }
+
+  // True when every value sent in this step was delivered (or failed to be):
+  // wait_sent() would not wait. Reads what has arrived; never waits.
+  bool sends_delivered() {
+    for (auto& d : deferred_)
+      if (d.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+        return false;
+    return std::all_of(sends_.begin(), sends_.end(), [](net::call_handle& s) { return s.done(); });
+  }
+  // Waits until every value sent in this step was delivered; throws the first failure.
+  void wait_sent() {
+    for (auto& d : deferred_)
+      sends_.push_back(d.get());
+    deferred_.clear();
+    for (auto& s : sends_)
+      s.get();
+    sends_.clear();
+  }
+  void cancel_sends() noexcept {
+    held_.clear();
+    deferred_.clear(); // a runner still sends them: the receiver drops an aborted step's values
+    for (auto& s : sends_) {
+      try {
+        s.cancel();
+      } catch (...) {
+      }
+    }
+    sends_.clear();
+  }
+
+private:
+  std::uint64_t on_abort(callback fn) override { return table_.on_abort(step_, std::move(fn)); }
+  void forget(std::uint64_t id) override { table_.forget(id); }
+
+  struct held_sends {
+    std::string dst;
+    protocol::rendezvous_put_request message;
+    std::vector<any_tensor> payload;
+  };
+
+  rendezvous_table& table_;
+  peer_channels& peers_;
+  step_runners& runners_;
+  std::uint64_t step_;
+  std::vector<held_sends> held_; // by destination, until flush()
+  std::vector<net::call_handle> sends_;
+  std::vector<std::future<net::call_handle>> deferred_; // issued by a runner thread
+};
+
+} // namespace detail
+
+class task_server final : public server_interface {
+public:
+  // Serves task `task` of job `job` at its address in `cluster` at once.
+  // Throws unavailable_error (the port is taken, the host cannot be bound),
+  // not_found_error (no such job or task) or failed_precondition_error (an
+  // address beyond loopback without a token), each naming the task.
+  task_server(cluster_spec cluster, std::string job, int task, server_options o = {})
+      : job_(std::move(job)), task_(task), options_(std::move(o)),
+        pool_(detail::intra_op_threads(options_.intra_op_threads)),
+        device_(&pool_, detail::intra_op_threads(options_.intra_op_threads)) {
+    const std::string& address = cluster.task_address(job_, task_);
+    host_port hp = parse_host_port(address);
+    net::server_options so;
+    so.host = hp.host;
+    so.port = hp.port;
+    so.token = options_.token;
+    so.allow_insecure = options_.allow_insecure;
+    so.log = options_.log;
+    so.threads = 2;
+    try {
+      rpc_ = std::make_unique<net::rpc_server>(so);
+    } catch (const error& e) {
+      net::throw_error(e.code(),
+                       "cannot serve " + describe() + " at " + address + ": " + e.message());
+    }
+    if (hp.port == 0) { // the OS chose: the cluster learns the real port
+      auto def = protocol::cluster_def::of(cluster);
+      def.jobs[job_][task_] = (address.front() == '[' ? "[" + hp.host + "]" : hp.host) + ":" +
+                              std::to_string(rpc_->port());
+      cluster = def.spec();
+    }
+    cluster_ = std::move(cluster);
+    peers_ = std::make_unique<detail::peer_channels>(cluster_, options_.token, options_.log);
+    std::random_device rd;
+    instance_ = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+    in_process_ = detail::in_process_tasks::instance().add(
+        instance_,
+        [this](std::uint64_t handle, std::uint64_t step, std::vector<any_tensor> feeds,
+               std::chrono::milliseconds timeout, const std::function<bool()>& others_failed) {
+          return run_in_process(handle, step, std::move(feeds), timeout, others_failed);
+        });
+    install_handlers();
+  }
+
+  task_server(const task_server&) = delete;
+  task_server& operator=(const task_server&) = delete;
+  ~task_server() override { stop(); }
+
+  // What a session connects to: "loom://host:port".
+  std::string target() const override { return "loom://" + cluster_.task_address(job_, task_); }
+  const cluster_spec& cluster() const noexcept override { return cluster_; }
+  const std::string& job_name() const noexcept override { return job_; }
+  int task_index() const noexcept override { return task_; }
+  resource_manager& resources() noexcept override { return resources_; }
+
+  // Graph partitions sessions have registered here and not deregistered.
+  std::size_t registered_graphs() override {
+    std::lock_guard lock(mu_);
+    return partitions_.size();
+  }
+
+  transfer_counts received() const noexcept override {
+    return {received_messages_.load(std::memory_order_relaxed),
+            received_tensors_.load(std::memory_order_relaxed)};
+  }
+
+  // Blocks until the cluster is shut down (a client's shutdown call) or
+  // stop() is called, then stops serving.
+  void join() override {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_; });
+    }
+    stop();
+  }
+
+  // Stops serving: steps in flight fail, join() returns. Idempotent.
+  void stop() override {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    std::call_once(stopped_, [&] {
+      std::thread watchdog;
+      {
+        std::lock_guard lock(mu_);
+        watchdog.swap(watchdog_);
+      }
+      if (watchdog.joinable())
+        watchdog.join();
+      if (rpc_)
+        rpc_->stop();
+      table_.close(describe() + " stopped");
+      if (peers_)
+        peers_->stop();
+      if (in_process_) // after the table closed: runs in flight end
+        detail::in_process_tasks::instance().remove(instance_, *in_process_);
+      runners_.stop();
+    });
+  }
+
+private:
+  using clock = std::chrono::steady_clock;
+
+  // A step that waits for tensors from other tasks, watched so that it cannot
+  // wait forever: when its deadline passes or `alive` turns false (the client's
+  // connection closed; for a client in this process, another task's part of
+  // the step failed), the step is aborted here, which fails its recvs.
+  struct watched_step {
+    clock::time_point deadline;
+    std::function<bool()> alive; // called under mu_
+    std::string lost;            // why the step ends when alive() is false
+  };
+
+  void watch_step(std::uint64_t step, clock::time_point deadline, std::function<bool()> alive,
+                  std::string lost) {
+    std::lock_guard lock(mu_);
+    watched_.insert_or_assign(step, watched_step{deadline, std::move(alive), std::move(lost)});
+    if (!watchdog_.joinable() && !stopping_)
+      watchdog_ = std::thread([this] { watch_steps(); });
+  }
+
+  void unwatch_step(std::uint64_t step) {
+    std::lock_guard lock(mu_);
+    watched_.erase(step);
+  }
+
+  // Checks the watched steps every 200 ms: a closed connection gives no event
+  // of its own, and a deadline is a timer anyway.
+  void watch_steps() {
+    std::unique_lock lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; })) {
+      std::vector<std::pair<std::uint64_t, std::string>> expired;
+      const auto now = clock::now();
+      for (auto it = watched_.begin(); it != watched_.end();) {
+        if (now >= it->second.deadline)
+          expired.emplace_back(it->first, "the step's deadline passed");
+        else if (!it->second.alive())
+          expired.emplace_back(it->first, it->second.lost);
+        else {
+          ++it;
+          continue;
+        }
+        it = watched_.erase(it);
+      }
+      lock.unlock();
+      for (auto& [step, why] : expired)
+        table_.abort(step, describe() + ": " + why);
+      lock.lock();
+    }
+  }
+
+  struct partition {
+    graph g;
+    std::unique_ptr<plan> p;
+    std::vector<node_id> fetches, fed;
+    bool may_wait = false;       // has a _recv or a blocking kernel
+    std::set<std::string> peers; // tasks it sends to or receives from
+  };
+
+  std::string describe() const { return detail::task_name(job_, task_); }
+
+  static host_port parse_host_port(const std::string& address) {
+    const auto colon = address.rfind(':');
+    host_port hp;
+    hp.host = address.substr(0, colon);
+    if (hp.host.size() >= 2 && hp.host.front() == '[')
+      hp.host = hp.host.substr(1, hp.host.size() - 2);
+    hp.port = static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1)));
+    return hp;
+  }
+
+  void install_handlers() {
+    rpc_->handle(protocol::cluster_info, [this](net::request, net::responder r) {
+      r.reply(protocol::cluster_info_reply{protocol::cluster_def::of(cluster_), job_, task_,
+                                           instance_, gpu_count()});
+    });
+    rpc_->handle(protocol::register_graph, [this](net::request req, net::responder r) {
+      auto m = req.metadata<protocol::register_graph_request>();
+      auto part = std::make_shared<partition>();
+      part->g = deserialize_graph(m.graph);
+      run_request rr;
+      rr.fetches.assign(m.fetches.begin(), m.fetches.end());
+      rr.fed.assign(m.fed.begin(), m.fed.end());
+      rr.targets.assign(m.targets.begin(), m.targets.end());
+      part->p = std::make_unique<plan>(part->g, rr);
+      part->fetches = rr.fetches;
+      part->fed = rr.fed;
+      for (const auto& s : part->p->steps()) {
+        const node_def& n = part->g.node(s.id);
+        part->may_wait =
+            part->may_wait || s.k == plan::step::kind::recv ||
+            (s.k == plan::step::kind::kernel && op_registry::instance().find(n.op).blocking);
+        if (s.k == plan::step::kind::recv)
+          part->peers.insert(n.attr<std::string>("src_task"));
+        else if (s.k == plan::step::kind::send)
+          part->peers.insert(n.attr<std::string>("dst_task"));
+      }
+      std::uint64_t handle;
+      {
+        std::lock_guard lock(mu_);
+        handle = ++next_handle_;
+        partitions_.emplace(handle, std::move(part));
+      }
+      r.reply(protocol::register_graph_reply{handle});
+    });
+    rpc_->handle(protocol::deregister_graph, [this](net::request req, net::responder r) {
+      auto m = req.metadata<protocol::deregister_graph_request>();
+      std::lock_guard lock(mu_);
+      partitions_.erase(m.handle);
+      r.reply();
+    });
+    rpc_->handle(protocol::run_graph, [this](net::request req, net::responder r) {
+      auto m = req.metadata<protocol::run_graph_request>();
+      std::move(m.strings).restore(req.payloads());
+      std::shared_ptr<partition> part = find_partition(m.handle, req.payloads().size());
+      const auto timeout = req.timeout();
+      const auto deadline = timeout.count() > 0 ? clock::now() + timeout : clock::time_point::max();
+      // A partition without blocking kernels runs here until it waits for a
+      // tensor, and goes on on the io thread that receives it (start()).
+      if (!part->p->blocks()) {
+        auto responder = std::make_shared<net::responder>(std::move(r));
+        const bool watched = part->may_wait;
+        if (watched)
+          watch_step(
+              m.step_id, deadline, [responder] { return responder->peer_connected(); },
+              "the client that started the step disconnected");
+        auto transfers =
+            std::make_shared<detail::step_transfers>(table_, *peers_, runners_, m.step_id);
+        start(*part, std::move(req.payloads()), *transfers,
+              [this, part, transfers, responder, watched, step = m.step_id](plan_end end) {
+                // Ending waits for the sends' acknowledgements: where it would,
+                // on a runner thread, not on the io thread that may be here.
+                const bool here = end.error || transfers->sends_delivered();
+                std::function<void()> answer = [this, part, transfers, responder, watched, step,
+                                                end = std::move(end)]() mutable {
+                  std::vector<any_tensor> out;
+                  std::exception_ptr error;
+                  try {
+                    out = end_started(*part, step, *transfers, end);
+                  } catch (...) {
+                    error = std::current_exception();
+                  }
+                  if (watched)
+                    unwatch_step(step);
+                  reply(*responder, std::move(out), error);
+                };
+                if (here || !runners_.submit(answer))
+                  answer();
+              });
+        return;
+      }
+      // One with blocking kernels must not wait on an io thread: what it waits
+      // for arrives on them.
+      // std::function needs a copyable callable: the responder moves into a shared_ptr.
+      auto job = std::make_shared<std::tuple<std::vector<any_tensor>, net::responder>>(
+          std::move(req.payloads()), std::move(r));
+      watch_step(
+          m.step_id, deadline, [job] { return std::get<1>(*job).peer_connected(); },
+          "the client that started the step disconnected");
+      if (!runners_.submit([this, part, step = m.step_id, job] {
+            run_partition(*part, step, std::move(std::get<0>(*job)), std::get<1>(*job));
+            unwatch_step(step);
+          })) {
+        unwatch_step(m.step_id);
+        throw unavailable_error(describe() + " is shutting down");
+      }
+    });
+    rpc_->handle(protocol::rendezvous_put, [this](net::request req, net::responder r) {
+      auto m = req.metadata<protocol::rendezvous_put_request>();
+      std::move(m.strings).restore(req.payloads());
+      std::vector<any_tensor>& values = req.payloads();
+      const auto carried = std::count(m.carries_value.begin(), m.carries_value.end(), 1);
+      if (m.carries_value.size() != m.keys.size() ||
+          static_cast<std::size_t>(carried) != values.size())
+        throw data_loss_error(describe() + ": a rendezvous message of step " +
+                              std::to_string(m.step_id) + " has " + std::to_string(m.keys.size()) +
+                              " keys, " + std::to_string(carried) + " of them with values, and " +
+                              std::to_string(values.size()) + " values");
+      received_messages_.fetch_add(1, std::memory_order_relaxed);
+      received_tensors_.fetch_add(m.keys.size(), std::memory_order_relaxed);
+      // Acknowledged first: a put may run the rest of a step here (start()),
+      // and the sender need not wait for that.
+      r.reply();
+      std::size_t next = 0;
+      try {
+        for (std::size_t i = 0; i < m.keys.size(); ++i)
+          table_.put(m.step_id, m.keys[i],
+                     m.carries_value[i] ? std::move(values[next++]) : any_tensor{});
+      } catch (const error& e) { // a second value for a key: the step cannot go on
+        table_.abort(m.step_id, describe() + ": " + e.message());
+      }
+    });
+    rpc_->handle(protocol::abort_step, [this](net::request req, net::responder r) {
+      auto m = req.metadata<protocol::abort_step_request>();
+      table_.abort(m.step_id, m.reason);
+      r.reply();
+    });
+    rpc_->handle(protocol::reset, [this](net::request req, net::responder r) {
+      resources_.reset(req.metadata<protocol::reset_request>().containers);
+      r.reply();
+    });
+    rpc_->handle(protocol::shutdown, [this](net::request req, net::responder r) {
+      // Said, so that a task that stops serving always tells who stopped it.
+      net::log_line(options_.log, describe() + ": shutting down, as " + req.peer() + " asked");
+      r.reply();
+      {
+        std::lock_guard lock(mu_);
+        stopping_ = true;
+      }
+      cv_.notify_all(); // join() stops the server from its own thread
+    });
+  }
+
+  std::shared_ptr<partition> find_partition(std::uint64_t handle, std::size_t feeds) {
+    std::shared_ptr<partition> part;
+    {
+      std::lock_guard lock(mu_);
+      auto it = partitions_.find(handle);
+      if (it == partitions_.end())
+        // Aborted, as TF's worker says: the task restarted since the session
+        // registered the graph, and a recreated session registers it again.
+        throw aborted_error(describe() + " has no registered graph " + std::to_string(handle) +
+                            " (the task restarted since the session registered it)");
+      part = it->second;
+    }
+    if (feeds != part->fed.size())
+      throw invalid_argument_error(describe() + ": a step of graph " + std::to_string(handle) +
+                                   " needs " + std::to_string(part->fed.size()) + " feeds, got " +
+                                   std::to_string(feeds));
+    return part;
+  }
+
+  // A step of a partition for a session in this process, on its thread.
+  // While it waits, the watchdog ends it when its deadline passes (it fails
+  // as a remote call past its deadline does) or when `others_failed` says
+  // another task's part of the step failed: this thread is the client's, so
+  // nobody else would tell it.
+  std::vector<any_tensor> run_in_process(std::uint64_t handle, std::uint64_t step,
+                                         std::vector<any_tensor> feeds,
+                                         std::chrono::milliseconds timeout,
+                                         const std::function<bool()>& others_failed) {
+    std::shared_ptr<partition> part = find_partition(handle, feeds.size());
+    if (!part->may_wait)
+      return execute(*part, step, std::move(feeds));
+    const auto deadline = timeout.count() > 0 ? clock::now() + timeout : clock::time_point::max();
+    watch_step(
+        step, deadline, [&others_failed] { return !others_failed(); },
+        "another task's part of the step failed");
+    try {
+      std::vector<any_tensor> out;
+      if (part->p->blocks()) {
+        out = execute(*part, step, std::move(feeds));
+      } else {
+        // Its kernels run where its tensors arrive (start()); this thread
+        // waits for the plan's end and ends the step itself.
+        detail::step_transfers transfers(table_, *peers_, runners_, step);
+        auto ended = std::make_shared<std::promise<plan_end>>();
+        auto plan_ended = ended->get_future();
+        start(*part, std::move(feeds), transfers,
+              [ended](plan_end end) { ended->set_value(std::move(end)); });
+        plan_end end = plan_ended.get();
+        out = end_started(*part, step, transfers, end);
+      }
+      unwatch_step(step);
+      return out;
+    } catch (const aborted_error& e) {
+      unwatch_step(step);
+      if (timeout.count() <= 0 || clock::now() < deadline)
+        throw;
+      throw deadline_exceeded_error(describe() + ": the step did not complete within " +
+                                    std::to_string(timeout.count()) + " ms (" + e.message() + ")");
+    } catch (...) {
+      unwatch_step(step);
+      throw;
+    }
+  }
+
+  void run_partition(partition& part, std::uint64_t step, std::vector<any_tensor> feeds,
+                     net::responder& r) {
+    std::vector<any_tensor> out;
+    std::exception_ptr error;
+    try {
+      out = execute(part, step, std::move(feeds));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    reply(r, std::move(out), error);
+  }
+
+  static void reply(net::responder& r, std::vector<any_tensor> out, std::exception_ptr failure) {
+    if (failure) {
+      try {
+        std::rethrow_exception(failure);
+      } catch (const error& e) {
+        r.fail(e.code(), e.message());
+      }
+      return;
+    }
+    protocol::run_graph_reply fetched;
+    fetched.strings = protocol::string_values::take(out);
+    r.reply(std::move(fetched), std::move(out));
+  }
+
+  // Runs one step of `part` on this thread; returns its fetches. On failure
+  // the step is aborted here and on its peers, and the error names this task.
+  std::vector<any_tensor> execute(partition& part, std::uint64_t step,
+                                  std::vector<any_tensor> feeds) {
+    detail::step_transfers transfers(table_, *peers_, runners_, step);
+    try {
+      std::vector<any_tensor> values = fed_values(part, std::move(feeds));
+      part.p->run(part.g, values, device_, resources_, &transfers);
+      return end_step(part, step, transfers, values);
+    } catch (...) {
+      std::rethrow_exception(step_failed(part, step, transfers, std::current_exception()));
+    }
+  }
+
+  // Where a started step's plan ended: its values, or the error that ended it.
+  struct plan_end {
+    std::vector<any_tensor> values;
+    std::exception_ptr error;
+  };
+
+  // Starts one step of `part` (plan::start; not for a partition that blocks):
+  // it runs on this thread until it waits for a tensor, then on the thread
+  // that delivers it. `ended` is called once, on the thread that ran the plan
+  // last, often an io thread, which must not wait: end_started() then ends the
+  // step on a thread that may.
+  void start(const partition& part, std::vector<any_tensor> feeds,
+             detail::step_transfers& transfers, std::function<void(plan_end)> ended) {
+    part.p->start(
+        part.g, fed_values(part, std::move(feeds)), device_, resources_, transfers,
+        [ended = std::move(ended)](std::vector<any_tensor>& values, std::exception_ptr error) {
+          ended({std::move(values), error});
+        });
+  }
+
+  // Ends a started step as execute() would: returns its fetches or throws the
+  // error naming this task. Waits for the step's sends to be acknowledged.
+  std::vector<any_tensor> end_started(const partition& part, std::uint64_t step,
+                                      detail::step_transfers& transfers, plan_end& end) {
+    try {
+      if (end.error)
+        std::rethrow_exception(end.error);
+      return end_step(part, step, transfers, end.values);
+    } catch (...) {
+      std::rethrow_exception(step_failed(part, step, transfers, std::current_exception()));
+    }
+  }
+
+  static std::vector<any_tensor> fed_values(const partition& part, std::vector<any_tensor> feeds) {
+    std::vector<any_tensor> values(part.g.size());
+    for (std::size_t i = 0; i < part.fed.size(); ++i)
+      values[static_cast<std::size_t>(part.fed[i])] = std::move(feeds[i]);
+    return values;
+  }
+
+  // A step that ran: waits until what it sent was delivered, ends it in the
+  // rendezvous, returns its fetches.
+  std::vector<any_tensor> end_step(const partition& part, std::uint64_t step,
+                                   detail::step_transfers& transfers,
+                                   std::vector<any_tensor>& values) {
+    transfers.wait_sent();
+    table_.end_step(step);
+    std::vector<any_tensor> out;
+    out.reserve(part.fetches.size());
+    for (node_id f : part.fetches)
+      out.push_back(values[static_cast<std::size_t>(f)]); // a node may be fetched twice
+    return out;
+  }
+
+  // A step of `part` that failed with `e`: aborted here and on its peers.
+  // Returns the error to report, naming this task.
+  std::exception_ptr step_failed(const partition& part, std::uint64_t step,
+                                 detail::step_transfers& transfers, std::exception_ptr e) {
+    error_code code = error_code::internal;
+    std::string what;
+    try {
+      std::rethrow_exception(e);
+    } catch (const error& x) {
+      code = x.code();
+      what = x.message();
+    } catch (const std::exception& x) {
+      what = x.what();
+    } catch (...) {
+      what = "an unknown exception";
+    }
+    const std::string reason = describe() + ": " + what;
+    fail_step(part, step, transfers, reason);
+    try {
+      net::throw_error(code, reason);
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
+
+  // A failed partition aborts its step here and on the tasks it exchanges
+  // tensors with: a peer waiting for a tensor this partition will never send
+  // must not wait for it forever (the master hears of the failure only once
+  // the other partitions answer).
+  void fail_step(const partition& part, std::uint64_t step, detail::step_transfers& transfers,
+                 const std::string& reason) noexcept {
+    transfers.cancel_sends();
+    table_.abort(step, reason);
+    for (const std::string& peer : part.peers) {
+      try {
+        net::channel& ch = peers_->to(peer);
+        const protocol::abort_step_request m{step, reason};
+        auto abort = [&ch, m] {
+          try {
+            ch.call_async(protocol::abort_step, m);
+          } catch (...) { // a peer that is gone has nothing to abort
+          }
+        };
+        // Connecting waits: not on a thread that may be an io thread.
+        if (ch.connected() || !runners_.submit(abort))
+          abort();
+      } catch (...) {
+      }
+    }
+  }
+
+  std::string job_;
+  int task_;
+  server_options options_;
+  cluster_spec cluster_;
+  Eigen::ThreadPool pool_;
+  cpu_device device_;
+  resource_manager resources_;
+  rendezvous_table table_;
+  std::unique_ptr<detail::peer_channels> peers_;
+  std::unique_ptr<net::rpc_server> rpc_;
+  std::uint64_t instance_ = 0; // tells a session in this process that its target is this server
+  std::atomic<std::uint64_t> received_messages_{0}, received_tensors_{0};
+  std::shared_ptr<detail::in_process_tasks::entry> in_process_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::once_flag stopped_;
+  std::map<std::uint64_t, std::shared_ptr<partition>> partitions_;
+  std::uint64_t next_handle_ = 0;
+  std::map<std::uint64_t, watched_step> watched_;
+  std::thread watchdog_;
+  detail::step_runners runners_; // steps that wait for tensors
+};
+
+} // namespace loom
