@@ -1,9 +1,9 @@
 // The host half of test_gpu_kernels: a g++ unit (the CPU kernels, which the
 // .cu unit compares the GPU kernels with in one process, come from
-// loom::kernels' objects, linked beside it) that runs the end-to-end checks that need the whole library: the
-// MLP of examples/common/seed_mlp.hpp with an Adam step, built once with every
-// node on /gpu:0 and once on the CPU, trained for five steps through
-// loom::session on the same batches from the same initial weights.
+// loom::kernels' objects, linked beside it) that runs the end-to-end checks that need the whole
+// library: the MLP of examples/common/seed_mlp.hpp with an Adam step, built once with every node on
+// /gpu:0 and once on the CPU, trained for five steps through loom::session on the same batches from
+// the same initial weights.
 //
 // The weights' truncated_normal initializers stay on the CPU in both graphs:
 // the GPU's random numbers follow the same distribution but are other

@@ -127,8 +127,8 @@ public:
   virtual std::unique_ptr<master_interface> local_master(const session_options& o) = 0;
   virtual std::unique_ptr<master_interface> cluster_master(const std::string& target,
                                                            cluster_session_options o) = 0;
-  virtual std::unique_ptr<server_interface> server(cluster_spec cluster, std::string job,
-                                                   int task, server_options o) = 0;
+  virtual std::unique_ptr<server_interface> server(cluster_spec cluster, std::string job, int task,
+                                                   server_options o) = 0;
   virtual void reset(const std::string& target, const std::vector<std::string>& containers) = 0;
   virtual void shutdown_cluster(const std::string& target,
                                 const std::vector<std::string>& jobs) = 0;

@@ -6,8 +6,8 @@
 
 #include <loom/placement/placer.hpp>
 #include <loom/runtime/executor.hpp>
-#include <loom/runtime/partition.hpp>
 #include <loom/runtime/interfaces.hpp>
+#include <loom/runtime/partition.hpp>
 #include <loom/runtime/resource_manager.hpp>
 
 #include <algorithm>

@@ -8,9 +8,9 @@
 
 #include <loom/net/rpc.hpp>
 #include <loom/placement/placer.hpp>
+#include <loom/runtime/interfaces.hpp>
 #include <loom/runtime/partition.hpp>
 #include <loom/runtime/protocol.hpp>
-#include <loom/runtime/interfaces.hpp>
 #include <loom/runtime/task_server.hpp>
 
 #include <cereal/archives/portable_binary.hpp>
