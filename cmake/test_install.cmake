@@ -125,7 +125,9 @@ message(STATUS "install test: the consumer says:\n${consumer_says}")
 #    as long as the consumer's build (both compile every kernel once).
 if(LOOM_IT_CXX_COMPILER_ID MATCHES "GNU|Clang")
   set(by_hand "${LOOM_IT_WORK_DIR}/loom_consumer_by_hand")
-  set(by_hand_cmd "${LOOM_IT_CXX_COMPILER}" -std=c++20 -O2 -I "${prefix}/include")
+  # The command of docs/getting-started.md, with this machine's include directories.
+  set(by_hand_cmd "${LOOM_IT_CXX_COMPILER}" -std=c++20 -O2 -DASIO_STANDALONE
+                  -I "${prefix}/include")
   foreach(dir IN LISTS LOOM_IT_BY_HAND_INCLUDES)
     list(APPEND by_hand_cmd -isystem "${dir}")
   endforeach()
