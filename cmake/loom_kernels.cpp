@@ -3,5 +3,6 @@
 // loom::kernels): including the headers registers the kernels and the runtime
 // before main(). A program that links this target gets LOOM_COMPILED_KERNELS,
 // so its own units' <loom/loom.hpp> is the API alone and compiles in seconds.
+#include <loom/api.hpp> // every op's registration (graph/op_registry.hpp)
 #include <loom/kernels/cpu/cpu.hpp>
 #include <loom/runtime/linked_runtime.hpp>

@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   const double raw_pp = raw_case(small_bytes, small_bytes, small_reps, small_inner);
   const double raw_handoff = raw_handoff_case(small_reps, small_inner);
 
-  net::server_options so;
+  net::rpc_server_options so;
   so.token = "bench-token";
   so.threads = std::getenv("LOOM_BENCH_SERVER_THREADS")
                    ? std::atoi(std::getenv("LOOM_BENCH_SERVER_THREADS"))

@@ -258,7 +258,7 @@ int main(int argc, char** argv) try {
   // ================= 1. scalar round trip =================
   if (want(1)) {
     loom::bench::raw::exchange ping(64, 64);
-    loom::net::rpc_server srv(loom::net::server_options{});
+    loom::net::rpc_server srv(loom::net::rpc_server_options{});
     srv.handle("echo", [](loom::net::request req, loom::net::responder r) {
       r.reply(loom::net::empty{}, std::move(req.payloads()));
     });

@@ -45,8 +45,8 @@ struct log_capture {
 
 // Options for a loopback server / channel with an explicit token ("" = none),
 // so the tests never depend on the environment.
-inline server_options local_server(std::string token = "", log_fn log = {}) {
-  server_options o;
+inline rpc_server_options local_server(std::string token = "", log_fn log = {}) {
+  rpc_server_options o;
   o.token = std::move(token);
   o.log = std::move(log);
   return o;

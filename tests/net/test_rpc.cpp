@@ -141,7 +141,7 @@ TEST_CASE("concurrent calls from several threads are multiplexed on one channel"
 }
 
 TEST_CASE("a slow big payload does not block a small call") {
-  server_options so = local_server();
+  rpc_server_options so = local_server();
   so.threads = 3;
   rpc_server srv(so);
   std::promise<void> big_started, small_done;

@@ -78,7 +78,7 @@ TEST_CASE("a channel waits for a server that starts later") {
     // Start the server once the channel has said that it waits for it.
     if (wf.wait_for(20s) != std::future_status::ready)
       return;
-    server_options so = local_server();
+    rpc_server_options so = local_server();
     so.port = port;
     rpc_server srv(so);
     add_ping(srv);
@@ -97,7 +97,7 @@ TEST_CASE("a channel waits for a server that starts later") {
 
 TEST_CASE("a port in use gives a clear error naming the address") {
   rpc_server a(local_server());
-  server_options o = local_server();
+  rpc_server_options o = local_server();
   o.port = a.port();
   try {
     rpc_server b(o);
@@ -248,7 +248,7 @@ TEST_CASE("a client with a token refuses a server without one") {
 }
 
 TEST_CASE("serving beyond loopback needs a token unless insecure mode is requested") {
-  server_options o = local_server("");
+  rpc_server_options o = local_server("");
   o.host = "0.0.0.0";
   const char* env = std::getenv("LOOM_ALLOW_INSECURE");
   const std::string saved = env ? env : "";
@@ -262,7 +262,7 @@ TEST_CASE("serving beyond loopback needs a token unless insecure mode is request
     CHECK(contains(e.what(), "allow_insecure"));
   }
   {
-    server_options insecure = o;
+    rpc_server_options insecure = o;
     insecure.allow_insecure = true;
     rpc_server s(insecure);
     CHECK(s.port() != 0);
@@ -276,7 +276,7 @@ TEST_CASE("serving beyond loopback needs a token unless insecure mode is request
     ::unsetenv("LOOM_ALLOW_INSECURE");
   }
   {
-    server_options tok = o;
+    rpc_server_options tok = o;
     tok.token = "s3cret";
     CHECK_NOTHROW(rpc_server{tok});
   }

@@ -194,7 +194,7 @@ TEST_CASE(
   CHECK_NOTHROW(ch.call("ping"));
   srv.reset(); // closes the channel's connections while no call is in flight
   std::this_thread::sleep_for(50ms);
-  server_options so = local_server();
+  rpc_server_options so = local_server();
   so.port = port;
   rpc_server again(so);
   again.handle("ping", [](request, responder r) { r.reply(); });

@@ -2,7 +2,7 @@
 // name to a registered handler. See rpc.hpp for an example.
 //
 // - Binding beyond loopback requires a cluster token (auth.hpp) unless insecure
-//   mode is requested (server_options::allow_insecure or LOOM_ALLOW_INSECURE=1).
+//   mode is requested (rpc_server_options::allow_insecure or LOOM_ALLOW_INSECURE=1).
 // - Handlers run on the io threads, on the strand of the connection the request
 //   came from: keep them short, or hold the responder and reply later from any
 //   thread (a barrier that answers when a step is applied).
@@ -39,7 +39,7 @@
 
 namespace loom::net {
 
-struct server_options {
+struct rpc_server_options {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0; // 0: the OS chooses; see rpc_server::port()
   int threads = 2;        // io threads (handlers run on them)
@@ -208,7 +208,7 @@ class server_core : public frame_sink, public std::enable_shared_from_this<serve
 public:
   using tcp = asio::ip::tcp;
 
-  explicit server_core(server_options o) : opts_(std::move(o)) {}
+  explicit server_core(rpc_server_options o) : opts_(std::move(o)) {}
 
   void start() {
     token_ = resolve_token(opts_.token);
@@ -233,7 +233,7 @@ public:
           "refusing to serve on " + requested +
           " without a cluster token: anyone who can reach that address could run requests. "
           "Set LOOM_CLUSTER_TOKEN (or LOOM_CLUSTER_TOKEN_FILE) for every task, or opt into "
-          "insecure mode (server_options::allow_insecure or LOOM_ALLOW_INSECURE=1)");
+          "insecure mode (rpc_server_options::allow_insecure or LOOM_ALLOW_INSECURE=1)");
 
     rt_ = std::make_shared<io_runtime>(opts_.threads, opts_.log);
     acceptor_strand_.emplace(asio::make_strand(rt_->context()));
@@ -284,7 +284,7 @@ public:
 
   std::uint16_t port() const noexcept { return port_; }
   const std::string& address() const noexcept { return address_; }
-  const server_options& options() const noexcept { return opts_; }
+  const rpc_server_options& options() const noexcept { return opts_; }
 
   std::shared_ptr<connection> bulk_for(std::uint64_t client_id) {
     std::lock_guard lk(cmu_);
@@ -513,7 +513,7 @@ private:
     c->start(shared_from_this());
   }
 
-  server_options opts_;
+  rpc_server_options opts_;
   std::optional<std::string> token_;
   std::shared_ptr<io_runtime> rt_;
   std::optional<asio::strand<asio::io_context::executor_type>> acceptor_strand_;
@@ -550,7 +550,7 @@ public:
   // Binds and starts serving at once. Throws unavailable_error naming the
   // address (port in use, bad host) or failed_precondition_error (a
   // non-loopback address without a token and without insecure mode).
-  explicit rpc_server(server_options opts = {})
+  explicit rpc_server(rpc_server_options opts = {})
       : core_(std::make_shared<detail::server_core>(std::move(opts))) {
     core_->start();
   }

@@ -321,7 +321,7 @@ public:
         device_(&pool_, detail::intra_op_threads(options_.intra_op_threads)) {
     const std::string& address = cluster.task_address(job_, task_);
     host_port hp = parse_host_port(address);
-    net::server_options so;
+    net::rpc_server_options so;
     so.host = hp.host;
     so.port = hp.port;
     so.token = options_.token;

@@ -142,6 +142,9 @@ inline bool register_elementwise_ops() {
   return true;
 }
 
+// Once per program where it links loom::kernels (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline const bool elementwise_ops_registered = register_elementwise_ops();
+#endif
 
 } // namespace loom::detail

@@ -365,7 +365,10 @@ inline bool register_math_ops() {
   return true;
 }
 
+// Once per program where it links loom::kernels (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline const bool math_ops_registered = register_math_ops();
+#endif
 
 // The graph all operands of a typed op live in; `fn` names the op in the error.
 template <class First, class... Rest>

@@ -145,7 +145,10 @@ inline bool register_nn_ops() {
   return true;
 }
 
+// Once per program where it links loom::kernels (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline const bool nn_ops_registered = register_nn_ops();
+#endif
 
 } // namespace detail
 

@@ -25,6 +25,9 @@ inline bool register_random_ops() {
   return true;
 }
 
+// Once per program where it links loom::kernels (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline const bool random_ops_registered = register_random_ops();
+#endif
 
 } // namespace loom::detail

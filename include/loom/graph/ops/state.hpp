@@ -108,6 +108,9 @@ inline bool register_state_ops() {
   return true;
 }
 
+// Once per program where it links loom::kernels (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline const bool state_ops_registered = register_state_ops();
+#endif
 
 } // namespace loom::detail

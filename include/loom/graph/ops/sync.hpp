@@ -122,6 +122,9 @@ inline bool register_sync_ops() {
   return true;
 }
 
+// Once per program where it links loom::kernels (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline const bool sync_ops_registered = register_sync_ops();
+#endif
 
 } // namespace loom::detail

@@ -95,6 +95,9 @@ inline bool register_training_ops() {
   return true;
 }
 
+// Once per program where it links loom::kernels (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline const bool training_ops_registered = register_training_ops();
+#endif
 
 } // namespace loom::detail

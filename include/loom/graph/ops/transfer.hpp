@@ -28,6 +28,9 @@ inline bool register_transfer_ops() {
   return true;
 }
 
+// Once per program where it links loom::kernels (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline const bool transfer_ops_registered = register_transfer_ops();
+#endif
 
 } // namespace loom::detail
