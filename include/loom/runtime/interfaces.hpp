@@ -35,6 +35,18 @@ struct run_request {
   std::vector<node_id> fetches;
   std::vector<node_id> targets;
   std::vector<node_id> fed;
+
+  // What a master caches a request's plan or partitions under, with the
+  // graph version it was made for.
+  std::string key(std::uint64_t graph_version) const {
+    std::string k = std::to_string(graph_version) + "|";
+    for (auto v : {&fetches, &targets, &fed}) {
+      for (node_id id : *v)
+        k += std::to_string(id) + ",";
+      k += "|";
+    }
+    return k;
+  }
 };
 
 struct session_options {

@@ -4,7 +4,6 @@
 // its own resource containers.
 #pragma once
 
-#include <loom/placement/placer.hpp>
 #include <loom/runtime/executor.hpp>
 #include <loom/runtime/interfaces.hpp>
 #include <loom/runtime/partition.hpp>
@@ -25,14 +24,9 @@ class local_master final : public master_interface {
 public:
   explicit local_master(const session_options& o)
       : pool_(threads(o)), device_(&pool_, threads(o)), allow_fusion_(!o.disable_fusion),
-        placement_log_(o.placement_log) {
-    placement_.allow_soft_placement = o.allow_soft_placement;
-    placement_.log_device_placement = o.log_device_placement;
-    placement_.default_device = local_cpu;
-    placement_.has_kernel = [](std::string_view op, dtype, std::string_view device_type) {
-      return placeable_on(op, device_type);
-    };
-  }
+        placement_(
+            session_placement(o.allow_soft_placement, o.log_device_placement, {}, local_cpu)),
+        placement_log_(o.placement_log) {}
 
   void run(const graph& g, const run_request& req, std::vector<any_tensor>& values) override {
     plan_for(g, req).run(g, values, device_, resources_);
@@ -52,12 +46,7 @@ private:
       plans_.clear();
       planned_version_ = g.version();
     }
-    std::string key = std::to_string(g.version()) + "|";
-    for (auto v : {&req.fetches, &req.targets, &req.fed}) {
-      for (node_id id : *v)
-        key += std::to_string(id) + ",";
-      key += "|";
-    }
+    const std::string key = req.key(g.version());
     auto it = plans_.find(key);
     if (it == plans_.end())
       it = plans_.emplace(key, std::make_unique<plan>(g, req, allow_fusion_, place_nodes(g, req)))

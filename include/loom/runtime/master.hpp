@@ -6,14 +6,11 @@
 // cross tasks move between the tasks directly, once.
 #pragma once
 
-#include <loom/net/rpc.hpp>
-#include <loom/placement/placer.hpp>
 #include <loom/runtime/interfaces.hpp>
 #include <loom/runtime/partition.hpp>
 #include <loom/runtime/protocol.hpp>
-#include <loom/runtime/task_server.hpp>
-
-#include <cereal/archives/portable_binary.hpp>
+#include <loom/runtime/remote_worker.hpp>
+#include <loom/runtime/worker_interface.hpp>
 
 #include <algorithm>
 #include <functional>
@@ -25,7 +22,6 @@
 #include <random>
 #include <set>
 #include <shared_mutex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -52,17 +48,21 @@ public:
   cluster_master(std::string target, cluster_session_options o = {})
       : target_(std::move(target)), options_(std::move(o)) {
     net::channel_options co;
-    co.peer_name = "session target " + target_;
     co.token = options_.token;
     co.connect_timeout = options_.connect_timeout;
-    net::channel ch(detail::target_address(target_), co);
-    auto info = ch.call(protocol::cluster_info).metadata<protocol::cluster_info_reply>();
-    cluster_ = info.cluster.spec();
+    protocol::cluster_info_reply info;
+    {
+      net::channel_options first = co;
+      first.peer_name = "session target " + target_;
+      remote_worker target_task(detail::target_address(target_), first);
+      info = target_task.cluster_info();
+      target_task.stop();
+    }
     job_ = info.job;
     task_ = info.task;
     target_gpus_ = info.gpus;
-    in_process_ = detail::in_process_tasks::instance().find(info.instance);
-    ch.stop();
+    workers_ = std::make_unique<worker_cache>(info.cluster.spec(), co);
+    local_ = local_workers::find(info.instance);
     std::random_device rd;
     step_ids_.seed((static_cast<std::uint64_t>(rd()) << 32) ^ rd());
   }
@@ -75,7 +75,7 @@ public:
   // keeps until told, and a long-lived ps serves many sessions.
   ~cluster_master() { forget_registrations(); }
 
-  const cluster_spec& cluster() const noexcept { return cluster_; }
+  const cluster_spec& cluster() const noexcept { return workers_->cluster(); }
   // The target's task: where nodes without a device run (TF places them on the master's task).
   std::string default_task() const { return detail::task_name(job_, task_); }
 
@@ -91,32 +91,28 @@ public:
       std::lock_guard lock(mu_);
       step = step_ids_();
     }
-    std::vector<net::call_handle> calls(r.parts.size());
-    std::optional<std::size_t> here;
-    std::vector<any_tensor> here_feeds;
-    net::call_options co;
-    if (options_.step_timeout.count() > 0)
-      co.timeout = options_.step_timeout;
+    // Every task's part starts; the target's own, where it serves in this
+    // process, runs on this thread below (runs_on_caller) while the others run.
+    std::vector<pending_run> runs(r.parts.size());
+    run_graph_options ro;
+    ro.timeout = options_.step_timeout;
+    ro.others_failed = [&runs] {
+      return std::any_of(runs.begin(), runs.end(), [](const pending_run& p) {
+        return p.valid() && !p.runs_on_caller() && p.failed();
+      });
+    };
     for (std::size_t i = 0; i < r.parts.size(); ++i) {
       const part_handle& p = r.parts[i];
       std::vector<any_tensor> feeds;
       for (node_id src : p.fed_sources)
         feeds.push_back(values[static_cast<std::size_t>(src)]);
-      if (in_process_ && p.task == default_task()) {
-        here = i;
-        here_feeds = std::move(feeds);
-        continue;
-      }
-      protocol::run_graph_request m{p.handle, step};
-      m.strings = protocol::string_values::take(feeds);
-      calls[i] =
-          channel(p.task).call_async(protocol::run_graph, std::move(m), std::move(feeds), co);
+      runs[i] = worker(p.task).run_graph(p.handle, step, std::move(feeds), ro);
     }
     std::exception_ptr first;
     bool aborted = false;
-    auto collect = [&](std::size_t i, auto&& fetched) {
+    auto collect = [&](std::size_t i) {
       try {
-        std::vector<any_tensor> out = fetched();
+        std::vector<any_tensor> out = runs[i].get();
         const part_handle& p = r.parts[i];
         if (out.size() != p.fetch_sources.size())
           throw internal_error(p.task + " returned " + std::to_string(out.size()) +
@@ -133,23 +129,12 @@ public:
         }
       }
     };
-    if (here) {
-      // Polled by the target's watchdog while the target's part waits.
-      const std::function<bool()> others_failed = [&] {
-        return std::any_of(calls.begin(), calls.end(),
-                           [](net::call_handle& c) { return c.valid() && c.failed(); });
-      };
-      collect(*here, [&] {
-        return run_here(r.parts[*here].handle, step, std::move(here_feeds), others_failed);
-      });
-    }
-    for (std::size_t i = 0; i < calls.size(); ++i)
-      if (i != here)
-        collect(i, [&] {
-          net::response res = calls[i].get();
-          std::move(res.metadata<protocol::run_graph_reply>().strings).restore(res.payloads);
-          return std::move(res.payloads);
-        });
+    for (std::size_t i = 0; i < runs.size(); ++i)
+      if (runs[i].runs_on_caller())
+        collect(i);
+    for (std::size_t i = 0; i < runs.size(); ++i)
+      if (runs[i].valid())
+        collect(i);
     if (first) {
       // A task that restarted answers `aborted` for a graph it no longer has
       // (so does every task of a step that another task's failure aborted),
@@ -165,18 +150,18 @@ public:
 
   // Clears resource containers on every task (TF's Session.reset).
   void reset(const std::vector<std::string>& containers) {
-    for (const auto& t : all_tasks())
-      channel(t).call(protocol::reset, protocol::reset_request{containers});
+    for (const auto& t : workers_->tasks())
+      worker(t).reset(containers);
   }
 
   // Tells every task (of `jobs`, when given) to stop serving: their join() returns.
   void shutdown_cluster(const std::vector<std::string>& jobs = {}) {
-    for (const auto& t : all_tasks()) {
+    for (const auto& t : workers_->tasks()) {
       if (!jobs.empty() &&
           std::find(jobs.begin(), jobs.end(), *device_spec::from_string(t).job()) == jobs.end())
         continue;
       try {
-        channel(t).call(protocol::shutdown);
+        worker(t).shutdown();
       } catch (const unavailable_error&) { // already gone
       }
     }
@@ -202,32 +187,16 @@ private:
     }
   }
 
-  // A step of the target's partition `handle`, run on this thread.
-  std::vector<any_tensor> run_here(std::uint64_t handle, std::uint64_t step,
-                                   std::vector<any_tensor> feeds,
-                                   const std::function<bool()>& others_failed) {
-    std::shared_lock lock(in_process_->mu);
-    if (!in_process_->run)
-      throw unavailable_error(default_task() + " (the session's target, in this process) stopped");
-    return in_process_->run(handle, step, std::move(feeds), options_.step_timeout, others_failed);
-  }
-
-  std::vector<std::string> all_tasks() const {
-    std::vector<std::string> out;
-    for (const auto& j : cluster_.jobs())
-      for (int t : cluster_.task_indices(j))
-        out.push_back(detail::task_name(j, t));
-    return out;
+  // The worker of `task`: the target's own where it serves in this process.
+  worker_interface& worker(const std::string& task) {
+    if (local_ && task == default_task())
+      return *local_;
+    return workers_->worker(task);
   }
 
   void abort_step(const registered& r, std::uint64_t step, const std::string& reason) {
-    for (const auto& p : r.parts) {
-      try {
-        channel(p.task).call_async(protocol::abort_step,
-                                   protocol::abort_step_request{step, reason});
-      } catch (...) { // the task may be the one that failed
-      }
-    }
+    for (const auto& p : r.parts)
+      worker(p.task).abort_step(step, reason);
   }
 
   // The tasks whose GPUs a node asks for: its request's task; every task of
@@ -243,13 +212,13 @@ private:
         continue;
       if (!d.job())
         out.insert(default_task());
-      else if (!cluster_.has_job(*d.job()))
+      else if (!cluster().has_job(*d.job()))
         continue;
       else if (d.task()) {
-        if (cluster_.has_task(*d.job(), *d.task()))
+        if (cluster().has_task(*d.job(), *d.task()))
           out.insert(detail::task_name(*d.job(), *d.task()));
       } else {
-        for (int t : cluster_.task_indices(*d.job()))
+        for (int t : cluster().task_indices(*d.job()))
           out.insert(detail::task_name(*d.job(), t));
       }
     }
@@ -274,12 +243,12 @@ private:
       if (auto it = task_info_.find(task); it != task_info_.end())
         return it->second;
     }
-    auto info = channel(task).call(protocol::cluster_info).metadata<protocol::cluster_info_reply>();
+    auto info = worker(task).cluster_info();
     const device_spec want = device_spec::from_string(task);
     if (info.job != *want.job() || info.task != *want.task())
       throw invalid_argument_error(
           *want.job() + " task " + std::to_string(*want.task()) + " is at " +
-          cluster_.task_address(*want.job(), *want.task()) +
+          cluster().task_address(*want.job(), *want.task()) +
           " by the cluster spec of session target " + target_ + ", but the server there is " +
           info.job + " task " + std::to_string(info.task) +
           ": the tasks were started with different host lists (every task needs the same "
@@ -290,37 +259,29 @@ private:
   }
 
   // Tells each task of `regs` to drop its partitions. Best effort: a task
-  // that is gone, or that restarted, has nothing to drop, and a channel that
-  // is not connected is not dialled for it. Called under mu_ (channels_), it
-  // only queues the calls: the caller waits for them with await_quietly after
+  // that is gone, or that restarted, has nothing to drop, and one this process
+  // is not connected to is not dialled for it. Called under mu_, it only
+  // starts the calls: the caller waits for them with await_quietly after
   // releasing mu_, so that other steps do not wait on a slow task's answer.
-  std::vector<net::call_handle>
+  std::vector<std::function<void()>>
   send_deregistrations(const std::vector<std::shared_ptr<registered>>& regs) noexcept {
-    std::vector<net::call_handle> calls;
-    net::call_options co;
-    co.timeout = std::chrono::seconds(1);
+    std::vector<std::function<void()>> waits;
     for (const auto& r : regs)
       for (const part_handle& p : r->parts) {
-        auto it = channels_.find(p.task);
-        if (it == channels_.end() || !it->second->connected())
-          continue;
         try {
-          calls.push_back(it->second->call_async(
-              protocol::deregister_graph, protocol::deregister_graph_request{p.handle}, {}, co));
+          if (auto wait = worker(p.task).deregister_graph(p.handle))
+            waits.push_back(std::move(wait));
         } catch (...) {
         }
       }
-    return calls;
+    return waits;
   }
 
-  // Waits for the calls' answers (each times out after a second; they run
+  // Waits for the answers (each times out after a second; they run
   // concurrently), ignoring failures.
-  static void await_quietly(std::vector<net::call_handle>& calls) noexcept {
-    for (net::call_handle& c : calls)
-      try {
-        c.get();
-      } catch (...) {
-      }
+  static void await_quietly(std::vector<std::function<void()>>& waits) noexcept {
+    for (auto& w : waits)
+      w();
   }
 
   std::vector<std::shared_ptr<registered>> all_registered() const {
@@ -334,7 +295,7 @@ private:
   // run registers it again, with tasks asked again who they are (one may have
   // restarted); a step still running one keeps its reference.
   void forget_registrations() {
-    std::vector<net::call_handle> calls;
+    std::vector<std::function<void()>> calls;
     {
       std::lock_guard lock(mu_);
       calls = send_deregistrations(all_registered());
@@ -344,31 +305,12 @@ private:
     await_quietly(calls);
   }
 
-  net::channel& channel(const std::string& task) {
-    std::lock_guard lock(mu_);
-    auto it = channels_.find(task);
-    if (it != channels_.end())
-      return *it->second;
-    const device_spec d = device_spec::from_string(task);
-    net::channel_options co;
-    co.peer_name = *d.job() + " task " + std::to_string(*d.task());
-    co.token = options_.token;
-    co.connect_timeout = options_.connect_timeout;
-    auto ch = std::make_unique<net::channel>(cluster_.task_address(*d.job(), *d.task()), co);
-    return *channels_.emplace(task, std::move(ch)).first->second;
-  }
-
   // The request's partitions, registered with their tasks on its first run.
   // Shared: a step keeps its registration while another thread drops it.
   std::shared_ptr<registered> registration(const graph& g, const run_request& req) {
-    std::string key = std::to_string(g.version()) + "|";
-    for (auto v : {&req.fetches, &req.targets, &req.fed}) {
-      for (node_id id : *v)
-        key += std::to_string(id) + ",";
-      key += "|";
-    }
+    const std::string key = req.key(g.version());
     {
-      std::vector<net::call_handle> calls;
+      std::vector<std::function<void()>> calls;
       std::unique_lock lock(mu_);
       if (g.version() != registered_version_) {
         // Partitions of an older graph version are stale.
@@ -383,19 +325,14 @@ private:
     }
     std::set<node_id> ref_only;
     std::vector<node_def> nodes = nodes_to_place(g, req, ref_only);
-    placer_options po;
-    po.allow_soft_placement = options_.allow_soft_placement;
-    po.log_device_placement = options_.log_device_placement;
-    po.device_filters = options_.device_filters;
-    po.default_device = default_task() + "/device:CPU:0";
-    po.has_kernel = [](std::string_view op, dtype, std::string_view device_type) {
-      return placeable_on(op, device_type);
-    };
+    const placer_options po =
+        session_placement(options_.allow_soft_placement, options_.log_device_placement,
+                          options_.device_filters, default_task() + "/device:CPU:0");
     // The devices: every task's CPU, and the GPUs of the tasks that nodes ask
     // for a GPU on. TF's master lists every task's devices when its session
     // is made; this one asks a task only when the graph names a GPU there, so
     // a task the graph does not name may be down at no cost.
-    std::vector<device_spec> devices = cluster_.devices();
+    std::vector<device_spec> devices = cluster().devices();
     for (const std::string& task : tasks_asked_for_gpus(nodes)) {
       const int gpus = gpus_of(task);
       for (int i = 0; i < gpus; ++i)
@@ -408,23 +345,12 @@ private:
       if (p.task != default_task())
         checked_info(p.task);
     for (graph_partition& p : partitions) {
-      protocol::register_graph_request m;
-      std::ostringstream os;
-      {
-        cereal::PortableBinaryOutputArchive ar(os);
-        ar(p.image);
-      }
-      m.graph = os.str();
-      m.fetches.assign(p.fetches.begin(), p.fetches.end());
-      m.fed.assign(p.fed.begin(), p.fed.end());
-      m.targets.assign(p.targets.begin(), p.targets.end());
-      auto handle = channel(p.task)
-                        .call(protocol::register_graph, m)
-                        .metadata<protocol::register_graph_reply>()
-                        .handle;
+      const run_request rr{p.fetches, p.targets, p.fed};
+      const std::uint64_t handle =
+          worker(p.task).register_graph(detail::graph_from_image(std::move(p.image)), rr);
       reg->parts.push_back({p.task, handle, p.fetch_sources, p.fed_sources});
     }
-    std::vector<net::call_handle> calls;
+    std::vector<std::function<void()>> calls;
     std::shared_ptr<registered> kept;
     {
       std::lock_guard lock(mu_);
@@ -439,18 +365,17 @@ private:
 
   std::string target_;
   cluster_session_options options_;
-  cluster_spec cluster_;
   std::string job_;
   int task_ = 0;
   int target_gpus_ = 0;
+  std::unique_ptr<worker_cache> workers_;
+  // The target's worker when it serves in this process (null otherwise).
+  std::shared_ptr<worker_interface> local_;
   // Other tasks' cluster_info, asked before the first registration with them.
   std::map<std::string, protocol::cluster_info_reply> task_info_;
   std::mutex mu_;
   std::mt19937_64 step_ids_;
-  std::map<std::string, std::unique_ptr<net::channel>> channels_;
   std::map<std::string, std::shared_ptr<registered>> registered_;
-  // The target's server when it serves in this process (null otherwise).
-  std::shared_ptr<detail::in_process_tasks::entry> in_process_;
   std::uint64_t registered_version_ = 0;
 };
 

@@ -7,6 +7,7 @@
 
 #include <loom/graph/graph.hpp>
 #include <loom/graph/serialize.hpp>
+#include <loom/placement/placer.hpp>
 #include <loom/runtime/executor.hpp>
 
 #include <map>
@@ -27,6 +28,23 @@ struct graph_partition {
   // The request's node ids behind fetches and fed, in the same order.
   std::vector<node_id> fetch_sources, fed_sources;
 };
+
+// What both masters give the placer for a session: its soft placement,
+// logging and device filters, the device of the nodes that ask for none, and
+// which kernels this program has.
+inline placer_options session_placement(bool allow_soft_placement, bool log_device_placement,
+                                        std::vector<std::string> device_filters,
+                                        std::string default_device) {
+  placer_options po;
+  po.allow_soft_placement = allow_soft_placement;
+  po.log_device_placement = log_device_placement;
+  po.device_filters = std::move(device_filters);
+  po.default_device = std::move(default_device);
+  po.has_kernel = [](std::string_view op, dtype, std::string_view device_type) {
+    return placeable_on(op, device_type);
+  };
+  return po;
+}
 
 // The nodes to place for a request: those it runs, and the variables that its
 // updates only reference (they must exist where the update runs, but are not

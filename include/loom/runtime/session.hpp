@@ -88,8 +88,8 @@ public:
   // A fetch is an expression, an operation or fetches(a, b, ...), whose
   // values come back as a tuple.
   template <class F> auto run(const F& fetch, const feed_dict& feeds = {}) {
-    auto [ids, finish] = resolve_all(fetch);
-    std::vector<any_tensor> values = execute(ids, feeds);
+    auto [req, finish] = resolve_all(fetch);
+    std::vector<any_tensor> values = execute(req, feeds);
     return finish(values);
   }
 
@@ -97,9 +97,10 @@ public:
   // (for hooks that watch a training loop: monitored_training_session).
   template <class F>
   auto run_with_extra(const F& fetch, const feed_dict& feeds, const std::vector<node_id>& extra) {
-    auto [ids, finish] = resolve_all(fetch);
-    ids.insert(ids.end(), extra.begin(), extra.end());
-    std::vector<any_tensor> values = execute(ids, feeds);
+    auto [req, finish] = resolve_all(fetch);
+    for (node_id id : extra)
+      add_once(req.fetches, id);
+    std::vector<any_tensor> values = execute(req, feeds);
     std::vector<any_tensor> extra_values;
     extra_values.reserve(extra.size());
     for (node_id id : extra)
@@ -111,11 +112,13 @@ public:
   std::vector<any_tensor> run_nodes(const std::vector<node_id>& fetch_ids,
                                     const std::vector<node_id>& target_ids,
                                     const std::vector<std::pair<node_id, any_tensor>>& feeds = {}) {
-    std::vector<node_id> ids = fetch_ids;
+    run_request req;
+    for (node_id f : fetch_ids)
+      add_once(req.fetches, f);
     for (node_id t : target_ids)
-      ids.push_back(-2 - t); // targets encoded below zero
+      add_once(req.targets, t);
     feed_dict none;
-    std::vector<any_tensor> values = execute(ids, none, &feeds);
+    std::vector<any_tensor> values = execute(req, none, &feeds);
     std::vector<any_tensor> out; // one value per fetch, in order
     out.reserve(fetch_ids.size());
     for (node_id id : fetch_ids)
@@ -126,36 +129,46 @@ public:
   const graph& graph_ref() const noexcept { return graph_; }
 
 private:
+  // A node fetched or run twice is computed and sent once.
+  static void add_once(std::vector<node_id>& list, node_id id) {
+    if (std::find(list.begin(), list.end(), id) == list.end())
+      list.push_back(id);
+  }
+
+  // The request a fetch makes, and how to turn the step's values into its result.
   template <class F> auto resolve_all(const F& fetch) {
+    run_request req;
     if constexpr (requires { fetch.items; }) {
-      auto resolved =
-          std::apply([&](const auto&... f) { return std::make_tuple(resolve(f)...); }, fetch.items);
-      std::vector<node_id> ids;
-      std::apply([&](const auto&... r) { (ids.push_back(r.first), ...); }, resolved);
-      return std::make_pair(std::move(ids), [resolved](std::vector<any_tensor>& values) {
-        return std::apply([&](const auto&... r) { return std::make_tuple(r.second(values)...); },
-                          resolved);
+      // Braces: the fetches lower in their order (a call's arguments have none).
+      auto finishers =
+          std::apply([&](const auto&... f) { return std::tuple{resolve(f, req)...}; }, fetch.items);
+      return std::make_pair(std::move(req), [finishers](std::vector<any_tensor>& values) {
+        return std::apply([&](const auto&... finish) { return std::make_tuple(finish(values)...); },
+                          finishers);
       });
     } else {
-      auto [id, finish] = resolve(fetch);
-      return std::make_pair(std::vector<node_id>{id}, finish);
+      auto finish = resolve(fetch, req);
+      return std::make_pair(std::move(req), finish);
     }
   }
 
-  // A fetch's node id (targets below zero) and how to turn its value into the result.
-  template <class F> auto resolve(const F& f) {
+  // Adds a fetch to `req` (an operation as a target); returns how to turn
+  // its value into the result.
+  template <class F> auto resolve(const F& f, run_request& req) {
     if constexpr (std::is_same_v<F, operation>) {
       check_graph(f.graph());
-      return std::make_pair(-2 - f.id(), [](std::vector<any_tensor>&) { return nothing{}; });
+      add_once(req.targets, f.id());
+      return [](std::vector<any_tensor>&) { return nothing{}; };
     } else if constexpr (expression<F>) {
       auto out = lower(f);
       check_graph(out.graph());
       using T = value_type_of<F>;
       constexpr int R = rank_of<F>;
       const node_id id = out.id();
-      return std::make_pair(id, [this, id](std::vector<any_tensor>& values) {
+      add_once(req.fetches, id);
+      return [this, id](std::vector<any_tensor>& values) {
         return tensor<T, R>::from(take(values, id), "fetch of '" + graph_.node(id).name + "'");
-      });
+      };
     } else {
       static_assert(expression<F> || std::is_same_v<F, operation>,
                     "loom::session::run: a fetch must be an expression (output, variable, "
@@ -176,15 +189,8 @@ private:
   }
 
   std::vector<any_tensor>
-  execute(const std::vector<node_id>& ids, const feed_dict& feeds,
+  execute(run_request& req, const feed_dict& feeds,
           const std::vector<std::pair<node_id, any_tensor>>* raw_feeds = nullptr) {
-    run_request req;
-    for (node_id id : ids) { // a node fetched twice is computed and sent once
-      auto& list = id <= -2 ? req.targets : req.fetches;
-      const node_id n = id <= -2 ? -2 - id : id;
-      if (std::find(list.begin(), list.end(), n) == list.end())
-        list.push_back(n);
-    }
     std::vector<any_tensor> values(graph_.size());
     auto add_feed = [&](node_id id, const any_tensor& v) {
       check_feed(id, v);

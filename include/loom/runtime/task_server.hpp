@@ -10,8 +10,10 @@
 #include <loom/runtime/executor.hpp>
 #include <loom/runtime/interfaces.hpp>
 #include <loom/runtime/protocol.hpp>
+#include <loom/runtime/remote_worker.hpp>
 #include <loom/runtime/rendezvous.hpp>
 #include <loom/runtime/resource_manager.hpp>
+#include <loom/runtime/worker_interface.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -35,102 +37,11 @@ namespace loom {
 
 namespace detail {
 
-// "/job:ps/replica:0/task:1" for (ps, 1): how tasks are named in device
-// strings, partitions and messages.
-inline std::string task_name(const std::string& job, int task) {
-  return "/job:" + job + "/replica:0/task:" + std::to_string(task);
-}
-
 inline int intra_op_threads(int requested) {
   if (requested > 0)
     return requested;
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
-
-// Channels from this task to the others, opened on first use.
-class peer_channels {
-public:
-  peer_channels(cluster_spec cluster, std::optional<std::string> token, net::log_fn log)
-      : cluster_(std::move(cluster)), token_(std::move(token)), log_(std::move(log)) {}
-
-  net::channel& to(const std::string& task) {
-    std::lock_guard lock(mu_);
-    auto it = channels_.find(task);
-    if (it != channels_.end())
-      return *it->second;
-    const device_spec d = device_spec::from_string(task);
-    if (!d.job() || !d.task())
-      throw invalid_argument_error("no task named '" + task + "' in the cluster");
-    net::channel_options o;
-    o.peer_name = *d.job() + " task " + std::to_string(*d.task());
-    o.token = token_;
-    o.log = log_;
-    auto ch = std::make_unique<net::channel>(cluster_.task_address(*d.job(), *d.task()), o);
-    return *channels_.emplace(task, std::move(ch)).first->second;
-  }
-
-  void stop() {
-    std::lock_guard lock(mu_);
-    for (auto& [name, ch] : channels_)
-      ch->stop();
-  }
-
-private:
-  cluster_spec cluster_;
-  std::optional<std::string> token_;
-  net::log_fn log_;
-  std::mutex mu_;
-  std::map<std::string, std::unique_ptr<net::channel>> channels_;
-};
-
-// The tasks served in this process, by their servers' instance ids. A session
-// whose target is one of them runs that task's partitions on its own thread,
-// feeds and fetches handed over without a socket (TF's LocalMaster): the
-// worker of a between-graph replica does not send its batch to itself.
-class in_process_tasks {
-public:
-  // Runs one step of a registered partition on the calling thread.
-  using run_fn = std::function<std::vector<any_tensor>(
-      std::uint64_t handle, std::uint64_t step, std::vector<any_tensor> feeds,
-      std::chrono::milliseconds timeout, const std::function<bool()>& others_failed)>;
-  // A task's entry: `run` is empty once its server stopped; a run in flight
-  // holds `mu` shared, so the server outlives it.
-  struct entry {
-    std::shared_mutex mu;
-    run_fn run;
-  };
-
-  static in_process_tasks& instance() {
-    static in_process_tasks tasks;
-    return tasks;
-  }
-
-  std::shared_ptr<entry> add(std::uint64_t instance, run_fn run) {
-    auto e = std::make_shared<entry>();
-    e->run = std::move(run);
-    std::lock_guard lock(mu_);
-    entries_[instance] = e;
-    return e;
-  }
-  // Stops runs reaching the task: waits for the runs in flight.
-  void remove(std::uint64_t instance, entry& e) {
-    {
-      std::lock_guard lock(mu_);
-      entries_.erase(instance);
-    }
-    std::unique_lock lock(e.mu);
-    e.run = nullptr;
-  }
-  std::shared_ptr<entry> find(std::uint64_t instance) {
-    std::lock_guard lock(mu_);
-    auto it = entries_.find(instance);
-    return it == entries_.end() ? nullptr : it->second;
-  }
-
-private:
-  std::mutex mu_;
-  std::map<std::uint64_t, std::shared_ptr<entry>> entries_;
-};
 
 // Threads for what may wait and must not wait on an io thread: steps with
 // blocking kernels, sends that must connect first, the ends of steps whose
@@ -208,7 +119,7 @@ private:
 // of the step can wait for the acknowledgements here.
 class step_transfers final : public step_rendezvous, private step_cancellation {
 public:
-  step_transfers(rendezvous_table& table, peer_channels& peers, step_runners& runners,
+  step_transfers(rendezvous_table& table, worker_cache& peers, step_runners& runners,
                  std::uint64_t step)
       : table_(table), peers_(peers), runners_(runners), step_(step) {}
 
@@ -234,7 +145,7 @@ public:
   void flush() override {
     for (auto& h : held_) {
       h.message.strings = protocol::string_values::take(h.payload);
-      net::channel& ch = peers_.to(h.dst);
+      net::channel& ch = peers_.worker(h.dst).channel();
       if (ch.connected()) {
         sends_.push_back(
             ch.call_async(protocol::rendezvous_put, std::move(h.message), std::move(h.payload)));
@@ -299,7 +210,7 @@ private:
   };
 
   rendezvous_table& table_;
-  peer_channels& peers_;
+  worker_cache& peers_;
   step_runners& runners_;
   std::uint64_t step_;
   std::vector<held_sends> held_; // by destination, until flush()
@@ -341,15 +252,14 @@ public:
       cluster = def.spec();
     }
     cluster_ = std::move(cluster);
-    peers_ = std::make_unique<detail::peer_channels>(cluster_, options_.token, options_.log);
+    net::channel_options peer_options;
+    peer_options.token = options_.token;
+    peer_options.log = options_.log;
+    peers_ = std::make_unique<worker_cache>(cluster_, peer_options);
     std::random_device rd;
     instance_ = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-    in_process_ = detail::in_process_tasks::instance().add(
-        instance_,
-        [this](std::uint64_t handle, std::uint64_t step, std::vector<any_tensor> feeds,
-               std::chrono::milliseconds timeout, const std::function<bool()>& others_failed) {
-          return run_in_process(handle, step, std::move(feeds), timeout, others_failed);
-        });
+    local_worker_ = std::make_shared<in_process_worker>(*this);
+    local_workers::add(instance_, local_worker_);
     install_handlers();
   }
 
@@ -405,14 +315,80 @@ public:
       table_.close(describe() + " stopped");
       if (peers_)
         peers_->stop();
-      if (in_process_) // after the table closed: runs in flight end
-        detail::in_process_tasks::instance().remove(instance_, *in_process_);
+      if (local_worker_) { // after the table closed: runs in flight end
+        local_workers::remove(instance_);
+        local_worker_->detach();
+      }
       runners_.stop();
     });
   }
 
 private:
   using clock = std::chrono::steady_clock;
+
+  // This task's worker for a session in this process whose target it is
+  // (worker_interface.hpp): the calls a remote master makes, made directly,
+  // and the steps run on the session's thread. It outlives the server where a
+  // session holds it: stop() detaches it, waiting for the calls in flight, and
+  // later calls fail saying the task stopped.
+  class in_process_worker final : public worker_interface {
+  public:
+    explicit in_process_worker(task_server& s) : server_(&s), name_(s.describe()) {}
+
+    void detach() {
+      std::unique_lock lock(mu_);
+      server_ = nullptr;
+    }
+
+    protocol::cluster_info_reply cluster_info() override {
+      std::shared_lock lock(mu_);
+      return live().cluster_info();
+    }
+    std::uint64_t register_graph(const graph& partition, const run_request& req) override {
+      std::shared_lock lock(mu_);
+      return live().add_partition(partition, req);
+    }
+    std::function<void()> deregister_graph(std::uint64_t handle) noexcept override {
+      std::shared_lock lock(mu_);
+      if (server_)
+        server_->remove_partition(handle);
+      return {};
+    }
+    pending_run run_graph(std::uint64_t handle, std::uint64_t step, std::vector<any_tensor> feeds,
+                          const run_graph_options& o) override {
+      return pending_run(
+          [this, handle, step, feeds = std::move(feeds), o]() mutable {
+            std::shared_lock lock(mu_);
+            return live().run_in_process(handle, step, std::move(feeds), o.timeout,
+                                         o.others_failed);
+          },
+          {}, true);
+    }
+    void abort_step(std::uint64_t step, const std::string& reason) noexcept override {
+      std::shared_lock lock(mu_);
+      if (server_)
+        server_->table_.abort(step, reason);
+    }
+    void reset(const std::vector<std::string>& containers) override {
+      std::shared_lock lock(mu_);
+      live().resources_.reset(containers);
+    }
+    void shutdown() override {
+      std::shared_lock lock(mu_);
+      live().shut_down_as("a session in this process asked");
+    }
+
+  private:
+    task_server& live() const {
+      if (!server_)
+        throw unavailable_error(name_ + " (the session's target, in this process) stopped");
+      return *server_;
+    }
+
+    std::shared_mutex mu_; // held shared by a call in flight, so the server outlives it
+    task_server* server_;
+    std::string name_;
+  };
 
   // A step that waits for tensors from other tasks, watched so that it cannot
   // wait forever: when its deadline passes or `alive` turns false (the client's
@@ -483,43 +459,18 @@ private:
   }
 
   void install_handlers() {
-    rpc_->handle(protocol::cluster_info, [this](net::request, net::responder r) {
-      r.reply(protocol::cluster_info_reply{protocol::cluster_def::of(cluster_), job_, task_,
-                                           instance_, gpu_count()});
-    });
+    rpc_->handle(protocol::cluster_info,
+                 [this](net::request, net::responder r) { r.reply(cluster_info()); });
     rpc_->handle(protocol::register_graph, [this](net::request req, net::responder r) {
       auto m = req.metadata<protocol::register_graph_request>();
-      auto part = std::make_shared<partition>();
-      part->g = deserialize_graph(m.graph);
       run_request rr;
       rr.fetches.assign(m.fetches.begin(), m.fetches.end());
       rr.fed.assign(m.fed.begin(), m.fed.end());
       rr.targets.assign(m.targets.begin(), m.targets.end());
-      part->p = std::make_unique<plan>(part->g, rr);
-      part->fetches = rr.fetches;
-      part->fed = rr.fed;
-      for (const auto& s : part->p->steps()) {
-        const node_def& n = part->g.node(s.id);
-        part->may_wait =
-            part->may_wait || s.k == plan::step::kind::recv ||
-            (s.k == plan::step::kind::kernel && op_registry::instance().find(n.op).blocking);
-        if (s.k == plan::step::kind::recv)
-          part->peers.insert(n.attr<std::string>("src_task"));
-        else if (s.k == plan::step::kind::send)
-          part->peers.insert(n.attr<std::string>("dst_task"));
-      }
-      std::uint64_t handle;
-      {
-        std::lock_guard lock(mu_);
-        handle = ++next_handle_;
-        partitions_.emplace(handle, std::move(part));
-      }
-      r.reply(protocol::register_graph_reply{handle});
+      r.reply(protocol::register_graph_reply{add_partition(deserialize_graph(m.graph), rr)});
     });
     rpc_->handle(protocol::deregister_graph, [this](net::request req, net::responder r) {
-      auto m = req.metadata<protocol::deregister_graph_request>();
-      std::lock_guard lock(mu_);
-      partitions_.erase(m.handle);
+      remove_partition(req.metadata<protocol::deregister_graph_request>().handle);
       r.reply();
     });
     rpc_->handle(protocol::run_graph, [this](net::request req, net::responder r) {
@@ -613,15 +564,52 @@ private:
       r.reply();
     });
     rpc_->handle(protocol::shutdown, [this](net::request req, net::responder r) {
-      // Said, so that a task that stops serving always tells who stopped it.
-      net::log_line(options_.log, describe() + ": shutting down, as " + req.peer() + " asked");
       r.reply();
-      {
-        std::lock_guard lock(mu_);
-        stopping_ = true;
-      }
-      cv_.notify_all(); // join() stops the server from its own thread
+      shut_down_as(req.peer() + " asked");
     });
+  }
+
+  protocol::cluster_info_reply cluster_info() const {
+    return {protocol::cluster_def::of(cluster_), job_, task_, instance_, gpu_count()};
+  }
+
+  // A partition a master registers: planned once here, run by handle.
+  std::uint64_t add_partition(graph g, const run_request& rr) {
+    auto part = std::make_shared<partition>();
+    part->g = std::move(g);
+    part->p = std::make_unique<plan>(part->g, rr);
+    part->fetches = rr.fetches;
+    part->fed = rr.fed;
+    for (const auto& s : part->p->steps()) {
+      const node_def& n = part->g.node(s.id);
+      part->may_wait =
+          part->may_wait || s.k == plan::step::kind::recv ||
+          (s.k == plan::step::kind::kernel && op_registry::instance().find(n.op).blocking);
+      if (s.k == plan::step::kind::recv)
+        part->peers.insert(n.attr<std::string>("src_task"));
+      else if (s.k == plan::step::kind::send)
+        part->peers.insert(n.attr<std::string>("dst_task"));
+    }
+    std::lock_guard lock(mu_);
+    const std::uint64_t handle = ++next_handle_;
+    partitions_.emplace(handle, std::move(part));
+    return handle;
+  }
+
+  void remove_partition(std::uint64_t handle) {
+    std::lock_guard lock(mu_);
+    partitions_.erase(handle);
+  }
+
+  // Stops serving once join() sees it; `why` ends the line saying so (a task
+  // that stops serving always tells who stopped it).
+  void shut_down_as(const std::string& why) {
+    net::log_line(options_.log, describe() + ": shutting down, as " + why);
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all(); // join() stops the server from its own thread
   }
 
   std::shared_ptr<partition> find_partition(std::uint64_t handle, std::size_t feeds) {
@@ -817,7 +805,7 @@ private:
     table_.abort(step, reason);
     for (const std::string& peer : part.peers) {
       try {
-        net::channel& ch = peers_->to(peer);
+        net::channel& ch = peers_->worker(peer).channel();
         const protocol::abort_step_request m{step, reason};
         auto abort = [&ch, m] {
           try {
@@ -841,11 +829,11 @@ private:
   cpu_device device_;
   resource_manager resources_;
   rendezvous_table table_;
-  std::unique_ptr<detail::peer_channels> peers_;
+  std::unique_ptr<worker_cache> peers_;
   std::unique_ptr<net::rpc_server> rpc_;
   std::uint64_t instance_ = 0; // tells a session in this process that its target is this server
   std::atomic<std::uint64_t> received_messages_{0}, received_tensors_{0};
-  std::shared_ptr<detail::in_process_tasks::entry> in_process_;
+  std::shared_ptr<in_process_worker> local_worker_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,0 +1,165 @@
+// A cluster task reached over the message layer (TF's GrpcRemoteWorker), and
+// the cache of them one process keeps (TF's WorkerCache): one channel per
+// task, opened on first use, shared by a session's master (partitions, steps)
+// and a task server's steps (tensors and aborts sent to their peers).
+#pragma once
+
+#include <loom/cluster/cluster_spec.hpp>
+#include <loom/core/device_spec.hpp>
+#include <loom/graph/serialize.hpp>
+#include <loom/net/rpc.hpp>
+#include <loom/runtime/protocol.hpp>
+#include <loom/runtime/worker_interface.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+namespace detail {
+
+// "/job:ps/replica:0/task:1" for (ps, 1): how tasks are named in device
+// strings, partitions and messages.
+inline std::string task_name(const std::string& job, int task) {
+  return "/job:" + job + "/replica:0/task:" + std::to_string(task);
+}
+
+} // namespace detail
+
+class remote_worker final : public worker_interface {
+public:
+  remote_worker(const std::string& address, net::channel_options o)
+      : channel_(address, std::move(o)) {}
+
+  // The channel, for what is not a worker call: a step's tensors to a peer.
+  net::channel& channel() noexcept { return channel_; }
+  bool connected() const noexcept { return channel_.connected(); }
+  void stop() { channel_.stop(); }
+
+  protocol::cluster_info_reply cluster_info() override {
+    return channel_.call(protocol::cluster_info).metadata<protocol::cluster_info_reply>();
+  }
+
+  std::uint64_t register_graph(const graph& partition, const run_request& req) override {
+    protocol::register_graph_request m;
+    m.graph = serialize_graph(partition);
+    m.fetches.assign(req.fetches.begin(), req.fetches.end());
+    m.fed.assign(req.fed.begin(), req.fed.end());
+    m.targets.assign(req.targets.begin(), req.targets.end());
+    return channel_.call(protocol::register_graph, m)
+        .metadata<protocol::register_graph_reply>()
+        .handle;
+  }
+
+  // Not dialled for: a task this process is not connected to has nothing of
+  // its to drop, or is gone. Each answer is awaited for a second at most.
+  std::function<void()> deregister_graph(std::uint64_t handle) noexcept override {
+    if (!channel_.connected())
+      return {};
+    try {
+      net::call_options co;
+      co.timeout = std::chrono::seconds(1);
+      net::call_handle c = channel_.call_async(protocol::deregister_graph,
+                                               protocol::deregister_graph_request{handle}, {}, co);
+      return [c]() mutable {
+        try {
+          c.get();
+        } catch (...) {
+        }
+      };
+    } catch (...) {
+      return {};
+    }
+  }
+
+  pending_run run_graph(std::uint64_t handle, std::uint64_t step, std::vector<any_tensor> feeds,
+                        const run_graph_options& o) override {
+    protocol::run_graph_request m{handle, step};
+    m.strings = protocol::string_values::take(feeds);
+    net::call_options co;
+    if (o.timeout.count() > 0)
+      co.timeout = o.timeout;
+    net::call_handle c =
+        channel_.call_async(protocol::run_graph, std::move(m), std::move(feeds), co);
+    return pending_run(
+        [c]() mutable {
+          net::response res = c.get();
+          std::move(res.metadata<protocol::run_graph_reply>().strings).restore(res.payloads);
+          return std::move(res.payloads);
+        },
+        [c]() mutable { return c.failed(); }, false);
+  }
+
+  void abort_step(std::uint64_t step, const std::string& reason) noexcept override {
+    try {
+      channel_.call_async(protocol::abort_step, protocol::abort_step_request{step, reason});
+    } catch (...) { // the task may be the one that failed
+    }
+  }
+
+  void reset(const std::vector<std::string>& containers) override {
+    channel_.call(protocol::reset, protocol::reset_request{containers});
+  }
+
+  void shutdown() override { channel_.call(protocol::shutdown); }
+
+private:
+  net::channel channel_;
+};
+
+// The remote workers of a cluster's tasks, by task name, each connected on
+// first use with the same options (named after its task).
+class worker_cache {
+public:
+  worker_cache(cluster_spec cluster, net::channel_options o)
+      : cluster_(std::move(cluster)), options_(std::move(o)) {}
+
+  worker_cache(const worker_cache&) = delete;
+  worker_cache& operator=(const worker_cache&) = delete;
+
+  const cluster_spec& cluster() const noexcept { return cluster_; }
+
+  // Task `task` ("/job:ps/replica:0/task:0"): invalid_argument_error when the
+  // cluster has no such task.
+  remote_worker& worker(const std::string& task) {
+    std::lock_guard lock(mu_);
+    auto it = workers_.find(task);
+    if (it != workers_.end())
+      return *it->second;
+    const device_spec d = device_spec::from_string(task);
+    if (!d.job() || !d.task() || !cluster_.has_task(*d.job(), *d.task()))
+      throw invalid_argument_error("no task named '" + task + "' in the cluster");
+    net::channel_options o = options_;
+    o.peer_name = *d.job() + " task " + std::to_string(*d.task());
+    auto w = std::make_unique<remote_worker>(cluster_.task_address(*d.job(), *d.task()), o);
+    return *workers_.emplace(task, std::move(w)).first->second;
+  }
+
+  // Every task of the cluster, by name, in the cluster spec's order.
+  std::vector<std::string> tasks() const {
+    std::vector<std::string> out;
+    for (const auto& j : cluster_.jobs())
+      for (int t : cluster_.task_indices(j))
+        out.push_back(detail::task_name(j, t));
+    return out;
+  }
+
+  void stop() {
+    std::lock_guard lock(mu_);
+    for (auto& [name, w] : workers_)
+      w->stop();
+  }
+
+private:
+  cluster_spec cluster_;
+  net::channel_options options_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<remote_worker>> workers_;
+};
+
+} // namespace loom

@@ -1,0 +1,114 @@
+// What a master asks of a cluster task (TF's WorkerInterface): who it is,
+// register, run and deregister graph partitions, abort a step, clear resource
+// containers, stop serving. Two implementations: a remote one over the message
+// layer (runtime/remote_worker.hpp), and the task's own worker service in the
+// same process (task_server's), which a session whose target serves here runs
+// its partition through on its own thread, feeds and fetches handed over in
+// memory (TF's LocalMaster/LocalWorker).
+#pragma once
+
+#include <loom/core/error.hpp>
+#include <loom/core/tensor.hpp>
+#include <loom/graph/graph.hpp>
+#include <loom/runtime/interfaces.hpp>
+#include <loom/runtime/protocol.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace loom {
+
+// A step of a partition that a worker started: get() waits for its fetched
+// values (or throws the task's error). An in-process worker's step runs in
+// get(), on the caller's thread (runs_on_caller()): a master starts the remote
+// ones first and runs it while they run.
+class pending_run {
+public:
+  pending_run() = default;
+  pending_run(std::function<std::vector<any_tensor>()> get, std::function<bool()> failed,
+              bool runs_on_caller)
+      : get_(std::move(get)), failed_(std::move(failed)), on_caller_(runs_on_caller) {}
+
+  bool valid() const noexcept { return static_cast<bool>(get_); }
+  bool runs_on_caller() const noexcept { return on_caller_; }
+  // True once the step is known to have failed; never waits.
+  bool failed() const { return failed_ && failed_(); }
+  std::vector<any_tensor> get() { return std::exchange(get_, nullptr)(); }
+
+private:
+  std::function<std::vector<any_tensor>()> get_;
+  std::function<bool()> failed_;
+  bool on_caller_ = false;
+};
+
+struct run_graph_options {
+  // The step fails with deadline_exceeded past it (0: no limit).
+  std::chrono::milliseconds timeout{0};
+  // For a step run on the caller's thread: polled while it waits for tensors,
+  // true when another task's part of the step failed (nobody else would tell
+  // the caller's thread to stop waiting).
+  std::function<bool()> others_failed{};
+};
+
+class worker_interface {
+public:
+  virtual ~worker_interface() = default;
+
+  virtual protocol::cluster_info_reply cluster_info() = 0;
+  // Registers `partition` (fetching, feeding and running what `req` names, as
+  // node ids of the partition) and returns its handle.
+  virtual std::uint64_t register_graph(const graph& partition, const run_request& req) = 0;
+  // Drops a registered partition. Best effort: returns what waits for the
+  // answer, or nothing where the task is not reachable without dialling it.
+  virtual std::function<void()> deregister_graph(std::uint64_t handle) noexcept = 0;
+  // Starts one step of partition `handle`; feeds in the order of its req.fed.
+  virtual pending_run run_graph(std::uint64_t handle, std::uint64_t step,
+                                std::vector<any_tensor> feeds, const run_graph_options& o) = 0;
+  // Fails step `step` here (its waiting _recvs); best effort.
+  virtual void abort_step(std::uint64_t step, const std::string& reason) noexcept = 0;
+  // Clears the named resource containers (all when empty).
+  virtual void reset(const std::vector<std::string>& containers) = 0;
+  // Stops the task serving: its server's join() returns.
+  virtual void shutdown() = 0;
+};
+
+// The workers of the task servers in this process, by their servers' instance
+// ids (cluster_info_reply::instance): how a session made from a target string
+// finds that its target serves in its own process. A lookup, as TF's
+// LocalMaster registry is, because a target is a string a user may type; it
+// holds the workers weakly, and a worker whose server stopped says so.
+class local_workers {
+public:
+  static void add(std::uint64_t instance, std::weak_ptr<worker_interface> w) {
+    std::lock_guard lock(mu());
+    table()[instance] = std::move(w);
+  }
+  static void remove(std::uint64_t instance) {
+    std::lock_guard lock(mu());
+    table().erase(instance);
+  }
+  static std::shared_ptr<worker_interface> find(std::uint64_t instance) {
+    std::lock_guard lock(mu());
+    auto it = table().find(instance);
+    return it == table().end() ? nullptr : it->second.lock();
+  }
+
+private:
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::map<std::uint64_t, std::weak_ptr<worker_interface>>& table() {
+    static std::map<std::uint64_t, std::weak_ptr<worker_interface>> t;
+    return t;
+  }
+};
+
+} // namespace loom
