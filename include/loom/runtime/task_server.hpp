@@ -13,6 +13,9 @@
 #include <loom/runtime/remote_worker.hpp>
 #include <loom/runtime/rendezvous.hpp>
 #include <loom/runtime/resource_manager.hpp>
+#include <loom/runtime/step_runners.hpp>
+#include <loom/runtime/step_transfers.hpp>
+#include <loom/runtime/step_watchdog.hpp>
 #include <loom/runtime/worker_interface.hpp>
 
 #include <algorithm>
@@ -42,181 +45,6 @@ inline int intra_op_threads(int requested) {
     return requested;
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
-
-// Threads for what may wait and must not wait on an io thread: steps with
-// blocking kernels, sends that must connect first, the ends of steps whose
-// sends are not yet acknowledged. A job never waits for a free thread (it
-// could be waiting for a job queued behind it): one is started whenever none
-// is idle, and idle ones are reused.
-class step_runners {
-public:
-  step_runners() = default;
-  step_runners(const step_runners&) = delete;
-  step_runners& operator=(const step_runners&) = delete;
-  ~step_runners() { stop(); }
-
-  // False once stopped.
-  bool submit(std::function<void()> fn) {
-    std::lock_guard lock(mu_);
-    if (stopping_)
-      return false;
-    queue_.push_back(std::move(fn));
-    if (idle_ == 0)
-      threads_.emplace_back([this] { loop(); });
-    else
-      cv_.notify_one();
-    return true;
-  }
-
-  // Runs what is queued, then joins every thread.
-  void stop() {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_)
-      if (t.joinable())
-        t.join();
-  }
-
-private:
-  void loop() {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      ++idle_;
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      --idle_;
-      if (queue_.empty())
-        return; // stopping
-      auto fn = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      fn();
-      lock.lock();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  std::vector<std::thread> threads_;
-  int idle_ = 0;
-  bool stopping_ = false;
-};
-
-// The rendezvous of one step on one task: _recv waits in the task's table,
-// _send pushes its value to the destination task's table. Sends are held
-// until the executor flushes, then go as one message per destination task:
-// the ps's reads of a step's weights reach a worker in one message, and wake
-// it once.
-//
-// A step may run on an io thread (plan::start), which must never wait for the
-// network: what it waits for may need that very thread (a peer in this
-// process answering a connection's handshake, or acknowledging a send). So a
-// send to a task not yet connected is issued by a runner thread, which
-// connects first, and sends_delivered() says without waiting whether the end
-// of the step can wait for the acknowledgements here.
-class step_transfers final : public step_rendezvous, private step_cancellation {
-public:
-  step_transfers(rendezvous_table& table, worker_cache& peers, step_runners& runners,
-                 std::uint64_t step)
-      : table_(table), peers_(peers), runners_(runners), step_(step) {}
-
-  void send(const node_def& n, const any_tensor& value) override {
-    const auto& dst = n.attr<std::string>("dst_task");
-    auto it =
-        std::find_if(held_.begin(), held_.end(), [&](const held_sends& h) { return h.dst == dst; });
-    if (it == held_.end()) {
-      held_.push_back({dst, {step_, {}, {}, {}}, {}});
-      it = std::prev(held_.end());
-    }
-    const bool carries = !n.attr_or<bool>("control", false) && !value.empty();
-    it->message.keys.push_back(n.attr<std::string>("key"));
-    it->message.carries_value.push_back(carries ? 1 : 0);
-    if (carries)
-      it->payload.push_back(value);
-  }
-
-  void recv(const node_def& n, recv_done done) override {
-    table_.recv(step_, n.attr<std::string>("key"), std::move(done));
-  }
-
-  void flush() override {
-    for (auto& h : held_) {
-      h.message.strings = protocol::string_values::take(h.payload);
-      net::channel& ch = peers_.worker(h.dst).channel();
-      if (ch.connected()) {
-        sends_.push_back(
-            ch.call_async(protocol::rendezvous_put, std::move(h.message), std::move(h.payload)));
-        continue;
-      }
-      auto issued = std::make_shared<std::promise<net::call_handle>>();
-      deferred_.push_back(issued->get_future());
-      const bool submitted =
-          runners_.submit([&ch, issued, m = std::move(h.message), p = std::move(h.payload)] {
-            try {
-              issued->set_value(ch.call_async(protocol::rendezvous_put, m, p));
-            } catch (...) {
-              issued->set_exception(std::current_exception());
-            }
-          });
-      if (!submitted)
-        issued->set_exception(std::make_exception_ptr(
-            unavailable_error("the task is stopping: a tensor for " + h.dst + " was not sent")));
-    }
-    held_.clear();
-  }
-
-  step_cancellation* cancellation() noexcept override { return this; }
-
-  // True when every value sent in this step was delivered (or failed to be):
-  // wait_sent() would not wait. Reads what has arrived; never waits.
-  bool sends_delivered() {
-    for (auto& d : deferred_)
-      if (d.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
-        return false;
-    return std::all_of(sends_.begin(), sends_.end(), [](net::call_handle& s) { return s.done(); });
-  }
-  // Waits until every value sent in this step was delivered; throws the first failure.
-  void wait_sent() {
-    for (auto& d : deferred_)
-      sends_.push_back(d.get());
-    deferred_.clear();
-    for (auto& s : sends_)
-      s.get();
-    sends_.clear();
-  }
-  void cancel_sends() noexcept {
-    held_.clear();
-    deferred_.clear(); // a runner still sends them: the receiver drops an aborted step's values
-    for (auto& s : sends_) {
-      try {
-        s.cancel();
-      } catch (...) {
-      }
-    }
-    sends_.clear();
-  }
-
-private:
-  std::uint64_t on_abort(callback fn) override { return table_.on_abort(step_, std::move(fn)); }
-  void forget(std::uint64_t id) override { table_.forget(id); }
-
-  struct held_sends {
-    std::string dst;
-    protocol::rendezvous_put_request message;
-    std::vector<any_tensor> payload;
-  };
-
-  rendezvous_table& table_;
-  worker_cache& peers_;
-  step_runners& runners_;
-  std::uint64_t step_;
-  std::vector<held_sends> held_; // by destination, until flush()
-  std::vector<net::call_handle> sends_;
-  std::vector<std::future<net::call_handle>> deferred_; // issued by a runner thread
-};
 
 } // namespace detail
 
@@ -303,13 +131,7 @@ public:
     }
     cv_.notify_all();
     std::call_once(stopped_, [&] {
-      std::thread watchdog;
-      {
-        std::lock_guard lock(mu_);
-        watchdog.swap(watchdog_);
-      }
-      if (watchdog.joinable())
-        watchdog.join();
+      watchdog_.stop();
       if (rpc_)
         rpc_->stop();
       table_.close(describe() + " stopped");
@@ -390,54 +212,6 @@ private:
     std::string name_;
   };
 
-  // A step that waits for tensors from other tasks, watched so that it cannot
-  // wait forever: when its deadline passes or `alive` turns false (the client's
-  // connection closed; for a client in this process, another task's part of
-  // the step failed), the step is aborted here, which fails its recvs.
-  struct watched_step {
-    clock::time_point deadline;
-    std::function<bool()> alive; // called under mu_
-    std::string lost;            // why the step ends when alive() is false
-  };
-
-  void watch_step(std::uint64_t step, clock::time_point deadline, std::function<bool()> alive,
-                  std::string lost) {
-    std::lock_guard lock(mu_);
-    watched_.insert_or_assign(step, watched_step{deadline, std::move(alive), std::move(lost)});
-    if (!watchdog_.joinable() && !stopping_)
-      watchdog_ = std::thread([this] { watch_steps(); });
-  }
-
-  void unwatch_step(std::uint64_t step) {
-    std::lock_guard lock(mu_);
-    watched_.erase(step);
-  }
-
-  // Checks the watched steps every 200 ms: a closed connection gives no event
-  // of its own, and a deadline is a timer anyway.
-  void watch_steps() {
-    std::unique_lock lock(mu_);
-    while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; })) {
-      std::vector<std::pair<std::uint64_t, std::string>> expired;
-      const auto now = clock::now();
-      for (auto it = watched_.begin(); it != watched_.end();) {
-        if (now >= it->second.deadline)
-          expired.emplace_back(it->first, "the step's deadline passed");
-        else if (!it->second.alive())
-          expired.emplace_back(it->first, it->second.lost);
-        else {
-          ++it;
-          continue;
-        }
-        it = watched_.erase(it);
-      }
-      lock.unlock();
-      for (auto& [step, why] : expired)
-        table_.abort(step, describe() + ": " + why);
-      lock.lock();
-    }
-  }
-
   struct partition {
     graph g;
     std::unique_ptr<plan> p;
@@ -485,7 +259,7 @@ private:
         auto responder = std::make_shared<net::responder>(std::move(r));
         const bool watched = part->may_wait;
         if (watched)
-          watch_step(
+          watchdog_.watch(
               m.step_id, deadline, [responder] { return responder->peer_connected(); },
               "the client that started the step disconnected");
         auto transfers =
@@ -505,7 +279,7 @@ private:
                     error = std::current_exception();
                   }
                   if (watched)
-                    unwatch_step(step);
+                    watchdog_.unwatch(step);
                   reply(*responder, std::move(out), error);
                 };
                 if (here || !runners_.submit(answer))
@@ -518,14 +292,14 @@ private:
       // std::function needs a copyable callable: the responder moves into a shared_ptr.
       auto job = std::make_shared<std::tuple<std::vector<any_tensor>, net::responder>>(
           std::move(req.payloads()), std::move(r));
-      watch_step(
+      watchdog_.watch(
           m.step_id, deadline, [job] { return std::get<1>(*job).peer_connected(); },
           "the client that started the step disconnected");
       if (!runners_.submit([this, part, step = m.step_id, job] {
             run_partition(*part, step, std::move(std::get<0>(*job)), std::get<1>(*job));
-            unwatch_step(step);
+            watchdog_.unwatch(step);
           })) {
-        unwatch_step(m.step_id);
+        watchdog_.unwatch(m.step_id);
         throw unavailable_error(describe() + " is shutting down");
       }
     });
@@ -631,6 +405,17 @@ private:
     return part;
   }
 
+  // Three ways to run a step of a partition, one per thread it may run on:
+  // - execute(): to its end on this thread, which may wait (a runner thread for
+  //   a partition with blocking kernels; a session's thread).
+  // - start() + end_started(): on the io thread that received the request until
+  //   it waits for a tensor, then on the io threads that deliver them, never
+  //   waiting (a partition without blocking kernels: no thread per step); its
+  //   end, which may wait for acknowledgements, moves to a runner if need be.
+  // - run_in_process(): a session's own thread, which picks one of the two and
+  //   is watched, because nobody else would stop it waiting.
+  // They share the step's ending (end_step, step_failed), not its threads.
+
   // A step of a partition for a session in this process, on its thread.
   // While it waits, the watchdog ends it when its deadline passes (it fails
   // as a remote call past its deadline does) or when `others_failed` says
@@ -644,7 +429,7 @@ private:
     if (!part->may_wait)
       return execute(*part, step, std::move(feeds));
     const auto deadline = timeout.count() > 0 ? clock::now() + timeout : clock::time_point::max();
-    watch_step(
+    watchdog_.watch(
         step, deadline, [&others_failed] { return !others_failed(); },
         "another task's part of the step failed");
     try {
@@ -662,16 +447,16 @@ private:
         plan_end end = plan_ended.get();
         out = end_started(*part, step, transfers, end);
       }
-      unwatch_step(step);
+      watchdog_.unwatch(step);
       return out;
     } catch (const aborted_error& e) {
-      unwatch_step(step);
+      watchdog_.unwatch(step);
       if (timeout.count() <= 0 || clock::now() < deadline)
         throw;
       throw deadline_exceeded_error(describe() + ": the step did not complete within " +
                                     std::to_string(timeout.count()) + " ms (" + e.message() + ")");
     } catch (...) {
-      unwatch_step(step);
+      watchdog_.unwatch(step);
       throw;
     }
   }
@@ -829,6 +614,10 @@ private:
   cpu_device device_;
   resource_manager resources_;
   rendezvous_table table_;
+  // Ends the steps that wait too long (step_watchdog.hpp).
+  detail::step_watchdog watchdog_{[this](std::uint64_t step, const std::string& why) {
+    table_.abort(step, describe() + ": " + why);
+  }};
   std::unique_ptr<worker_cache> peers_;
   std::unique_ptr<net::rpc_server> rpc_;
   std::uint64_t instance_ = 0; // tells a session in this process that its target is this server
@@ -841,8 +630,6 @@ private:
   std::once_flag stopped_;
   std::map<std::uint64_t, std::shared_ptr<partition>> partitions_;
   std::uint64_t next_handle_ = 0;
-  std::map<std::uint64_t, watched_step> watched_;
-  std::thread watchdog_;
   detail::step_runners runners_; // steps that wait for tensors
 };
 
