@@ -288,13 +288,13 @@ TEST_CASE("the cluster token comes from the options, LOOM_CLUSTER_TOKEN or a fil
 }
 
 TEST_CASE("addresses split into host and port") {
-  CHECK(split_address("127.0.0.1:2222").host == "127.0.0.1");
-  CHECK(split_address("127.0.0.1:2222").port == 2222);
-  CHECK(split_address("[::1]:80").host == "::1");
-  CHECK(split_address("localhost:0").port == 0);
+  CHECK(parse_host_port("127.0.0.1:2222").host == "127.0.0.1");
+  CHECK(parse_host_port("127.0.0.1:2222").port == 2222);
+  CHECK(parse_host_port("[::1]:80").host == "::1");
+  CHECK(parse_host_port("localhost:0").port == 0);
   CHECK(join_address("::1", 5) == "[::1]:5");
-  CHECK_THROWS_AS(split_address("nohost"), invalid_argument_error);
-  CHECK_THROWS_AS(split_address("h:99999"), invalid_argument_error);
-  CHECK_THROWS_AS(split_address("h:12x"), invalid_argument_error);
-  CHECK_THROWS_AS(split_address(":12"), invalid_argument_error);
+  CHECK_THROWS_AS(parse_host_port("nohost"), invalid_argument_error);
+  CHECK_THROWS_AS(parse_host_port("h:99999"), invalid_argument_error);
+  CHECK_THROWS_AS(parse_host_port("h:12x"), invalid_argument_error);
+  CHECK_THROWS_AS(parse_host_port(":12"), invalid_argument_error);
 }

@@ -136,7 +136,7 @@ public:
 
   channel_core(std::string address, channel_options o)
       : address_(std::move(address)), opts_(std::move(o)) {
-    hp_ = split_address(address_);
+    hp_ = parse_host_port(address_);
     if (opts_.peer_name.empty())
       opts_.peer_name = "peer";
     peer_ = std::make_shared<const std::string>(opts_.peer_name + " at " + address_);

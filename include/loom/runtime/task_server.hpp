@@ -222,16 +222,6 @@ private:
 
   std::string describe() const { return detail::task_name(job_, task_); }
 
-  static host_port parse_host_port(const std::string& address) {
-    const auto colon = address.rfind(':');
-    host_port hp;
-    hp.host = address.substr(0, colon);
-    if (hp.host.size() >= 2 && hp.host.front() == '[')
-      hp.host = hp.host.substr(1, hp.host.size() - 2);
-    hp.port = static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1)));
-    return hp;
-  }
-
   void install_handlers() {
     rpc_->handle(protocol::cluster_info,
                  [this](net::request, net::responder r) { r.reply(cluster_info()); });
