@@ -1125,9 +1125,9 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
       std::vector<any_tensor> cpu_values(fg.g.size()), gpu_values(fg.g.size());
       for (const auto& [id, t] : in)
         cpu_values[static_cast<std::size_t>(id)] = gpu_values[static_cast<std::size_t>(id)] = t;
-      cpu_plan.run(fg.g, cpu_values, host_device(), res);
+      run_plan(cpu_plan, fg.g, cpu_values, host_device(), res);
       poison_next_blocks(static_cast<std::size_t>(s.num_elements()) * sizeof(float));
-      gpu_plan.run(fg.g, gpu_values, host_device(), res);
+      run_plan(gpu_plan, fg.g, gpu_values, host_device(), res);
       for (node_id root : {fg.arith, fg.mixed}) {
         const any_tensor& got = gpu_values[static_cast<std::size_t>(root)];
         CHECK(got.on_host()); // fetched values come back to the host
@@ -1160,8 +1160,8 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
     std::vector<any_tensor> cpu_values(fg.g.size()), gpu_values(fg.g.size());
     for (const auto& [id, t] : in)
       cpu_values[static_cast<std::size_t>(id)] = gpu_values[static_cast<std::size_t>(id)] = t;
-    cpu_plan.run(fg.g, cpu_values, host_device(), res);
-    gpu_plan.run(fg.g, gpu_values, host_device(), res);
+    run_plan(cpu_plan, fg.g, cpu_values, host_device(), res);
+    run_plan(gpu_plan, fg.g, gpu_values, host_device(), res);
     compare(cpu_values[static_cast<std::size_t>(fg.arith)],
             gpu_values[static_cast<std::size_t>(fg.arith)], check::elementwise, "broadcast b");
   }

@@ -29,7 +29,7 @@ public:
         placement_log_(o.placement_log) {}
 
   void run(const graph& g, const run_request& req, std::vector<any_tensor>& values) override {
-    plan_for(g, req).run(g, values, device_, resources_);
+    run_plan(plan_for(g, req), g, values, device_, resources_);
   }
 
 private:

@@ -30,7 +30,7 @@ namespace loom::detail {
 // the ps's reads of a step's weights reach a worker in one message, and wake
 // it once.
 //
-// A step may run on an io thread (plan::start), which must never wait for the
+// A step may run on an io thread (start_plan), which must never wait for the
 // network: what it waits for may need that very thread (a peer in this
 // process answering a connection's handshake, or acknowledging a send). So a
 // send to a task not yet connected is issued by a runner thread, which

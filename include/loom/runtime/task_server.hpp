@@ -484,7 +484,7 @@ private:
     detail::step_transfers transfers(table_, *peers_, runners_, step);
     try {
       std::vector<any_tensor> values = fed_values(part, std::move(feeds));
-      part.p->run(part.g, values, device_, resources_, &transfers);
+      run_plan(*part.p, part.g, values, device_, resources_, &transfers);
       return end_step(part, step, transfers, values);
     } catch (...) {
       std::rethrow_exception(step_failed(part, step, transfers, std::current_exception()));
@@ -504,8 +504,8 @@ private:
   // step on a thread that may.
   void start(const partition& part, std::vector<any_tensor> feeds,
              detail::step_transfers& transfers, std::function<void(plan_end)> ended) {
-    part.p->start(
-        part.g, fed_values(part, std::move(feeds)), device_, resources_, transfers,
+    start_plan(
+        *part.p, part.g, fed_values(part, std::move(feeds)), device_, resources_, transfers,
         [ended = std::move(ended)](std::vector<any_tensor>& values, std::exception_ptr error) {
           ended({std::move(values), error});
         });
