@@ -497,7 +497,7 @@ private:
     std::exception_ptr error;
   };
 
-  // Starts one step of `part` (plan::start; not for a partition that blocks):
+  // Starts one step of `part` (start_plan; not for a partition that blocks):
   // it runs on this thread until it waits for a tensor, then on the thread
   // that delivers it. `ended` is called once, on the thread that ran the plan
   // last, often an io thread, which must not wait: end_started() then ends the
