@@ -1,0 +1,107 @@
+// What a kernel runs with (kernel_context): its node, inputs, variables, the
+// process's resources and device, and its step's cancellation. The executor
+// fills it; kernels read it; the registry (kernels/registry.hpp) maps ops to
+// the kernels that take it.
+#pragma once
+
+#include <loom/core/error.hpp>
+#include <loom/core/tensor.hpp>
+#include <loom/expr/eval.hpp>
+#include <loom/graph/node.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <span>
+#include <string>
+
+namespace loom {
+
+// A variable's storage in a resource container. An update writes its buffer in
+// place only when nothing else holds it, and otherwise writes another buffer
+// and swaps it in (assign: kernels/cpu/state.hpp; the optimizers' apply ops:
+// unshare_refs), so a tensor read earlier in a step keeps its value.
+struct variable_resource {
+  std::mutex mu;
+  any_tensor value;
+  bool initialized = false;
+};
+
+// Any other state a kernel keeps in a resource container (a gradient
+// accumulator, a step counter): TF's ResourceBase.
+struct resource_base {
+  virtual ~resource_base() = default;
+};
+
+// What a kernel may ask of the process it runs in: its variables, other
+// resources, and the random-number state of stateful random ops.
+class resource_access {
+public:
+  virtual ~resource_access() = default;
+  // The variable a "variable" node names, created (uninitialised) if missing.
+  virtual variable_resource& variable(const node_def& variable_node) = 0;
+  // A random engine that lives as long as the variables do, one per node.
+  virtual std::mt19937_64& random_engine(const node_def& node, std::uint64_t seed) = 0;
+  // The resource (container, name), made by `make` if missing. Shared, so a
+  // kernel waiting on it outlives a reset() of its container.
+  virtual std::shared_ptr<resource_base>
+  resource(const std::string& container, const std::string& name,
+           const std::function<std::shared_ptr<resource_base>()>& make) = 0;
+
+  // The resource (container, name) of type R, default-constructed if missing.
+  template <class R>
+  std::shared_ptr<R> resource(const std::string& container, const std::string& name) {
+    auto r = resource(container, name, [] { return std::make_shared<R>(); });
+    if (auto typed = std::dynamic_pointer_cast<R>(r))
+      return typed;
+    throw invalid_argument_error("resource '" + name + "' in container '" + container +
+                                 "' exists with another type");
+  }
+};
+
+// Lets a kernel that waits for other steps (op_def::blocking) return when its
+// own step is aborted: a deadline passed, its client went away, the task stops.
+class step_cancellation {
+public:
+  using callback = std::function<void(const std::string& reason)>;
+  virtual ~step_cancellation() = default;
+  // Calls fn once, from the aborting thread, if the step is aborted before
+  // forget(id); at once if it already was. The callback runs under the
+  // table's lock: it may lock a resource's mutex, so a kernel must not hold
+  // that mutex while it calls on_abort or forget.
+  virtual std::uint64_t on_abort(callback fn) = 0;
+  // After forget returns the callback is not running and will not run.
+  virtual void forget(std::uint64_t id) = 0;
+};
+
+// What a GPU kernel launches on: its device, stream, cuBLAS handle and
+// allocator. Defined by the GPU backend (cuda/backend.hpp), which sets
+// kernel_context::gpu for kernels registered under device_gpu.
+struct gpu_context;
+
+struct kernel_context {
+  const node_def& node;
+  std::span<const any_tensor* const> inputs; // data inputs; nullptr for ref inputs
+  std::span<variable_resource* const> refs;  // one per ref input, in input order
+  const cpu_device& device;
+  resource_access& resources;
+  any_tensor output;
+  // Bit i: no later step reads input i and the request does not return it, so
+  // the kernel may keep its buffer (TF's forward_input) if nothing else holds it.
+  std::uint32_t forwardable = 0;
+  // The step's abort notifications; nullptr in a local session.
+  step_cancellation* cancellation = nullptr;
+  // For a GPU kernel: where to launch; its inputs are on that GPU and its
+  // output must be. nullptr for CPU kernels.
+  gpu_context* gpu = nullptr;
+
+  const any_tensor& input(std::size_t i) const { return *inputs[i]; }
+  bool may_forward(std::size_t i) const {
+    return (forwardable >> i & 1u) && inputs[i] && inputs[i]->sole_owner();
+  }
+};
+
+} // namespace loom
