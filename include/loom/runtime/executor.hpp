@@ -8,6 +8,7 @@
 
 #include <loom/runtime/plan.hpp>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -17,6 +18,7 @@
 #include <queue>
 #include <span>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -47,6 +49,14 @@ public:
 using plan_done_fn = std::function<void(std::vector<any_tensor>& values, std::exception_ptr error)>;
 
 namespace detail {
+
+// The threads of an intra-op pool asked for as `requested` (session_options,
+// server_options): 0 or less means one per hardware thread.
+inline int intra_op_threads(int requested) {
+  if (requested > 0)
+    return requested;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
 
 // One plan's steps in flight (run_plan, start_plan); the plan's private state
 // (its steps, their dependencies, the GPU constants it keeps) is read here.

@@ -23,7 +23,9 @@ namespace loom {
 class local_master final : public master_interface {
 public:
   explicit local_master(const session_options& o)
-      : pool_(threads(o)), device_(&pool_, threads(o)), allow_fusion_(!o.disable_fusion),
+      : pool_(detail::intra_op_threads(o.intra_op_threads)),
+        device_(&pool_, detail::intra_op_threads(o.intra_op_threads)),
+        allow_fusion_(!o.disable_fusion),
         placement_(
             session_placement(o.allow_soft_placement, o.log_device_placement, {}, local_cpu)),
         placement_log_(o.placement_log) {}
@@ -34,12 +36,6 @@ public:
 
 private:
   static constexpr const char* local_cpu = "/job:localhost/replica:0/task:0/device:CPU:0";
-
-  static int threads(const session_options& o) {
-    if (o.intra_op_threads > 0)
-      return o.intra_op_threads;
-    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  }
 
   const plan& plan_for(const graph& g, const run_request& req) {
     if (g.version() != planned_version_) { // plans of an older graph are stale

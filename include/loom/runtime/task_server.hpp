@@ -38,16 +38,6 @@
 
 namespace loom {
 
-namespace detail {
-
-inline int intra_op_threads(int requested) {
-  if (requested > 0)
-    return requested;
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
-
-} // namespace detail
-
 class task_server final : public server_interface {
 public:
   // Serves task `task` of job `job` at its address in `cluster` at once.
