@@ -84,15 +84,8 @@ public:
     net::call_options co;
     if (o.timeout.count() > 0)
       co.timeout = o.timeout;
-    net::call_handle c =
-        channel_.call_async(protocol::run_graph, std::move(m), std::move(feeds), co);
-    return pending_run(
-        [c]() mutable {
-          net::response res = c.get();
-          std::move(res.metadata<protocol::run_graph_reply>().strings).restore(res.payloads);
-          return std::move(res.payloads);
-        },
-        [c]() mutable { return c.failed(); }, false);
+    return pending_run(std::make_unique<pending_call>(
+        channel_.call_async(protocol::run_graph, std::move(m), std::move(feeds), co)));
   }
 
   void abort_step(std::uint64_t step, const std::string& reason) noexcept override {
@@ -109,6 +102,17 @@ public:
   void shutdown() override { channel_.call(protocol::shutdown); }
 
 private:
+  struct pending_call final : pending_run::state {
+    explicit pending_call(net::call_handle c) : call(std::move(c)) {}
+    std::vector<any_tensor> get() override {
+      net::response res = call.get();
+      std::move(res.metadata<protocol::run_graph_reply>().strings).restore(res.payloads);
+      return std::move(res.payloads);
+    }
+    bool failed() override { return call.failed(); }
+    net::call_handle call;
+  };
+
   net::channel channel_;
 };
 

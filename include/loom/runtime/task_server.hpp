@@ -168,13 +168,7 @@ private:
     }
     pending_run run_graph(std::uint64_t handle, std::uint64_t step, std::vector<any_tensor> feeds,
                           const run_graph_options& o) override {
-      return pending_run(
-          [this, handle, step, feeds = std::move(feeds), o]() mutable {
-            std::shared_lock lock(mu_);
-            return live().run_in_process(handle, step, std::move(feeds), o.timeout,
-                                         o.others_failed);
-          },
-          {}, true);
+      return pending_run(std::make_unique<deferred_run>(*this, handle, step, std::move(feeds), o));
     }
     void abort_step(std::uint64_t step, const std::string& reason) noexcept override {
       std::shared_lock lock(mu_);
@@ -191,6 +185,24 @@ private:
     }
 
   private:
+    // A step run by get(), on the caller's thread.
+    struct deferred_run final : pending_run::state {
+      deferred_run(in_process_worker& w, std::uint64_t handle, std::uint64_t step,
+                   std::vector<any_tensor> feeds, run_graph_options o)
+          : worker(w), handle(handle), step(step), feeds(std::move(feeds)), options(std::move(o)) {}
+      std::vector<any_tensor> get() override {
+        std::shared_lock lock(worker.mu_);
+        return worker.live().run_in_process(handle, step, std::move(feeds), options.timeout,
+                                            options.others_failed);
+      }
+      bool runs_on_caller() const noexcept override { return true; }
+
+      in_process_worker& worker;
+      std::uint64_t handle, step;
+      std::vector<any_tensor> feeds;
+      run_graph_options options;
+    };
+
     task_server& live() const {
       if (!server_)
         throw unavailable_error(name_ + " (the session's target, in this process) stopped");

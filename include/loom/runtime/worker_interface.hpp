@@ -28,24 +28,29 @@ namespace loom {
 // A step of a partition that a worker started: get() waits for its fetched
 // values (or throws the task's error). An in-process worker's step runs in
 // get(), on the caller's thread (runs_on_caller()): a master starts the remote
-// ones first and runs it while they run.
+// ones first and runs it while they run. One allocation per step: the
+// worker's own state (a remote call's handle, or the deferred run).
 class pending_run {
 public:
-  pending_run() = default;
-  pending_run(std::function<std::vector<any_tensor>()> get, std::function<bool()> failed,
-              bool runs_on_caller)
-      : get_(std::move(get)), failed_(std::move(failed)), on_caller_(runs_on_caller) {}
+  struct state {
+    virtual ~state() = default;
+    virtual std::vector<any_tensor> get() = 0;
+    // True once the step is known to have failed; never waits.
+    virtual bool failed() { return false; }
+    virtual bool runs_on_caller() const noexcept { return false; }
+  };
 
-  bool valid() const noexcept { return static_cast<bool>(get_); }
-  bool runs_on_caller() const noexcept { return on_caller_; }
-  // True once the step is known to have failed; never waits.
-  bool failed() const { return failed_ && failed_(); }
-  std::vector<any_tensor> get() { return std::exchange(get_, nullptr)(); }
+  pending_run() = default;
+  explicit pending_run(std::unique_ptr<state> s) : state_(std::move(s)) {}
+
+  bool valid() const noexcept { return static_cast<bool>(state_); }
+  bool runs_on_caller() const noexcept { return state_ && state_->runs_on_caller(); }
+  bool failed() const { return state_ && state_->failed(); }
+  // Once: the state goes with the values.
+  std::vector<any_tensor> get() { return std::unique_ptr<state>(std::move(state_))->get(); }
 
 private:
-  std::function<std::vector<any_tensor>()> get_;
-  std::function<bool()> failed_;
-  bool on_caller_ = false;
+  std::unique_ptr<state> state_;
 };
 
 struct run_graph_options {
