@@ -14,10 +14,10 @@
 //
 // --smoke: n = 1M floats and 1 run unless given, a test that every case still runs (ctest
 // bench_gpu_elementwise_smoke, skipped without a device); its figures mean nothing.
-#include <loom/cuda/allocator.hpp>
-#include <loom/cuda/elementwise.cuh>
-#include <loom/cuda/error.hpp>
-#include <loom/cuda/stream.hpp>
+#include <loom/kernels/cuda/allocator.hpp>
+#include <loom/kernels/cuda/error.hpp>
+#include <loom/kernels/cuda/expression.cuh>
+#include <loom/kernels/cuda/stream.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -124,7 +124,7 @@ int main(int argc, char** argv) try {
       flags.get_string("python"), flags.get_string("torch_step"), batch, hidden, steps, reps);
   int gpu_regions = 0;
   for (const loom::fusion_candidate& f : g.fusions())
-    gpu_regions += loom::fused_kernel_registry::instance().find_gpu(f.key) != nullptr;
+    gpu_regions += loom::detail::fused_kernel_registry::instance().find_gpu(f.key) != nullptr;
 
   std::printf("\ngpu_step: batch %lld, hidden %lld, %d steps x %d repetitions (median)\n",
               static_cast<long long>(batch), static_cast<long long>(hidden), steps, reps);

@@ -12,7 +12,6 @@
 #include <loom/core/flags.hpp>
 #include <loom/core/shape.hpp>
 #include <loom/core/tensor.hpp>
-#include <loom/expr/eval.hpp>
 #include <loom/expr/expr.hpp>
 #include <loom/graph/gradients.hpp>
 #include <loom/graph/graph.hpp>
@@ -22,6 +21,7 @@
 #include <loom/graph/ops/nn.hpp>
 #include <loom/graph/output.hpp>
 #include <loom/graph/variables.hpp>
+#include <loom/kernels/fused.hpp>
 #include <loom/kernels/gpu_backend.hpp>
 #include <loom/placement/placement.hpp>
 #include <loom/runtime/server.hpp>

@@ -14,7 +14,7 @@
 // The GPU backend (host-only) here too: it registers before this unit's test
 // suites are (its registration comes first in this unit), so gpu_count() in
 // the skip decorator below sees it whatever order the two units start in.
-#include <loom/cuda/backend.hpp>
+#include <loom/kernels/cuda/backend.hpp>
 
 #include "../../examples/common/seed_mlp.hpp"
 

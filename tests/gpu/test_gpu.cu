@@ -1,4 +1,4 @@
-// loom/cuda: errors, streams, the caching allocator, copies and the fused
+// loom/kernels/cuda: errors, streams, the caching allocator, copies and the fused
 // elementwise kernel.
 //
 // Two suites:
@@ -13,10 +13,10 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include <loom/cuda/allocator.hpp>
-#include <loom/cuda/elementwise.cuh>
-#include <loom/cuda/error.hpp>
-#include <loom/cuda/stream.hpp>
+#include <loom/kernels/cuda/allocator.hpp>
+#include <loom/kernels/cuda/error.hpp>
+#include <loom/kernels/cuda/expression.cuh>
+#include <loom/kernels/cuda/stream.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -359,22 +359,6 @@ TEST_SUITE("cuda_host") {
     check_fused<float, fused_math>(runner, host_sizes);
     check_fused<double, fused_math>(runner, host_sizes);
     check_each_op(runner);
-  }
-
-  TEST_CASE("the device ops keep Eigen's scalar semantics at the edges") {
-    using cuda::detail::device_op;
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    CHECK(std::isnan(device_op<loom::ops::sign>::apply(nan)));
-    CHECK(device_op<loom::ops::sign>::apply(0.f) == 0.f);
-    CHECK(device_op<loom::ops::sign>::apply(-0.5) == -1.0);
-    CHECK(device_op<loom::ops::sign>::apply(std::int64_t{7}) == 1);
-    CHECK(std::isnan(device_op<loom::ops::relu>::apply(nan))); // std::max(NaN, 0) is NaN
-    CHECK(device_op<loom::ops::relu>::apply(-0.f) == 0.f);
-    CHECK(device_op<loom::ops::relu_grad>::apply(3.f, 0.f) == 0.f);
-    CHECK(device_op<loom::ops::relu_grad>::apply(3.f, 1e-30f) == 3.f);
-    CHECK(device_op<loom::ops::clip_by_value>::apply(5, 0, 3) == 3);
-    CHECK(device_op<loom::ops::select>::apply(false, 1.0, 2.0) == 2.0);
-    CHECK(device_op<loom::ops::cast<bool>>::apply(0.5f) == true);
   }
 
 } // TEST_SUITE

@@ -26,6 +26,7 @@
 #include <loom/graph/op_registry.hpp>
 #include <loom/graph/variables.hpp>
 #include <loom/kernels/cuda/cuda.cuh>
+#include <loom/kernels/fused.hpp> // what lowering a tree instantiates (graph/lower.hpp)
 #include <loom/runtime/executor.hpp>
 
 #include <algorithm>
@@ -665,13 +666,13 @@ TEST_SUITE("cuda_host") {
     for (node_id root : {fg.arith, fg.mixed}) {
       const std::string& key = fg.region(root).key;
       INFO(key);
-      const bool has_cpu = fused_kernel_registry::instance().find(key) != nullptr;
-      const bool has_gpu = fused_kernel_registry::instance().find_gpu(key) != nullptr;
+      const bool has_cpu = detail::fused_kernel_registry::instance().find(key) != nullptr;
+      const bool has_gpu = detail::fused_kernel_registry::instance().find_gpu(key) != nullptr;
       CHECK(has_cpu);
       CHECK(has_gpu);
     }
-    CHECK(fg.region(fg.arith).key == region_key<fused_graph::arith_t>());
-    CHECK(fg.region(fg.mixed).key == region_key<fused_graph::mixed_t>());
+    CHECK(fg.region(fg.arith).key == detail::region_key<fused_graph::arith_t>());
+    CHECK(fg.region(fg.mixed).key == detail::region_key<fused_graph::mixed_t>());
   }
 
   TEST_CASE("a region's device tree reads its leaves as the CPU's fused kernel does (emulated)") {
@@ -1117,9 +1118,9 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
       // Called directly, the region's kernel takes same-shape operands.
       const gpu_leaves on_gpu(fg.leaves(fg.arith, in));
       any_tensor direct;
-      CHECK(backend().run_fused(0,
-                                fused_kernel_registry::instance().find_gpu(fg.region(fg.arith).key),
-                                on_gpu.pointers, direct, "arith"));
+      CHECK(backend().run_fused(
+          0, detail::fused_kernel_registry::instance().find_gpu(fg.region(fg.arith).key),
+          on_gpu.pointers, direct, "arith"));
 
       test_resources res;
       std::vector<any_tensor> cpu_values(fg.g.size()), gpu_values(fg.g.size());
@@ -1151,9 +1152,9 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
     const auto in = fg.inputs(loom::shape{33, 65}, rng, loom::shape{1, 65}); // b: one row
     const gpu_leaves on_gpu(fg.leaves(fg.arith, in));
     any_tensor declined;
-    CHECK_FALSE(
-        backend().run_fused(0, fused_kernel_registry::instance().find_gpu(fg.region(fg.arith).key),
-                            on_gpu.pointers, declined, "arith"));
+    CHECK_FALSE(backend().run_fused(
+        0, detail::fused_kernel_registry::instance().find_gpu(fg.region(fg.arith).key),
+        on_gpu.pointers, declined, "arith"));
     CHECK(declined.empty());
 
     test_resources res;

@@ -301,7 +301,7 @@ TEST_CASE_TEMPLATE("a fused region computes what its primitive ops compute", T, 
     if (c.root == row_tree.id())
       row_region = &c;
   REQUIRE(row_region != nullptr);
-  auto fn = loom::fused_kernel_registry::instance().find(row_region->key);
+  auto fn = loom::detail::fused_kernel_registry::instance().find(row_region->key);
   REQUIRE(static_cast<bool>(fn));
   Eigen::ThreadPool pool(2);
   loom::cpu_device device(&pool, 2);

@@ -5,7 +5,7 @@
 // nothing of it.
 #include <doctest/doctest.h>
 
-#include <loom/expr/eval.hpp>
+#include <loom/kernels/cpu/parallel_for.hpp>
 
 #include <algorithm>
 #include <atomic>

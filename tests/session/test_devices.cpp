@@ -246,7 +246,8 @@ TEST_CASE("a region on /gpu:0 runs as one GPU kernel where the process has the r
   graph g;
   loom::placeholder<float, 1> x(g, shape{3}, "x");
   auto tree = loom::square(x) + x;
-  loom::fused_kernel_registry::instance().add(loom::region_key<decltype(tree)>(), &gpu_square_plus);
+  loom::detail::fused_kernel_registry::instance().add(loom::detail::region_key<decltype(tree)>(),
+                                                      &gpu_square_plus);
   auto y = [&] {
     auto _ = g.device("/gpu:0");
     return loom::lower(tree);
@@ -268,8 +269,8 @@ TEST_CASE("a region on /gpu:0 runs as its primitive GPU kernels where the fused 
   graph g;
   loom::placeholder<float, 1> x(g, shape{3}, "x");
   auto declined = loom::square(loom::square(x)) + x;
-  loom::fused_kernel_registry::instance().add(loom::region_key<decltype(declined)>(),
-                                              &gpu_declines);
+  loom::detail::fused_kernel_registry::instance().add(
+      loom::detail::region_key<decltype(declined)>(), &gpu_declines);
   auto [y, z] = [&] {
     auto _ = g.device("/gpu:0");
     // The CPU's fused kernel of x + square(x) is registered; a GPU one is not.

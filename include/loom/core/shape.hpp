@@ -22,7 +22,6 @@ public:
   int rank() const noexcept { return static_cast<int>(dims_.size()); }
   std::int64_t operator[](int i) const { return dims_.at(static_cast<std::size_t>(i)); }
   std::int64_t dim(int i) const { return dims_.at(static_cast<std::size_t>(i)); }
-  void set_dim(int i, std::int64_t d) { dims_.at(static_cast<std::size_t>(i)) = d; }
   const std::vector<std::int64_t>& dims() const noexcept { return dims_; }
 
   bool fully_defined() const noexcept {

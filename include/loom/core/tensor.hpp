@@ -1,7 +1,7 @@
 // Tensors. any_tensor is the runtime value that kernels, the executor and the
 // wire see: a dtype, a shape and a shared buffer, 64-byte-aligned host memory
 // or, for a node placed on a GPU, device memory that a GPU backend adopted
-// (cuda/backend.hpp). tensor<T, R> is a host value with its element type and
+// (kernels/cuda/backend.hpp). tensor<T, R> is a host value with its element type and
 // rank in the type, which is what users feed and fetch. Copies share the
 // buffer, as TF's Tensor does; clone() makes a deep copy.
 #pragma once
@@ -14,6 +14,12 @@
 // defined before Eigen's Tensor module is first included.
 #ifndef EIGEN_USE_THREADS
 #define EIGEN_USE_THREADS
+#endif
+// The IEEE float sqrt, not Eigen's fast estimate (sqrt(inf) would be NaN):
+// loom::loom defines it for every unit; this covers a program built by hand
+// that includes loom before Eigen.
+#ifndef EIGEN_FAST_MATH
+#define EIGEN_FAST_MATH 0
 #endif
 #include <unsupported/Eigen/CXX11/Tensor>
 

@@ -1,70 +1,143 @@
-// The elementwise ops. Each tag says, in one place, its stable op id, its
-// arity, the dtypes it has kernels for, its result type and how it evaluates
-// on Eigen expressions. The same eval() builds the primitive CPU kernel and
-// every fused kernel instantiated from a typed tree, so the two cannot differ.
+// The elementwise ops, each defined once. A tag says its op id, its arity, the
+// dtypes it has kernels for, its result type and its semantics twice, side by
+// side: eval(), on Eigen expressions (the packet form the CPU's primitive and
+// fused kernels vectorise), and apply(), on single values, host and device
+// (the form every GPU kernel runs, primitive and fused). The kernels' test
+// checks that the two agree for every op and dtype (tests/kernels,
+// "elementwise ops: the Eigen form and the scalar form agree"), so the CPU and
+// the GPU cannot differ. `elementwise_ops` lists them for every registration:
+// the graph's op definitions, the CPU kernels and the GPU kernels.
 #pragma once
 
 #include <loom/core/dtype.hpp>
 
+#include <cmath>
 #include <cstdint>
-#include <string>
+#include <type_traits>
+
+// A function callable from host and device code: __host__ __device__ where
+// nvcc compiles, nothing elsewhere.
+#if defined(__CUDACC__)
+#define LOOM_HOST_DEVICE __host__ __device__
+#else
+#define LOOM_HOST_DEVICE
+#endif
 
 namespace loom::ops {
 
 using int_and_float_types = type_list<float, double, std::int32_t, std::int64_t>;
 
-#define LOOM_UNARY_OP(NAME, ID, TYPES, BODY)                                                       \
+// The scalar math the apply()s share: the float functions for float (expf,
+// not exp's double), and the argument order of std::max/std::min (the first
+// wins ties), which is Eigen's scalar cwiseMax/cwiseMin.
+namespace scalar {
+template <class T> LOOM_HOST_DEVICE inline T exp(T a) {
+  if constexpr (std::is_same_v<T, float>)
+    return ::expf(a);
+  else
+    return ::exp(a);
+}
+template <class T> LOOM_HOST_DEVICE inline T log(T a) {
+  if constexpr (std::is_same_v<T, float>)
+    return ::logf(a);
+  else
+    return ::log(a);
+}
+template <class T> LOOM_HOST_DEVICE inline T sqrt(T a) {
+  if constexpr (std::is_same_v<T, float>)
+    return ::sqrtf(a);
+  else
+    return ::sqrt(a);
+}
+template <class T> LOOM_HOST_DEVICE inline T tanh(T a) {
+  if constexpr (std::is_same_v<T, float>)
+    return ::tanhf(a);
+  else
+    return ::tanh(a);
+}
+template <class T> LOOM_HOST_DEVICE inline T max(T a, T b) {
+  return a < b ? b : a;
+}
+template <class T> LOOM_HOST_DEVICE inline T min(T a, T b) {
+  return b < a ? b : a;
+}
+} // namespace scalar
+
+// NAME: the struct and its op id. RESULT: the result type, written with T (the
+// operands' type). PACKET: eval()'s body over Eigen expressions a (and b).
+// SCALAR: apply()'s body over values a (and b) of type T.
+#define LOOM_UNARY_OP(NAME, TYPES, PACKET, SCALAR)                                                 \
   struct NAME {                                                                                    \
-    static constexpr const char* id = ID;                                                          \
+    static constexpr const char* id = #NAME;                                                       \
     static constexpr int arity = 1;                                                                \
     using types = TYPES;                                                                           \
     template <class T> using result = T;                                                           \
-    template <class A> static auto eval(const A& a) { return BODY; }                               \
+    template <class A> static auto eval(const A& a) { return PACKET; }                             \
+    template <class T> LOOM_HOST_DEVICE static T apply(T a) { return SCALAR; }                     \
   };
 
-#define LOOM_BINARY_OP(NAME, ID, TYPES, RESULT, BODY)                                              \
+#define LOOM_BINARY_OP(NAME, TYPES, RESULT, PACKET, SCALAR)                                        \
   struct NAME {                                                                                    \
-    static constexpr const char* id = ID;                                                          \
+    static constexpr const char* id = #NAME;                                                       \
     static constexpr int arity = 2;                                                                \
     using types = TYPES;                                                                           \
     template <class T, class> using result = RESULT;                                               \
-    template <class A, class B> static auto eval(const A& a, const B& b) { return BODY; }          \
+    template <class A, class B> static auto eval(const A& a, const B& b) { return PACKET; }        \
+    template <class T> LOOM_HOST_DEVICE static RESULT apply(T a, T b) { return SCALAR; }           \
   };
 
 // clang-format off
-LOOM_UNARY_OP(neg, "neg", int_and_float_types, -a)
-LOOM_UNARY_OP(exp, "exp", floating_types, a.exp())
-LOOM_UNARY_OP(log, "log", floating_types, a.log())
-LOOM_UNARY_OP(sqrt, "sqrt", floating_types, a.sqrt())
-LOOM_UNARY_OP(square, "square", int_and_float_types, a.square())
-LOOM_UNARY_OP(abs, "abs", int_and_float_types, a.abs())
-LOOM_UNARY_OP(sign, "sign", int_and_float_types, a.sign())
-LOOM_UNARY_OP(relu, "relu", int_and_float_types, a.cwiseMax(typename A::Scalar(0)))
-LOOM_UNARY_OP(sigmoid, "sigmoid", floating_types, a.sigmoid())
-LOOM_UNARY_OP(tanh, "tanh", floating_types, a.tanh())
-LOOM_UNARY_OP(reciprocal, "reciprocal", floating_types, a.inverse())
+//            name        dtypes               Eigen form                   scalar form
+LOOM_UNARY_OP(neg,        int_and_float_types, -a,                          T(-a))
+LOOM_UNARY_OP(exp,        floating_types,      a.exp(),                     scalar::exp(a))
+LOOM_UNARY_OP(log,        floating_types,      a.log(),                     scalar::log(a))
+LOOM_UNARY_OP(sqrt,       floating_types,      a.sqrt(),                    scalar::sqrt(a))
+LOOM_UNARY_OP(square,     int_and_float_types, a.square(),                  T(a * a))
+LOOM_UNARY_OP(abs,        int_and_float_types, a.abs(),                     a < T(0) ? T(-a) : a)
+LOOM_UNARY_OP(relu,       int_and_float_types, a.cwiseMax(typename A::Scalar(0)), scalar::max(a, T(0)))
+LOOM_UNARY_OP(sigmoid,    floating_types,      a.sigmoid(),                 T(1) / (T(1) + scalar::exp(T(-a))))
+LOOM_UNARY_OP(tanh,       floating_types,      a.tanh(),                    scalar::tanh(a))
+LOOM_UNARY_OP(reciprocal, floating_types,      a.inverse(),                 T(1) / a)
 
-LOOM_BINARY_OP(add, "add", int_and_float_types, T, a + b)
-LOOM_BINARY_OP(sub, "sub", int_and_float_types, T, a - b)
-LOOM_BINARY_OP(mul, "mul", int_and_float_types, T, a * b)
-LOOM_BINARY_OP(div, "div", int_and_float_types, T, a / b)
-LOOM_BINARY_OP(maximum, "maximum", int_and_float_types, T, a.cwiseMax(b))
-LOOM_BINARY_OP(minimum, "minimum", int_and_float_types, T, a.cwiseMin(b))
+//             name      dtypes               result Eigen form       scalar form
+LOOM_BINARY_OP(add,      int_and_float_types, T,     a + b,           T(a + b))
+LOOM_BINARY_OP(sub,      int_and_float_types, T,     a - b,           T(a - b))
+LOOM_BINARY_OP(mul,      int_and_float_types, T,     a * b,           T(a * b))
+LOOM_BINARY_OP(div,      int_and_float_types, T,     a / b,           T(a / b))
+LOOM_BINARY_OP(maximum,  int_and_float_types, T,     a.cwiseMax(b),   scalar::max(a, b))
+LOOM_BINARY_OP(minimum,  int_and_float_types, T,     a.cwiseMin(b),   scalar::min(a, b))
 // The adjoint of relu: dy where the forward input was positive (a = dy, b = x).
-LOOM_BINARY_OP(relu_grad, "relu_grad", floating_types, T,
-               (b > b.constant(typename B::Scalar(0))).select(a, a.constant(typename A::Scalar(0))))
-LOOM_BINARY_OP(less, "less", int_and_float_types, bool, a < b)
-LOOM_BINARY_OP(less_equal, "less_equal", int_and_float_types, bool, a <= b)
-LOOM_BINARY_OP(greater, "greater", int_and_float_types, bool, a > b)
-LOOM_BINARY_OP(greater_equal, "greater_equal", int_and_float_types, bool, a >= b)
+LOOM_BINARY_OP(relu_grad, floating_types,     T,
+               (b > b.constant(typename B::Scalar(0))).select(a, a.constant(typename A::Scalar(0))),
+               b > T(0) ? a : T(0))
+LOOM_BINARY_OP(less,          int_and_float_types, bool, a < b,  a < b)
+LOOM_BINARY_OP(less_equal,    int_and_float_types, bool, a <= b, a <= b)
+LOOM_BINARY_OP(greater,       int_and_float_types, bool, a > b,  a > b)
+LOOM_BINARY_OP(greater_equal, int_and_float_types, bool, a >= b, a >= b)
 // Eigen's member operators are called by name: C++20 would otherwise also
 // consider the rewritten (reversed) comparisons, which clang finds ambiguous.
-LOOM_BINARY_OP(equal, "equal", all_types_but_string, bool, a.operator==(b))
-LOOM_BINARY_OP(not_equal, "not_equal", all_types_but_string, bool, a.operator!=(b))
+LOOM_BINARY_OP(equal,     all_types_but_string, bool, a.operator==(b), a == b)
+LOOM_BINARY_OP(not_equal, all_types_but_string, bool, a.operator!=(b), a != b)
 // clang-format on
 
 #undef LOOM_UNARY_OP
 #undef LOOM_BINARY_OP
+
+// sign(x): -1, 0 or 1, and NaN for NaN (Eigen's and TF's).
+struct sign {
+  static constexpr const char* id = "sign";
+  static constexpr int arity = 1;
+  using types = int_and_float_types;
+  template <class T> using result = T;
+  template <class A> static auto eval(const A& a) { return a.sign(); }
+  template <class T> LOOM_HOST_DEVICE static T apply(T a) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a)
+        return a;
+    }
+    return T(int(a > T(0)) - int(a < T(0)));
+  }
+};
 
 // clip_by_value(x, lo, hi): TF's ClipByValue, three inputs.
 struct clip_by_value {
@@ -75,18 +148,22 @@ struct clip_by_value {
   template <class X, class L, class H> static auto eval(const X& x, const L& lo, const H& hi) {
     return x.cwiseMax(lo).cwiseMin(hi);
   }
+  template <class T> LOOM_HOST_DEVICE static T apply(T x, T lo, T hi) {
+    return scalar::min(scalar::max(x, lo), hi);
+  }
 };
 
 // select(cond, a, b): a where cond, else b (TF's Select/where).
 struct select {
   static constexpr const char* id = "select";
   static constexpr int arity = 3;
-  static constexpr int type_input = 1; // kernels are chosen by a's dtype, not cond's
+  static constexpr int type_input = 1; // kernels are chosen by a's dtype; cond is bool
   using types = int_and_float_types;
   template <class, class T, class> using result = T;
   template <class C, class A, class B> static auto eval(const C& c, const A& a, const B& b) {
     return c.select(a, b);
   }
+  template <class T> LOOM_HOST_DEVICE static T apply(bool c, T a, T b) { return c ? a : b; }
 };
 
 // cast<U>: the only op whose result type is a parameter. Its op id is "cast";
@@ -97,6 +174,28 @@ template <element_type U> struct cast {
   using types = all_types_but_string;
   template <class> using result = U;
   template <class A> static auto eval(const A& a) { return a.template cast<U>(); }
+  template <class T> LOOM_HOST_DEVICE static U apply(T a) { return static_cast<U>(a); }
 };
+
+// Every elementwise op but cast (registered per destination dtype at run
+// time): what the graph, the CPU and the GPU register, from this one list.
+using elementwise_ops =
+    type_list<neg, exp, log, sqrt, square, abs, sign, relu, sigmoid, tanh, reciprocal, add, sub,
+              mul, div, maximum, minimum, relu_grad, less, less_equal, greater, greater_equal,
+              equal, not_equal, clip_by_value, select>;
+
+// Op's result type when every operand has element type T (select's condition
+// too: its result<> ignores that operand).
+template <class Op, class T, int N = Op::arity> struct result_for;
+template <class Op, class T> struct result_for<Op, T, 1> {
+  using type = typename Op::template result<T>;
+};
+template <class Op, class T> struct result_for<Op, T, 2> {
+  using type = typename Op::template result<T, T>;
+};
+template <class Op, class T> struct result_for<Op, T, 3> {
+  using type = typename Op::template result<T, T, T>;
+};
+template <class Op, class T> using result_for_t = typename result_for<Op, T>::type;
 
 } // namespace loom::ops

@@ -1,20 +1,15 @@
 // Lowering typed expressions into the runtime graph. Every subexpression
 // becomes a primitive node (structural CSE merges repeats); an elementwise tree
 // of two or more ops is also recorded as a fusion candidate, and its fused
-// kernel, instantiated from the tree's type, is registered under the region's
-// canonical key: the CPU's always, and in a translation unit compiled by nvcc
-// the GPU's too (DESIGN §3: "a TU compiled by nvcc instantiates CUDA kernels
-// for what it uses").
+// kernels, instantiated from the tree's type, are registered under the
+// region's canonical key through detail::register_fused_kernels: the CPU's
+// always, and in a translation unit compiled by nvcc the GPU's too (DESIGN §3:
+// "a TU compiled by nvcc instantiates CUDA kernels for what it uses").
 #pragma once
 
-#include <loom/expr/eval.hpp>
 #include <loom/expr/expr.hpp>
 #include <loom/graph/graph.hpp>
 #include <loom/graph/output.hpp>
-
-#if defined(__CUDACC__)
-#include <loom/kernels/cuda/fused.cuh>
-#endif
 
 #include <optional>
 #include <string>
@@ -34,6 +29,31 @@ template <element_type T> node_id scalar_node(graph& g, T v) {
 }
 
 namespace detail {
+
+// The canonical key of a typed tree: op ids, cast targets, leaf dtypes and
+// whether each leaf is a scalar, e.g. "mul(f32:t,log(clip_by_value(f32:t,f32:s,f32:s)))".
+template <class E> std::string region_key() {
+  if constexpr (E::is_leaf) {
+    return std::string(to_string(dtype_of<typename E::value_type>)) + (E::rank == 0 ? ":s" : ":t");
+  } else {
+    return []<class Op, class... C>(std::type_identity<expr<Op, C...>>) {
+      std::string k = Op::id;
+      if constexpr (std::is_same_v<Op, ops::cast<typename E::value_type>>)
+        k += std::string("<") + std::string(to_string(dtype_of<typename E::value_type>)) + ">";
+      k += '(';
+      bool first = true;
+      ((k += (first ? "" : ","), k += region_key<C>(), first = false), ...);
+      return k + ')';
+    }(std::type_identity<E>{});
+  }
+}
+
+// The customization point through which lowering hands a fusable tree's type
+// to the kernel layer, which instantiates and registers the tree's fused
+// kernels under `key`. Declared here, defined by kernels/fused.hpp (which
+// <loom/api.hpp> includes): the graph layer lies below the kernels and cannot
+// name them, and the tree's type exists only here.
+template <class E> void register_fused_kernels(const std::string& key);
 
 template <class E> void find_graph(const E& e, std::optional<graph>& g) {
   if constexpr (E::is_leaf) {
@@ -91,11 +111,8 @@ template <expression E> output<value_type_of<E>, rank_of<E>> lower(const E& e) {
     std::vector<node_id> leaves;
     node_id root = detail::lower_tree(g, e, leaves);
     if constexpr (op_count<ED>() >= 2) {
-      std::string key = region_key<ED>();
-      fused_kernel_registry::instance().add(key, &fused_kernel<ED>);
-#if defined(__CUDACC__)
-      cuda::register_gpu_region<ED>(key);
-#endif
+      std::string key = detail::region_key<ED>();
+      detail::register_fused_kernels<ED>(key);
       g.add_fusion({root, std::move(key), std::move(leaves)});
     }
     return output<value_type_of<E>, rank_of<E>>(g, root);

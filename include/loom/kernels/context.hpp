@@ -6,8 +6,8 @@
 
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
-#include <loom/expr/eval.hpp>
 #include <loom/graph/node.hpp>
+#include <loom/kernels/cpu/parallel_for.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -3,13 +3,14 @@
 // region's GPU kernel, and how to copy a tensor between host and device memory.
 //
 // A process has GPUs only when a translation unit compiled by nvcc includes
-// loom/cuda/backend.hpp (DESIGN §3: "a TU compiled by nvcc instantiates CUDA
+// loom/kernels/cuda/backend.hpp (DESIGN §3: "a TU compiled by nvcc instantiates CUDA
 // kernels for what it uses"); that header registers the one backend here
 // before main(). Everything else sees registered() == nullptr and places
 // nothing on a GPU.
 #pragma once
 
 #include <loom/core/tensor.hpp>
+#include <loom/kernels/fused_registry.hpp>
 #include <loom/kernels/registry.hpp>
 
 #include <atomic>

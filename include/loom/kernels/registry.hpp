@@ -4,7 +4,6 @@
 
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
-#include <loom/expr/eval.hpp>
 #include <loom/graph/node.hpp>
 #include <loom/kernels/context.hpp>
 

@@ -152,7 +152,6 @@ public:
   }
 
   const std::string& address() const noexcept { return address_; }
-  const std::string& describe_peer() const noexcept { return *peer_; }
   const std::shared_ptr<const std::string>& peer_shared() const noexcept { return peer_; }
   std::uint64_t client_id() const noexcept { return client_id_; }
   const channel_options& options() const noexcept { return opts_; }

@@ -57,7 +57,7 @@ struct session_options {
   bool disable_fusion = false;
   // TF's ConfigProto options over this process's devices,
   // /job:localhost/replica:0/task:0/device:CPU:0 and, where a GPU backend is
-  // linked in (loom/cuda/backend.hpp) and finds GPUs, .../device:GPU:i. A node
+  // linked in (loom/kernels/cuda/backend.hpp) and finds GPUs, .../device:GPU:i. A node
   // whose device request names another device (a GPU this process lacks, a ps
   // task), or a GPU for an op without a GPU kernel, fails the run naming it and
   // the available devices, unless allow_soft_placement runs it on the CPU and

@@ -7,9 +7,9 @@
 #pragma once
 
 #include <loom/core/device_spec.hpp>
-#include <loom/expr/eval.hpp>
 #include <loom/graph/graph.hpp>
 #include <loom/graph/ops/transfer.hpp>
+#include <loom/kernels/fused_registry.hpp>
 #include <loom/kernels/gpu_backend.hpp>
 #include <loom/kernels/registry.hpp>
 #include <loom/runtime/interfaces.hpp>
@@ -133,7 +133,7 @@ public:
         continue;
       auto interior = region_interior(g, *c);
       const memory_location where = placed[static_cast<std::size_t>(c->root)];
-      const auto& fused = fused_kernel_registry::instance();
+      const auto& fused = detail::fused_kernel_registry::instance();
       if (!interior ||
           !(where.on_host() ? fused.find(c->key) != nullptr : fused.find_gpu(c->key) != nullptr))
         continue;
@@ -167,9 +167,9 @@ public:
         s.id = id;
         s.where = placed[i];
         if (s.where.on_host())
-          s.fused = fused_kernel_registry::instance().find(it->second->key);
+          s.fused = detail::fused_kernel_registry::instance().find(it->second->key);
         else
-          s.gpu_fused = fused_kernel_registry::instance().find_gpu(it->second->key);
+          s.gpu_fused = detail::fused_kernel_registry::instance().find_gpu(it->second->key);
         s.leaves = it->second->leaves;
         auto interior = *region_interior(g, *it->second);
         std::sort(interior.begin(), interior.end());

@@ -5,8 +5,8 @@
 // default stream) and none synchronises.
 #pragma once
 
-#include <loom/cuda/backend.hpp>
-#include <loom/cuda/error.hpp>
+#include <loom/kernels/cuda/backend.hpp>
+#include <loom/kernels/cuda/error.hpp>
 #include <loom/kernels/registry.hpp>
 
 #include <cuda_runtime.h>

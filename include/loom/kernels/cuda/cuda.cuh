@@ -10,7 +10,7 @@
 // (state.cuh). Strings never live on a GPU, so no kernel here takes them.
 #pragma once
 
-#include <loom/cuda/backend.hpp>
+#include <loom/kernels/cuda/backend.hpp>
 #include <loom/kernels/cuda/elementwise.cuh>
 #include <loom/kernels/cuda/math.cuh>
 #include <loom/kernels/cuda/nn.cuh>

@@ -1,17 +1,16 @@
 // GPU kernels of the elementwise ops and cast, one grid-stride kernel per op,
-// dtype and arity, with the CPU kernel's broadcasting (expr/eval.hpp
+// dtype and arity, with the CPU kernel's broadcasting (kernels/cpu/elementwise.hpp
 // elementwise_kernel): the output has the operands' broadcast shape, an
 // operand of that shape is read in place, a one-element operand is repeated,
 // and any other is read through strides (0 on its broadcast dimensions)
-// instead of being materialised first. The scalar op of each tag is the
-// mirror in cuda/elementwise.cuh, so the fused and the primitive GPU kernels
-// compute the same thing.
+// instead of being materialised first. Each evaluates the op tag's scalar
+// form (apply()), as the fused GPU kernels do.
 #pragma once
 
-#include <loom/cuda/elementwise.cuh>
-#include <loom/expr/eval.hpp>
 #include <loom/expr/ops.hpp>
+#include <loom/kernels/checks/elementwise.hpp>
 #include <loom/kernels/cuda/common.cuh>
+#include <loom/kernels/cuda/expression.cuh>
 #include <loom/kernels/registry.hpp>
 
 #include <array>
@@ -58,14 +57,14 @@ template <class Op, class R, class A>
 __global__ void __launch_bounds__(block_threads)
     unary_kernel(R* out, std::int64_t n, out_dims d, operand a) {
   for (std::int64_t i = global_thread(); i < n; i += grid_threads())
-    out[i] = loom::cuda::detail::device_op<Op>::apply(load<A>(a, d, i));
+    out[i] = Op::apply(load<A>(a, d, i));
 }
 
 template <class Op, class R, class A>
 __global__ void __launch_bounds__(block_threads)
     binary_kernel(R* out, std::int64_t n, out_dims d, operand a, operand b) {
   for (std::int64_t i = global_thread(); i < n; i += grid_threads())
-    out[i] = loom::cuda::detail::device_op<Op>::apply(load<A>(a, d, i), load<A>(b, d, i));
+    out[i] = Op::apply(load<A>(a, d, i), load<A>(b, d, i));
 }
 
 // select's first operand is its bool condition.
@@ -73,15 +72,14 @@ template <class Op, class R, class A0, class A>
 __global__ void __launch_bounds__(block_threads)
     ternary_kernel(R* out, std::int64_t n, out_dims d, operand a, operand b, operand c) {
   for (std::int64_t i = global_thread(); i < n; i += grid_threads())
-    out[i] = loom::cuda::detail::device_op<Op>::apply(load<A0>(a, d, i), load<A>(b, d, i),
-                                                      load<A>(c, d, i));
+    out[i] = Op::apply(load<A0>(a, d, i), load<A>(b, d, i), load<A>(c, d, i));
 }
 
 // Op over the kernel's inputs, T being the dtype the kernel was chosen by.
 template <class Op, class T> void elementwise(kernel_context& c) {
   const gpu_context& g = gpu_of(c);
   constexpr std::size_t n_in = static_cast<std::size_t>(Op::arity);
-  using Out = typename loom::detail::result_of_n<Op, T, n_in>::type;
+  using Out = ops::result_for_t<Op, T>;
   if (c.inputs.size() != n_in)
     throw invalid_argument_error("node " + c.node.describe() + ": needs " + std::to_string(n_in) +
                                  " inputs, got " + std::to_string(c.inputs.size()));
@@ -145,17 +143,13 @@ template <class From> struct cast_gpu {
   }
 };
 
-template <class... Op> bool register_elementwise_gpu() {
+template <class... Op> bool register_elementwise_gpu(type_list<Op...>) {
   (register_kernels<elementwise_gpu<Op>::template kernel>(Op::id, typename Op::types{}, device_gpu),
    ...);
   register_kernels<cast_gpu>("cast", all_types_but_string{}, device_gpu);
   return true;
 }
 
-inline const bool elementwise_gpu_registered = register_elementwise_gpu<
-    ops::neg, ops::exp, ops::log, ops::sqrt, ops::square, ops::abs, ops::sign, ops::relu,
-    ops::sigmoid, ops::tanh, ops::reciprocal, ops::add, ops::sub, ops::mul, ops::div, ops::maximum,
-    ops::minimum, ops::relu_grad, ops::less, ops::less_equal, ops::greater, ops::greater_equal,
-    ops::equal, ops::not_equal, ops::clip_by_value, ops::select>();
+inline const bool elementwise_gpu_registered = register_elementwise_gpu(ops::elementwise_ops{});
 
 } // namespace loom::cuda::kernels

@@ -1,12 +1,12 @@
 // The GPU kernel of a graph's fused elementwise region (DESIGN.md §2: "GPU via
 // one generated CUDA kernel"), instantiated from the region's typed tree when
 // the translation unit that lowers the tree is compiled by nvcc:
-// graph/lower.hpp registers it beside the CPU's fused kernel, under the same
+// kernels/fused.hpp registers it beside the CPU's fused kernel, under the same
 // canonical key. The executor runs it for a region whose nodes are all placed
 // on one GPU; a process that lowered the tree with g++ has only the CPU's, and
 // runs such a region as its primitive GPU kernels.
 //
-// The tree is cuda/elementwise.cuh's device tree, so this is cuda::evaluate's
+// The tree is kernels/cuda/expression.cuh's device tree, so this is cuda::evaluate's
 // kernel: leaf k of the typed tree (in lowering order, the order of
 // fusion_candidate::leaves) reads the k-th input tensor, every element for a
 // tensor leaf and its one element for a scalar leaf (rank 0: a constant
@@ -22,10 +22,11 @@
 // the fusion is lost), so build the graph in the nvcc unit.
 #pragma once
 
-#include <loom/cuda/backend.hpp>
-#include <loom/cuda/elementwise.cuh>
-#include <loom/expr/eval.hpp>
 #include <loom/expr/expr.hpp>
+#include <loom/kernels/checks/elementwise.hpp>
+#include <loom/kernels/cuda/backend.hpp>
+#include <loom/kernels/cuda/expression.cuh>
+#include <loom/kernels/fused_registry.hpp>
 
 #include <cstddef>
 #include <span>
@@ -94,11 +95,11 @@ bool gpu_fused_kernel(const gpu_context& g, std::span<const any_tensor* const> l
   return true;
 }
 
-// Registers the region's GPU kernel under its key (graph/lower.hpp, in a unit
-// compiled by nvcc); a tree with strings has none.
+// Registers the region's GPU kernel under its key (kernels/fused.hpp, in a
+// unit compiled by nvcc); a tree with strings has none.
 template <class E> void register_gpu_region(const std::string& key) {
   if constexpr (gpu_fusable<E>())
-    fused_kernel_registry::instance().add(key, &gpu_fused_kernel<E>);
+    loom::detail::fused_kernel_registry::instance().add(key, &gpu_fused_kernel<E>);
 }
 
 } // namespace loom::cuda

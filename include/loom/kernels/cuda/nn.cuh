@@ -11,9 +11,9 @@
 // messages.
 #pragma once
 
-#include <loom/cuda/elementwise.cuh>
 #include <loom/kernels/checks/nn.hpp>
 #include <loom/kernels/cuda/common.cuh>
+#include <loom/kernels/cuda/expression.cuh>
 #include <loom/kernels/registry.hpp>
 
 #include <cstdint>
@@ -35,13 +35,6 @@ inline int row_threads(std::int64_t cols) {
   return cols <= 32 ? 32 : cols <= 128 ? 64 : cols <= 512 ? 128 : block_threads;
 }
 
-template <class T> __device__ inline T dexp(T a) {
-  return loom::cuda::detail::d_exp(a);
-}
-template <class T> __device__ inline T dlog(T a) {
-  return loom::cuda::detail::d_log(a);
-}
-
 // Shared scratch for block_reduce of T.
 #define LOOM_ROW_SCRATCH(T)                                                                        \
   __shared__ alignas(8) unsigned char scratch_bytes[32 * sizeof(T)];                               \
@@ -56,7 +49,7 @@ __device__ inline void row_max_sum(const T* x, std::int64_t cols, T* scratch, T&
   m = block_reduce(m, max_op{}, scratch);
   sum = T(0);
   for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-    sum += dexp(T(x[j] - m));
+    sum += ops::scalar::exp(T(x[j] - m));
   sum = block_reduce(sum, sum_op{}, scratch);
 }
 
@@ -68,9 +61,9 @@ __global__ void softmax_kernel(const T* x, T* y, std::int64_t rows, std::int64_t
     T* yr = y + r * cols;
     T m, sum;
     row_max_sum(xr, cols, scratch, m, sum);
-    const T lse = dlog(sum);
+    const T lse = ops::scalar::log(sum);
     for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-      yr[j] = log ? T((xr[j] - m) - lse) : T(dexp(T(xr[j] - m)) / sum);
+      yr[j] = log ? T((xr[j] - m) - lse) : T(ops::scalar::exp(T(xr[j] - m)) / sum);
   }
 }
 
@@ -88,7 +81,7 @@ __global__ void softmax_grad_kernel(const T* y, const T* dy, T* out, std::int64_
       s += log ? g[j] : T(g[j] * yr[j]);
     s = block_reduce(s, sum_op{}, scratch);
     for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-      o[j] = log ? T(g[j] - dexp(yr[j]) * s) : T(yr[j] * (g[j] - s));
+      o[j] = log ? T(g[j] - ops::scalar::exp(yr[j]) * s) : T(yr[j] * (g[j] - s));
   }
 }
 
@@ -102,7 +95,7 @@ __global__ void xent_kernel(const T* labels, const T* x, T* out, std::int64_t ro
     const T* lr = labels + r * cols;
     T m, sum;
     row_max_sum(xr, cols, scratch, m, sum);
-    const T lse = dlog(sum);
+    const T lse = ops::scalar::log(sum);
     T loss = T(0);
     for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x)
       loss += lr[j] * (lse - (xr[j] - m));
@@ -123,9 +116,10 @@ __global__ void xent_grad_kernel(const T* dy, const T* labels, const T* x, T* ou
     T* o = out + r * cols;
     T m, sum;
     row_max_sum(xr, cols, scratch, m, sum);
-    const T lse = dlog(sum), d = dy[r];
+    const T lse = ops::scalar::log(sum), d = dy[r];
     for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-      o[j] = wrt_labels ? T(d * (lse - (xr[j] - m))) : T(d * (dexp(T(xr[j] - m)) / sum - lr[j]));
+      o[j] = wrt_labels ? T(d * (lse - (xr[j] - m)))
+                        : T(d * (ops::scalar::exp(T(xr[j] - m)) / sum - lr[j]));
   }
 }
 
@@ -141,7 +135,7 @@ __global__ void sparse_xent_kernel(const L* labels, const T* x, T* out, std::int
     if (threadIdx.x == 0) {
       const auto label = static_cast<std::int64_t>(labels[r]);
       out[r] = label < 0 || label >= cols ? std::numeric_limits<T>::quiet_NaN()
-                                          : T(dlog(sum) - (xr[label] - m));
+                                          : T(ops::scalar::log(sum) - (xr[label] - m));
     }
   }
 }
@@ -160,7 +154,7 @@ __global__ void sparse_xent_grad_kernel(const T* dy, const L* labels, const T* x
     const bool bad = label < 0 || label >= cols;
     const T scale = dy[r] / sum;
     for (std::int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      T v = dexp(T(xr[j] - m)) * scale;
+      T v = ops::scalar::exp(T(xr[j] - m)) * scale;
       if (j == label)
         v -= dy[r];
       o[j] = bad ? std::numeric_limits<T>::quiet_NaN() : v;

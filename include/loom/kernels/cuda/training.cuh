@@ -9,9 +9,9 @@
 // memory: the kernels read them there, so that no update waits for the GPU.
 #pragma once
 
-#include <loom/cuda/elementwise.cuh>
 #include <loom/kernels/checks/training.hpp>
 #include <loom/kernels/cuda/common.cuh>
+#include <loom/kernels/cuda/expression.cuh>
 #include <loom/kernels/cuda/state.cuh>
 #include <loom/kernels/registry.hpp>
 
@@ -47,10 +47,6 @@ template <class T> T* ref_data(const kernel_context& c, std::size_t k) {
   return c.refs[k]->value.template device_data<T>();
 }
 
-template <class T> __device__ inline T dsqrt(T a) {
-  return loom::cuda::detail::d_sqrt(a);
-}
-
 template <class T>
 __global__ void gradient_descent_kernel(T* w, const T* alpha, const T* delta, std::int64_t n) {
   const T a = *alpha;
@@ -80,7 +76,7 @@ __global__ void adagrad_kernel(T* w, T* accum, const T* lr_p, const T* grad, std
     const T g = grad[i];
     const T a = accum[i] + g * g;
     accum[i] = a;
-    w[i] -= g * lr * (T(1) / dsqrt(a));
+    w[i] -= g * lr * (T(1) / ops::scalar::sqrt(a));
   }
 }
 
@@ -95,7 +91,7 @@ __global__ void adam_kernel(T* w, T* m, T* v, const T* grad, adam_params p, std:
   const T beta2_power = *static_cast<const T*>(p.beta2_power);
   const T lr = *static_cast<const T*>(p.lr), beta1 = *static_cast<const T*>(p.beta1);
   const T beta2 = *static_cast<const T*>(p.beta2), epsilon = *static_cast<const T*>(p.epsilon);
-  const T alpha = lr * dsqrt(T(T(1) - beta2_power)) / (T(1) - beta1_power);
+  const T alpha = lr * ops::scalar::sqrt(T(T(1) - beta2_power)) / (T(1) - beta1_power);
   for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
     const T g = grad[i];
     const T mi = m[i] + (g - m[i]) * (T(1) - beta1);
@@ -103,9 +99,9 @@ __global__ void adam_kernel(T* w, T* m, T* v, const T* grad, adam_params p, std:
     m[i] = mi;
     v[i] = vi;
     if (nesterov)
-      w[i] -= ((g * (T(1) - beta1) + mi * beta1) * alpha) / (dsqrt(vi) + epsilon);
+      w[i] -= ((g * (T(1) - beta1) + mi * beta1) * alpha) / (ops::scalar::sqrt(vi) + epsilon);
     else
-      w[i] -= (mi * alpha) / (dsqrt(vi) + epsilon);
+      w[i] -= (mi * alpha) / (ops::scalar::sqrt(vi) + epsilon);
   }
 }
 
@@ -117,7 +113,7 @@ __global__ void rms_prop_kernel(T* w, T* ms, T* mom, const T* grad, const T* lr_
     const T g = grad[i];
     const T s = ms[i] + (g * g - ms[i]) * (T(1) - rho);
     ms[i] = s;
-    const T mo = mom[i] * momentum + (g * lr) / dsqrt(T(s + epsilon));
+    const T mo = mom[i] * momentum + (g * lr) / ops::scalar::sqrt(T(s + epsilon));
     mom[i] = mo;
     w[i] -= mo;
   }

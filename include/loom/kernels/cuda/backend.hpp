@@ -17,9 +17,9 @@
 #pragma once
 
 #include <loom/core/tensor.hpp>
-#include <loom/cuda/allocator.hpp>
-#include <loom/cuda/error.hpp>
-#include <loom/cuda/stream.hpp>
+#include <loom/kernels/cuda/allocator.hpp>
+#include <loom/kernels/cuda/error.hpp>
+#include <loom/kernels/cuda/stream.hpp>
 #include <loom/kernels/gpu_backend.hpp>
 #include <loom/kernels/registry.hpp>
 

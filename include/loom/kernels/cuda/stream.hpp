@@ -6,7 +6,7 @@
 // Host-only (cuda_runtime_api.h): compiles with the host compiler and CUDA::cudart.
 #pragma once
 
-#include <loom/cuda/error.hpp>
+#include <loom/kernels/cuda/error.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -56,22 +56,17 @@ public:
     LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, flags));
   }
   ~stream() { reset(); }
-  stream(stream&& o) noexcept
-      : s_(std::exchange(o.s_, nullptr)), device_(o.device_), owned_(o.owned_) {}
+  stream(stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)), device_(o.device_) {}
   stream& operator=(stream&& o) noexcept {
     if (this != &o) {
       reset();
       s_ = std::exchange(o.s_, nullptr);
       device_ = o.device_;
-      owned_ = o.owned_;
     }
     return *this;
   }
   stream(const stream&) = delete;
   stream& operator=(const stream&) = delete;
-
-  // The legacy default stream (0) of the current device, not owned.
-  static stream legacy_default() { return stream(nullptr, current_device()); }
 
   cudaStream_t get() const noexcept { return s_; }
   operator cudaStream_t() const noexcept { return s_; }
@@ -92,16 +87,14 @@ public:
   inline void wait(const event& e) const;
 
 private:
-  stream(cudaStream_t s, int device) : s_(s), device_(device), owned_(false) {}
   void reset() noexcept {
-    if (s_ && owned_)
+    if (s_)
       (void)cudaStreamDestroy(s_);
     s_ = nullptr;
   }
 
   cudaStream_t s_ = nullptr;
   int device_ = 0;
-  bool owned_ = true;
 };
 
 // An owned cudaEvent_t. Move-only.

@@ -26,8 +26,8 @@
 #pragma once
 
 #include <loom/core/error.hpp>
-#include <loom/cuda/error.hpp>
-#include <loom/cuda/stream.hpp>
+#include <loom/kernels/cuda/error.hpp>
+#include <loom/kernels/cuda/stream.hpp>
 
 #include <cuda_runtime_api.h>
 

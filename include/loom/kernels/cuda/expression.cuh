@@ -12,11 +12,8 @@
 //   C++ numbers (scalar_leaf, broadcast). All pointer leaves hold n elements; there
 //   is no other broadcasting. Graph leaves (placeholders, variables) are not device
 //   memory and are refused at compile time.
-// * Ops: every op of expr/ops.hpp. ops.hpp evaluates on Eigen expressions, which do
-//   not exist in device code, so each op is mirrored below on scalars with Eigen's
-//   scalar semantics (relu/maximum/minimum as std::max/std::min, sign(NaN) = NaN,
-//   relu_grad(dy, x) = x > 0 ? dy : 0). An op added to ops.hpp without a mirror here
-//   stops compilation with a static_assert naming the supported ops.
+// * Ops: every op of expr/ops.hpp, through its scalar form (the tag's apply(),
+//   written beside its Eigen form and checked against it by the kernels' test).
 // * Loads: when every pointer leaf and the output are aligned to 4 elements, the
 //   kernel reads and writes 4 elements per access (float4 for float) and the last
 //   n % 4 elements are done one by one; otherwise it is scalar throughout.
@@ -26,11 +23,11 @@
 // Needs nvcc (a .cu translation unit).
 #pragma once
 
-#include <loom/cuda/allocator.hpp>
-#include <loom/cuda/error.hpp>
-#include <loom/cuda/stream.hpp>
 #include <loom/expr/expr.hpp>
 #include <loom/expr/ops.hpp>
+#include <loom/kernels/cuda/allocator.hpp>
+#include <loom/kernels/cuda/error.hpp>
+#include <loom/kernels/cuda/stream.hpp>
 
 #include <cuda_runtime.h>
 
@@ -103,109 +100,6 @@ template <class Op, class C0, class C1, class C2> struct d_node<Op, C0, C1, C2> 
   C2 c2;
 };
 
-// -- the ops on scalars ---------------------------------------------------------------------
-template <class T> __host__ __device__ inline T d_exp(T a) {
-  if constexpr (std::is_same_v<T, float>)
-    return ::expf(a);
-  else
-    return ::exp(a);
-}
-template <class T> __host__ __device__ inline T d_log(T a) {
-  if constexpr (std::is_same_v<T, float>)
-    return ::logf(a);
-  else
-    return ::log(a);
-}
-template <class T> __host__ __device__ inline T d_sqrt(T a) {
-  if constexpr (std::is_same_v<T, float>)
-    return ::sqrtf(a);
-  else
-    return ::sqrt(a);
-}
-template <class T> __host__ __device__ inline T d_tanh(T a) {
-  if constexpr (std::is_same_v<T, float>)
-    return ::tanhf(a);
-  else
-    return ::tanh(a);
-}
-// std::max / std::min: the first argument wins ties and NaN in the first propagates.
-template <class T> __host__ __device__ inline T d_max(T a, T b) {
-  return a < b ? b : a;
-}
-template <class T> __host__ __device__ inline T d_min(T a, T b) {
-  return b < a ? b : a;
-}
-
-template <class Op> struct device_op {
-  static_assert(always_false<Op>,
-                "loom::cuda: this elementwise op has no CUDA evaluator. Supported: neg exp log "
-                "sqrt square abs sign relu sigmoid tanh reciprocal add sub mul div maximum "
-                "minimum relu_grad less less_equal greater greater_equal equal not_equal "
-                "clip_by_value select cast; add a device_op specialisation in "
-                "loom/cuda/elementwise.cuh");
-};
-
-#define LOOM_CUDA_UNARY(NAME, BODY)                                                                \
-  template <> struct device_op<ops::NAME> {                                                        \
-    template <class T> __host__ __device__ static T apply(T a) { return BODY; }                    \
-  };
-#define LOOM_CUDA_BINARY(NAME, RESULT, BODY)                                                       \
-  template <> struct device_op<ops::NAME> {                                                        \
-    template <class T> __host__ __device__ static RESULT apply(T a, T b) { return BODY; }          \
-  };
-
-// clang-format off
-LOOM_CUDA_UNARY(neg, T(-a))
-LOOM_CUDA_UNARY(exp, d_exp(a))
-LOOM_CUDA_UNARY(log, d_log(a))
-LOOM_CUDA_UNARY(sqrt, d_sqrt(a))
-LOOM_CUDA_UNARY(square, T(a * a))
-LOOM_CUDA_UNARY(abs, T(a < T(0) ? T(-a) : a))
-LOOM_CUDA_UNARY(relu, d_max(a, T(0)))
-LOOM_CUDA_UNARY(sigmoid, T(1) / (T(1) + d_exp(T(-a))))
-LOOM_CUDA_UNARY(tanh, d_tanh(a))
-LOOM_CUDA_UNARY(reciprocal, T(1) / a)
-
-LOOM_CUDA_BINARY(add, T, T(a + b))
-LOOM_CUDA_BINARY(sub, T, T(a - b))
-LOOM_CUDA_BINARY(mul, T, T(a * b))
-LOOM_CUDA_BINARY(div, T, T(a / b))
-LOOM_CUDA_BINARY(maximum, T, d_max(a, b))
-LOOM_CUDA_BINARY(minimum, T, d_min(a, b))
-LOOM_CUDA_BINARY(relu_grad, T, b > T(0) ? a : T(0))
-LOOM_CUDA_BINARY(less, bool, a < b)
-LOOM_CUDA_BINARY(less_equal, bool, a <= b)
-LOOM_CUDA_BINARY(greater, bool, a > b)
-LOOM_CUDA_BINARY(greater_equal, bool, a >= b)
-LOOM_CUDA_BINARY(equal, bool, a == b)
-LOOM_CUDA_BINARY(not_equal, bool, a != b)
-// clang-format on
-
-#undef LOOM_CUDA_UNARY
-#undef LOOM_CUDA_BINARY
-
-// sign(NaN) is NaN, as in Eigen.
-template <> struct device_op<ops::sign> {
-  template <class T> __host__ __device__ static T apply(T a) {
-    if constexpr (std::is_floating_point_v<T>) {
-      if (a != a)
-        return a;
-    }
-    return T(int(a > T(0)) - int(a < T(0)));
-  }
-};
-template <> struct device_op<ops::clip_by_value> {
-  template <class T> __host__ __device__ static T apply(T x, T lo, T hi) {
-    return d_min(d_max(x, lo), hi);
-  }
-};
-template <> struct device_op<ops::select> {
-  template <class T> __host__ __device__ static T apply(bool c, T a, T b) { return c ? a : b; }
-};
-template <element_type U> struct device_op<ops::cast<U>> {
-  template <class T> __host__ __device__ static U apply(T a) { return static_cast<U>(a); }
-};
-
 // -- host: typed tree -> device tree ----------------------------------------------------------
 template <class E> struct to_device_impl {
   static_assert(always_false<E>,
@@ -270,17 +164,17 @@ template <class T> __host__ __device__ inline T eval1(const d_repeat<T>& r, std:
 template <class Op, class C0>
 __host__ __device__ inline typename d_node<Op, C0>::value_type eval1(const d_node<Op, C0>& n,
                                                                      std::size_t i) {
-  return device_op<Op>::apply(eval1(n.c0, i));
+  return Op::apply(eval1(n.c0, i));
 }
 template <class Op, class C0, class C1>
 __host__ __device__ inline typename d_node<Op, C0, C1>::value_type
 eval1(const d_node<Op, C0, C1>& n, std::size_t i) {
-  return device_op<Op>::apply(eval1(n.c0, i), eval1(n.c1, i));
+  return Op::apply(eval1(n.c0, i), eval1(n.c1, i));
 }
 template <class Op, class C0, class C1, class C2>
 __host__ __device__ inline typename d_node<Op, C0, C1, C2>::value_type
 eval1(const d_node<Op, C0, C1, C2>& n, std::size_t i) {
-  return device_op<Op>::apply(eval1(n.c0, i), eval1(n.c1, i), eval1(n.c2, i));
+  return Op::apply(eval1(n.c0, i), eval1(n.c1, i), eval1(n.c2, i));
 }
 
 // -- device: four elements (one vector access per pointer leaf) ---------------------------------
@@ -304,7 +198,7 @@ __host__ __device__ inline pack4<typename d_node<Op, C0>::value_type> eval4(cons
   const auto a = eval4(n.c0, g);
   pack4<typename d_node<Op, C0>::value_type> r;
   for (int k = 0; k < 4; ++k)
-    r.v[k] = device_op<Op>::apply(a.v[k]);
+    r.v[k] = Op::apply(a.v[k]);
   return r;
 }
 template <class Op, class C0, class C1>
@@ -314,7 +208,7 @@ eval4(const d_node<Op, C0, C1>& n, std::size_t g) {
   const auto b = eval4(n.c1, g);
   pack4<typename d_node<Op, C0, C1>::value_type> r;
   for (int k = 0; k < 4; ++k)
-    r.v[k] = device_op<Op>::apply(a.v[k], b.v[k]);
+    r.v[k] = Op::apply(a.v[k], b.v[k]);
   return r;
 }
 template <class Op, class C0, class C1, class C2>
@@ -325,7 +219,7 @@ eval4(const d_node<Op, C0, C1, C2>& n, std::size_t g) {
   const auto c = eval4(n.c2, g);
   pack4<typename d_node<Op, C0, C1, C2>::value_type> r;
   for (int k = 0; k < 4; ++k)
-    r.v[k] = device_op<Op>::apply(a.v[k], b.v[k], c.v[k]);
+    r.v[k] = Op::apply(a.v[k], b.v[k], c.v[k]);
   return r;
 }
 

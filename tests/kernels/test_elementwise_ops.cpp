@@ -1,0 +1,218 @@
+// Each elementwise op is defined once (expr/ops.hpp), with two forms of its
+// semantics side by side: eval() on Eigen expressions, which the CPU kernels
+// run (primitive and fused), and apply() on values, which every GPU kernel
+// runs. This checks, for every op of ops::elementwise_ops and cast, over every
+// dtype it has kernels for, that the CPU kernel's results are apply()'s
+// element for element: so the CPU and the GPU cannot differ but where the
+// math libraries do (a few ulps in exp, log, tanh and sigmoid). Inputs cover
+// the edges an implementation gets wrong: ties, zeros of both signs, NaN,
+// infinities, values either side of zero, and lengths past a packet's.
+#include <doctest/doctest.h>
+
+#include <loom/graph/graph.hpp>
+#include <loom/kernels/cpu/elementwise.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+using namespace loom;
+
+// Eigen's vectorised max/min (maximum, minimum, relu, clip_by_value) do not
+// promise which operand a NaN comparison returns, packet or scalar, so NaN is
+// left out of those ops' inputs; every other op gets it.
+template <class Op>
+constexpr bool nan_defined =
+    !std::is_same_v<Op, ops::maximum> && !std::is_same_v<Op, ops::minimum> &&
+    !std::is_same_v<Op, ops::relu> && !std::is_same_v<Op, ops::clip_by_value>;
+
+// Ops whose float results come from a math library on each side.
+template <class Op>
+constexpr bool transcendental = std::is_same_v<Op, ops::exp> || std::is_same_v<Op, ops::log> ||
+                                std::is_same_v<Op, ops::tanh> || std::is_same_v<Op, ops::sigmoid>;
+
+// Operand k of op Op, 37 elements (past any packet, with a tail). Operand 1
+// equals operand 0 at every third element, so binary ops see ties.
+template <class Op, class T> std::vector<T> operand(int k) {
+  std::vector<T> base;
+  if constexpr (std::is_floating_point_v<T>) {
+    base = {T(0),    T(-0.0), T(1),    T(-1), T(0.5), T(-2.5), T(3),     T(1e-30), T(-7.25),
+            T(0.75), T(12),   T(-0.1), T(2),  T(-20), T(4.5),  T(-3.75), T(9),     T(0.001)};
+    if constexpr (nan_defined<Op>)
+      base.push_back(std::numeric_limits<T>::quiet_NaN());
+    if constexpr (!transcendental<Op>) // exp(inf) and friends: library edge cases, not semantics
+      base.push_back(std::numeric_limits<T>::infinity());
+  } else {
+    base = {T(0), T(1), T(-1), T(2), T(-3), T(7), T(-12), T(40), T(-100), T(1000), T(5), T(-6)};
+    if constexpr (std::is_same_v<Op, ops::div>)
+      if (k == 1) // integer division by zero is undefined
+        for (T& v : base)
+          v = v == T(0) ? T(3) : v;
+  }
+  std::vector<T> v(37);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::size_t j = (k == 0 || i % 3 == 0) ? i : i * 5 + static_cast<std::size_t>(k);
+    v[i] = base[j % base.size()];
+  }
+  if constexpr (std::is_same_v<Op, ops::div> && !std::is_floating_point_v<T>)
+    if (k == 1)
+      for (T& x : v)
+        x = x == T(0) ? T(3) : x;
+  return v;
+}
+
+template <class T> any_tensor tensor_of(const std::vector<T>& v) {
+  any_tensor t(dtype_of<T>, shape{static_cast<std::int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.data<T>());
+  return t;
+}
+
+template <class T> bool same_value(T got, T want, bool loose) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(want))
+      return std::isnan(got);
+    if (std::isinf(want) || !loose)
+      return got == want;
+    const T tol = std::is_same_v<T, float> ? T(4e-6) : T(1e-14);
+    return std::abs(got - want) <= tol * std::max(T(1), std::abs(want));
+  } else {
+    return got == want;
+  }
+}
+
+Eigen::ThreadPool& pool() {
+  static Eigen::ThreadPool p(2);
+  return p;
+}
+
+template <class Op, class T> void check_op() {
+  constexpr int arity = Op::arity;
+  using R = ops::result_for_t<Op, T>;
+  constexpr bool is_select = std::is_same_v<Op, ops::select>;
+  std::vector<any_tensor> in;
+  std::vector<bool> cond;
+  for (int k = 0; k < arity; ++k) {
+    if (is_select && k == 0) {
+      std::vector<bool> c(37);
+      for (std::size_t i = 0; i < c.size(); ++i)
+        c[i] = (i * 7) % 3 == 0;
+      any_tensor t(dtype::boolean, shape{37});
+      for (std::size_t i = 0; i < c.size(); ++i)
+        t.data<bool>()[i] = c[i];
+      cond = c;
+      in.push_back(std::move(t));
+    } else {
+      in.push_back(tensor_of(operand<Op, T>(k)));
+    }
+  }
+  std::vector<const any_tensor*> ptrs;
+  for (const any_tensor& t : in)
+    ptrs.push_back(&t);
+  cpu_device device(&pool(), 2);
+  const any_tensor out = elementwise_kernel<Op, T>(device, ptrs, "check");
+  REQUIRE(out.type() == dtype_of<R>);
+  REQUIRE(out.num_elements() == 37);
+  for (std::int64_t i = 0; i < 37; ++i) {
+    R want;
+    if constexpr (arity == 1)
+      want = Op::apply(in[0].data<T>()[i]);
+    else if constexpr (arity == 2)
+      want = Op::apply(in[0].data<T>()[i], in[1].data<T>()[i]);
+    else if constexpr (is_select)
+      want = Op::apply(in[0].data<bool>()[i], in[1].data<T>()[i], in[2].data<T>()[i]);
+    else
+      want = Op::apply(in[0].data<T>()[i], in[1].data<T>()[i], in[2].data<T>()[i]);
+    const R got = out.data<R>()[i];
+    if (!same_value<R>(got, want, transcendental<Op>)) {
+      std::string args;
+      for (int k = 0; k < arity; ++k) {
+        if (is_select && k == 0)
+          args += in[0].data<bool>()[i] ? "true" : "false";
+        else
+          args += std::to_string(in[static_cast<std::size_t>(k)].data<T>()[i]);
+        args += k + 1 < arity ? ", " : "";
+      }
+      FAIL_CHECK(std::string(Op::id)
+                 << "<" << to_string(dtype_of<T>) << ">(" << args << "): Eigen form gives " << +got
+                 << ", scalar form " << +want);
+    }
+  }
+}
+
+template <class Op, class... T> void check_op_types(type_list<T...>) {
+  (check_op<Op, T>(), ...);
+}
+
+template <class... Op> void check_ops(type_list<Op...>) {
+  (check_op_types<Op>(typename Op::types{}), ...);
+}
+
+// cast<U> from every T, over values every destination holds (a float that
+// does not fit an integer has no defined conversion in C++).
+template <class U, class T> void check_cast() {
+  std::vector<T> v;
+  for (int i = -18; i < 19; ++i)
+    v.push_back(std::is_floating_point_v<T> ? T(i * 0.75) : T(i));
+  if constexpr (std::is_same_v<T, bool>)
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = i % 2 == 0;
+  const any_tensor t = tensor_of(v);
+  const any_tensor* p = &t;
+  cpu_device device(&pool(), 2);
+  const any_tensor out =
+      elementwise_kernel<ops::cast<U>, T>(device, std::span<const any_tensor* const>(&p, 1), "c");
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const U want = ops::cast<U>::apply(v[i]);
+    if (out.data<U>()[i] != want)
+      FAIL_CHECK("cast<" << to_string(dtype_of<U>) << ">(" << to_string(dtype_of<T>) << " " << +v[i]
+                         << "): Eigen form gives " << +out.data<U>()[i] << ", scalar form "
+                         << +want);
+  }
+}
+
+template <class U, class... T> void check_casts_to(type_list<T...>) {
+  (check_cast<U, T>(), ...);
+}
+template <class... U> void check_casts(type_list<U...>) {
+  (check_casts_to<U>(all_types_but_string{}), ...);
+}
+
+} // namespace
+
+TEST_CASE("elementwise ops: the Eigen form and the scalar form agree") {
+  check_ops(ops::elementwise_ops{});
+  check_casts(all_types_but_string{});
+}
+
+TEST_CASE("elementwise ops: the scalar form keeps Eigen's semantics at the edges") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  CHECK(std::isnan(ops::sign::apply(nan)));
+  CHECK(ops::sign::apply(0.f) == 0.f);
+  CHECK(ops::sign::apply(-0.5) == -1.0);
+  CHECK(ops::sign::apply(std::int64_t{7}) == 1);
+  CHECK(ops::relu::apply(-0.f) == 0.f);
+  CHECK(ops::relu_grad::apply(3.f, 0.f) == 0.f);
+  CHECK(ops::relu_grad::apply(3.f, 1e-30f) == 3.f);
+  CHECK(ops::clip_by_value::apply(5, 0, 3) == 3);
+  CHECK(ops::select::apply(false, 1.0, 2.0) == 2.0);
+  CHECK(ops::cast<bool>::apply(0.5f) == true);
+  CHECK(ops::cast<std::int32_t>::apply(-2.75) == -2);
+}
+
+TEST_CASE("elementwise ops: result dtypes come from the op (comparisons are bool)") {
+  static_assert(std::is_same_v<ops::result_for_t<ops::less, float>, bool>);
+  static_assert(std::is_same_v<ops::result_for_t<ops::not_equal, std::int64_t>, bool>);
+  static_assert(std::is_same_v<ops::result_for_t<ops::add, double>, double>);
+  static_assert(std::is_same_v<ops::result_for_t<ops::select, std::int32_t>, std::int32_t>);
+  static_assert(std::is_same_v<ops::result_for_t<ops::cast<bool>, float>, bool>);
+  graph g;
+  auto x = g.add_node("placeholder", {}, {{"dtype", dtype::f32}, {"shape", shape{3}}}, "x");
+  CHECK(g.node(g.add_node("greater_equal", {x, x})).type == dtype::boolean);
+  CHECK(g.node(g.add_node("maximum", {x, x})).type == dtype::f32);
+  CHECK(g.node(g.add_node("cast", {x}, {{"dst", dtype::i64}})).type == dtype::i64);
+}
