@@ -33,20 +33,20 @@ using loom::testing::trained_by;
 
 // The partitions a master would register for `req` on `cluster`, the session's
 // default device on worker 0.
-std::vector<loom::graph_partition> partitions(const loom::graph& g, loom::run_request req,
-                                              const local_cluster& cluster) {
+std::vector<loom::detail::graph_partition>
+partitions(const loom::graph& g, loom::detail::run_request req, const local_cluster& cluster) {
   std::sort(req.fed.begin(), req.fed.end());
   std::set<loom::node_id> ref_only;
-  std::vector<loom::node_def> nodes = loom::nodes_to_place(g, req, ref_only);
+  std::vector<loom::node_def> nodes = loom::detail::nodes_to_place(g, req, ref_only);
   loom::placer_options po;
   po.default_device = "/job:worker/replica:0/task:0/device:CPU:0";
   std::ostringstream log;
   loom::place(nodes, cluster.spec.devices(), po, log);
-  return loom::partition_graph(g, req, nodes, ref_only);
+  return loom::detail::partition_graph(g, req, nodes, ref_only);
 }
 
 // The keys of a partition's nodes of op `op` ("_send", "_recv"), sorted.
-std::vector<std::string> keys(const loom::graph_partition& p, const std::string& op) {
+std::vector<std::string> keys(const loom::detail::graph_partition& p, const std::string& op) {
   std::vector<std::string> out;
   for (const loom::node_def& n : p.image.nodes)
     if (n.op == op)
@@ -55,8 +55,8 @@ std::vector<std::string> keys(const loom::graph_partition& p, const std::string&
   return out;
 }
 
-const loom::graph_partition& on_task(const std::vector<loom::graph_partition>& parts,
-                                     const std::string& job) {
+const loom::detail::graph_partition&
+on_task(const std::vector<loom::detail::graph_partition>& parts, const std::string& job) {
   auto it = std::find_if(parts.begin(), parts.end(),
                          [&](const auto& p) { return contains(p.task, "/job:" + job + "/"); });
   REQUIRE(it != parts.end());

@@ -1098,14 +1098,15 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
   TEST_CASE("fused regions on /gpu:0 run as one GPU kernel each and match the CPU") {
     fused_graph fg;
     std::mt19937_64 rng(fresh_seed());
-    const run_request req{{fg.arith, fg.mixed}, {}, {fg.a.id(), fg.b.id(), fg.c.id(), fg.k.id()}};
+    const detail::run_request req{
+        {fg.arith, fg.mixed}, {}, {fg.a.id(), fg.b.id(), fg.c.id(), fg.k.id()}};
     const std::vector<memory_location> on_gpu(fg.g.size(), memory_location::gpu(0));
     const std::vector<memory_location> on_host(fg.g.size(), memory_location::host());
-    const plan gpu_plan(fg.g, req, true, on_gpu);
-    const plan cpu_plan(fg.g, req, false, on_host); // the primitive CPU kernels
+    const detail::plan gpu_plan(fg.g, req, true, on_gpu);
+    const detail::plan cpu_plan(fg.g, req, false, on_host); // the primitive CPU kernels
     int fused = 0;
-    for (const plan::step& st : gpu_plan.steps())
-      if (st.k == plan::step::kind::fused) {
+    for (const detail::plan::step& st : gpu_plan.steps())
+      if (st.k == detail::plan::step::kind::fused) {
         ++fused;
         CHECK(st.where == memory_location::gpu(0));
         const bool has_gpu_kernel = st.gpu_fused != nullptr;
@@ -1126,9 +1127,9 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
       std::vector<any_tensor> cpu_values(fg.g.size()), gpu_values(fg.g.size());
       for (const auto& [id, t] : in)
         cpu_values[static_cast<std::size_t>(id)] = gpu_values[static_cast<std::size_t>(id)] = t;
-      run_plan(cpu_plan, fg.g, cpu_values, host_device(), res);
+      detail::run_plan(cpu_plan, fg.g, cpu_values, host_device(), res);
       poison_next_blocks(static_cast<std::size_t>(s.num_elements()) * sizeof(float));
-      run_plan(gpu_plan, fg.g, gpu_values, host_device(), res);
+      detail::run_plan(gpu_plan, fg.g, gpu_values, host_device(), res);
       for (node_id root : {fg.arith, fg.mixed}) {
         const any_tensor& got = gpu_values[static_cast<std::size_t>(root)];
         CHECK(got.on_host()); // fetched values come back to the host
@@ -1144,11 +1145,11 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
       "a region on /gpu:0 whose operands need broadcasting runs as its primitive GPU kernels") {
     fused_graph fg;
     std::mt19937_64 rng(fresh_seed());
-    const run_request req{{fg.arith}, {}, {fg.a.id(), fg.b.id(), fg.c.id(), fg.k.id()}};
-    const plan gpu_plan(fg.g, req, true,
-                        std::vector<memory_location>(fg.g.size(), memory_location::gpu(0)));
-    const plan cpu_plan(fg.g, req, false,
-                        std::vector<memory_location>(fg.g.size(), memory_location::host()));
+    const detail::run_request req{{fg.arith}, {}, {fg.a.id(), fg.b.id(), fg.c.id(), fg.k.id()}};
+    const detail::plan gpu_plan(fg.g, req, true,
+                                std::vector<memory_location>(fg.g.size(), memory_location::gpu(0)));
+    const detail::plan cpu_plan(fg.g, req, false,
+                                std::vector<memory_location>(fg.g.size(), memory_location::host()));
     const auto in = fg.inputs(loom::shape{33, 65}, rng, loom::shape{1, 65}); // b: one row
     const gpu_leaves on_gpu(fg.leaves(fg.arith, in));
     any_tensor declined;
@@ -1161,8 +1162,8 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
     std::vector<any_tensor> cpu_values(fg.g.size()), gpu_values(fg.g.size());
     for (const auto& [id, t] : in)
       cpu_values[static_cast<std::size_t>(id)] = gpu_values[static_cast<std::size_t>(id)] = t;
-    run_plan(cpu_plan, fg.g, cpu_values, host_device(), res);
-    run_plan(gpu_plan, fg.g, gpu_values, host_device(), res);
+    detail::run_plan(cpu_plan, fg.g, cpu_values, host_device(), res);
+    detail::run_plan(gpu_plan, fg.g, gpu_values, host_device(), res);
     compare(cpu_values[static_cast<std::size_t>(fg.arith)],
             gpu_values[static_cast<std::size_t>(fg.arith)], check::elementwise, "broadcast b");
   }

@@ -236,9 +236,9 @@ TEST_CASE_TEMPLATE("broadcasting: scalar, row, column, rank 3", T, float, std::i
 
 namespace {
 
-std::size_t fused_steps(const loom::plan& p) {
+std::size_t fused_steps(const loom::detail::plan& p) {
   return static_cast<std::size_t>(std::count_if(p.steps().begin(), p.steps().end(), [](auto& s) {
-    return s.k == loom::plan::step::kind::fused;
+    return s.k == loom::detail::plan::step::kind::fused;
   }));
 }
 
@@ -255,10 +255,11 @@ TEST_CASE_TEMPLATE("a fused region computes what its primitive ops compute", T, 
   auto row_tree = loom::lower((x + r) * T(2) - loom::sigmoid(r));
 
   // The planner fuses each tree into one step, unless fusion is disabled.
-  const loom::run_request req{{tree.id()}, {}, {x.id(), y.id()}};
-  CHECK(fused_steps(loom::plan(g, req)) == 1);
-  CHECK(fused_steps(loom::plan(g, req, false)) == 0);
-  CHECK(loom::plan(g, req, false).steps().size() >= loom::plan(g, req).steps().size() + 8);
+  const loom::detail::run_request req{{tree.id()}, {}, {x.id(), y.id()}};
+  CHECK(fused_steps(loom::detail::plan(g, req)) == 1);
+  CHECK(fused_steps(loom::detail::plan(g, req, false)) == 0);
+  CHECK(loom::detail::plan(g, req, false).steps().size() >=
+        loom::detail::plan(g, req).steps().size() + 8);
 
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> dist(-2, 2);

@@ -17,7 +17,7 @@
 #include <vector>
 
 using loom::any_tensor;
-using loom::rendezvous_table;
+using loom::detail::rendezvous_table;
 using loom::testing::contains;
 
 namespace {

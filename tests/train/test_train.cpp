@@ -166,7 +166,7 @@ TEST_CASE("rmsprop: ms starts at one; with and without momentum") {
 // read earlier in the step or a send still on the wire would) is copied
 // before the update writes it; the others are updated in place.
 TEST_CASE("an update copies the buffers something else holds, and only those") {
-  loom::resource_manager resources;
+  loom::detail::resource_manager resources;
   Eigen::ThreadPool pool(2);
   loom::cpu_device device(&pool, 2);
   auto vec = [](std::vector<double> v) { return loom::any_tensor::from_vector(shape{3}, v); };

@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-namespace loom {
+namespace loom::detail {
 
 // How a step's _send and _recv nodes reach other tasks: implemented by the
 // worker service of a cluster task (runtime/rendezvous.hpp).
@@ -47,8 +47,6 @@ public:
 // Called once when a started step ends: with the values (as run_plan leaves
 // them), or with the error that ended it.
 using plan_done_fn = std::function<void(std::vector<any_tensor>& values, std::exception_ptr error)>;
-
-namespace detail {
 
 // The threads of an intra-op pool asked for as `requested` (session_options,
 // server_options): 0 or less means one per hardware thread.
@@ -384,8 +382,6 @@ private:
   const plan& p_;
 };
 
-} // namespace detail
-
 // Runs `p` on the calling thread, which waits there for its recvs. `values` is
 // indexed by node id and holds the fed values on entry; on return it holds the
 // fetched ones. A plan with _send or _recv nodes needs a rendezvous.
@@ -407,4 +403,4 @@ inline void start_plan(const plan& p, const graph& g, std::vector<any_tensor> va
                                   std::move(done));
 }
 
-} // namespace loom
+} // namespace loom::detail

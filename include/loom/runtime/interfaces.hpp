@@ -27,27 +27,9 @@
 
 namespace loom {
 
+namespace detail {
 class resource_manager;
-
-// What one step computes: the nodes whose values it returns, the nodes it only
-// runs, and the nodes whose values the caller feeds.
-struct run_request {
-  std::vector<node_id> fetches;
-  std::vector<node_id> targets;
-  std::vector<node_id> fed;
-
-  // What a master caches a request's plan or partitions under, with the
-  // graph version it was made for.
-  std::string key(std::uint64_t graph_version) const {
-    std::string k = std::to_string(graph_version) + "|";
-    for (auto v : {&fetches, &targets, &fed}) {
-      for (node_id id : *v)
-        k += std::to_string(id) + ",";
-      k += "|";
-    }
-    return k;
-  }
-};
+}
 
 struct session_options {
   // Threads of the intra-op pool; 0 means one per hardware thread.
@@ -97,6 +79,29 @@ struct server_options {
   int intra_op_threads = 0;
   // Where the task's log lines go; empty: stderr.
   std::function<void(std::string_view)> log{};
+};
+
+// The seams themselves: the runtime's, not the user's.
+namespace detail {
+
+// What one step computes: the nodes whose values it returns, the nodes it only
+// runs, and the nodes whose values the caller feeds.
+struct run_request {
+  std::vector<node_id> fetches;
+  std::vector<node_id> targets;
+  std::vector<node_id> fed;
+
+  // What a master caches a request's plan or partitions under, with the
+  // graph version it was made for.
+  std::string key(std::uint64_t graph_version) const {
+    std::string k = std::to_string(graph_version) + "|";
+    for (auto v : {&fetches, &targets, &fed}) {
+      for (node_id id : *v)
+        k += std::to_string(id) + ",";
+      k += "|";
+    }
+    return k;
+  }
 };
 
 // Runs a session's steps (TF's MasterInterface, with the master session it
@@ -166,5 +171,7 @@ private:
     return f;
   }
 };
+
+} // namespace detail
 
 } // namespace loom

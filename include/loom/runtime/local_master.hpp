@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-namespace loom {
+namespace loom::detail {
 
 class local_master final : public master_interface {
 public:
@@ -76,4 +76,4 @@ private:
   std::ostream* placement_log_ = &std::cerr;
 };
 
-} // namespace loom
+} // namespace loom::detail

@@ -25,9 +25,7 @@
 #include <string>
 #include <vector>
 
-namespace loom {
-
-namespace detail {
+namespace loom::detail {
 
 // "loom://host:port" (or "grpc://host:port", or "host:port") -> "host:port".
 inline std::string target_address(const std::string& target) {
@@ -40,8 +38,6 @@ inline std::string target_address(const std::string& target) {
                                  "' is not a server's target (\"loom://host:port\")");
   return a;
 }
-
-} // namespace detail
 
 class cluster_master final : public master_interface {
 public:
@@ -379,4 +375,4 @@ private:
   std::uint64_t registered_version_ = 0;
 };
 
-} // namespace loom
+} // namespace loom::detail

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-namespace loom {
+namespace loom::detail {
 
 // One task's part of a request.
 struct graph_partition {
@@ -232,4 +232,4 @@ inline std::vector<graph_partition> partition_graph(const graph& g, const run_re
   return out;
 }
 
-} // namespace loom
+} // namespace loom::detail

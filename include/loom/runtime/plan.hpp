@@ -25,11 +25,9 @@
 #include <utility>
 #include <vector>
 
-namespace loom {
+namespace loom::detail {
 
-namespace detail {
 class plan_execution;
-}
 
 // The nodes a request needs: the fetches, the targets and, transitively, their
 // data and control inputs, stopping at fed nodes (TF's pruning).
@@ -303,4 +301,4 @@ private:
   mutable std::unordered_map<node_id, any_tensor> kept_;
 };
 
-} // namespace loom
+} // namespace loom::detail

@@ -19,17 +19,13 @@
 #include <string>
 #include <vector>
 
-namespace loom {
-
-namespace detail {
+namespace loom::detail {
 
 // "/job:ps/replica:0/task:1" for (ps, 1): how tasks are named in device
 // strings, partitions and messages.
 inline std::string task_name(const std::string& job, int task) {
   return "/job:" + job + "/replica:0/task:" + std::to_string(task);
 }
-
-} // namespace detail
 
 class remote_worker final : public worker_interface {
 public:
@@ -166,4 +162,4 @@ private:
   std::map<std::string, std::unique_ptr<remote_worker>> workers_;
 };
 
-} // namespace loom
+} // namespace loom::detail

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-namespace loom {
+namespace loom::detail {
 
 class rendezvous_table {
 public:
@@ -166,4 +166,4 @@ private:
   std::optional<std::string> closed_;
 };
 
-} // namespace loom
+} // namespace loom::detail

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace loom {
+namespace loom::detail {
 
 class resource_manager final : public resource_access {
 public:
@@ -90,4 +90,4 @@ private:
   std::map<std::string, std::unique_ptr<std::mt19937_64>> engines_;
 };
 
-} // namespace loom
+} // namespace loom::detail

@@ -22,15 +22,15 @@ namespace loom {
 
 class server {
 public:
-  using transfer_counts = server_interface::transfer_counts;
+  using transfer_counts = detail::server_interface::transfer_counts;
 
   // Serves task `task` of job `job` at its address in `cluster` at once.
   // Throws unavailable_error (the port is taken, the host cannot be bound),
   // not_found_error (no such job or task) or failed_precondition_error (an
   // address beyond loopback without a token), each naming the task.
   server(cluster_spec cluster, std::string job, int task, server_options o = {})
-      : impl_(runtime_factory::linked().server(std::move(cluster), std::move(job), task,
-                                               std::move(o))) {}
+      : impl_(detail::runtime_factory::linked().server(std::move(cluster), std::move(job), task,
+                                                       std::move(o))) {}
 
   // A single-task server on 127.0.0.1, port chosen by the OS, under job
   // "localhost" (TF's tf.train.Server.create_local_server()).
@@ -44,7 +44,7 @@ public:
   const cluster_spec& cluster() const noexcept { return impl_->cluster(); }
   const std::string& job_name() const noexcept { return impl_->job_name(); }
   int task_index() const noexcept { return impl_->task_index(); }
-  resource_manager& resources() noexcept { return impl_->resources(); }
+  detail::resource_manager& resources() noexcept { return impl_->resources(); }
 
   // Graph partitions sessions have registered here and not deregistered.
   std::size_t registered_graphs() { return impl_->registered_graphs(); }
@@ -62,7 +62,7 @@ public:
   void stop() { impl_->stop(); }
 
 private:
-  std::unique_ptr<server_interface> impl_;
+  std::unique_ptr<detail::server_interface> impl_;
 };
 
 } // namespace loom

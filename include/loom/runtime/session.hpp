@@ -1,7 +1,7 @@
 // A session runs a graph: in this process (TF's tf.Session() with no target),
 // or on a cluster through a server's target (tf.Session("grpc://...")), where
 // a master places, partitions and runs it across the tasks. Either way it runs
-// through a master_interface (runtime/interfaces.hpp): the local master
+// through a detail::master_interface (runtime/interfaces.hpp): the local master
 // (runtime/local_master.hpp) or the cluster master (runtime/master.hpp), made
 // by the runtime linked into the program, so this header compiles neither.
 // Fetches are typed: an output<T, R> or expression comes back as tensor<T, R>,
@@ -60,26 +60,26 @@ template <class... F> fetch_list<std::remove_cvref_t<F>...> fetches(F&&... f) {
 class session {
 public:
   explicit session(graph g, session_options o = {})
-      : graph_(std::move(g)), master_(runtime_factory::linked().local_master(o)) {}
+      : graph_(std::move(g)), master_(detail::runtime_factory::linked().local_master(o)) {}
 
   // A session on a cluster: `target` is a server's target() ("loom://host:port").
   // Variables live in the tasks' resource containers, shared with every other
   // session on the cluster.
   session(graph g, const session_target& target, cluster_session_options o = {})
       : graph_(std::move(g)),
-        master_(runtime_factory::linked().cluster_master(target.address, std::move(o))) {}
+        master_(detail::runtime_factory::linked().cluster_master(target.address, std::move(o))) {}
 
   // Clears the named resource containers (all when empty) on every task of the
   // cluster behind `target` (TF's tf.Session.reset).
   static void reset(const std::string& target, const std::vector<std::string>& containers = {}) {
-    runtime_factory::linked().reset(target, containers);
+    detail::runtime_factory::linked().reset(target, containers);
   }
 
   // Tells every task of the cluster behind `target` (only those of `jobs`,
   // when given) to stop serving: their servers' join() return.
   static void shutdown_cluster(const std::string& target,
                                const std::vector<std::string>& jobs = {}) {
-    runtime_factory::linked().shutdown_cluster(target, jobs);
+    detail::runtime_factory::linked().shutdown_cluster(target, jobs);
   }
 
   session(const session&) = delete;
@@ -112,7 +112,7 @@ public:
   std::vector<any_tensor> run_nodes(const std::vector<node_id>& fetch_ids,
                                     const std::vector<node_id>& target_ids,
                                     const std::vector<std::pair<node_id, any_tensor>>& feeds = {}) {
-    run_request req;
+    detail::run_request req;
     for (node_id f : fetch_ids)
       add_once(req.fetches, f);
     for (node_id t : target_ids)
@@ -137,7 +137,7 @@ private:
 
   // The request a fetch makes, and how to turn the step's values into its result.
   template <class F> auto resolve_all(const F& fetch) {
-    run_request req;
+    detail::run_request req;
     if constexpr (requires { fetch.items; }) {
       // Braces: the fetches lower in their order (a call's arguments have none).
       auto finishers =
@@ -154,7 +154,7 @@ private:
 
   // Adds a fetch to `req` (an operation as a target); returns how to turn
   // its value into the result.
-  template <class F> auto resolve(const F& f, run_request& req) {
+  template <class F> auto resolve(const F& f, detail::run_request& req) {
     if constexpr (std::is_same_v<F, operation>) {
       check_graph(f.graph());
       add_once(req.targets, f.id());
@@ -189,7 +189,7 @@ private:
   }
 
   std::vector<any_tensor>
-  execute(run_request& req, const feed_dict& feeds,
+  execute(detail::run_request& req, const feed_dict& feeds,
           const std::vector<std::pair<node_id, any_tensor>>* raw_feeds = nullptr) {
     std::vector<any_tensor> values(graph_.size());
     auto add_feed = [&](node_id id, const any_tensor& v) {
@@ -223,7 +223,7 @@ private:
   }
 
   graph graph_;
-  std::unique_ptr<master_interface> master_;
+  std::unique_ptr<detail::master_interface> master_;
 };
 
 } // namespace loom

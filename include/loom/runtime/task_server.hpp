@@ -36,7 +36,7 @@
 #include <thread>
 #include <vector>
 
-namespace loom {
+namespace loom::detail {
 
 class task_server final : public server_interface {
 public:
@@ -625,4 +625,4 @@ private:
   detail::step_runners runners_; // steps that wait for tensors
 };
 
-} // namespace loom
+} // namespace loom::detail

@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-namespace loom {
+namespace loom::detail {
 
 // A step of a partition that a worker started: get() waits for its fetched
 // values (or throws the task's error). An in-process worker's step runs in
@@ -116,4 +116,4 @@ private:
   }
 };
 
-} // namespace loom
+} // namespace loom::detail
