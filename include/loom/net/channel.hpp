@@ -17,6 +17,7 @@
 #include <loom/net/auth.hpp>
 #include <loom/net/connection.hpp>
 #include <loom/net/frame.hpp>
+#include <loom/net/handshake.hpp>
 
 #include <asio/connect.hpp>
 #include <asio/ip/address.hpp>
@@ -461,9 +462,8 @@ private:
     auto at = std::make_shared<attempt>();
     auto fut = at->p.get_future();
     auto self = shared_from_this();
-    const nonce cn = random_nonce();
 
-    c->run([self, c, at, eps, limit, role, cn] {
+    c->run([self, c, at, eps, limit, role] {
       if (c->closed()) {
         at->fail(
             make_error(error_code::cancelled, "the channel to " + *self->peer_ + " was stopped"));
@@ -471,7 +471,7 @@ private:
       }
       c->arm_deadline(limit, "connecting to " + *self->peer_);
       asio::async_connect(
-          c->socket(), eps, [self, c, at, role, cn](std::error_code ec, const tcp::endpoint&) {
+          c->socket(), eps, [self, c, at, role](std::error_code ec, const tcp::endpoint&) {
             if (ec) {
               at->fail(make_error(error_code::unavailable, ec == asio::error::operation_aborted
                                                                ? "timed out connecting"
@@ -479,17 +479,14 @@ private:
               c->close("connect failed");
               return;
             }
-            try {
-              c->configure_socket();
-              c->send(out_frame{
-                  encode(hello_msg{role, self->token_.has_value(), self->client_id_, cn}), {}, 0});
-              c->read_one([self, c, at, cn](std::exception_ptr err, incoming_frame&& f) {
-                self->on_challenge(c, at, cn, err, std::move(f));
-              });
-            } catch (...) {
-              at->fail(std::current_exception());
-              c->close("handshake failed");
-            }
+            c->configure_socket();
+            start_client_handshake(c, client_identity{role, self->token_, self->client_id_},
+                                   *self->peer_, [at](std::exception_ptr e) {
+                                     if (e)
+                                       at->fail(std::move(e));
+                                     else
+                                       at->ok();
+                                   });
           });
     });
     std::exception_ptr err;
@@ -507,80 +504,6 @@ private:
       std::rethrow_exception(err);
     }
     return c;
-  }
-
-  template <class Attempt>
-  void on_challenge(const std::shared_ptr<connection>& c, const std::shared_ptr<Attempt>& at,
-                    const nonce& cn, std::exception_ptr err, incoming_frame&& f) {
-    try {
-      if (err)
-        std::rethrow_exception(err);
-      if (f.header.kind == frame_kind::auth_result) // the server rejected the hello
-        return on_result(c, at, true, std::move(f));
-      if (f.header.kind != frame_kind::challenge)
-        throw data_loss_error("expected a challenge frame from " + *peer_ + ", got " +
-                              std::string(to_string(f.header.kind)));
-      const challenge_msg ch = decode_challenge(f.metadata_bytes());
-      if (!ch.token_required && token_)
-        throw unauthenticated_error(
-            *peer_ + " has no cluster token but this process has one; refusing to talk to a "
-                     "server that cannot prove it knows the token");
-      bool server_ok = true;
-      auth_msg a;
-      if (token_) {
-        server_ok = equal_digests(ch.proof, server_proof(*token_, cn, ch.server_nonce, client_id_));
-        a.has_proof = true;
-        a.proof = client_proof(*token_, cn, ch.server_nonce, client_id_);
-      }
-      c->send(out_frame{encode(a), {}, 0});
-      c->read_one([self = shared_from_this(), c, at, server_ok](std::exception_ptr e2,
-                                                                incoming_frame&& f2) {
-        try {
-          if (e2)
-            std::rethrow_exception(e2);
-          self->on_result(c, at, server_ok, std::move(f2));
-        } catch (...) {
-          self->handshake_failed(c, at, std::current_exception());
-        }
-      });
-    } catch (...) {
-      handshake_failed(c, at, std::current_exception());
-    }
-  }
-
-  template <class Attempt>
-  void on_result(const std::shared_ptr<connection>& c, const std::shared_ptr<Attempt>& at,
-                 bool server_ok, incoming_frame&& f) {
-    if (f.header.kind != frame_kind::auth_result)
-      throw data_loss_error("expected an auth_result frame from " + *peer_ + ", got " +
-                            std::string(to_string(f.header.kind)));
-    const auto r = decode_auth_result(f.metadata_bytes());
-    if (r.status != 0) {
-      const auto code = static_cast<error_code>(r.status - 1);
-      at->fail(make_error(code, *peer_ + " refused the connection: " + r.message));
-      c->close("refused by the server");
-      return;
-    }
-    if (!server_ok)
-      throw unauthenticated_error(*peer_ +
-                                  " could not prove it knows the cluster token (wrong token "
-                                  "on one side?)");
-    c->disarm_deadline();
-    at->ok();
-  }
-
-  template <class Attempt>
-  void handshake_failed(const std::shared_ptr<connection>& c, const std::shared_ptr<Attempt>& at,
-                        std::exception_ptr e) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const unavailable_error& u) {
-      at->fail(make_error(error_code::unavailable,
-                          "the connection closed during the handshake: " + u.message()));
-    } catch (...) {
-      at->fail(std::current_exception());
-    }
-    c->close("handshake failed");
   }
 
   void attempt_connect(clock::time_point limit) {

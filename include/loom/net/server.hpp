@@ -17,6 +17,7 @@
 #include <loom/net/auth.hpp>
 #include <loom/net/connection.hpp>
 #include <loom/net/frame.hpp>
+#include <loom/net/handshake.hpp>
 
 #include <asio/ip/address.hpp>
 #include <asio/ip/tcp.hpp>
@@ -429,88 +430,20 @@ private:
 
   void log_line_once(const std::string& s) { log_line(opts_.log, s); }
 
-  void reject(const std::shared_ptr<connection>& c, error_code code, const std::string& msg) {
-    c->send(out_frame{encode(auth_result_msg{status_of(code), msg}), {}, 0});
-    c->close_after_flush(msg);
-    untrack(c);
-  }
-
-  // Server side of the handshake (auth.hpp), on c's strand.
+  // Server side of the handshake (handshake.hpp), on c's strand.
   void handshake(const std::shared_ptr<connection>& c) {
-    c->arm_deadline(std::chrono::steady_clock::now() + opts_.handshake_timeout,
-                    "waiting for the handshake of " + c->peer());
-    c->read_one([self = shared_from_this(), c](std::exception_ptr err, incoming_frame&& f) {
-      if (err)
-        return self->untrack(c);
-      try {
-        if (f.header.kind != frame_kind::hello)
-          throw data_loss_error("expected a hello frame, got " +
-                                std::string(to_string(f.header.kind)));
-        const hello_msg h = decode_hello(f.metadata_bytes());
-        c->role = h.role;
-        c->client_id = h.client_id;
-        challenge_msg ch;
-        ch.token_required = self->token_.has_value();
-        ch.server_nonce = random_nonce();
-        if (self->token_ && h.has_token)
-          ch.proof = server_proof(*self->token_, h.client_nonce, ch.server_nonce, h.client_id);
-        c->send(out_frame{encode(ch), {}, 0});
-        c->read_one([self, c, h, ch](std::exception_ptr err2, incoming_frame&& f2) {
-          if (err2)
-            return self->untrack(c);
-          try {
-            if (f2.header.kind != frame_kind::auth)
-              throw data_loss_error("expected an auth frame, got " +
-                                    std::string(to_string(f2.header.kind)));
-            const auth_msg a = decode_auth(f2.metadata_bytes());
-            self->finish_handshake(c, h, ch, a);
-          } catch (const loom::error& e) {
-            log_line(self->opts_.log, "handshake with " + c->peer() + " failed: " + e.what());
-            self->reject(c, e.code(), e.message());
-          }
-        });
-      } catch (const loom::error& e) {
-        log_line(self->opts_.log, "handshake with " + c->peer() + " failed: " + e.what());
-        self->reject(c, e.code(), e.message());
-      }
-    });
-  }
-
-  void finish_handshake(const std::shared_ptr<connection>& c, const hello_msg& h,
-                        const challenge_msg& ch, const auth_msg& a) {
-    if (token_) {
-      if (!a.has_proof) {
-        log_line(opts_.log,
-                 "rejected a connection from " + c->peer() + ": it presented no cluster token");
-        return reject(c, error_code::unauthenticated,
-                      "the server at " + address_ +
-                          " requires a cluster token and this client has none (set "
-                          "LOOM_CLUSTER_TOKEN or LOOM_CLUSTER_TOKEN_FILE)");
-      }
-      if (!equal_digests(a.proof,
-                         client_proof(*token_, h.client_nonce, ch.server_nonce, h.client_id))) {
-        log_line(opts_.log, "rejected a connection from " + c->peer() + ": wrong cluster token");
-        return reject(c, error_code::unauthenticated,
-                      "the server at " + address_ + " rejected this client's cluster token");
-      }
-    } else if (a.has_proof || h.has_token) {
-      log_line(opts_.log, "rejected a connection from " + c->peer() +
-                              ": it has a cluster token and this server has none");
-      return reject(c, error_code::unauthenticated,
-                    "the server at " + address_ +
-                        " has no cluster token, but this client has one; configure the same "
-                        "token on both sides");
-    }
-    c->disarm_deadline();
-    {
-      std::lock_guard lk(cmu_);
-      if (stopping_)
-        return;
-      if (h.role == connection_role::bulk)
-        bulk_[h.client_id] = c;
-    }
-    c->send(out_frame{encode(auth_result_msg{0, {}}), {}, 0});
-    c->start(shared_from_this());
+    auto self = shared_from_this();
+    start_server_handshake(
+        c, token_, address_, opts_.log, std::chrono::steady_clock::now() + opts_.handshake_timeout,
+        [self](const std::shared_ptr<connection>& admitted) -> std::shared_ptr<frame_sink> {
+          std::lock_guard lk(self->cmu_);
+          if (self->stopping_)
+            return nullptr;
+          if (admitted->role == connection_role::bulk)
+            self->bulk_[admitted->client_id] = admitted;
+          return self;
+        },
+        [self](const std::shared_ptr<connection>& dropped) { self->untrack(dropped); });
   }
 
   rpc_server_options opts_;

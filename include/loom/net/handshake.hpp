@@ -1,0 +1,265 @@
+// The two sides of the connection handshake (auth.hpp has the records and the
+// proofs): the client's, run by net::channel after each TCP connect, and the
+// server's, run by net::rpc_server on each accepted socket. Both run on the
+// connection's strand, one frame at a time, and end exactly once: the client's
+// with `done(nullptr)` or `done(error)`, the server's by admitting the
+// connection (its frames then go to the sink `admit` returns) or by refusing it
+// with an auth_result that says why.
+#pragma once
+
+#include <loom/core/error.hpp>
+#include <loom/net/auth.hpp>
+#include <loom/net/connection.hpp>
+#include <loom/net/frame.hpp>
+#include <loom/net/log.hpp>
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace loom::net {
+
+// What a client says about itself: which of its two connections this is, its
+// token (if any) and the id that pairs its control and bulk connections.
+struct client_identity {
+  connection_role role = connection_role::control;
+  std::optional<std::string> token;
+  std::uint64_t client_id = 0;
+};
+
+namespace detail {
+
+class client_handshake : public std::enable_shared_from_this<client_handshake> {
+public:
+  using done_fn = std::function<void(std::exception_ptr)>;
+
+  client_handshake(std::shared_ptr<connection> c, client_identity who, std::string peer,
+                   done_fn done)
+      : c_(std::move(c)), who_(std::move(who)), peer_(std::move(peer)), done_(std::move(done)) {}
+
+  void start() {
+    try {
+      c_->send(out_frame{
+          encode(hello_msg{who_.role, who_.token.has_value(), who_.client_id, client_nonce_}),
+          {},
+          0});
+      c_->read_one([self = shared_from_this()](std::exception_ptr err, incoming_frame&& f) {
+        self->on_challenge(err, std::move(f));
+      });
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  }
+
+private:
+  void on_challenge(std::exception_ptr err, incoming_frame&& f) {
+    try {
+      if (err)
+        std::rethrow_exception(err);
+      if (f.header.kind == frame_kind::auth_result) // the server refused the hello
+        return on_result(true, std::move(f));
+      expect(f, frame_kind::challenge);
+      const challenge_msg ch = decode_challenge(f.metadata_bytes());
+      if (!ch.token_required && who_.token)
+        throw unauthenticated_error(
+            peer_ + " has no cluster token but this process has one; refusing to talk to a "
+                    "server that cannot prove it knows the token");
+      bool server_proven = true;
+      auth_msg a;
+      if (who_.token) {
+        server_proven = equal_digests(
+            ch.proof, server_proof(*who_.token, client_nonce_, ch.server_nonce, who_.client_id));
+        a.has_proof = true;
+        a.proof = client_proof(*who_.token, client_nonce_, ch.server_nonce, who_.client_id);
+      }
+      c_->send(out_frame{encode(a), {}, 0});
+      c_->read_one(
+          [self = shared_from_this(), server_proven](std::exception_ptr e2, incoming_frame&& f2) {
+            try {
+              if (e2)
+                std::rethrow_exception(e2);
+              self->on_result(server_proven, std::move(f2));
+            } catch (...) {
+              self->fail(std::current_exception());
+            }
+          });
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  }
+
+  void on_result(bool server_proven, incoming_frame&& f) {
+    expect(f, frame_kind::auth_result);
+    const auto r = decode_auth_result(f.metadata_bytes());
+    if (r.status != 0) {
+      c_->close("refused by the server");
+      done_(make_error(static_cast<error_code>(r.status - 1),
+                       peer_ + " refused the connection: " + r.message));
+      return;
+    }
+    if (!server_proven)
+      throw unauthenticated_error(peer_ + " could not prove it knows the cluster token (wrong "
+                                          "token on one side?)");
+    c_->disarm_deadline();
+    done_(nullptr);
+  }
+
+  void expect(const incoming_frame& f, frame_kind k) const {
+    if (f.header.kind != k)
+      throw data_loss_error("expected " + std::string(article(k)) + " frame from " + peer_ +
+                            ", got " + std::string(to_string(f.header.kind)));
+  }
+  static std::string_view article(frame_kind k) {
+    return k == frame_kind::auth_result ? "an auth_result" : "a challenge";
+  }
+
+  void fail(std::exception_ptr e) {
+    c_->close("handshake failed");
+    try {
+      std::rethrow_exception(e);
+    } catch (const unavailable_error& u) {
+      done_(make_error(error_code::unavailable,
+                       "the connection closed during the handshake: " + u.message()));
+    } catch (...) {
+      done_(std::current_exception());
+    }
+  }
+
+  std::shared_ptr<connection> c_;
+  client_identity who_;
+  std::string peer_;
+  done_fn done_;
+  nonce client_nonce_ = random_nonce();
+};
+
+class server_handshake : public std::enable_shared_from_this<server_handshake> {
+public:
+  using admit_fn = std::function<std::shared_ptr<frame_sink>(const std::shared_ptr<connection>&)>;
+  using drop_fn = std::function<void(const std::shared_ptr<connection>&)>;
+
+  server_handshake(std::shared_ptr<connection> c, std::optional<std::string> token,
+                   std::string address, log_fn log, admit_fn admit, drop_fn drop)
+      : c_(std::move(c)), token_(std::move(token)), address_(std::move(address)),
+        log_(std::move(log)), admit_(std::move(admit)), drop_(std::move(drop)) {}
+
+  void start(std::chrono::steady_clock::time_point deadline) {
+    c_->arm_deadline(deadline, "waiting for the handshake of " + c_->peer());
+    c_->read_one([self = shared_from_this()](std::exception_ptr err, incoming_frame&& f) {
+      if (err)
+        return self->drop_(self->c_);
+      self->guarded([&] { self->on_hello(std::move(f)); });
+    });
+  }
+
+private:
+  // Runs a step; a loom::error it throws refuses the connection with that error.
+  template <class F> void guarded(F&& step) {
+    try {
+      step();
+    } catch (const loom::error& e) {
+      log_line(log_, "handshake with " + c_->peer() + " failed: " + e.what());
+      refuse(e.code(), e.message());
+    }
+  }
+
+  void on_hello(incoming_frame&& f) {
+    if (f.header.kind != frame_kind::hello)
+      throw data_loss_error("expected a hello frame, got " + std::string(to_string(f.header.kind)));
+    hello_ = decode_hello(f.metadata_bytes());
+    c_->role = hello_.role;
+    c_->client_id = hello_.client_id;
+    challenge_.token_required = token_.has_value();
+    challenge_.server_nonce = random_nonce();
+    if (token_ && hello_.has_token)
+      challenge_.proof =
+          server_proof(*token_, hello_.client_nonce, challenge_.server_nonce, hello_.client_id);
+    c_->send(out_frame{encode(challenge_), {}, 0});
+    c_->read_one([self = shared_from_this()](std::exception_ptr err, incoming_frame&& f2) {
+      if (err)
+        return self->drop_(self->c_);
+      self->guarded([&] { self->on_auth(std::move(f2)); });
+    });
+  }
+
+  void on_auth(incoming_frame&& f) {
+    if (f.header.kind != frame_kind::auth)
+      throw data_loss_error("expected an auth frame, got " + std::string(to_string(f.header.kind)));
+    const auth_msg a = decode_auth(f.metadata_bytes());
+    if (token_) {
+      if (!a.has_proof) {
+        log_line(log_,
+                 "rejected a connection from " + c_->peer() + ": it presented no cluster token");
+        return refuse(error_code::unauthenticated,
+                      "the server at " + address_ +
+                          " requires a cluster token and this client has none (set "
+                          "LOOM_CLUSTER_TOKEN or LOOM_CLUSTER_TOKEN_FILE)");
+      }
+      if (!equal_digests(a.proof, client_proof(*token_, hello_.client_nonce,
+                                               challenge_.server_nonce, hello_.client_id))) {
+        log_line(log_, "rejected a connection from " + c_->peer() + ": wrong cluster token");
+        return refuse(error_code::unauthenticated,
+                      "the server at " + address_ + " rejected this client's cluster token");
+      }
+    } else if (a.has_proof || hello_.has_token) {
+      log_line(log_, "rejected a connection from " + c_->peer() +
+                         ": it has a cluster token and this server has none");
+      return refuse(error_code::unauthenticated,
+                    "the server at " + address_ +
+                        " has no cluster token, but this client has one; configure the same "
+                        "token on both sides");
+    }
+    c_->disarm_deadline();
+    auto sink = admit_(c_);
+    if (!sink) // the server is stopping and closes the connection itself
+      return;
+    c_->send(out_frame{encode(auth_result_msg{0, {}}), {}, 0});
+    c_->start(std::move(sink));
+  }
+
+  void refuse(error_code code, const std::string& why) {
+    c_->send(out_frame{encode(auth_result_msg{status_of(code), why}), {}, 0});
+    c_->close_after_flush(why);
+    drop_(c_);
+  }
+
+  std::shared_ptr<connection> c_;
+  std::optional<std::string> token_;
+  std::string address_;
+  log_fn log_;
+  admit_fn admit_;
+  drop_fn drop_;
+  hello_msg hello_{};
+  challenge_msg challenge_{};
+};
+
+} // namespace detail
+
+// Client side, on c's strand once its TCP connect succeeded. `done` gets
+// nullptr once the server has admitted this client (and, with a token, proven
+// that it knows it), else the error, with c closed.
+inline void start_client_handshake(std::shared_ptr<connection> c, client_identity who,
+                                   std::string peer, std::function<void(std::exception_ptr)> done) {
+  std::make_shared<detail::client_handshake>(std::move(c), std::move(who), std::move(peer),
+                                             std::move(done))
+      ->start();
+}
+
+// Server side, on c's strand once it was accepted. A client that proves itself
+// (or needs not: no token on either side) is handed to `admit`, which returns
+// the sink for its frames (null: the server is stopping and closes c itself);
+// one that fails, times out at `deadline` or closes is handed to `drop`.
+inline void start_server_handshake(std::shared_ptr<connection> c, std::optional<std::string> token,
+                                   std::string address, log_fn log,
+                                   std::chrono::steady_clock::time_point deadline,
+                                   detail::server_handshake::admit_fn admit,
+                                   detail::server_handshake::drop_fn drop) {
+  std::make_shared<detail::server_handshake>(std::move(c), std::move(token), std::move(address),
+                                             std::move(log), std::move(admit), std::move(drop))
+      ->start(deadline);
+}
+
+} // namespace loom::net
