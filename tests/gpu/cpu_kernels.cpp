@@ -125,7 +125,7 @@ TEST_SUITE("cuda_host") {
   // training step must have one, or the model cannot run on a GPU at all.
   TEST_CASE("every node of the MLP's training graph has a GPU kernel") {
     mlp_graph m(true);
-    const auto& kernels = loom::kernel_registry::instance();
+    const auto& kernels = loom::detail::kernel_registry::instance();
     int gpu_nodes = 0;
     for (std::size_t id = 0; id < m.g.size(); ++id) {
       const loom::node_def& n = m.g.node(static_cast<loom::node_id>(id));
@@ -136,7 +136,7 @@ TEST_SUITE("cuda_host") {
                                 ? n.type
                                 : m.g.node(n.inputs[static_cast<std::size_t>(def.type_input)]).type;
       INFO(n.describe() << " with dtype " << loom::to_string(t));
-      const bool has_gpu_kernel = kernels.find(n.op, t, loom::device_gpu) != nullptr;
+      const bool has_gpu_kernel = kernels.find(n.op, t, loom::detail::device_gpu) != nullptr;
       CHECK(has_gpu_kernel);
       ++gpu_nodes;
     }

@@ -53,6 +53,7 @@ loom::cpu_device& host_device();
 namespace {
 
 using namespace loom;
+using namespace loom::detail; // the kernels, their context and registry are internals
 
 bool have_gpu() {
   static const bool has = gpu_count() > 0;
@@ -707,10 +708,10 @@ TEST_SUITE("cuda_host") {
 
   TEST_CASE("a GPU uniform draw stays below its upper bound after rounding") {
     const double just_below_one = 1.0 - 0x1.0p-53; // the largest uniform01 draw
-    CHECK(cuda::kernels::uniform_in<float>(0.0, 1.0, just_below_one) < 1.0f);
-    CHECK(cuda::kernels::uniform_in<double>(0.0, 1.0, just_below_one) < 1.0);
-    CHECK(cuda::kernels::uniform_in<float>(5.0, 6.0, just_below_one) < 6.0f);
-    CHECK(cuda::kernels::uniform_in<float>(-2.0, 3.0, 0.5) == 0.5f);
+    CHECK(cuda_kernels::uniform_in<float>(0.0, 1.0, just_below_one) < 1.0f);
+    CHECK(cuda_kernels::uniform_in<double>(0.0, 1.0, just_below_one) < 1.0);
+    CHECK(cuda_kernels::uniform_in<float>(5.0, 6.0, just_below_one) < 6.0f);
+    CHECK(cuda_kernels::uniform_in<float>(-2.0, 3.0, 0.5) == 0.5f);
   }
 
   TEST_CASE("the device cases cover every GPU kernel") {

@@ -18,7 +18,7 @@
 #include <span>
 #include <string>
 
-namespace loom {
+namespace loom::detail {
 
 // A variable's storage in a resource container. An update writes its buffer in
 // place only when nothing else holds it, and otherwise writes another buffer
@@ -104,4 +104,4 @@ struct kernel_context {
   }
 };
 
-} // namespace loom
+} // namespace loom::detail

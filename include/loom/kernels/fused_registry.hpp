@@ -12,7 +12,7 @@
 #include <span>
 #include <string>
 
-namespace loom {
+namespace loom::detail {
 
 // The kernel of a fused region: false when the operands' shapes need general
 // broadcasting, and the caller then runs the region's primitive ops instead.
@@ -24,8 +24,6 @@ using fused_kernel_fn = bool (*)(const cpu_device&, std::span<const any_tensor* 
 struct gpu_context;
 using gpu_fused_kernel_fn = bool (*)(const gpu_context&, std::span<const any_tensor* const> leaves,
                                      any_tensor& out, const std::string& node_name);
-
-namespace detail {
 
 // The process's fused kernels, by the canonical key of their region. Lowering
 // a typed tree registers its instantiations here (kernels/fused.hpp): the
@@ -67,5 +65,4 @@ private:
   std::map<std::string, kernels, std::less<>> kernels_;
 };
 
-} // namespace detail
-} // namespace loom
+} // namespace loom::detail

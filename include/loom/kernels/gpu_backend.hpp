@@ -18,6 +18,7 @@
 #include <string>
 
 namespace loom {
+namespace detail {
 
 class gpu_backend {
 public:
@@ -53,11 +54,15 @@ private:
   }
 };
 
+} // namespace detail
+
 // GPUs this process can place nodes on.
 inline int gpu_count() noexcept {
-  const gpu_backend* b = gpu_backend::registered();
+  const detail::gpu_backend* b = detail::gpu_backend::registered();
   return b ? b->device_count() : 0;
 }
+
+namespace detail {
 
 // `t` at `where`: itself when it is there already, else a copy (one clear
 // error when no backend could have made it).
@@ -71,4 +76,5 @@ inline any_tensor at_location(const any_tensor& t, memory_location where) {
   return b->copy(t, where);
 }
 
+} // namespace detail
 } // namespace loom

@@ -16,7 +16,7 @@
 #include <optional>
 #include <string>
 
-namespace loom {
+namespace loom::detail {
 
 // Sums the gradients of one variable for one global step (TF's
 // ConditionalAccumulator): a gradient computed at a local step older than
@@ -38,8 +38,6 @@ struct step_counter : resource_base {
   std::condition_variable cv;
   std::int64_t value = 0;
 };
-
-namespace detail {
 
 // Registers for the step's abort while a kernel waits on (mu, cv). Construct
 // it before locking mu: it is destroyed after the lock is released, because
@@ -212,5 +210,4 @@ inline bool register_sync_kernels() {
 
 inline const bool sync_kernels_registered = register_sync_kernels();
 
-} // namespace detail
-} // namespace loom
+} // namespace loom::detail

@@ -19,7 +19,7 @@
 #include <string>
 #include <type_traits>
 
-namespace loom::cuda::kernels {
+namespace loom::detail::cuda_kernels {
 
 // The CPU kernels broadcast up to this rank (detail::broadcast_to).
 inline constexpr int max_broadcast_rank = 6;
@@ -152,4 +152,4 @@ template <class... Op> bool register_elementwise_gpu(type_list<Op...>) {
 
 inline const bool elementwise_gpu_registered = register_elementwise_gpu(ops::elementwise_ops{});
 
-} // namespace loom::cuda::kernels
+} // namespace loom::detail::cuda_kernels

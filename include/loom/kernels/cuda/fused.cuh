@@ -79,7 +79,7 @@ template <class E> constexpr bool gpu_fusable() {
 // that writes `out`, made on g's GPU; false when an operand needs general
 // broadcasting.
 template <class E>
-bool gpu_fused_kernel(const gpu_context& g, std::span<const any_tensor* const> leaves,
+bool gpu_fused_kernel(const loom::detail::gpu_context& g, std::span<const any_tensor* const> leaves,
                       any_tensor& out, const std::string& node_name) {
   static_assert(gpu_fusable<E>(), "loom::cuda::gpu_fused_kernel: a tree with string operands");
   if (leaves.size() != leaf_count<E>())

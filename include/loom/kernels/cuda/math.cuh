@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::cuda::kernels {
+namespace loom::detail::cuda_kernels {
 
 // The argument checks, output shapes and layouts of the CPU kernels, with their messages.
 using loom::detail::arg_reduction_layout;
@@ -71,7 +71,7 @@ void gemm(const kernel_context& c, const any_tensor& a, bool ta, const any_tenso
   }
   const T one = T(1), zero = T(0);
   // Column-major, the buffers hold A^T and B^T; C^T = op(B)^T op(A)^T.
-  check_cublas(gemm_call(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+  cuda::check_cublas(gemm_call(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                          blas_dim(c.node, n), blas_dim(c.node, m), blas_dim(c.node, k), &one,
                          b.template device_data<T>(), blas_dim(c.node, b.shape()[1]),
                          a.template device_data<T>(), blas_dim(c.node, a.shape()[1]), &zero, C,
@@ -384,4 +384,4 @@ inline bool register_math_gpu() {
 
 inline const bool math_gpu_registered = register_math_gpu();
 
-} // namespace loom::cuda::kernels
+} // namespace loom::detail::cuda_kernels

@@ -20,7 +20,7 @@
 #include <limits>
 #include <string>
 
-namespace loom::cuda::kernels {
+namespace loom::detail::cuda_kernels {
 
 // The host-side checks and row layout of the CPU kernels, with their messages.
 using loom::detail::check_per_row;
@@ -304,4 +304,4 @@ inline bool register_nn_gpu() {
 
 inline const bool nn_gpu_registered = register_nn_gpu();
 
-} // namespace loom::cuda::kernels
+} // namespace loom::detail::cuda_kernels

@@ -23,7 +23,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace loom::cuda::kernels {
+namespace loom::detail::cuda_kernels {
 
 // The checks of the CPU kernels, with their messages.
 using loom::detail::check_assign_update;
@@ -193,4 +193,4 @@ inline bool register_state_gpu() {
 
 inline const bool state_gpu_registered = register_state_gpu();
 
-} // namespace loom::cuda::kernels
+} // namespace loom::detail::cuda_kernels

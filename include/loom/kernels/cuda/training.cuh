@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <string>
 
-namespace loom::cuda::kernels {
+namespace loom::detail::cuda_kernels {
 
 using loom::detail::apply_locks;
 using loom::detail::apply_ref_name;
@@ -221,4 +221,4 @@ inline bool register_training_gpu() {
 
 inline const bool training_gpu_registered = register_training_gpu();
 
-} // namespace loom::cuda::kernels
+} // namespace loom::detail::cuda_kernels
