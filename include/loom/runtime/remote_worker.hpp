@@ -32,8 +32,8 @@ public:
   remote_worker(const std::string& address, net::channel_options o)
       : channel_(address, std::move(o)) {}
 
-  // The channel, for what is not a worker call: a step's tensors to a peer.
-  net::channel& channel() noexcept { return channel_; }
+  // Whether the channel is up: a call then never waits to connect, so it may
+  // be made from an io thread.
   bool connected() const noexcept { return channel_.connected(); }
   void stop() { channel_.stop(); }
 
@@ -96,6 +96,15 @@ public:
   }
 
   void shutdown() override { channel_.call(protocol::shutdown); }
+
+  // Hands a step's tensors, keyed as its _recvs wait for them, to this task's
+  // rendezvous; the handle completes when the task has them. The push side of
+  // TF's RecvTensor, and not part of worker_interface: a task's tensors for
+  // itself go to its own rendezvous table, never through a worker.
+  net::call_handle put_tensors(protocol::rendezvous_put_request m, std::vector<any_tensor> values) {
+    m.strings = protocol::string_values::take(values);
+    return channel_.call_async(protocol::rendezvous_put, std::move(m), std::move(values));
+  }
 
 private:
   struct pending_call final : pending_run::state {

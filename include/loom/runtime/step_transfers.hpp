@@ -1,6 +1,6 @@
 // The remote rendezvous of a cluster task (TF's RpcRemoteRendezvous): how a
 // step's _sends reach the tasks that _recv them, over the worker cache's
-// channels, batched per destination.
+// remote workers, batched per destination.
 #pragma once
 
 #include <loom/core/error.hpp>
@@ -63,19 +63,17 @@ public:
 
   void flush() override {
     for (auto& h : held_) {
-      h.message.strings = protocol::string_values::take(h.payload);
-      net::channel& ch = peers_.worker(h.dst).channel();
-      if (ch.connected()) {
-        sends_.push_back(
-            ch.call_async(protocol::rendezvous_put, std::move(h.message), std::move(h.payload)));
+      remote_worker& peer = peers_.worker(h.dst);
+      if (peer.connected()) {
+        sends_.push_back(peer.put_tensors(std::move(h.message), std::move(h.payload)));
         continue;
       }
       auto issued = std::make_shared<std::promise<net::call_handle>>();
       deferred_.push_back(issued->get_future());
       const bool submitted =
-          runners_.submit([&ch, issued, m = std::move(h.message), p = std::move(h.payload)] {
+          runners_.submit([&peer, issued, m = std::move(h.message), p = std::move(h.payload)] {
             try {
-              issued->set_value(ch.call_async(protocol::rendezvous_put, m, p));
+              issued->set_value(peer.put_tensors(m, p));
             } catch (...) {
               issued->set_exception(std::current_exception());
             }

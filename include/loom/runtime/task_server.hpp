@@ -582,16 +582,10 @@ private:
     table_.abort(step, reason);
     for (const std::string& peer : part.peers) {
       try {
-        net::channel& ch = peers_->worker(peer).channel();
-        const protocol::abort_step_request m{step, reason};
-        auto abort = [&ch, m] {
-          try {
-            ch.call_async(protocol::abort_step, m);
-          } catch (...) { // a peer that is gone has nothing to abort
-          }
-        };
+        remote_worker& w = peers_->worker(peer);
+        auto abort = [&w, step, reason] { w.abort_step(step, reason); };
         // Connecting waits: not on a thread that may be an io thread.
-        if (ch.connected() || !runners_.submit(abort))
+        if (w.connected() || !runners_.submit(abort))
           abort();
       } catch (...) {
       }
