@@ -186,6 +186,24 @@ TEST_CASE("bad job names, repeated jobs and tasks, negative indices") {
                  "job 'ps' task -1: a task index must be >= 0"));
 }
 
+TEST_CASE("tasks sharing an address are refused at once, naming both") {
+  // Pasted host lists: the same entry twice in one flag, or a ps and a worker on one port.
+  CHECK(error_of<loom::invalid_argument_error>([] {
+          cluster_spec::from_flags("h:2222,h:2222", "w:1");
+        }) == "cluster_spec: job 'ps' task 0 and job 'ps' task 1 share the address \"h:2222\"; "
+              "every task needs an address of its own (a pasted host list?)");
+  CHECK(contains(error_of<loom::invalid_argument_error>(
+                     [] { cluster_spec::from_flags("h:2222", "w:1,H:2222"); }),
+                 "job 'ps' task 0 and job 'worker' task 1 share the address \"H:2222\""));
+  CHECK(contains(error_of<loom::invalid_argument_error>([] {
+                   cluster_spec{{"ps", {{3, "[::1]:5"}, {7, "[::1]:5"}}}};
+                 }),
+                 "job 'ps' task 3 and job 'ps' task 7"));
+  // One host, other ports; or port 0, where each server's port is the OS's choice.
+  CHECK(cluster_spec::from_flags("h:2222,h:2223", "h:2224").num_tasks("ps") == 2);
+  CHECK(cluster_spec{{"localhost", {"127.0.0.1:0", "127.0.0.1:0"}}}.num_tasks("localhost") == 2);
+}
+
 TEST_CASE("from_flags: the seeds' --ps_hosts / --worker_hosts") {
   // Seed 002's defaults.
   const auto c =

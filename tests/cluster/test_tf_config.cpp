@@ -177,6 +177,13 @@ TEST_CASE("TF_CONFIG errors name TF_CONFIG and what is wrong") {
   }
 }
 
+TEST_CASE("TF_CONFIG giving a ps and a worker one address is refused, naming both") {
+  const std::string what = error_of(with_task(R"({"ps": ["h:2222"], "worker": ["h:2222"]})",
+                                              R"({"type": "worker", "index": 0})"));
+  CHECK(contains(what, "TF_CONFIG"));
+  CHECK(contains(what, "job 'ps' task 0 and job 'worker' task 0 share the address \"h:2222\""));
+}
+
 TEST_CASE("TF_CONFIG from the environment") {
   {
     env_var unset("TF_CONFIG", nullptr);

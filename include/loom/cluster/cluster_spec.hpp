@@ -18,6 +18,8 @@
 #include <loom/core/device_spec.hpp>
 #include <loom/core/error.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -207,6 +209,12 @@ public:
         throw invalid_argument_error("cluster_spec: job '" + name + "' task " +
                                      std::to_string(index) + ": address " +
                                      impl::in_quotes(address) + " is not host:port: " + why);
+      if (hp.port != 0) // port 0: each task's server takes a port of the OS's choosing
+        if (const auto other = task_at(hp, name, index, def.tasks); !other.empty())
+          throw invalid_argument_error(
+              "cluster_spec: " + other + " and job '" + name + "' task " + std::to_string(index) +
+              " share the address " + impl::in_quotes(address) +
+              "; every task needs an address of its own (a pasted host list?)");
     }
     jobs_.emplace(name, def.tasks);
     return *this;
@@ -332,6 +340,36 @@ private:
                             (names.empty() ? std::string("none (the cluster is empty)") : names));
     }
     return it->second;
+  }
+
+  // The task before (job, index) that has address `hp` ("job 'ps' task 0"),
+  // among the jobs already added and the earlier tasks of `tasks`; empty when
+  // none. Hosts compare as written, ignoring case: two names of one machine
+  // ("localhost", "127.0.0.1") are not resolved here, the second server then
+  // fails to bind and says so.
+  std::string task_at(const host_port& hp, const std::string& job, int index,
+                      const std::map<int, std::string>& tasks) const {
+    const auto same = [&](const std::string& address) {
+      host_port other;
+      if (!detail::cluster_impl::check_address(address, other).empty() || other.port != hp.port ||
+          other.host.size() != hp.host.size())
+        return false;
+      return std::equal(other.host.begin(), other.host.end(), hp.host.begin(), [](char a, char b) {
+        return std::tolower(static_cast<unsigned char>(a)) ==
+               std::tolower(static_cast<unsigned char>(b));
+      });
+    };
+    const auto name = [](const std::string& j, int i) {
+      return "job '" + j + "' task " + std::to_string(i);
+    };
+    for (const auto& [other_job, other_tasks] : jobs_)
+      for (const auto& [i, address] : other_tasks)
+        if (same(address))
+          return name(other_job, i);
+    for (const auto& [i, address] : tasks)
+      if (i < index && same(address))
+        return name(job, i);
+    return {};
   }
 
   static std::string index_list(const std::map<int, std::string>& tasks) {
