@@ -71,6 +71,11 @@ struct call_options {
   // 0: the next id. Reuse the id of an earlier call to retry it safely: the
   // server runs each (client id, request id) at most once.
   std::uint64_t request_id = 0;
+  // false: a channel that is not connected (never was, or lost its
+  // connection) fails the call at once with unavailable_error instead of
+  // connecting. For best-effort calls to a peer that may be gone, which must
+  // neither wait for it nor log that they wait.
+  bool dial = true;
 };
 
 class response {
@@ -720,6 +725,10 @@ public:
           " bytes exceeds the limit of " + std::to_string(co.limits.max_frame_bytes));
     f.payloads = std::move(payloads);
     core_->poll_idle();
+    if (!opts.dial && !core_->connected())
+      throw unavailable_error(st->describe() +
+                              " was not sent: the channel is not connected and the call does "
+                              "not dial");
     core_->ensure_connected(st->deadline);
     core_->submit(st, std::move(f), bytes);
     return call_handle(std::move(st), core_, co.spin_wait);

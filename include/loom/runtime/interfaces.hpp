@@ -49,16 +49,32 @@ struct session_options {
   std::ostream* placement_log = &std::cerr;
 };
 
+// The options of a session on a cluster, and of the calls a client makes of a
+// whole cluster (session::reset, session::shutdown_cluster).
 struct cluster_session_options {
   bool allow_soft_placement = false;
   bool log_device_placement = false;
   std::vector<std::string> device_filters{};
   std::optional<std::string> token{};
-  // How long to wait for the target and the other tasks to come up.
+  // How long to wait for the target and the other tasks to come up; for reset
+  // and shutdown_cluster, the deadline of the whole call.
   std::chrono::milliseconds connect_timeout{30000};
   // A step that takes longer fails with deadline_exceeded (0: no limit).
   std::chrono::milliseconds step_timeout{0};
+  // No "waiting for <task>" lines while connecting, and no line from
+  // shutdown_cluster about tasks it could not reach (its report still says).
+  // Errors still say everything.
+  bool quiet = false;
   std::ostream* placement_log = &std::cerr;
+};
+
+// What session::shutdown_cluster did: the tasks that were told to stop, and
+// those it could not reach before its deadline (gone already, never started,
+// or cut off), each as "<task>: <why>".
+struct shutdown_report {
+  std::vector<std::string> stopped;
+  std::vector<std::string> unreachable;
+  bool all_stopped() const noexcept { return unreachable.empty(); }
 };
 
 // Where a session runs: a server's target() ("loom://host:port"). A type of
@@ -146,9 +162,11 @@ public:
                                                            cluster_session_options o) = 0;
   virtual std::unique_ptr<server_interface> server(cluster_spec cluster, std::string job, int task,
                                                    server_options o) = 0;
-  virtual void reset(const std::string& target, const std::vector<std::string>& containers) = 0;
-  virtual void shutdown_cluster(const std::string& target,
-                                const std::vector<std::string>& jobs) = 0;
+  virtual void reset(const std::string& target, const std::vector<std::string>& containers,
+                     cluster_session_options o) = 0;
+  virtual shutdown_report shutdown_cluster(const std::string& target,
+                                           const std::vector<std::string>& jobs,
+                                           cluster_session_options o) = 0;
 
   // The registered factory; an error saying how to link one where none is.
   static runtime_factory& linked() {

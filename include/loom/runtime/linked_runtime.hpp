@@ -10,6 +10,8 @@
 #include <loom/runtime/master.hpp>
 #include <loom/runtime/task_server.hpp>
 
+#include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,11 +31,29 @@ public:
                                            server_options o) override {
     return std::make_unique<task_server>(std::move(cluster), std::move(job), task, std::move(o));
   }
-  void reset(const std::string& target, const std::vector<std::string>& containers) override {
-    loom::detail::cluster_master(target).reset(containers);
+  void reset(const std::string& target, const std::vector<std::string>& containers,
+             cluster_session_options o) override {
+    const auto deadline = std::chrono::steady_clock::now() + o.connect_timeout;
+    o.quiet = true; // a task not reached is named in the error, not logged while retried
+    loom::detail::cluster_master(target, std::move(o)).reset(containers, deadline);
   }
-  void shutdown_cluster(const std::string& target, const std::vector<std::string>& jobs) override {
-    loom::detail::cluster_master(target).shutdown_cluster(jobs);
+  shutdown_report shutdown_cluster(const std::string& target, const std::vector<std::string>& jobs,
+                                   cluster_session_options o) override {
+    const auto deadline = std::chrono::steady_clock::now() + o.connect_timeout;
+    const bool quiet = o.quiet;
+    o.quiet = true; // a task not reached is named once below, not logged while retried
+    shutdown_report report =
+        loom::detail::cluster_master(target, std::move(o)).shutdown_cluster(jobs, deadline);
+    if (!quiet && !report.all_stopped()) {
+      std::string line = "loom: shutdown_cluster: " + std::to_string(report.unreachable.size()) +
+                         " task(s) not reached, gone already or cut off (if one still runs, "
+                         "stop it by hand): ";
+      for (std::size_t i = 0; i < report.unreachable.size(); ++i)
+        line += (i ? "; " : "") + report.unreachable[i];
+      std::fprintf(stderr, "%s\n", line.c_str());
+      std::fflush(stderr);
+    }
+    return report;
   }
 };
 

@@ -13,6 +13,7 @@
 #include <loom/runtime/worker_interface.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -23,6 +24,8 @@
 #include <set>
 #include <shared_mutex>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace loom::detail {
@@ -41,11 +44,15 @@ inline std::string target_address(const std::string& target) {
 
 class cluster_master final : public master_interface {
 public:
+  using clock = std::chrono::steady_clock;
+
   cluster_master(std::string target, cluster_session_options o = {})
       : target_(std::move(target)), options_(std::move(o)) {
     net::channel_options co;
     co.token = options_.token;
     co.connect_timeout = options_.connect_timeout;
+    if (options_.quiet)
+      co.log = [](std::string_view) {};
     protocol::cluster_info_reply info;
     {
       net::channel_options first = co;
@@ -144,26 +151,91 @@ public:
     }
   }
 
-  // Clears resource containers on every task (TF's Session.reset).
-  void reset(const std::vector<std::string>& containers) {
-    for (const auto& t : workers_->tasks())
-      worker(t).reset(containers);
+  // Clears resource containers on every task (TF's Session.reset), all asked
+  // at once; throws the first failure, naming every task not reset.
+  void reset(const std::vector<std::string>& containers, clock::time_point deadline) {
+    const auto failed = on_each_task(workers_->tasks(),
+                                     [&](worker_interface& w) { w.reset(containers, deadline); });
+    if (failed.empty())
+      return;
+    std::string which;
+    for (const auto& [task, e] : failed)
+      which += (which.empty() ? "" : "; ") + task + ": " + message_of(e);
+    std::rethrow_exception(net::make_error(code_of(failed.front().second),
+                                           "session::reset: " + std::to_string(failed.size()) +
+                                               " of " + std::to_string(workers_->tasks().size()) +
+                                               " task(s) were not reset: " + which));
   }
 
-  // Tells every task (of `jobs`, when given) to stop serving: their join() returns.
-  void shutdown_cluster(const std::vector<std::string>& jobs = {}) {
-    for (const auto& t : workers_->tasks()) {
-      if (!jobs.empty() &&
-          std::find(jobs.begin(), jobs.end(), *device_spec::from_string(t).job()) == jobs.end())
-        continue;
-      try {
-        worker(t).shutdown();
-      } catch (const unavailable_error&) { // already gone
-      }
+  // Tells every task (of `jobs`, when given) to stop serving, all at once:
+  // their join() returns. A task not reached by `deadline` is reported, not
+  // waited for longer.
+  shutdown_report shutdown_cluster(const std::vector<std::string>& jobs,
+                                   clock::time_point deadline) {
+    std::vector<std::string> tasks;
+    for (const auto& t : workers_->tasks())
+      if (jobs.empty() ||
+          std::find(jobs.begin(), jobs.end(), *device_spec::from_string(t).job()) != jobs.end())
+        tasks.push_back(t);
+    const auto failed = on_each_task(tasks, [&](worker_interface& w) { w.shutdown(deadline); });
+    shutdown_report report;
+    for (const auto& t : tasks) {
+      auto it =
+          std::find_if(failed.begin(), failed.end(), [&](const auto& f) { return f.first == t; });
+      if (it == failed.end())
+        report.stopped.push_back(t);
+      else
+        report.unreachable.push_back(t + ": " + message_of(it->second));
     }
+    return report;
   }
 
 private:
+  // Calls `call` on the worker of every task in `tasks` at once, each on a
+  // thread of its own (connecting waits), and returns the tasks whose call
+  // threw, with what it threw, in `tasks`' order.
+  template <class F>
+  std::vector<std::pair<std::string, std::exception_ptr>>
+  on_each_task(const std::vector<std::string>& tasks, F call) {
+    std::vector<std::exception_ptr> errors(tasks.size());
+    std::vector<std::thread> threads;
+    threads.reserve(tasks.size());
+    for (std::size_t i = 0; i < tasks.size(); ++i)
+      threads.emplace_back([&, i] {
+        try {
+          call(worker(tasks[i]));
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    for (auto& t : threads)
+      t.join();
+    std::vector<std::pair<std::string, std::exception_ptr>> failed;
+    for (std::size_t i = 0; i < tasks.size(); ++i)
+      if (errors[i])
+        failed.emplace_back(tasks[i], errors[i]);
+    return failed;
+  }
+
+  static std::string message_of(const std::exception_ptr& p) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const error& e) {
+      return e.message();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+  }
+  static error_code code_of(const std::exception_ptr& p) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const error& e) {
+      return e.code();
+    } catch (...) {
+      return error_code::internal;
+    }
+  }
+
   struct part_handle {
     std::string task;
     std::uint64_t handle = 0;

@@ -53,13 +53,13 @@ public:
   }
 
   // Not dialled for: a task this process is not connected to has nothing of
-  // its to drop, or is gone. Each answer is awaited for a second at most.
+  // its to drop, or is gone (a cluster shut down). Each answer is awaited for
+  // a second at most.
   std::function<void()> deregister_graph(std::uint64_t handle) noexcept override {
-    if (!channel_.connected())
-      return {};
     try {
       net::call_options co;
       co.timeout = std::chrono::seconds(1);
+      co.dial = false;
       net::call_handle c = channel_.call_async(protocol::deregister_graph,
                                                protocol::deregister_graph_request{handle}, {}, co);
       return [c]() mutable {
@@ -91,11 +91,14 @@ public:
     }
   }
 
-  void reset(const std::vector<std::string>& containers) override {
-    channel_.call(protocol::reset, protocol::reset_request{containers});
+  void reset(const std::vector<std::string>& containers,
+             std::chrono::steady_clock::time_point deadline) override {
+    channel_.call(protocol::reset, protocol::reset_request{containers}, {}, until(deadline));
   }
 
-  void shutdown() override { channel_.call(protocol::shutdown); }
+  void shutdown(std::chrono::steady_clock::time_point deadline) override {
+    channel_.call(protocol::shutdown, net::empty{}, {}, until(deadline));
+  }
 
   // Hands a step's tensors, keyed as its _recvs wait for them, to this task's
   // rendezvous; the handle completes when the task has them. The push side of
@@ -107,6 +110,12 @@ public:
   }
 
 private:
+  static net::call_options until(std::chrono::steady_clock::time_point deadline) {
+    net::call_options co;
+    co.deadline = deadline;
+    return co;
+  }
+
   struct pending_call final : pending_run::state {
     explicit pending_call(net::call_handle c) : call(std::move(c)) {}
     std::vector<any_tensor> get() override {

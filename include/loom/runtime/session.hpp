@@ -70,16 +70,23 @@ public:
         master_(detail::runtime_factory::linked().cluster_master(target.address, std::move(o))) {}
 
   // Clears the named resource containers (all when empty) on every task of the
-  // cluster behind `target` (TF's tf.Session.reset).
-  static void reset(const std::string& target, const std::vector<std::string>& containers = {}) {
-    detail::runtime_factory::linked().reset(target, containers);
+  // cluster behind `target` (TF's tf.Session.reset). The tasks are asked at
+  // once; a task not reached within o.connect_timeout fails the call with
+  // unavailable, naming it, after the others were reset.
+  static void reset(const std::string& target, const std::vector<std::string>& containers = {},
+                    cluster_session_options o = {}) {
+    detail::runtime_factory::linked().reset(target, containers, std::move(o));
   }
 
   // Tells every task of the cluster behind `target` (only those of `jobs`,
-  // when given) to stop serving: their servers' join() return.
-  static void shutdown_cluster(const std::string& target,
-                               const std::vector<std::string>& jobs = {}) {
-    detail::runtime_factory::linked().shutdown_cluster(target, jobs);
+  // when given) to stop serving: their servers' join() return. The tasks are
+  // told at once, and the call returns within o.connect_timeout (after
+  // reaching the target) whether or not each was reached: the report names
+  // those that were not, and so does one line on stderr unless o.quiet.
+  static shutdown_report shutdown_cluster(const std::string& target,
+                                          const std::vector<std::string>& jobs = {},
+                                          cluster_session_options o = {}) {
+    return detail::runtime_factory::linked().shutdown_cluster(target, jobs, std::move(o));
   }
 
   session(const session&) = delete;

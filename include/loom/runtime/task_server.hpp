@@ -175,11 +175,12 @@ private:
       if (server_)
         server_->table_.abort(step, reason);
     }
-    void reset(const std::vector<std::string>& containers) override {
+    void reset(const std::vector<std::string>& containers,
+               std::chrono::steady_clock::time_point) override {
       std::shared_lock lock(mu_);
       live().resources_.reset(containers);
     }
-    void shutdown() override {
+    void shutdown(std::chrono::steady_clock::time_point) override {
       std::shared_lock lock(mu_);
       live().shut_down_as("a session in this process asked");
     }

@@ -78,10 +78,13 @@ public:
                                 std::vector<any_tensor> feeds, const run_graph_options& o) = 0;
   // Fails step `step` here (its waiting _recvs); best effort.
   virtual void abort_step(std::uint64_t step, const std::string& reason) noexcept = 0;
-  // Clears the named resource containers (all when empty).
-  virtual void reset(const std::vector<std::string>& containers) = 0;
-  // Stops the task serving: its server's join() returns.
-  virtual void shutdown() = 0;
+  // Clears the named resource containers (all when empty), connecting and
+  // answering before `deadline`.
+  virtual void reset(const std::vector<std::string>& containers,
+                     std::chrono::steady_clock::time_point deadline) = 0;
+  // Stops the task serving (its server's join() returns), connecting and
+  // answering before `deadline`.
+  virtual void shutdown(std::chrono::steady_clock::time_point deadline) = 0;
 };
 
 // The workers of the task servers in this process, by their servers' instance

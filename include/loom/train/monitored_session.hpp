@@ -194,7 +194,7 @@ public:
     std::fflush(o_.log);
     // The other workers exit on their own once they are done; the ps tasks
     // serve until told.
-    session::shutdown_cluster(o_.master, o_.shutdown_jobs);
+    session::shutdown_cluster(o_.master, o_.shutdown_jobs, o_.config);
   }
 
 private:
