@@ -248,10 +248,8 @@ TEST_CASE("a region on /gpu:0 runs as one GPU kernel where the process has the r
   auto tree = loom::square(x) + x;
   loom::detail::fused_kernel_registry::instance().add(loom::detail::region_key<decltype(tree)>(),
                                                       &gpu_square_plus);
-  auto y = [&] {
-    auto _ = g.device("/gpu:0");
-    return loom::lower(tree);
-  }();
+  // Written outside any scope: on<gpu> puts the tree's nodes on GPU 0.
+  auto y = loom::on<loom::gpu>(tree);
   loom::session s(g, opts());
   const auto out = s.run(y, {{x, tensor<float, 1>(shape{3}, {1, -2, 3})}});
   CHECK(out(0) == 2.0f);
@@ -271,10 +269,11 @@ TEST_CASE("a region on /gpu:0 runs as its primitive GPU kernels where the fused 
   auto declined = loom::square(loom::square(x)) + x;
   loom::detail::fused_kernel_registry::instance().add(
       loom::detail::region_key<decltype(declined)>(), &gpu_declines);
-  auto [y, z] = [&] {
+  auto y = loom::on<loom::gpu>(declined);
+  // The CPU's fused kernel of x + square(x) is registered; a GPU one is not.
+  auto z = [&] {
     auto _ = g.device("/gpu:0");
-    // The CPU's fused kernel of x + square(x) is registered; a GPU one is not.
-    return std::pair{loom::lower(declined), loom::lower(x + loom::square(x))};
+    return loom::lower(x + loom::square(x)); // written inside the scope
   }();
   loom::session s(g, opts());
   const auto feed = tensor<float, 1>(shape{3}, {1, -2, 3});

@@ -3,7 +3,10 @@
 // sub-expressions, scalar_leaf<T> for a C++ number, and graph leaves (defined
 // in graph/, holding a shared handle to their node). Elementwise expressions
 // stay lazy, so a whole elementwise tree reaches the graph at once and can be
-// fused into one kernel; every other op materialises a graph node.
+// fused into one kernel; every other op materialises a graph node. Each
+// expr<> keeps the graph's scopes current where it was written (device, name,
+// control dependencies: graph/scope.hpp), and is lowered under them, as TF
+// creates an op under the scopes where its Python line runs.
 #pragma once
 
 #include <loom/core/dtype.hpp>
@@ -13,6 +16,7 @@
 #include <array>
 #include <concepts>
 #include <cstddef>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -46,6 +50,13 @@ template <element_type T> struct scalar_leaf {
   T value;
 };
 
+namespace detail {
+// The graph's scopes where an expression was written; defined by the graph
+// layer (graph/scope.hpp), carried here as an opaque shared pointer.
+struct scope_frame;
+using scope_ptr = std::shared_ptr<const scope_frame>;
+} // namespace detail
+
 template <class Op, class... Children> struct expr {
   using op_type = Op;
   using value_type = typename Op::template result<typename Children::value_type...>;
@@ -55,6 +66,7 @@ template <class Op, class... Children> struct expr {
 
   Op op;
   std::tuple<Children...> children;
+  detail::scope_ptr written{}; // the scopes it is lowered under (null: none)
 };
 
 template <expression E> using value_type_of = typename std::remove_cvref_t<E>::value_type;
@@ -96,6 +108,47 @@ template <class E> constexpr std::size_t op_count() {
 
 namespace detail {
 
+// Whether a typed tree has a leaf in a graph (not only numbers).
+template <class E> constexpr bool has_graph_leaf() {
+  if constexpr (E::is_leaf)
+    return requires(const E& e) {
+      e.graph();
+    };
+  else
+    return []<class Op, class... C>(std::type_identity<expr<Op, C...>>) {
+      return (has_graph_leaf<C>() || ...);
+    }(std::type_identity<E>{});
+}
+
+// The scopes current now in the graph of e's leaves.
+template <class E> scope_ptr scope_now(const E& e) {
+  if constexpr (E::is_leaf) {
+    if constexpr (has_graph_leaf<E>())
+      return e.graph().current_scope();
+    else
+      return nullptr;
+  } else {
+    scope_ptr s;
+    bool found = false;
+    std::apply(
+        [&](const auto&... c) {
+          ((!found && has_graph_leaf<std::remove_cvref_t<decltype(c)>>()
+                ? (s = scope_now(c), found = true)
+                : false),
+           ...);
+        },
+        e.children);
+    return s;
+  }
+}
+
+// An expr<> node over `children`, written under the graph's current scopes.
+template <class Op, class... C> auto make_expr(C&&... children) {
+  expr<Op, std::remove_cvref_t<C>...> e{Op{}, {std::forward<C>(children)...}};
+  e.written = scope_now(e);
+  return e;
+}
+
 template <class T, class... Ts>
 struct is_type_in_list_impl : std::bool_constant<(std::is_same_v<T, Ts> || ...)> {};
 template <class T, class L> struct in_list;
@@ -131,26 +184,24 @@ template <class Op, class A, class B> constexpr void check_binary() {
                                      "dtype (bool and string tensors have no arithmetic)");
 }
 
-template <class Op, class A, class B> constexpr auto make_binary(A&& a, B&& b) {
+template <class Op, class A, class B> auto make_binary(A&& a, B&& b) {
   using AD = std::remove_cvref_t<A>;
   using BD = std::remove_cvref_t<B>;
   if constexpr (expression<AD> && expression<BD>) {
     check_binary<Op, AD, BD>();
-    return expr<Op, AD, BD>{Op{}, {std::forward<A>(a), std::forward<B>(b)}};
+    return make_expr<Op>(std::forward<A>(a), std::forward<B>(b));
   } else if constexpr (expression<AD>) {
     static_assert(std::is_arithmetic_v<BD>, "loom: the right operand is neither an expression "
                                             "nor a number");
     using T = value_type_of<AD>;
     check_binary<Op, AD, scalar_leaf<T>>();
-    return expr<Op, AD, scalar_leaf<T>>{Op{},
-                                        {std::forward<A>(a), scalar_leaf<T>{static_cast<T>(b)}}};
+    return make_expr<Op>(std::forward<A>(a), scalar_leaf<T>{static_cast<T>(b)});
   } else {
     static_assert(std::is_arithmetic_v<AD>, "loom: the left operand is neither an expression "
                                             "nor a number");
     using T = value_type_of<BD>;
     check_binary<Op, scalar_leaf<T>, BD>();
-    return expr<Op, scalar_leaf<T>, BD>{Op{},
-                                        {scalar_leaf<T>{static_cast<T>(a)}, std::forward<B>(b)}};
+    return make_expr<Op>(scalar_leaf<T>{static_cast<T>(a)}, std::forward<B>(b));
   }
 }
 
@@ -165,57 +216,57 @@ concept binary_operands = (expression<A> || expression<B>)&&(
 // -- operators ----------------------------------------------------------------
 template <class A, class B>
 requires detail::binary_operands<A, B>
-constexpr auto operator+(A&& a, B&& b) {
+auto operator+(A&& a, B&& b) {
   return detail::make_binary<ops::add>(std::forward<A>(a), std::forward<B>(b));
 }
 template <class A, class B>
 requires detail::binary_operands<A, B>
-constexpr auto operator-(A&& a, B&& b) {
+auto operator-(A&& a, B&& b) {
   return detail::make_binary<ops::sub>(std::forward<A>(a), std::forward<B>(b));
 }
 template <class A, class B>
 requires detail::binary_operands<A, B>
-constexpr auto operator*(A&& a, B&& b) {
+auto operator*(A&& a, B&& b) {
   return detail::make_binary<ops::mul>(std::forward<A>(a), std::forward<B>(b));
 }
 template <class A, class B>
 requires detail::binary_operands<A, B>
-constexpr auto operator/(A&& a, B&& b) {
+auto operator/(A&& a, B&& b) {
   return detail::make_binary<ops::div>(std::forward<A>(a), std::forward<B>(b));
 }
 template <class A, class B>
 requires detail::binary_operands<A, B>
-constexpr auto operator<(A&& a, B&& b) {
+auto operator<(A&& a, B&& b) {
   return detail::make_binary<ops::less>(std::forward<A>(a), std::forward<B>(b));
 }
 template <class A, class B>
 requires detail::binary_operands<A, B>
-constexpr auto operator<=(A&& a, B&& b) {
+auto operator<=(A&& a, B&& b) {
   return detail::make_binary<ops::less_equal>(std::forward<A>(a), std::forward<B>(b));
 }
 template <class A, class B>
 requires detail::binary_operands<A, B>
-constexpr auto operator>(A&& a, B&& b) {
+auto operator>(A&& a, B&& b) {
   return detail::make_binary<ops::greater>(std::forward<A>(a), std::forward<B>(b));
 }
 template <class A, class B>
 requires detail::binary_operands<A, B>
-constexpr auto operator>=(A&& a, B&& b) {
+auto operator>=(A&& a, B&& b) {
   return detail::make_binary<ops::greater_equal>(std::forward<A>(a), std::forward<B>(b));
 }
 
-template <expression A> constexpr auto operator-(A&& a) {
+template <expression A> auto operator-(A&& a) {
   using AD = std::remove_cvref_t<A>;
   detail::check_unary<ops::neg, AD>();
-  return expr<ops::neg, AD>{ops::neg{}, {std::forward<A>(a)}};
+  return detail::make_expr<ops::neg>(std::forward<A>(a));
 }
 
 // -- elementwise functions ------------------------------------------------------
 #define LOOM_UNARY_FUNCTION(NAME)                                                                  \
-  template <expression A> constexpr auto NAME(A&& a) {                                             \
+  template <expression A> auto NAME(A&& a) {                                                       \
     using AD = std::remove_cvref_t<A>;                                                             \
     detail::check_unary<ops::NAME, AD>();                                                          \
-    return expr<ops::NAME, AD>{ops::NAME{}, {std::forward<A>(a)}};                                 \
+    return detail::make_expr<ops::NAME>(std::forward<A>(a));                                       \
   }
 LOOM_UNARY_FUNCTION(exp)
 LOOM_UNARY_FUNCTION(log)
@@ -232,7 +283,7 @@ LOOM_UNARY_FUNCTION(reciprocal)
 #define LOOM_BINARY_FUNCTION(NAME)                                                                 \
   template <class A, class B>                                                                      \
   requires detail::binary_operands<A, B>                                                           \
-  constexpr auto NAME(A&& a, B&& b) {                                                              \
+  auto NAME(A&& a, B&& b) {                                                                        \
     return detail::make_binary<ops::NAME>(std::forward<A>(a), std::forward<B>(b));                 \
   }
 LOOM_BINARY_FUNCTION(maximum)
@@ -246,7 +297,7 @@ LOOM_BINARY_FUNCTION(greater_equal)
 #undef LOOM_BINARY_FUNCTION
 
 // clip_by_value(x, lo, hi) with numbers or scalar expressions as bounds.
-template <expression X, class L, class H> constexpr auto clip_by_value(X&& x, L&& lo, H&& hi) {
+template <expression X, class L, class H> auto clip_by_value(X&& x, L&& lo, H&& hi) {
   using XD = std::remove_cvref_t<X>;
   using T = value_type_of<XD>;
   auto l = detail::as_operand<T>(std::forward<L>(lo));
@@ -257,27 +308,25 @@ template <expression X, class L, class H> constexpr auto clip_by_value(X&& x, L&
   detail::check_binary<ops::clip_by_value, XD, HD>();
   static_assert(LD::rank == 0 && HD::rank == 0,
                 "loom::clip_by_value: the bounds must be scalars (rank 0)");
-  return expr<ops::clip_by_value, XD, LD, HD>{ops::clip_by_value{},
-                                              {std::forward<X>(x), std::move(l), std::move(h)}};
+  return detail::make_expr<ops::clip_by_value>(std::forward<X>(x), std::move(l), std::move(h));
 }
 
 // where(cond, a, b): elementwise choice (TF's tf.where with three arguments).
-template <expression C, expression A, expression B> constexpr auto where(C&& c, A&& a, B&& b) {
+template <expression C, expression A, expression B> auto where(C&& c, A&& a, B&& b) {
   using CD = std::remove_cvref_t<C>;
   using AD = std::remove_cvref_t<A>;
   using BD = std::remove_cvref_t<B>;
   static_assert(std::is_same_v<value_type_of<CD>, bool>, "loom::where: the condition must be bool");
   detail::check_binary<ops::select, AD, BD>();
-  return expr<ops::select, CD, AD, BD>{
-      ops::select{}, {std::forward<C>(c), std::forward<A>(a), std::forward<B>(b)}};
+  return detail::make_expr<ops::select>(std::forward<C>(c), std::forward<A>(a), std::forward<B>(b));
 }
 
 // cast<U>(x): converts the element type.
-template <element_type U, expression A> constexpr auto cast(A&& a) {
+template <element_type U, expression A> auto cast(A&& a) {
   using AD = std::remove_cvref_t<A>;
   static_assert(!std::is_same_v<U, std::string> && !std::is_same_v<value_type_of<AD>, std::string>,
                 "loom::cast: string tensors cannot be cast");
-  return expr<ops::cast<U>, AD>{ops::cast<U>{}, {std::forward<A>(a)}};
+  return detail::make_expr<ops::cast<U>>(std::forward<A>(a));
 }
 
 } // namespace loom

@@ -8,6 +8,7 @@
 #include <loom/core/error.hpp>
 #include <loom/graph/node.hpp>
 #include <loom/graph/op_registry.hpp>
+#include <loom/graph/scope.hpp>
 
 #include <algorithm>
 #include <concepts>
@@ -74,25 +75,14 @@ concept placement_policy =
 // clang-format on
 
 namespace detail {
-// One device scope: a spec merged under the inner scopes' result, a policy, or
-// a clear (TF's tf.device(None)), which hides every enclosing scope.
-struct device_scope_frame {
-  enum class kind : std::uint8_t { merge, function, clear };
-  kind k = kind::merge;
-  device_spec spec;
-  std::function<device_spec(const node_def&, const device_spec&)> fn;
-  std::uint64_t id = 0; // tells policy scopes apart in CSE keys
-};
 
 struct graph_state {
   std::deque<node_def> nodes; // a deque keeps references stable as nodes are added
   std::unordered_map<std::string, node_id> by_name;
   std::unordered_map<std::string, int> name_uses;
   std::unordered_map<std::string, node_id> structural; // CSE: structural key -> node
-  std::vector<std::string> name_scopes;
-  std::vector<device_scope_frame> device_scopes;
+  scope_ptr scope; // the innermost current scope (graph/scope.hpp); null: none
   std::uint64_t device_scope_counter = 0;
-  std::vector<std::vector<node_id>> control_scopes;
   std::map<std::string, std::vector<node_id>, std::less<>> collections;
   std::vector<fusion_candidate> fusions;
   std::unordered_map<node_id, std::size_t> fusion_by_root;
@@ -129,8 +119,7 @@ public:
     n.op = std::move(op);
     n.inputs = std::move(inputs);
     n.attrs = std::move(attrs);
-    for (auto& frame : state_->control_scopes)
-      n.control_inputs.insert(n.control_inputs.end(), frame.begin(), frame.end());
+    n.control_inputs = control_inputs_in_scope();
     n.requested_device = device_scope_key(); // stands for the device in the CSE key
 
     const bool explicit_name = !name.empty();
@@ -191,19 +180,18 @@ public:
   // Names of nodes created in the scope are prefixed "scope/". A name ending in
   // '/' is taken as an absolute scope (TF's re-entering of a scope); "" clears.
   scope_guard name_scope(std::string scope) {
-    auto& scopes = state_->name_scopes;
-    std::string full;
+    detail::scope_frame f;
+    f.k = detail::scope_frame::kind::name;
     if (scope.empty())
-      full = "";
+      f.name_scope = "";
     else if (scope.back() == '/')
-      full = scope.substr(0, scope.size() - 1);
+      f.name_scope = scope.substr(0, scope.size() - 1);
     else
-      full = unique_name(scope);
-    scopes.push_back(full);
-    return scope_guard([s = state_] { s->name_scopes.pop_back(); });
+      f.name_scope = unique_name(scope);
+    return enter(std::move(f));
   }
   std::string current_name_scope() const {
-    return state_->name_scopes.empty() ? std::string() : state_->name_scopes.back();
+    return state_->scope ? state_->scope->name_scope : std::string();
   }
 
   // Device scopes (TF's `with tf.device(...)`). `spec` is a device string
@@ -218,10 +206,11 @@ public:
   // into the scope; pass std::ref(p) to keep state in `p` itself.
   template <class Spec> [[nodiscard]] scope_guard device(Spec&& spec) {
     using S = std::decay_t<Spec>;
-    using frame = detail::device_scope_frame;
+    using frame = detail::scope_frame;
     frame f;
+    f.k = frame::kind::device_merge;
     if constexpr (std::is_same_v<S, std::nullptr_t>) {
-      f.k = frame::kind::clear;
+      f.k = frame::kind::device_clear;
     } else if constexpr (std::is_same_v<S, device_spec>) {
       f.spec = std::forward<Spec>(spec);
     } else if constexpr (std::is_convertible_v<const S&, std::string_view>) {
@@ -232,13 +221,12 @@ public:
                     "policy: it needs operator()(const loom::node_def&, const loom::device_spec&) "
                     "returning loom::device_spec");
       if constexpr (placement_policy<S>) {
-        f.k = frame::kind::function;
+        f.k = frame::kind::device_function;
         f.fn = S(std::forward<Spec>(spec));
         f.id = ++state_->device_scope_counter;
       }
     }
-    state_->device_scopes.push_back(std::move(f));
-    return scope_guard([s = state_] { s->device_scopes.pop_back(); });
+    return enter(std::move(f));
   }
 
   // Runs `body` within device(spec) and returns its result.
@@ -249,28 +237,26 @@ public:
 
   // The device the current scopes give `n` (n.requested_device is not read).
   device_spec device_for(const node_def& n) const {
-    using frame = detail::device_scope_frame;
+    using frame = detail::scope_frame;
     device_spec current;
-    const auto& frames = state_->device_scopes;
-    for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
-      if (it->k == frame::kind::clear)
-        break;
-      if (it->k == frame::kind::function)
-        current = it->fn(n, current);
-      else
-        current = device_spec::merged(it->spec, current);
+    for (const frame* f = state_->scope.get(); f && f->k != frame::kind::device_clear;
+         f = f->outer.get()) {
+      if (f->k == frame::kind::device_function)
+        current = f->fn(n, current);
+      else if (f->k == frame::kind::device_merge)
+        current = device_spec::merged(f->spec, current);
     }
     return current;
   }
   // The device the current spec scopes request; policy scopes are skipped
   // (they need a node: see device_for).
   std::string current_device() const {
-    using frame = detail::device_scope_frame;
+    using frame = detail::scope_frame;
     device_spec current;
-    const auto& frames = state_->device_scopes;
-    for (auto it = frames.rbegin(); it != frames.rend() && it->k != frame::kind::clear; ++it)
-      if (it->k == frame::kind::merge)
-        current = device_spec::merged(it->spec, current);
+    for (const frame* f = state_->scope.get(); f && f->k != frame::kind::device_clear;
+         f = f->outer.get())
+      if (f->k == frame::kind::device_merge)
+        current = device_spec::merged(f->spec, current);
     return current.to_string();
   }
 
@@ -278,8 +264,28 @@ public:
   scope_guard control_dependencies(std::vector<node_id> deps) {
     for (node_id d : deps)
       check_id(d);
-    state_->control_scopes.push_back(std::move(deps));
-    return scope_guard([s = state_] { s->control_scopes.pop_back(); });
+    detail::scope_frame f;
+    f.k = detail::scope_frame::kind::control;
+    f.deps = std::move(deps);
+    return enter(std::move(f));
+  }
+  // Nodes created in the scope take no control dependency from the enclosing
+  // scopes (TF's tf.control_dependencies(None)).
+  scope_guard control_dependencies(std::nullptr_t) {
+    detail::scope_frame f;
+    f.k = detail::scope_frame::kind::control_clear;
+    return enter(std::move(f));
+  }
+
+  // The scopes in effect now (null: none): what an expression keeps of where
+  // it was written (graph/scope.hpp).
+  const detail::scope_ptr& current_scope() const noexcept { return state_->scope; }
+  // Makes `s`, scopes taken earlier from this graph, the current ones until
+  // the guard goes; lowering an expression restores its scopes with it.
+  scope_guard restore_scope(detail::scope_ptr s) {
+    return scope_guard([st = state_, previous = std::exchange(state_->scope, std::move(s))] {
+      st->scope = previous;
+    });
   }
 
   // -- collections ----------------------------------------------------------
@@ -342,16 +348,41 @@ private:
   // What the device scopes contribute to a CSE key before the node exists: the
   // requested device, or the policy scopes' identities when policies apply.
   std::string device_scope_key() const {
-    using frame = detail::device_scope_frame;
+    using frame = detail::scope_frame;
     std::string key;
     bool policies = false;
-    const auto& frames = state_->device_scopes;
-    for (auto it = frames.rbegin(); it != frames.rend() && it->k != frame::kind::clear; ++it) {
-      policies = policies || it->k == frame::kind::function;
-      key += it->k == frame::kind::function ? "#" + std::to_string(it->id)
-                                            : "|" + it->spec.to_string();
+    for (const frame* f = state_->scope.get(); f && f->k != frame::kind::device_clear;
+         f = f->outer.get()) {
+      if (!f->is_device())
+        continue;
+      policies = policies || f->k == frame::kind::device_function;
+      key += f->k == frame::kind::device_function ? "#" + std::to_string(f->id)
+                                                  : "|" + f->spec.to_string();
     }
     return policies ? key : current_device();
+  }
+
+  // The control dependencies of the current scopes, outermost first.
+  std::vector<node_id> control_inputs_in_scope() const {
+    using frame = detail::scope_frame;
+    std::vector<const frame*> frames;
+    for (const frame* f = state_->scope.get(); f && f->k != frame::kind::control_clear;
+         f = f->outer.get())
+      if (f->k == frame::kind::control)
+        frames.push_back(f);
+    std::vector<node_id> out;
+    for (auto it = frames.rbegin(); it != frames.rend(); ++it)
+      out.insert(out.end(), (*it)->deps.begin(), (*it)->deps.end());
+    return out;
+  }
+
+  // Links `f` inside the current scopes until the guard goes.
+  scope_guard enter(detail::scope_frame f) {
+    if (f.k != detail::scope_frame::kind::name)
+      f.name_scope = current_name_scope();
+    f.outer = state_->scope;
+    auto inner = std::make_shared<const detail::scope_frame>(std::move(f));
+    return restore_scope(std::move(inner));
   }
 
   void check_id(node_id id) const {

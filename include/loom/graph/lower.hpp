@@ -7,6 +7,7 @@
 // "a TU compiled by nvcc instantiates CUDA kernels for what it uses").
 #pragma once
 
+#include <loom/core/device_spec.hpp>
 #include <loom/expr/expr.hpp>
 #include <loom/graph/graph.hpp>
 #include <loom/graph/output.hpp>
@@ -69,7 +70,12 @@ template <class E> void find_graph(const E& e, std::optional<graph>& g) {
   }
 }
 
-template <class E> node_id lower_tree(graph& g, const E& e, std::vector<node_id>& leaves) {
+// Adds e's nodes under the scopes each expr<> node was written under (its
+// numbers' constants under their parent's), with `extra` (on<Kind>'s device)
+// inside them when given.
+template <class E>
+node_id lower_tree(graph& g, const E& e, std::vector<node_id>& leaves,
+                   const std::optional<device_spec>& extra) {
   if constexpr (E::is_leaf) {
     node_id id;
     if constexpr (requires { e.value; })
@@ -79,8 +85,13 @@ template <class E> node_id lower_tree(graph& g, const E& e, std::vector<node_id>
     leaves.push_back(id);
     return id;
   } else {
+    auto written = g.restore_scope(e.written);
+    std::optional<scope_guard> on_device;
+    if (extra)
+      (void)on_device.emplace(
+          g.device(*extra)); // (void): nvcc warns of a nodiscard type's reference
     std::vector<node_id> inputs;
-    std::apply([&](const auto&... c) { (inputs.push_back(lower_tree(g, c, leaves)), ...); },
+    std::apply([&](const auto&... c) { (inputs.push_back(lower_tree(g, c, leaves, extra)), ...); },
                e.children);
     attr_map attrs;
     using Op = typename E::op_type;
@@ -101,15 +112,17 @@ template <expression E> graph graph_of(const E& e) {
   return *g;
 }
 
-// Lowers an expression to a node and returns its typed handle.
-template <expression E> output<value_type_of<E>, rank_of<E>> lower(const E& e) {
+namespace detail {
+template <expression E>
+output<value_type_of<E>, rank_of<E>> lower_with(const E& e,
+                                                const std::optional<device_spec>& extra) {
   using ED = std::remove_cvref_t<E>;
   if constexpr (requires { e.id(); }) {
     return output<value_type_of<E>, rank_of<E>>(e.graph(), e.id());
   } else {
     graph g = graph_of(e);
     std::vector<node_id> leaves;
-    node_id root = detail::lower_tree(g, e, leaves);
+    node_id root = detail::lower_tree(g, e, leaves, extra);
     if constexpr (op_count<ED>() >= 2) {
       std::string key = detail::region_key<ED>();
       detail::register_fused_kernels<ED>(key);
@@ -118,10 +131,19 @@ template <expression E> output<value_type_of<E>, rank_of<E>> lower(const E& e) {
     return output<value_type_of<E>, rank_of<E>>(g, root);
   }
 }
+} // namespace detail
+
+// Lowers an expression to a node and returns its typed handle. Its nodes go
+// where it was written: under the device scopes, name scope and control
+// dependencies current when each of its operations was written, not those
+// current here (as in TF, where the op exists from the line that wrote it).
+template <expression E> output<value_type_of<E>, rank_of<E>> lower(const E& e) {
+  return detail::lower_with(e, std::nullopt);
+}
 
 // Lowers an expression on a device of kind Kind (loom::gpu or loom::cpu), index
-// `index` of the task the surrounding scopes give: `on<gpu>(relu(x * w))` is
-// `g.on("/device:GPU:0", [&] { return lower(relu(x * w)); })`. Where the
+// `index` of the task its scopes give: `on<gpu>(relu(x * w))` puts the tree's
+// nodes on "/device:GPU:0" inside the scopes it was written under. Where the
 // process has no such device, placement fails with the node named, or soft
 // placement moves it to the CPU and logs why.
 template <class Kind, expression E>
@@ -129,10 +151,10 @@ output<value_type_of<E>, rank_of<E>> on(const E& e, int index = 0) {
   static_assert(std::is_same_v<Kind, gpu> || std::is_same_v<Kind, cpu>,
                 "loom::on<Kind>(expression): Kind is the device kind to run on, loom::gpu or "
                 "loom::cpu");
-  graph g = graph_of(e);
-  auto scope = g.device(std::string(std::is_same_v<Kind, gpu> ? "/device:GPU:" : "/device:CPU:") +
-                        std::to_string(index));
-  return lower(e);
+  return detail::lower_with(
+      e, device_spec::from_string(
+             std::string(std::is_same_v<Kind, gpu> ? "/device:GPU:" : "/device:CPU:") +
+             std::to_string(index)));
 }
 
 // Lowers an expression and gives its result a name (an identity node when the

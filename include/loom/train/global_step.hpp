@@ -21,15 +21,12 @@ namespace detail {
 class lifted_scope {
 public:
   explicit lifted_scope(graph& g)
-      : g_(g), names_(g.name_scope("")), saved_(std::exchange(g.state().control_scopes, {})) {}
+      : names_(g.name_scope("")), deps_(g.control_dependencies(nullptr)) {}
   lifted_scope(const lifted_scope&) = delete;
   lifted_scope& operator=(const lifted_scope&) = delete;
-  ~lifted_scope() { g_.state().control_scopes = std::move(saved_); }
 
 private:
-  graph g_;
-  scope_guard names_;
-  std::vector<std::vector<node_id>> saved_;
+  scope_guard names_, deps_;
 };
 
 } // namespace detail

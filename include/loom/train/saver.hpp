@@ -70,8 +70,7 @@ public:
     // The restore nodes take no name scope, device scope or control dependency
     // of wherever the saver is made.
     auto no_names = g.name_scope("");
-    auto saved_deps = std::exchange(g.state().control_scopes, {});
-    scope_guard deps([&g, &saved_deps] { g.state().control_scopes = std::move(saved_deps); });
+    auto no_deps = g.control_dependencies(nullptr);
     auto no_device = g.device(nullptr);
     auto names = g.name_scope("save");
     for (node_id id : ids) {
