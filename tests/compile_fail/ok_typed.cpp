@@ -28,4 +28,14 @@ int main() {
   float scalar = s.run(loom::reduce_sum(x), {{x, loom::tensor<float, 2>(loom::shape{2, 2}, 1.0f)}});
   (void)fetched;
   (void)scalar;
+  // The correct forms of the cf_ cases: a scalar variable from a number (tf.Variable(1.0)),
+  // a policy returning a device string, several fetches.
+  loom::variable<float, 0> a(g, "a", 1.0);
+  auto on_ps = g.device([](const loom::node_def& n, const loom::device_spec&) {
+    return n.op == "variable" ? "/job:ps" : "/job:worker";
+  });
+  auto [r1, r2] = s.run(loom::fetches(loom::reduce_sum(x), a),
+                        {{x, loom::tensor<float, 2>(loom::shape{2, 2}, 1.0f)}});
+  (void)r1;
+  (void)r2;
 }

@@ -64,17 +64,47 @@ private:
 
 // A placement policy (TF's device function): called with a node being created
 // and the device that the device scopes inside its own scope requested, it
-// returns the node's device. The library's policies are in loom/placement/.
+// returns the node's device: a device_spec, or a device string as TF's device
+// functions return ("/job:ps/task:0"; each distinct string is parsed once, and
+// a malformed one fails naming the node). The library's policies are in
+// loom/placement/.
 // clang-format off
 template <class P>
 concept placement_policy =
     std::copy_constructible<std::decay_t<P>> &&
     std::invocable<std::decay_t<P>&, const node_def&, const device_spec&> &&
-    std::convertible_to<std::invoke_result_t<std::decay_t<P>&, const node_def&, const device_spec&>,
-                        device_spec>;
+    (std::convertible_to<std::invoke_result_t<std::decay_t<P>&, const node_def&,
+                                              const device_spec&>, device_spec> ||
+     std::convertible_to<std::invoke_result_t<std::decay_t<P>&, const node_def&,
+                                              const device_spec&>, std::string_view>);
 // clang-format on
 
 namespace detail {
+
+// A policy that returns device strings, as one that returns device_specs: each
+// distinct string is parsed once (a policy returns few), shared by the copies
+// the scope makes.
+template <class P> struct parsing_policy {
+  P policy;
+  std::shared_ptr<std::unordered_map<std::string, device_spec>> parsed =
+      std::make_shared<std::unordered_map<std::string, device_spec>>();
+
+  device_spec operator()(const node_def& n, const device_spec& inner) {
+    std::string s(std::string_view(policy(n, inner)));
+    auto it = parsed->find(s);
+    if (it != parsed->end())
+      return it->second;
+    device_spec d;
+    try {
+      d = device_spec::from_string(s);
+    } catch (const error& e) {
+      throw invalid_argument_error("the placement policy of a device scope returned \"" + s +
+                                   "\" for node '" + n.name + "' (" + n.op +
+                                   "), which is not a device: " + e.message());
+    }
+    return parsed->emplace(std::move(s), d).first->second;
+  }
+};
 
 struct graph_state {
   std::deque<node_def> nodes; // a deque keeps references stable as nodes are added
@@ -219,10 +249,14 @@ public:
       static_assert(placement_policy<S>,
                     "loom: the type given to graph::device() or graph::on() is not a placement "
                     "policy: it needs operator()(const loom::node_def&, const loom::device_spec&) "
-                    "returning loom::device_spec");
+                    "returning a loom::device_spec or a device string");
       if constexpr (placement_policy<S>) {
         f.k = frame::kind::device_function;
-        f.fn = S(std::forward<Spec>(spec));
+        using R = std::invoke_result_t<S&, const node_def&, const device_spec&>;
+        if constexpr (std::is_convertible_v<R, device_spec>)
+          f.fn = S(std::forward<Spec>(spec));
+        else
+          f.fn = detail::parsing_policy<S>{S(std::forward<Spec>(spec))};
         f.id = ++state_->device_scope_counter;
       }
     }

@@ -166,6 +166,21 @@ public:
       : output<T, R>(g, make_node(g, std::move(name), s, o)) {
     set_initializer(init.make(g, dtype_of<T>, this->shape()), o);
   }
+  // A scalar variable initialised from a C++ number (tf.Variable(1.0)); the
+  // number must be exactly a T, as TF refuses tf.Variable(1.5, dtype=tf.int32).
+  template <class S>
+  requires std::is_arithmetic_v<S> variable(graph& g, std::string name, S initial_value,
+                                            variable_options o = {})
+      : output<T, R>(g, make_node(g, exactly_a_T(name, initial_value), loom::shape{}, o)) {
+    static_assert(R == 0, "loom::variable: a number initializes a scalar variable (rank 0) only; "
+                          "for a tensor give its shape and an initializer, as in "
+                          "variable<float, 1>(g, \"v\", loom::shape{3}, "
+                          "loom::constant_initializer{1.0})");
+    static_assert(std::is_arithmetic_v<T>, "loom::variable: a number cannot initialize a "
+                                           "string variable");
+    if constexpr (R == 0 && std::is_arithmetic_v<T>)
+      set_initializer(scalar_node(g, static_cast<T>(initial_value)), o);
+  }
   // A variable initialised from an expression (tf.Variable(initial_value)).
   template <expression E>
   variable(graph& g, std::string name, const E& initial_value, variable_options o = {})
@@ -198,6 +213,16 @@ public:
 
 private:
   variable(graph& g, node_id id) : output<T, R>(g, id) {}
+
+  // `name`, once `v` is known to be exactly a T (before the variable's node exists).
+  template <class S> static std::string exactly_a_T(const std::string& name, S v) {
+    if constexpr (std::is_arithmetic_v<T>)
+      if (static_cast<S>(static_cast<T>(v)) != v)
+        throw invalid_argument_error("variable '" + name + "': the initial value " +
+                                     std::to_string(v) + " is not a " +
+                                     std::string(to_string(dtype_of<T>)));
+    return name;
+  }
 
   static node_id make_node(graph& g, std::string name, const loom::shape& s,
                            const variable_options& o) {

@@ -51,6 +51,19 @@ using feed_dict = std::vector<feed>;
 // The result of fetching an operation.
 struct nothing {};
 
+namespace detail {
+// What a braced list {a, b} given to session::run converts to, only to say
+// what to write instead (TF's sess.run([a, b]) is loom::fetches(a, b)).
+struct braced_fetches {
+  template <class... F>
+  requires(sizeof...(F) >= 2) braced_fetches(const F&...) {
+    static_assert(sizeof...(F) == 0, "loom::session::run: to fetch several values write "
+                                     "sess.run(loom::fetches(a, b, ...)), not sess.run({a, b}); "
+                                     "the values come back as a tuple");
+  }
+};
+} // namespace detail
+
 template <class... F> struct fetch_list { std::tuple<F...> items; };
 // Several fetches in one run: sess.run(fetches(train_op, loss), feeds).
 template <class... F> fetch_list<std::remove_cvref_t<F>...> fetches(F&&... f) {
@@ -99,6 +112,10 @@ public:
     std::vector<any_tensor> values = execute(req, feeds);
     return finish(values);
   }
+
+  // sess.run({a, b}): a compile error that names loom::fetches(a, b) (the
+  // conversion's static_assert); never runs.
+  void run(detail::braced_fetches, const feed_dict& = {}) {}
 
   // The same step also fetches `extra` nodes, returned untyped and in order
   // (for hooks that watch a training loop: monitored_training_session).
