@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 #include <support/cluster.hpp>
 #include <support/messages.hpp>
+#include <support/stderr_capture.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -143,4 +144,72 @@ TEST_CASE("the NaN guard fails the step whose loss is not finite") {
   const std::string what = loom::testing::message_of<loom::invalid_argument_error>(
       [&] { s.run(*m.train, m.feeds(std::numeric_limits<float>::quiet_NaN())); });
   CHECK(contains(what, "training diverged"));
+}
+
+TEST_CASE("a sync chief whose barrier passes its deadline (a worker died, no backup) shuts the ps "
+          "tasks down instead of leaving them serving") {
+  local_cluster c(1, 2);
+  loom::graph g;
+  loom::placeholder<float, 1> target(g, loom::shape{2}, "target");
+  loom::gradient_descent_optimizer sgd{0.1};
+  loom::sync_replicas_optimizer sync(
+      sgd, {.replicas_to_aggregate = 2, .total_num_replicas = 2, .barrier_timeout = 500ms});
+  std::optional<loom::operation> train;
+  {
+    auto _ = g.device(loom::replica_device_setter({.ps_tasks = 1}));
+    auto step = loom::create_global_step(g);
+    loom::variable<float, 1> w(g, "w", loom::shape{2}, loom::zeros_initializer{});
+    train = sync.minimize(loom::reduce_sum(loom::square(w - target)), step);
+  }
+  std::FILE* log = std::tmpfile();
+  REQUIRE(log);
+  auto o = options(c, 0, log);
+  o.num_workers = 2;
+  o.sync_replicas = &sync;
+  o.shutdown_cluster = true;
+  auto ps_joined = std::async(std::launch::async, [&] { c.ps(0).join(); });
+  loom::testing::stderr_capture err;
+  {
+    loom::monitored_training_session chief(g, o);
+    // Worker 1 died before its first step: the update never gets its second gradient.
+    CHECK_THROWS_AS(chief.run(*train, {{target, loom::tensor<float, 1>(loom::shape{2}, 1.0f)}}),
+                    loom::deadline_exceeded_error);
+  }
+  CHECK(ps_joined.wait_for(20s) == std::future_status::ready); // told to stop, not orphaned
+  const std::string printed = err.text();
+  CHECK_MESSAGE(!contains(printed, "waiting for"), printed); // nothing dials the ps it stopped
+  std::rewind(log);
+  std::string text(4096, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), log));
+  std::fclose(log);
+  CHECK_MESSAGE(contains(text, "worker: step failed for good ("), text);
+  CHECK_MESSAGE(contains(text, "shutting the ps tasks down"), text);
+}
+
+TEST_CASE("a chief that gives up with shutdown_cluster = false says the ps tasks still serve and "
+          "how to stop them") {
+  local_cluster c(1, 1);
+  regression m;
+  std::FILE* log = std::tmpfile();
+  REQUIRE(log);
+  auto o = options(c, 0, log);
+  o.hooks = {std::make_shared<loom::nan_guard_hook>(m.loss->id())};
+  {
+    loom::monitored_training_session s(m.g, o);
+    CHECK_THROWS_AS(s.run(*m.train, m.feeds(std::numeric_limits<float>::quiet_NaN())),
+                    loom::invalid_argument_error);
+  }
+  std::rewind(log);
+  std::string text(4096, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), log));
+  std::fclose(log);
+  CHECK_MESSAGE(contains(text, "the ps tasks still serve: stop them with "
+                               "loom::session::shutdown_cluster(\"" +
+                                   c.worker(0).target() + "\", {\"ps\"})"),
+                text);
+  // And they do: a session still reaches the ps.
+  loom::graph g;
+  auto k = g.on("/job:ps/task:0", [&] { return loom::constant(g, 7.0f); });
+  loom::session s(g, c.worker(0).target(), loom::testing::quiet());
+  CHECK(static_cast<float>(s.run(k)) == 7.0f);
 }

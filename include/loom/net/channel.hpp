@@ -163,6 +163,7 @@ public:
   const channel_options& options() const noexcept { return opts_; }
   std::uint64_t next_id() noexcept { return next_id_.fetch_add(1, std::memory_order_relaxed); }
   bool connected() const noexcept { return connected_.load(std::memory_order_acquire); }
+  bool ever_connected() const noexcept { return ever_connected_.load(std::memory_order_acquire); }
 
   void ensure_connected(clock::time_point call_deadline) {
     if (connected())
@@ -176,7 +177,7 @@ public:
         throw cancelled_error("the channel to " + *peer_ + " was stopped");
     }
     const auto now = clock::now();
-    auto limit = now + (ever_connected_ ? opts_.reconnect_timeout : opts_.connect_timeout);
+    auto limit = now + (ever_connected() ? opts_.reconnect_timeout : opts_.connect_timeout);
     limit = std::min(limit, call_deadline);
     connect_with_retries(limit);
   }
@@ -530,7 +531,7 @@ private:
       control_ = ctrl;
       bulk_ = bulk;
       connected_.store(true, std::memory_order_release);
-      ever_connected_ = true;
+      ever_connected_.store(true, std::memory_order_release);
     }
     ctrl->start(shared_from_this());
     bulk->start(shared_from_this());
@@ -546,7 +547,7 @@ private:
   std::shared_ptr<io_runtime> rt_;
 
   std::mutex connect_mu_;
-  bool ever_connected_ = false; // connect_mu_
+  std::atomic<bool> ever_connected_{false};
 
   std::mutex mu_;
   std::condition_variable wake_;
@@ -697,6 +698,8 @@ public:
   // unauthenticated_error.
   void connect() { core_->ensure_connected(clock::time_point::max()); }
   bool connected() const noexcept { return core_->connected(); }
+  // Whether it connected once (it may have lost that connection since).
+  bool ever_connected() const noexcept { return core_->ever_connected(); }
 
   template <class Meta = empty>
   call_handle call_async(std::string_view method, const Meta& meta = {},

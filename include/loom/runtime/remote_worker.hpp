@@ -84,9 +84,14 @@ public:
         channel_.call_async(protocol::run_graph, std::move(m), std::move(feeds), co)));
   }
 
+  // Dials a task never reached (it may wait for a tensor of the step), but not
+  // one whose connection was lost: it is gone or restarted, and has not the
+  // step either way.
   void abort_step(std::uint64_t step, const std::string& reason) noexcept override {
     try {
-      channel_.call_async(protocol::abort_step, protocol::abort_step_request{step, reason});
+      net::call_options co;
+      co.dial = !channel_.ever_connected();
+      channel_.call_async(protocol::abort_step, protocol::abort_step_request{step, reason}, {}, co);
     } catch (...) { // the task may be the one that failed
     }
   }

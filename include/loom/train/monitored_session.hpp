@@ -17,6 +17,11 @@
 //     counts itself done on the global step's task; the chief waits for the
 //     others (bounded), then tells the cluster to shut down, so every ps
 //     task's join() returns and its process exits 0.
+//   - A chief that fails for good (a sync barrier's deadline passed because a
+//     worker died, recoveries ran out, a hook refused a step) tells the ps
+//     tasks to shut down before the error reaches its caller, or, with
+//     shutdown_cluster = false, says that they still serve and how to stop
+//     them: no ps is left serving a job that has ended.
 #pragma once
 
 #include <loom/runtime/session.hpp>
@@ -57,7 +62,9 @@ struct monitored_session_options {
   int max_recoveries = 10;
   // How long the chief waits in close() for the other workers to finish.
   std::chrono::milliseconds shutdown_wait{std::chrono::minutes(2)};
-  // Whether the chief shuts the cluster down in close(), and which jobs.
+  // Whether the chief shuts the cluster down in close(), and when it gives up
+  // (a step or the session's creation failed for good: the ps tasks would
+  // otherwise serve forever), and which jobs.
   bool shutdown_cluster = true;
   std::vector<std::string> shutdown_jobs{"ps"};
   std::string label = "worker"; // prefix of log lines
@@ -205,13 +212,51 @@ private:
   // Called in a handler of e: rethrows e unless it is recoverable and
   // recoveries are left, else says so and waits before the next attempt.
   void prepare_recovery(const error& e, const char* what) {
-    if (!recoverable(e) || recoveries_ >= o_.max_recoveries)
+    if (!recoverable(e) || recoveries_ >= o_.max_recoveries) {
+      give_up(e, what);
       throw;
+    }
     ++recoveries_;
     std::fprintf(o_.log, "%s: %s failed (%s); recreating the session (%d of %d)\n",
                  o_.label.c_str(), what, e.what(), recoveries_, o_.max_recoveries);
     std::fflush(o_.log);
     std::this_thread::sleep_for(o_.recovery_wait);
+  }
+
+  // The chief fails for good (a sync barrier passed its deadline because a
+  // worker died, recoveries ran out, a hook refused a step): nothing else
+  // would tell the ps tasks to stop, so it tells them, or says that they
+  // still serve and how to stop them. Never throws: e is what the caller sees.
+  void give_up(const error& e, const char* what) noexcept {
+    if (!o_.is_chief)
+      return;
+    try {
+      if (!o_.shutdown_cluster) {
+        std::fprintf(o_.log,
+                     "%s: %s failed for good (%s); the ps tasks still serve: stop them with "
+                     "loom::session::shutdown_cluster(\"%s\", {\"ps\"}) or by ending their "
+                     "processes\n",
+                     o_.label.c_str(), what, e.what(), o_.master.c_str());
+        std::fflush(o_.log);
+        return;
+      }
+      std::fprintf(o_.log, "%s: %s failed for good (%s); shutting the ps tasks down\n",
+                   o_.label.c_str(), what, e.what());
+      std::fflush(o_.log);
+      session::shutdown_cluster(o_.master, o_.shutdown_jobs, o_.config);
+      // The update loop ends as its ps goes; nothing is run on the ps again
+      // (its close op would only dial a task that is gone).
+      if (auto loop = std::move(chief_loop_)) {
+        try {
+          loop->stop(nullptr);
+        } catch (...) { // the ps stopped under it
+        }
+      }
+    } catch (const std::exception& x) {
+      std::fprintf(o_.log, "%s: could not shut the ps tasks down (%s); they may still serve\n",
+                   o_.label.c_str(), x.what());
+      std::fflush(o_.log);
+    }
   }
 
   // A ps task may go away while the session is being created too (a worker
