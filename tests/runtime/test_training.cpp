@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <regex>
 #include <string>
 #include <system_error>
@@ -193,6 +194,29 @@ TEST_CASE("backup workers: 3 workers aggregate 2, one is killed mid-run, trainin
   expect_exit(ps, 0, 60s);
   CHECK(final_global_step(w0.output()) == 1000);
   CHECK(contains(w0.output(), "not every worker finished"));
+}
+
+TEST_CASE("sync replicas without backups: a worker killed mid-run and restarted rejoins, and "
+          "training finishes" *
+          lt::needs_examples()) {
+  require_prerequisites();
+  cluster_flags cf(1, 2);
+  temp_dir dir;
+  auto flags = [&](int task) {
+    return args(cf.task("worker", task), common(dir, "800"), "--sync_replicas");
+  };
+  lt::child ps(replica(), cf.task("ps", 0));
+  lt::child w0(replica(), flags(0));
+  std::optional<lt::child> w1(std::in_place, replica(), flags(1));
+  REQUIRE_MESSAGE(w1->wait_for_output("Training begins", 120s), w1->report() + "\n" + w0.report());
+  std::this_thread::sleep_for(1s); // mid-run
+  w1->kill();                      // SIGKILL: every update now waits for its gradient
+  w1.emplace(replica(), flags(1)); // the same task, restarted before the barrier's deadline
+  expect_exit(w0, 0, 300s);
+  expect_exit(*w1, 0, 60s);
+  expect_exit(ps, 0, 60s);
+  CHECK(final_global_step(w0.output()) == 800);
+  CHECK_FALSE(contains(w0.output(), "not every worker finished"));
 }
 
 TEST_CASE("the ps is killed and restarted: the chief restores the last checkpoint and training "
