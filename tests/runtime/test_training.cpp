@@ -208,7 +208,8 @@ TEST_CASE("sync replicas without backups: a worker killed mid-run and restarted 
   lt::child ps(replica(), cf.task("ps", 0));
   lt::child w0(replica(), flags(0));
   std::optional<lt::child> w1(std::in_place, replica(), flags(1));
-  REQUIRE_MESSAGE(w1->wait_for_output("Training begins", 120s), w1->report() + "\n" + w0.report());
+  REQUIRE_MESSAGE(w1->wait_for_output("Training begins", 120s),
+                  (w1->report() + "\n" + w0.report()));
   std::this_thread::sleep_for(1s); // mid-run
   w1->kill();                      // SIGKILL: every update now waits for its gradient
   w1.emplace(replica(), flags(1)); // the same task, restarted before the barrier's deadline
