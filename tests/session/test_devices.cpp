@@ -102,21 +102,23 @@ void gpu_add(loom::detail::kernel_context& c) {
   c.output = relabelled(out, memory_location::gpu(0));
 }
 const loom::detail::kernel_registration square_on_gpu("square", loom::dtype::f32, &gpu_square,
-                                              loom::detail::device_gpu);
-const loom::detail::kernel_registration add_on_gpu("add", loom::dtype::f32, &gpu_add, loom::detail::device_gpu);
+                                                      loom::detail::device_gpu);
+const loom::detail::kernel_registration add_on_gpu("add", loom::dtype::f32, &gpu_add,
+                                                   loom::detail::device_gpu);
 int gpu_constants_made = 0;
 void gpu_constant(loom::detail::kernel_context& c) {
   ++gpu_constants_made;
   c.output = relabelled(c.node.attr<loom::any_tensor>("value"), memory_location::gpu(0));
 }
 const loom::detail::kernel_registration constant_on_gpu("constant", loom::dtype::f32, &gpu_constant,
-                                                loom::detail::device_gpu);
+                                                        loom::detail::device_gpu);
 
 // Stand-in GPU kernels of fused regions (a unit compiled by nvcc registers
 // real ones: kernels/cuda/fused.cuh): square(a) + b in one pass, and one that
 // declines every shape, as a real one declines general broadcasting.
-bool gpu_square_plus(const loom::detail::gpu_context&, std::span<const loom::any_tensor* const> leaves,
-                     loom::any_tensor& out, const std::string&) {
+bool gpu_square_plus(const loom::detail::gpu_context&,
+                     std::span<const loom::any_tensor* const> leaves, loom::any_tensor& out,
+                     const std::string&) {
   REQUIRE(leaves.size() == 2);
   const loom::any_tensor& a = *leaves[0];
   const loom::any_tensor& b = *leaves[1];

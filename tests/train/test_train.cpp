@@ -193,8 +193,8 @@ TEST_CASE("an update copies the buffers something else holds, and only those") {
   const loom::any_tensor m_read = slot_m.value;
   const void* w_buffer = w.value.raw_data();
   const void* v_buffer = slot_v.value.raw_data();
-  const loom::detail::kernel_fn kernel =
-      loom::detail::kernel_registry::instance().find("apply_adam", loom::dtype::f64, loom::detail::device_cpu);
+  const loom::detail::kernel_fn kernel = loom::detail::kernel_registry::instance().find(
+      "apply_adam", loom::dtype::f64, loom::detail::device_cpu);
   REQUIRE(static_cast<bool>(kernel));
   kernel(c);
 

@@ -71,12 +71,13 @@ void gemm(const kernel_context& c, const any_tensor& a, bool ta, const any_tenso
   }
   const T one = T(1), zero = T(0);
   // Column-major, the buffers hold A^T and B^T; C^T = op(B)^T op(A)^T.
-  cuda::check_cublas(gemm_call(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                         blas_dim(c.node, n), blas_dim(c.node, m), blas_dim(c.node, k), &one,
-                         b.template device_data<T>(), blas_dim(c.node, b.shape()[1]),
-                         a.template device_data<T>(), blas_dim(c.node, a.shape()[1]), &zero, C,
-                         blas_dim(c.node, n)),
-               "gemm");
+  cuda::check_cublas(gemm_call(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                               ta ? CUBLAS_OP_T : CUBLAS_OP_N, blas_dim(c.node, n),
+                               blas_dim(c.node, m), blas_dim(c.node, k), &one,
+                               b.template device_data<T>(), blas_dim(c.node, b.shape()[1]),
+                               a.template device_data<T>(), blas_dim(c.node, a.shape()[1]), &zero,
+                               C, blas_dim(c.node, n)),
+                     "gemm");
 }
 
 template <class T>
