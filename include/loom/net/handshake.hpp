@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace loom::net {
@@ -62,7 +63,7 @@ private:
         std::rethrow_exception(err);
       if (f.header.kind == frame_kind::auth_result) // the server refused the hello
         return on_result(true, std::move(f));
-      expect(f, frame_kind::challenge);
+      expect(f, frame_kind::challenge, "a challenge");
       const challenge_msg ch = decode_challenge(f.metadata_bytes());
       if (!ch.token_required && who_.token)
         throw unauthenticated_error(
@@ -93,7 +94,7 @@ private:
   }
 
   void on_result(bool server_proven, incoming_frame&& f) {
-    expect(f, frame_kind::auth_result);
+    expect(f, frame_kind::auth_result, "an auth_result");
     const auto r = decode_auth_result(f.metadata_bytes());
     if (r.status != 0) {
       c_->close("refused by the server");
@@ -108,13 +109,10 @@ private:
     done_(nullptr);
   }
 
-  void expect(const incoming_frame& f, frame_kind k) const {
+  void expect(const incoming_frame& f, frame_kind k, std::string_view what) const {
     if (f.header.kind != k)
-      throw data_loss_error("expected " + std::string(article(k)) + " frame from " + peer_ +
-                            ", got " + std::string(to_string(f.header.kind)));
-  }
-  static std::string_view article(frame_kind k) {
-    return k == frame_kind::auth_result ? "an auth_result" : "a challenge";
+      throw data_loss_error("expected " + std::string(what) + " frame from " + peer_ + ", got " +
+                            std::string(to_string(f.header.kind)));
   }
 
   void fail(std::exception_ptr e) {

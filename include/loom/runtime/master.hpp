@@ -159,12 +159,12 @@ public:
     if (failed.empty())
       return;
     std::string which;
-    for (const auto& [task, e] : failed)
-      which += (which.empty() ? "" : "; ") + task + ": " + message_of(e);
-    std::rethrow_exception(net::make_error(code_of(failed.front().second),
-                                           "session::reset: " + std::to_string(failed.size()) +
-                                               " of " + std::to_string(workers_->tasks().size()) +
-                                               " task(s) were not reset: " + which));
+    for (const auto& f : failed)
+      which += (which.empty() ? "" : "; ") + f.task + ": " + f.message;
+    std::rethrow_exception(
+        net::make_error(failed.front().code, "session::reset: " + std::to_string(failed.size()) +
+                                                 " of " + std::to_string(workers_->tasks().size()) +
+                                                 " task(s) were not reset: " + which));
   }
 
   // Tells every task (of `jobs`, when given) to stop serving, all at once:
@@ -179,61 +179,50 @@ public:
         tasks.push_back(t);
     const auto failed = on_each_task(tasks, [&](worker_interface& w) { w.shutdown(deadline); });
     shutdown_report report;
+    auto next = failed.begin(); // in `tasks`' order
     for (const auto& t : tasks) {
-      auto it =
-          std::find_if(failed.begin(), failed.end(), [&](const auto& f) { return f.first == t; });
-      if (it == failed.end())
-        report.stopped.push_back(t);
+      if (next != failed.end() && next->task == t)
+        report.unreachable.push_back(t + ": " + (next++)->message);
       else
-        report.unreachable.push_back(t + ": " + message_of(it->second));
+        report.stopped.push_back(t);
     }
     return report;
   }
 
 private:
+  struct task_failure {
+    std::string task;
+    error_code code;
+    std::string message;
+  };
+
   // Calls `call` on the worker of every task in `tasks` at once, each on a
   // thread of its own (connecting waits), and returns the tasks whose call
   // threw, with what it threw, in `tasks`' order.
   template <class F>
-  std::vector<std::pair<std::string, std::exception_ptr>>
-  on_each_task(const std::vector<std::string>& tasks, F call) {
-    std::vector<std::exception_ptr> errors(tasks.size());
+  std::vector<task_failure> on_each_task(const std::vector<std::string>& tasks, F call) {
+    std::vector<std::optional<task_failure>> outcome(tasks.size());
     std::vector<std::thread> threads;
     threads.reserve(tasks.size());
     for (std::size_t i = 0; i < tasks.size(); ++i)
       threads.emplace_back([&, i] {
         try {
           call(worker(tasks[i]));
+        } catch (const error& e) {
+          outcome[i] = task_failure{tasks[i], e.code(), e.message()};
+        } catch (const std::exception& e) {
+          outcome[i] = task_failure{tasks[i], error_code::internal, e.what()};
         } catch (...) {
-          errors[i] = std::current_exception();
+          outcome[i] = task_failure{tasks[i], error_code::unknown, "an unknown exception"};
         }
       });
     for (auto& t : threads)
       t.join();
-    std::vector<std::pair<std::string, std::exception_ptr>> failed;
-    for (std::size_t i = 0; i < tasks.size(); ++i)
-      if (errors[i])
-        failed.emplace_back(tasks[i], errors[i]);
+    std::vector<task_failure> failed;
+    for (auto& o : outcome)
+      if (o)
+        failed.push_back(std::move(*o));
     return failed;
-  }
-
-  static std::string message_of(const std::exception_ptr& p) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const error& e) {
-      return e.message();
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-  }
-  static error_code code_of(const std::exception_ptr& p) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const error& e) {
-      return e.code();
-    } catch (...) {
-      return error_code::internal;
-    }
   }
 
   struct part_handle {
@@ -245,6 +234,7 @@ private:
     std::vector<part_handle> parts;
   };
 
+  // Whether p is an `aborted` error (a restarted task, or another task's failure).
   static bool is_abort(const std::exception_ptr& p) {
     try {
       std::rethrow_exception(p);
