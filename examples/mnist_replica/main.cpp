@@ -59,8 +59,8 @@ int main(int argc, char** argv) try {
       .define_int("log_every", 100, "Print progress every this many local steps")
       .define_int("seed", 1, "Graph-level random seed (initial weights); batches use seed+task")
       .define_int("shutdown_wait_secs", 120,
-                  "How long the chief waits for the other workers to finish before it shuts "
-                  "the ps tasks down")
+                  "How long the chief waits, at most, for the other workers to finish before it "
+                  "shuts the ps tasks down (a worker that is gone is not waited for)")
       .define_int("barrier_timeout_secs", 120,
                   "With --sync_replicas: how long a worker waits for its step's update");
   if (!flags.parse(argc, argv))

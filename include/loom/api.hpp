@@ -12,6 +12,7 @@
 #include <loom/core/flags.hpp>
 #include <loom/core/shape.hpp>
 #include <loom/core/tensor.hpp>
+#include <loom/core/version.hpp>
 #include <loom/expr/expr.hpp>
 #include <loom/graph/gradients.hpp>
 #include <loom/graph/graph.hpp>

@@ -2,6 +2,8 @@
 // reset, shutdown_cluster and session creation end within their deadline,
 // name what they could not reach, and print no retry lines where told to be
 // quiet; a session whose cluster was shut down goes without dialling it.
+// ping_cluster says which tasks serve; a session's target takes loom://,
+// TF's grpc:// or a bare host:port, and any other form is refused at once.
 #include <loom/api.hpp>
 
 #include <doctest/doctest.h>
@@ -122,6 +124,56 @@ TEST_CASE("a session whose target is gone fails within connect_timeout, quietly 
   CHECK(clock_type::now() - start < 10s);
   const std::string printed = err.text();
   CHECK_MESSAGE(printed.empty(), printed);
+}
+
+TEST_CASE("ping_cluster says which tasks serve, within its deadline, printing nothing") {
+  local_cluster cluster(2, 1);
+  cluster.ps(1).stop();
+  stderr_capture err;
+  const auto start = clock_type::now();
+  const loom::ping_report all =
+      loom::session::ping_cluster(cluster.target(), {}, within(1500ms, false));
+  CHECK(clock_type::now() - start < 10s);
+  CHECK(all.answered ==
+        std::vector<std::string>{"/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0"});
+  REQUIRE(all.unreachable.size() == 1);
+  CHECK(contains(all.unreachable[0], "/job:ps/replica:0/task:1: "));
+  const loom::ping_report workers =
+      loom::session::ping_cluster(cluster.target(), {"worker"}, within(1500ms, false));
+  CHECK(workers.answered == std::vector<std::string>{"/job:worker/replica:0/task:0"});
+  CHECK(workers.unreachable.empty());
+  const std::string printed = err.text();
+  CHECK_MESSAGE(printed.empty(), printed);
+  // Nothing was stopped: the ps still serves.
+  loom::graph g;
+  auto k = g.on("/job:ps/task:0", [&] { return loom::constant(g, 2.0f); });
+  loom::session s(g, cluster.target(), quiet());
+  CHECK(static_cast<float>(s.run(k)) == 2.0f);
+}
+
+TEST_CASE("a session's target is loom://host:port, TF's grpc://host:port or host:port") {
+  local_cluster cluster(1, 1);
+  const std::string address = cluster.spec.task_address("worker", 0);
+  loom::graph g;
+  auto c = loom::constant(g, 5.0f);
+  for (const std::string& target : {"loom://" + address, "grpc://" + address, address}) {
+    CAPTURE(target);
+    loom::session s(g, target, quiet());
+    CHECK(static_cast<float>(s.run(c)) == 5.0f);
+  }
+  // Each wrong form is refused at once, naming the target and the forms that work.
+  for (const std::string& target : {std::string("http://") + address, std::string("localhost"),
+                                    std::string("loom://:2222"), std::string("loom://h:port"),
+                                    std::string("h:0"), std::string("h:70000"), std::string("")}) {
+    CAPTURE(target);
+    const auto start = clock_type::now();
+    const std::string what = loom::testing::message_of<loom::invalid_argument_error>(
+        [&] { loom::session s(g, target, quiet()); });
+    INFO(what);
+    CHECK(clock_type::now() - start < 2s);
+    CHECK(contains(what, "session target '" + target + "'"));
+    CHECK(contains(what, "\"loom://host:port\" (or TF's \"grpc://host:port\""));
+  }
 }
 
 TEST_CASE("after the cluster was shut down, a session goes without dialling its tasks") {

@@ -74,6 +74,15 @@ std::FILE* null_log() {
   return f;
 }
 
+// What was written to a std::tmpfile() log, which it closes.
+std::string text_of(std::FILE* log) {
+  std::rewind(log);
+  std::string text(1 << 16, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), log));
+  std::fclose(log);
+  return text;
+}
+
 } // namespace
 
 TEST_CASE("the chief initializes, stops at the step, saves a checkpoint; a new chief restores "
@@ -178,10 +187,7 @@ TEST_CASE("a sync chief whose barrier passes its deadline (a worker died, no bac
   CHECK(ps_joined.wait_for(20s) == std::future_status::ready); // told to stop, not orphaned
   const std::string printed = err.text();
   CHECK_MESSAGE(!contains(printed, "waiting for"), printed); // nothing dials the ps it stopped
-  std::rewind(log);
-  std::string text(4096, '\0');
-  text.resize(std::fread(text.data(), 1, text.size(), log));
-  std::fclose(log);
+  const std::string text = text_of(log);
   CHECK_MESSAGE(contains(text, "worker: step failed for good ("), text);
   CHECK_MESSAGE(contains(text, "shutting the ps tasks down"), text);
 }
@@ -199,10 +205,7 @@ TEST_CASE("a chief that gives up with shutdown_cluster = false says the ps tasks
     CHECK_THROWS_AS(s.run(*m.train, m.feeds(std::numeric_limits<float>::quiet_NaN())),
                     loom::invalid_argument_error);
   }
-  std::rewind(log);
-  std::string text(4096, '\0');
-  text.resize(std::fread(text.data(), 1, text.size(), log));
-  std::fclose(log);
+  const std::string text = text_of(log);
   CHECK_MESSAGE(contains(text, "the ps tasks still serve: stop them with "
                                "loom::session::shutdown_cluster(\"" +
                                    c.worker(0).target() + "\", {\"ps\"})"),
@@ -212,4 +215,68 @@ TEST_CASE("a chief that gives up with shutdown_cluster = false says the ps tasks
   auto k = g.on("/job:ps/task:0", [&] { return loom::constant(g, 7.0f); });
   loom::session s(g, c.worker(0).target(), loom::testing::quiet());
   CHECK(static_cast<float>(s.run(k)) == 7.0f);
+}
+
+TEST_CASE("a closing chief does not wait for workers that are gone, finished or not") {
+  local_cluster c(1, 3);
+  regression chief_model, other_model;
+  std::FILE* log = std::tmpfile();
+  REQUIRE(log);
+  auto o = options(c, 0, log);
+  o.num_workers = 3;
+  o.shutdown_cluster = true;
+  o.shutdown_wait = 60s;
+  auto ps_joined = std::async(std::launch::async, [&] { c.ps(0).join(); });
+  loom::monitored_training_session chief(chief_model.g, o);
+  chief.run(*chief_model.train, chief_model.feeds(1.0f));
+  {
+    // Worker 1 trains, says it is done and exits; worker 2 dies without a word.
+    auto o1 = options(c, 1, null_log());
+    o1.num_workers = 3;
+    loom::monitored_training_session other(other_model.g, o1);
+    other.run(*other_model.train, other_model.feeds(1.0f));
+    other.close();
+  }
+  c.worker(1).stop();
+  c.worker(2).stop();
+
+  const auto start = std::chrono::steady_clock::now();
+  chief.close();
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(took < 15s); // not shutdown_wait's 60 s
+  CHECK(ps_joined.wait_for(10s) == std::future_status::ready);
+  const std::string text = text_of(log);
+  CHECK_MESSAGE(contains(text, "worker: 2 of 3 worker(s) finished and no other worker answers ("),
+                text);
+  CHECK_MESSAGE(contains(text, "/job:worker/replica:0/task:2: "), text);
+  CHECK_MESSAGE(contains(text, "shutting the ps tasks down"), text);
+}
+
+TEST_CASE("a closing chief waits for a worker that still works, and no longer than it takes") {
+  local_cluster c(1, 2);
+  regression chief_model, other_model;
+  std::FILE* log = std::tmpfile();
+  REQUIRE(log);
+  auto o = options(c, 0, log);
+  o.num_workers = 2;
+  o.shutdown_cluster = true;
+  o.shutdown_wait = 60s;
+  auto ps_joined = std::async(std::launch::async, [&] { c.ps(0).join(); });
+  loom::monitored_training_session chief(chief_model.g, o);
+  auto o1 = options(c, 1, null_log());
+  o1.num_workers = 2;
+  loom::monitored_training_session other(other_model.g, o1);
+  chief.run(*chief_model.train, chief_model.feeds(1.0f));
+
+  auto closed = std::async(std::launch::async, [&] { chief.close(); });
+  CHECK(closed.wait_for(1500ms) == std::future_status::timeout); // worker 1 still trains
+  other.run(*other_model.train, other_model.feeds(1.0f));
+  other.close();
+  CHECK(closed.wait_for(10s) == std::future_status::ready);
+  closed.get();
+  CHECK(ps_joined.wait_for(10s) == std::future_status::ready);
+  const std::string text = text_of(log);
+  CHECK_MESSAGE(!contains(text, "no other worker answers"), text);
+  CHECK_MESSAGE(!contains(text, "shutting down anyway"), text);
+  CHECK_MESSAGE(contains(text, "final global step 2"), text);
 }

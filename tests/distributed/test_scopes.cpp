@@ -53,6 +53,8 @@ TEST_CASE("seed 001 written the Python way: b on the worker, c on worker 1, as T
   INFO(placed);
   // TF's log: a on ps 0; b (add) on worker 0; c (add_1) on worker 1.
   CHECK(contains(placed, "a: (variable): /job:ps/replica:0/task:0/device:CPU:0"));
+  // Printed once, though placed for both runs (TF places and logs the graph once).
+  CHECK(placed.find("a: (variable)") == placed.rfind("a: (variable)"));
   CHECK(contains(placed, "add: (add): /job:worker/replica:0/task:0/device:CPU:0"));
   CHECK(contains(placed, "add_1: (add): /job:worker/replica:0/task:1/device:CPU:0"));
   // The constant 2 of `a + 2` is b's operand, created with b.

@@ -208,6 +208,35 @@ TEST_CASE("a fetched value is a snapshot") {
   CHECK(s.run(v)(0) == 3.0f);
 }
 
+TEST_CASE("log_device_placement prints each node once per graph, not once per distinct run") {
+  graph g;
+  loom::placeholder<float, 1> x(g, shape{2}, "x");
+  auto doubled = loom::lower(x * 2.0f);
+  auto squared = loom::lower(loom::square(doubled));
+  std::ostringstream log;
+  auto o = opts();
+  o.log_device_placement = true;
+  o.placement_log = &log;
+  loom::session s(g, o);
+  const auto in = tensor<float, 1>(shape{2}, {1, 2});
+  s.run(doubled, {{x, in}});
+  s.run(squared, {{x, in}}); // a second plan: x and doubled are placed again
+  s.run(loom::fetches(doubled, squared), {{x, in}});
+  const std::string printed = log.str();
+  INFO(printed);
+  const std::string line = doubled.name() + ": (mul): /job:localhost/replica:0/task:0/device:CPU:0";
+  const auto first = printed.find(line);
+  REQUIRE(first != std::string::npos);
+  CHECK(printed.find(line, first + 1) == std::string::npos);
+  CHECK(contains(printed, squared.name() + ": (square): "));
+  // Another session over the graph prints its own placement.
+  std::ostringstream other_log;
+  o.placement_log = &other_log;
+  loom::session other(g, o);
+  other.run(doubled, {{x, in}});
+  CHECK(contains(other_log.str(), line));
+}
+
 TEST_CASE("a local session places on its CPU: a GPU or a task it lacks is an error, or soft "
           "placement moves the node and says so") {
   graph g;

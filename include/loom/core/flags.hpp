@@ -1,10 +1,12 @@
 // Command-line flags in the style of tf.app.flags: --name=value or --name value,
 // booleans as --name, --name=true/false or --noname. Unknown flags, missing
 // values and malformed numbers are errors that name the flag and list the
-// known ones; --help prints every flag with its default and help text.
+// known ones; --help prints every flag with its default and help text, and
+// --version the loom version the program was built with.
 #pragma once
 
 #include <loom/core/error.hpp>
+#include <loom/core/version.hpp>
 
 #include <charconv>
 #include <cstdint>
@@ -43,12 +45,18 @@ public:
     return define(n, d, std::move(h));
   }
 
-  // Parses argv; returns false when --help was given (after printing usage).
-  bool parse(int argc, const char* const* argv) {
+  // Parses argv; returns false when --help or --version was given (after
+  // printing the usage or the version): the program then exits 0.
+  bool parse(int argc, const char* const* argv, std::ostream& out = std::cout) {
+    const std::string_view program = argc > 0 ? argv[0] : "program";
     for (int i = 1; i < argc; ++i) {
       std::string_view arg = argv[i];
       if (arg == "--help" || arg == "-h") {
-        print_usage(std::cout, argc > 0 ? argv[0] : "program");
+        print_usage(out, program);
+        return false;
+      }
+      if (arg == "--version") {
+        out << program << " (loom " << version() << ")\n";
         return false;
       }
       if (arg.substr(0, 2) != "--")
@@ -95,7 +103,7 @@ public:
   void print_usage(std::ostream& os, std::string_view program) const {
     if (!description_.empty())
       os << description_ << "\n\n";
-    os << "usage: " << program << " [--flag=value ...]\n";
+    os << "usage: " << program << " [--flag=value ...] | --help | --version\n";
     for (auto& [name, e] : entries_) {
       os << "  --" << name << " (default: ";
       std::visit([&](const auto& v) { os << v; }, e.current);

@@ -27,7 +27,10 @@
 //   the request and the available devices (TF's "Cannot assign a device for
 //   operation ...").
 // - log_device_placement: one line per node, in node order, in TF's format
-//   "name: (op): /job:worker/replica:0/task:0/device:CPU:0".
+//   "name: (op): /job:worker/replica:0/task:0/device:CPU:0". The lines go to
+//   a placement_log, which prints each distinct line once: a session keeps
+//   one for its graph, so a node's placement is printed once (as TF prints it
+//   when it places the graph), not again for every distinct set of fetches.
 #pragma once
 
 #include <loom/core/device_spec.hpp>
@@ -42,8 +45,11 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -92,43 +98,35 @@ inline auto name_key(const device_spec& d) {
 
 } // namespace detail::placer_impl
 
+// Where the placer's lines go. Each distinct line is printed once over the
+// log's life; a line that changes (a node placed anew after its graph grew)
+// is printed again. Sessions place concurrently, hence the lock.
+class placement_log {
+public:
+  explicit placement_log(std::ostream& out = std::cerr) : out_(&out) {}
+
+  void print(std::string line) {
+    std::lock_guard lock(mu_);
+    if (printed_.insert(line).second)
+      *out_ << line << '\n';
+  }
+
+private:
+  std::ostream* out_;
+  std::mutex mu_;
+  std::set<std::string> printed_;
+};
+
 class placer {
 public:
-  placer(std::vector<device_spec> devices, placer_options options = {},
-         std::ostream& log = std::cerr)
-      : options_(std::move(options)), log_(&log) {
-    namespace impl = detail::placer_impl;
-    for (const device_spec& d : devices) {
-      if (!impl::fully_specified(d))
-        throw invalid_argument_error("placer: available device '" + d.to_string() +
-                                     "' is not fully specified; expected "
-                                     "/job:J/replica:R/task:T/device:TYPE:INDEX");
-      if (std::find(devices_.begin(), devices_.end(), d) == devices_.end())
-        devices_.push_back(d);
-    }
-    if (devices_.empty())
-      throw invalid_argument_error("placer: no devices are available");
-    for (const std::string& f : options_.device_filters) {
-      try {
-        filters_.push_back(device_spec::from_string(f));
-      } catch (const error& e) {
-        throw invalid_argument_error("placer: device filter \"" + f + "\": " + e.message());
-      }
-    }
-    for (const device_spec& d : devices_)
-      if (filters_.empty() || std::any_of(filters_.begin(), filters_.end(),
-                                          [&](const device_spec& f) { return d.matches(f); }))
-        visible_.push_back(d);
-    if (visible_.empty())
-      throw invalid_argument_error("placer: device_filters " + filter_list() +
-                                   " match none of the available devices " +
-                                   impl::list_devices(devices_));
-    try {
-      default_ = device_spec::from_string(options_.default_device);
-    } catch (const error& e) {
-      throw invalid_argument_error("placer: default_device: " + e.message());
-    }
-  }
+  // Lines go to `log` (each distinct line once across the placements that share it).
+  placer(std::vector<device_spec> devices, placer_options options, placement_log& log)
+      : placer(std::move(devices), std::move(options), nullptr, &log) {}
+  // Lines go to `out`, every line of this placer's placements.
+  explicit placer(std::vector<device_spec> devices, placer_options options = {},
+                  std::ostream& out = std::cerr)
+      : placer(std::move(devices), std::move(options), std::make_unique<placement_log>(out),
+               nullptr) {}
 
   // The devices that device_filters leave visible.
   const std::vector<device_spec>& visible_devices() const noexcept { return visible_; }
@@ -172,9 +170,9 @@ public:
         if (impl::compatible(request, r)) {
           request = device_spec::merged(r, request);
         } else if (options_.log_device_placement) {
-          *log_ << "Ignoring device specification " << r.to_string() << " for node '"
-                << nodes[m].name << "' because it is colocated with '" << nodes[anchor].name
-                << "', which requests " << request.to_string() << "\n";
+          log_->print("Ignoring device specification " + r.to_string() + " for node '" +
+                      nodes[m].name + "' because it is colocated with '" + nodes[anchor].name +
+                      "', which requests " + request.to_string());
         }
       }
       const device_spec chosen = choose(nodes, members, anchor, request);
@@ -185,7 +183,7 @@ public:
 
     if (options_.log_device_placement)
       for (const node_def& n : nodes)
-        *log_ << n.name << ": (" << n.op << "): " << n.assigned_device << "\n";
+        log_->print(n.name + ": (" + n.op + "): " + n.assigned_device);
   }
 
   // Places every node of `g` (sets node_def::assigned_device in the graph).
@@ -203,6 +201,43 @@ public:
   }
 
 private:
+  placer(std::vector<device_spec> devices, placer_options options,
+         std::unique_ptr<placement_log> own_log, placement_log* log)
+      : options_(std::move(options)), own_log_(std::move(own_log)),
+        log_(log ? log : own_log_.get()) {
+    namespace impl = detail::placer_impl;
+    for (const device_spec& d : devices) {
+      if (!impl::fully_specified(d))
+        throw invalid_argument_error("placer: available device '" + d.to_string() +
+                                     "' is not fully specified; expected "
+                                     "/job:J/replica:R/task:T/device:TYPE:INDEX");
+      if (std::find(devices_.begin(), devices_.end(), d) == devices_.end())
+        devices_.push_back(d);
+    }
+    if (devices_.empty())
+      throw invalid_argument_error("placer: no devices are available");
+    for (const std::string& f : options_.device_filters) {
+      try {
+        filters_.push_back(device_spec::from_string(f));
+      } catch (const error& e) {
+        throw invalid_argument_error("placer: device filter \"" + f + "\": " + e.message());
+      }
+    }
+    for (const device_spec& d : devices_)
+      if (filters_.empty() || std::any_of(filters_.begin(), filters_.end(),
+                                          [&](const device_spec& f) { return d.matches(f); }))
+        visible_.push_back(d);
+    if (visible_.empty())
+      throw invalid_argument_error("placer: device_filters " + filter_list() +
+                                   " match none of the available devices " +
+                                   impl::list_devices(devices_));
+    try {
+      default_ = device_spec::from_string(options_.default_device);
+    } catch (const error& e) {
+      throw invalid_argument_error("placer: default_device: " + e.message());
+    }
+  }
+
   // A node with a reference input (assign, apply_*) and no group runs where
   // the referenced node lives (TF's placer colocates reference edges).
   static void colocate_ref_inputs(std::vector<node_def>& nodes,
@@ -314,8 +349,8 @@ private:
                                    "; soft placement found no visible device with kernels for " +
                                    missing_kernels(nodes, members, visible_) + " either");
     const device_spec chosen = best(fallback, task_only);
-    *log_ << "loom placer: soft placement of " << who << ": " << why << "; placed on "
-          << chosen.to_string() << "\n";
+    log_->print("loom placer: soft placement of " + who + ": " + why + "; placed on " +
+                chosen.to_string());
     return chosen;
   }
 
@@ -343,7 +378,8 @@ private:
   }
 
   placer_options options_;
-  std::ostream* log_;
+  std::unique_ptr<placement_log> own_log_; // when made with an ostream
+  placement_log* log_;
   std::vector<device_spec> devices_;
   std::vector<device_spec> filters_;
   std::vector<device_spec> visible_;
@@ -351,6 +387,10 @@ private:
 };
 
 // One-shot forms.
+inline void place(std::vector<node_def>& nodes, std::vector<device_spec> devices,
+                  placer_options options, placement_log& log) {
+  placer(std::move(devices), std::move(options), log).place(nodes);
+}
 inline void place(std::vector<node_def>& nodes, std::vector<device_spec> devices,
                   placer_options options = {}, std::ostream& log = std::cerr) {
   placer(std::move(devices), std::move(options), log).place(nodes);

@@ -77,6 +77,13 @@ struct shutdown_report {
   bool all_stopped() const noexcept { return unreachable.empty(); }
 };
 
+// What session::ping_cluster found: the tasks that answered, and those that
+// did not before its deadline, each as "<task>: <why>".
+struct ping_report {
+  std::vector<std::string> answered;
+  std::vector<std::string> unreachable;
+};
+
 // Where a session runs: a server's target() ("loom://host:port"). A type of
 // its own, not a bare string, so `session(g, {.intra_op_threads = 2})` stays
 // unambiguous.
@@ -167,6 +174,8 @@ public:
   virtual shutdown_report shutdown_cluster(const std::string& target,
                                            const std::vector<std::string>& jobs,
                                            cluster_session_options o) = 0;
+  virtual ping_report ping_cluster(const std::string& target, const std::vector<std::string>& jobs,
+                                   cluster_session_options o) = 0;
 
   // The registered factory; an error saying how to link one where none is.
   static runtime_factory& linked() {

@@ -55,6 +55,11 @@ public:
     }
     return report;
   }
+  ping_report ping_cluster(const std::string& target, const std::vector<std::string>& jobs,
+                           cluster_session_options o) override {
+    o.quiet = true; // the report says who did not answer
+    return loom::detail::cluster_master(target, std::move(o)).ping(jobs);
+  }
 };
 
 inline linked_runtime the_linked_runtime;

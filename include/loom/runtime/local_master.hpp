@@ -28,7 +28,7 @@ public:
         allow_fusion_(!o.disable_fusion),
         placement_(
             session_placement(o.allow_soft_placement, o.log_device_placement, {}, local_cpu)),
-        placement_log_(o.placement_log) {}
+        placement_log_(*o.placement_log) {}
 
   void run(const graph& g, const run_request& req, std::vector<any_tensor>& values) override {
     run_plan(plan_for(g, req), g, values, device_, resources_);
@@ -59,7 +59,7 @@ private:
     for (int i = 0, n = gpu_count(); i < n; ++i)
       devices.push_back(device_spec::from_string("/job:localhost/replica:0/task:0/device:GPU:" +
                                                  std::to_string(i)));
-    place(nodes, devices, placement_, *placement_log_);
+    place(nodes, devices, placement_, placement_log_);
     std::vector<memory_location> placed(g.size());
     for (const node_def& n : nodes)
       placed[static_cast<std::size_t>(n.id)] = location_of(n);
@@ -73,7 +73,7 @@ private:
   std::uint64_t planned_version_ = 0;
   bool allow_fusion_ = true;
   placer_options placement_;
-  std::ostream* placement_log_ = &std::cerr;
+  mutable placement_log placement_log_; // each node's line once for the session's graph
 };
 
 } // namespace loom::detail

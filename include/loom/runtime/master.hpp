@@ -30,16 +30,28 @@
 
 namespace loom::detail {
 
-// "loom://host:port" (or "grpc://host:port", or "host:port") -> "host:port".
+// A session's target -> "host:port". Accepted: a server's target()
+// ("loom://host:port"), TF's form ("grpc://host:port", so strings carried over
+// from a TF program work) and a bare "host:port".
 inline std::string target_address(const std::string& target) {
-  std::string a = target;
-  for (const char* scheme : {"loom://", "grpc://"})
-    if (a.rfind(scheme, 0) == 0)
-      a = a.substr(std::string(scheme).size());
-  if (a.empty() || a.find(':') == std::string::npos)
-    throw invalid_argument_error("session target '" + target +
-                                 "' is not a server's target (\"loom://host:port\")");
-  return a;
+  const auto wrong = [&](const std::string& what) {
+    return invalid_argument_error("session target '" + target + "' " + what +
+                                  ": expected \"loom://host:port\" (or TF's "
+                                  "\"grpc://host:port\", or \"host:port\")");
+  };
+  std::string address = target;
+  if (const auto end = address.find("://"); end != std::string::npos) {
+    const std::string scheme = address.substr(0, end);
+    if (scheme != "loom" && scheme != "grpc")
+      throw wrong("has the scheme '" + scheme + "://'");
+    address = address.substr(end + 3);
+  }
+  host_port hp;
+  if (const std::string why = cluster_impl::check_address(address, hp); !why.empty())
+    throw wrong("is not host:port: " + why);
+  if (hp.port == 0)
+    throw wrong("has port 0, which no server listens on");
+  return address;
 }
 
 class cluster_master final : public master_interface {
@@ -172,20 +184,20 @@ public:
   // waited for longer.
   shutdown_report shutdown_cluster(const std::vector<std::string>& jobs,
                                    clock::time_point deadline) {
-    std::vector<std::string> tasks;
-    for (const auto& t : workers_->tasks())
-      if (jobs.empty() ||
-          std::find(jobs.begin(), jobs.end(), *device_spec::from_string(t).job()) != jobs.end())
-        tasks.push_back(t);
-    const auto failed = on_each_task(tasks, [&](worker_interface& w) { w.shutdown(deadline); });
+    const std::vector<std::string> tasks = tasks_of(jobs);
     shutdown_report report;
-    auto next = failed.begin(); // in `tasks`' order
-    for (const auto& t : tasks) {
-      if (next != failed.end() && next->task == t)
-        report.unreachable.push_back(t + ": " + (next++)->message);
-      else
-        report.stopped.push_back(t);
-    }
+    split(tasks, on_each_task(tasks, [&](worker_interface& w) { w.shutdown(deadline); }),
+          report.stopped, report.unreachable);
+    return report;
+  }
+
+  // Asks every task (of `jobs`, when given) whether it serves, all at once;
+  // a task not connected within the session's connect_timeout did not.
+  ping_report ping(const std::vector<std::string>& jobs) {
+    const std::vector<std::string> tasks = tasks_of(jobs);
+    ping_report report;
+    split(tasks, on_each_task(tasks, [](worker_interface& w) { (void)w.cluster_info(); }),
+          report.answered, report.unreachable);
     return report;
   }
 
@@ -195,6 +207,29 @@ private:
     error_code code;
     std::string message;
   };
+
+  // The cluster's tasks of `jobs` (all when empty), in the cluster's order.
+  std::vector<std::string> tasks_of(const std::vector<std::string>& jobs) const {
+    std::vector<std::string> tasks;
+    for (const auto& t : workers_->tasks())
+      if (jobs.empty() ||
+          std::find(jobs.begin(), jobs.end(), *device_spec::from_string(t).job()) != jobs.end())
+        tasks.push_back(t);
+    return tasks;
+  }
+
+  // Sorts `tasks` by on_each_task's outcome: those that did not fail, and
+  // "<task>: <why>" for those that did (both in `tasks`' order).
+  static void split(const std::vector<std::string>& tasks, const std::vector<task_failure>& failed,
+                    std::vector<std::string>& ok, std::vector<std::string>& not_ok) {
+    auto next = failed.begin(); // in `tasks`' order
+    for (const auto& t : tasks) {
+      if (next != failed.end() && next->task == t)
+        not_ok.push_back(t + ": " + (next++)->message);
+      else
+        ok.push_back(t);
+    }
+  }
 
   // Calls `call` on the worker of every task in `tasks` at once, each on a
   // thread of its own (connecting waits), and returns the tasks whose call
@@ -396,7 +431,7 @@ private:
       for (int i = 0; i < gpus; ++i)
         devices.push_back(device_spec::from_string(task + "/device:GPU:" + std::to_string(i)));
     }
-    place(nodes, devices, po, *options_.placement_log);
+    place(nodes, devices, po, placement_log_);
     auto reg = std::make_shared<registered>();
     std::vector<graph_partition> partitions = partition_graph(g, req, nodes, ref_only);
     for (const graph_partition& p : partitions) // every task checked before any registers
@@ -423,6 +458,7 @@ private:
 
   std::string target_;
   cluster_session_options options_;
+  placement_log placement_log_{*options_.placement_log}; // each line once for the graph
   std::string job_;
   int task_ = 0;
   int target_gpus_ = 0;

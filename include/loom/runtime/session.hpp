@@ -102,6 +102,16 @@ public:
     return detail::runtime_factory::linked().shutdown_cluster(target, jobs, std::move(o));
   }
 
+  // Asks every task of the cluster behind `target` (only those of `jobs`,
+  // when given) whether it serves, all at once, within o.connect_timeout
+  // (after reaching the target), printing nothing. A chief closing its
+  // training uses it to tell a worker that is gone from one still working.
+  static ping_report ping_cluster(const std::string& target,
+                                  const std::vector<std::string>& jobs = {},
+                                  cluster_session_options o = {}) {
+    return detail::runtime_factory::linked().ping_cluster(target, jobs, std::move(o));
+  }
+
   session(const session&) = delete;
   session& operator=(const session&) = delete;
 

@@ -15,8 +15,11 @@
 //     is retried (TF's _RecoverableSession), at most max_recoveries times.
 //   - close(): the hooks' end (the chief's final checkpoint); each worker
 //     counts itself done on the global step's task; the chief waits for the
-//     others (bounded), then tells the cluster to shut down, so every ps
-//     task's join() returns and its process exits 0.
+//     others, then tells the cluster to shut down, so every ps task's join()
+//     returns and its process exits 0. It waits at most shutdown_wait, and
+//     not at all for workers that are gone: once no other worker's server
+//     answers (each has exited, finished or not), one that never said done
+//     never will.
 //   - A chief that fails for good (a sync barrier's deadline passed because a
 //     worker died, recoveries ran out, a hook refused a step) tells the ps
 //     tasks to shut down before the error reaches its caller, or, with
@@ -30,6 +33,7 @@
 #include <loom/train/saver.hpp>
 #include <loom/train/sync_replicas_optimizer.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -60,7 +64,8 @@ struct monitored_session_options {
   std::chrono::milliseconds ready_timeout{std::chrono::minutes(10)};
   // Recreations of the session after aborted or unavailable steps.
   int max_recoveries = 10;
-  // How long the chief waits in close() for the other workers to finish.
+  // How long the chief waits in close() for the other workers to finish, at
+  // most (a worker that is gone is not waited for).
   std::chrono::milliseconds shutdown_wait{std::chrono::minutes(2)};
   // Whether the chief shuts the cluster down in close(), and when it gives up
   // (a step or the session's creation failed for good: the ps tasks would
@@ -110,11 +115,8 @@ public:
       }
       done_ = g.add_node("counter_add", {global_step_, scalar_node(g, std::int64_t{1})},
                          {{"counter", std::string("workers_done")}}, "worker_done");
-      all_done_ = g.add_node("counter_wait",
-                             {global_step_, scalar_node(g, std::int64_t{o_.num_workers - 1})},
-                             {{"counter", std::string("workers_done")},
-                              {"timeout_ms", static_cast<std::int64_t>(o_.shutdown_wait.count())}},
-                             "all_workers_done");
+      done_count_ = g.add_node("counter_add", {global_step_, scalar_node(g, std::int64_t{0})},
+                               {{"counter", std::string("workers_done")}}, "workers_done");
     }
     create_session_recovering();
   }
@@ -184,17 +186,8 @@ public:
     session_->run_nodes({}, {done_});
     if (!o_.is_chief || !o_.shutdown_cluster)
       return;
-    if (o_.num_workers > 1) {
-      std::fprintf(o_.log, "%s: waiting for the other %d worker(s) to finish\n", o_.label.c_str(),
-                   o_.num_workers - 1);
-      std::fflush(o_.log);
-      try {
-        session_->run_nodes({all_done_}, {});
-      } catch (const deadline_exceeded_error& e) {
-        std::fprintf(o_.log, "%s: not every worker finished (%s); shutting down anyway\n",
-                     o_.label.c_str(), e.what());
-      }
-    }
+    if (o_.num_workers > 1)
+      wait_for_other_workers();
     const auto final_step = *session_->run_nodes({global_step_}, {}).front().data<std::int64_t>();
     std::fprintf(o_.log, "%s: final global step %lld; shutting the ps tasks down\n",
                  o_.label.c_str(), static_cast<long long>(final_step));
@@ -205,6 +198,81 @@ public:
   }
 
 private:
+  // The chief, closing: waits until every worker has counted itself done, at
+  // most shutdown_wait, and not for workers that are gone. The count cannot
+  // say which worker is missing, but the servers can: once no other worker
+  // answers, on two checks recovery_wait apart (a worker being restarted is
+  // not taken for gone), whoever has not said done has exited without it.
+  void wait_for_other_workers() {
+    using clock = std::chrono::steady_clock;
+    std::fprintf(o_.log, "%s: waiting for the other %d worker(s) to finish\n", o_.label.c_str(),
+                 o_.num_workers - 1);
+    std::fflush(o_.log);
+    const auto deadline = clock::now() + o_.shutdown_wait;
+    const auto ping_every = std::max(o_.recovery_wait, std::chrono::milliseconds(200));
+    auto next_ping = clock::now();
+    constexpr auto never = clock::time_point::max();
+    auto none_answer_since = never; // when no other worker answered first, of late
+    for (;;) {
+      const std::int64_t done =
+          *session_->run_nodes({done_count_}, {}).front().data<std::int64_t>();
+      if (done >= o_.num_workers)
+        return;
+      const auto now = clock::now();
+      if (now >= deadline) {
+        std::fprintf(o_.log,
+                     "%s: %lld of %d worker(s) finished within shutdown_wait (%lld ms); "
+                     "shutting down anyway\n",
+                     o_.label.c_str(), static_cast<long long>(done), o_.num_workers,
+                     static_cast<long long>(o_.shutdown_wait.count()));
+        std::fflush(o_.log);
+        return;
+      }
+      if (now >= next_ping) {
+        next_ping = now + ping_every;
+        std::vector<std::string> gone;
+        if (other_workers_answering(gone) > 0) {
+          none_answer_since = never;
+        } else if (none_answer_since == never) {
+          none_answer_since = now;
+        } else if (now - none_answer_since >= o_.recovery_wait) {
+          std::string names;
+          for (const auto& g : gone)
+            names += (names.empty() ? "" : "; ") + g;
+          std::fprintf(o_.log,
+                       "%s: %lld of %d worker(s) finished and no other worker answers (%s): "
+                       "not waiting for the rest\n",
+                       o_.label.c_str(), static_cast<long long>(done), o_.num_workers,
+                       names.empty() ? "none left" : names.c_str());
+          std::fflush(o_.log);
+          return;
+        }
+      }
+      std::this_thread::sleep_for(
+          std::min<clock::duration>(std::chrono::milliseconds(100), deadline - now));
+    }
+  }
+
+  // How many workers other than this chief serve; `gone` gets those of the
+  // workers' jobs (every job but shutdown_jobs) that did not answer.
+  int other_workers_answering(std::vector<std::string>& gone) const {
+    cluster_session_options probe = o_.config;
+    probe.connect_timeout = std::chrono::seconds(2);
+    const ping_report r = session::ping_cluster(o_.master, {}, probe);
+    const auto is_worker = [&](const std::string& entry) { // "<task>" or "<task>: <why>"
+      const auto job = device_spec::from_string(entry.substr(0, entry.find(": "))).job();
+      return std::find(o_.shutdown_jobs.begin(), o_.shutdown_jobs.end(), *job) ==
+             o_.shutdown_jobs.end();
+    };
+    int answering = 0;
+    for (const auto& t : r.answered)
+      answering += is_worker(t);
+    for (const auto& t : r.unreachable)
+      if (is_worker(t))
+        gone.push_back(t);
+    return answering - 1; // this chief answered too (its server is the target)
+  }
+
   static bool recoverable(const error& e) {
     return e.code() == error_code::aborted || e.code() == error_code::unavailable;
   }
@@ -347,7 +415,7 @@ private:
   std::vector<std::shared_ptr<session_run_hook>> hooks_;
   std::optional<saver> saver_;
   node_id global_step_ = no_node, init_ = no_node, local_init_ = no_node, done_ = no_node,
-          all_done_ = no_node;
+          done_count_ = no_node;
   std::vector<node_id> ready_vars_, ready_checks_;
   std::unique_ptr<session> session_;
   std::unique_ptr<sync_replicas_chief> chief_loop_;

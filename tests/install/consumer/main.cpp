@@ -15,9 +15,17 @@
 
 #include <cstdio>
 #include <exception>
+#include <string_view>
 #include <vector>
 
 int main() try {
+#ifdef LOOM_PACKAGE_VERSION
+  if (loom::version() != std::string_view(LOOM_PACKAGE_VERSION)) {
+    std::printf("loom_consumer: FAILED: the headers say loom %s, the package %s\n",
+                LOOM_VERSION_STRING, LOOM_PACKAGE_VERSION);
+    return 1;
+  }
+#endif
   loom::graph g;
   loom::placeholder<float, 2> x(g, loom::shape{-1, 2}, "x");
   loom::placeholder<float, 2> y(g, loom::shape{-1, 1}, "y");
@@ -37,8 +45,8 @@ int main() try {
   const float after = static_cast<float>(sess.run(loss, {{x, xs}, {y, ys}}));
   const auto w_after = sess.run(w);
 
-  std::printf("loom_consumer: loss %.4f -> %.4f after one step, w = [%.4f, %.4f]\n",
-              static_cast<double>(before), static_cast<double>(after),
+  std::printf("loom_consumer: loom %s: loss %.4f -> %.4f after one step, w = [%.4f, %.4f]\n",
+              LOOM_VERSION_STRING, static_cast<double>(before), static_cast<double>(after),
               static_cast<double>(w_after(0, 0)), static_cast<double>(w_after(1, 0)));
   if (!(after < before) || (w_after(0, 0) == 0.0f && w_after(1, 0) == 0.0f)) {
     std::puts("loom_consumer: FAILED: the training step did not lower the loss and move w");
