@@ -17,6 +17,7 @@
 #include <loom/graph/gradients.hpp>
 #include <loom/graph/graph.hpp>
 #include <loom/graph/lower.hpp>
+#include <loom/graph/ops/array.hpp>
 #include <loom/graph/ops/elementwise.hpp>
 #include <loom/graph/ops/math.hpp>
 #include <loom/graph/ops/nn.hpp>

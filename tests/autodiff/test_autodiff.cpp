@@ -454,3 +454,107 @@ TEST_CASE("a y that does not depend on x has no gradient") {
   CHECK(contains(msg, "'" + y.name() + "'"));
   CHECK(contains(msg, "'x'"));
 }
+
+// -- the index ops of sparse models (graph/ops/array.hpp) --------------------------
+
+namespace {
+
+node_id ids_constant(graph& g, const shape& s, const std::vector<std::int64_t>& v) {
+  return loom::constant_node(g, any_tensor::from_vector<std::int64_t>(s, v));
+}
+
+} // namespace
+
+TEST_CASE("gather: params get a sparse gradient, dense where it is read") {
+  struct gather_case {
+    shape params;
+    shape ids;
+    std::vector<std::int64_t> id_values;
+    std::int64_t axis;
+  };
+  for (const gather_case& c :
+       {gather_case{shape{5, 3}, shape{4}, {4, 0, 4, 2}, 0},    // a repeated id
+        gather_case{shape{5, 3}, shape{2, 2}, {1, 3, 3, 0}, 0}, // ids of rank 2
+        gather_case{shape{2, 4, 3}, shape{3}, {3, 0, 3}, 1},    // along a middle axis
+        gather_case{shape{6}, shape{3}, {5, 5, 1}, 0}}) {       // a vector
+    INFO("params " << c.params.to_string() << ", ids " << c.ids.to_string() << ", axis " << c.axis);
+    graph g;
+    feeds_t others;
+    const node_id params = placeholder(g, c.params, "params");
+    const node_id ids = ids_constant(g, c.ids, c.id_values);
+    const node_id gathered = g.add_node("gather", {params, ids}, {{"axis", c.axis}});
+    const node_id y = weighted(g, gathered, others);
+    const node_id dparams = loom::gradients(g, {y}, {params}).front();
+    CHECK(g.node(dparams).op == "indexed_slices"); // sparse in the graph
+    check_gradients(g, y, {{params, random_tensor(c.params, -1, 1)}}, others);
+  }
+}
+
+TEST_CASE("two gathers of one tensor: one sparse gradient, their rows joined") {
+  graph g;
+  feeds_t others;
+  const node_id params = placeholder(g, shape{6, 2}, "params");
+  const node_id a = g.add_node("gather", {params, ids_constant(g, shape{3}, {1, 5, 1})});
+  const node_id b = g.add_node(
+      "gather", {params, loom::constant_node(g, any_tensor::from_vector<std::int32_t>(
+                                                    shape{2, 2}, {5, 0, 2, 2}))}); // int32 ids
+  const node_id y = loom::build::add(g, loom::build::op(g, "reduce_sum", {weighted(g, a, others)}),
+                                     loom::build::op(g, "reduce_sum", {weighted(g, b, others)}));
+  const node_id dparams = loom::gradients(g, {y}, {params}).front();
+  CHECK(g.node(dparams).op == "indexed_slices");
+  check_gradients(g, y, {{params, random_tensor(shape{6, 2}, -1, 1)}}, others);
+}
+
+TEST_CASE("unsorted_segment_sum: the gradient gathers dy, and a dropped id gets none") {
+  graph g;
+  feeds_t others;
+  const node_id data = placeholder(g, shape{5, 2}, "data");
+  const node_id ids = ids_constant(g, shape{5}, {2, 0, -1, 2, 3});
+  const node_id count = loom::scalar_node(g, std::int64_t{4});
+  const node_id sums = g.add_node("unsorted_segment_sum", {data, ids, count});
+  CHECK(g.node(sums).shape == shape{4, 2});
+  const node_id y = weighted(g, sums, others);
+  check_gradients(g, y, {{data, random_tensor(shape{5, 2}, -1, 1)}}, others);
+}
+
+TEST_CASE("concat along each axis: each input gets its part of dy") {
+  for (std::int64_t axis : {0, 1, -1}) {
+    INFO("axis " << axis);
+    graph g;
+    feeds_t others;
+    const node_id a = placeholder(g, shape{2, 3}, "a");
+    const node_id b = placeholder(g, shape{2, 3}, "b");
+    const node_id c = placeholder(g, shape{2, 3}, "c");
+    const node_id joined = g.add_node("concat", {a, b, c}, {{"axis", axis}});
+    CHECK(g.node(joined).shape == (axis == 0 ? shape{6, 3} : shape{2, 9}));
+    const node_id y = weighted(g, joined, others);
+    check_gradients(g, y,
+                    {{a, random_tensor(shape{2, 3}, -1, 1)},
+                     {b, random_tensor(shape{2, 3}, -1, 1)},
+                     {c, random_tensor(shape{2, 3}, -1, 1)}},
+                    others);
+  }
+}
+
+TEST_CASE("sigmoid_cross_entropy_with_logits: labels and logits, and TF's gradient at 0") {
+  graph g;
+  feeds_t others;
+  loom::placeholder<double, 2> labels(g, shape{3, 4}, "labels");
+  loom::placeholder<double, 2> logits(g, shape{3, 4}, "logits");
+  const node_id loss = loom::lower(loom::sigmoid_cross_entropy_with_logits(labels, logits)).id();
+  const node_id y = weighted(g, loss, others);
+  check_gradients(g, y,
+                  {{labels.id(), random_tensor(shape{3, 4}, 0, 1)},
+                   {logits.id(), random_tensor(shape{3, 4}, -4, 4, {0.0})}},
+                  others);
+  // At logits 0 the gradient is sigmoid(0) - z = 0.5 - z (not -z).
+  const node_id dlogits = loom::gradients(g, {loss}, {logits.id()}).front();
+  loom::session s(g);
+  const auto z = any_tensor::from_vector<double>(shape{3, 4}, std::vector<double>(12, 0.25));
+  const auto at_zero = any_tensor::from_vector<double>(shape{3, 4}, std::vector<double>(12, 0.0));
+  const auto d = s.run_nodes({dlogits, loss}, {}, {{labels.id(), z}, {logits.id(), at_zero}});
+  for (double v : d[0].flat<double>())
+    CHECK(v == doctest::Approx(0.25));
+  for (double v : d[1].flat<double>())
+    CHECK(v == doctest::Approx(std::log(2.0)));
+}

@@ -6,6 +6,7 @@
 
 #include <loom/graph/builder.hpp>
 #include <loom/graph/graph.hpp>
+#include <loom/graph/ops/array.hpp>
 #include <loom/graph/output.hpp>
 
 #include <map>
@@ -13,6 +14,50 @@
 #include <vector>
 
 namespace loom {
+
+namespace detail {
+
+// Whether gradients flow through input k: a data input, or a ref the op only reads.
+inline bool differentiable_input(const op_def& def, std::size_t k) {
+  return !(def.ref_inputs >> k & 1u) || (def.read_refs >> k & 1u);
+}
+
+// Several sparse gradients of one tensor (gathers of one variable) summed as
+// one sparse gradient: their rows and indices joined, duplicates left for the
+// consumer to sum (the sparse applies do, as the dense value does). no_node
+// where the parts are not all row slices (axis 0) of one dense shape: those
+// are summed densely (an indexed_slices node's value is the dense gradient).
+inline node_id sum_of_slices(graph& g, const std::vector<node_id>& parts) {
+  if (parts.size() < 2)
+    return no_node;
+  const node_def first = g.node(parts.front());
+  for (node_id p : parts) {
+    const node_def& n = g.node(p);
+    if (n.op != "indexed_slices" || n.attr<std::int64_t>("axis") != 0 ||
+        n.attr<std::vector<std::int64_t>>("dense_shape") !=
+            first.attr<std::vector<std::int64_t>>("dense_shape"))
+      return no_node;
+  }
+  std::vector<std::int64_t> rows = first.attr<std::vector<std::int64_t>>("dense_shape");
+  rows.front() = -1; // [any, the dense shape's row]
+  bool mixed_ids = false;
+  for (node_id p : parts)
+    mixed_ids |= g.node(g.node(p).inputs[1]).type != g.node(first.inputs[1]).type;
+  std::vector<node_id> values, indices;
+  for (node_id p : parts) {
+    const node_def n = g.node(p);
+    values.push_back(g.add_node("reshape", {n.inputs[0]}, {{"dims", rows}}));
+    node_id ids = g.add_node("reshape", {n.inputs[1]}, {{"dims", std::vector<std::int64_t>{-1}}});
+    if (mixed_ids && g.node(ids).type != dtype::i64)
+      ids = g.add_node("cast", {ids}, {{"dst", dtype::i64}});
+    indices.push_back(ids);
+  }
+  const node_id joined_values = g.add_node("concat", values, {{"axis", std::int64_t{0}}});
+  const node_id joined_indices = g.add_node("concat", indices, {{"axis", std::int64_t{0}}});
+  return g.add_node("indexed_slices", {joined_values, joined_indices}, first.attrs);
+}
+
+} // namespace detail
 
 // Adjoints of sum(ys) with respect to each x; no_node where x does not affect
 // any y. grad_ys, when given, seeds each y's adjoint (default: ones).
@@ -32,7 +77,7 @@ inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
     const node_def& nd = g.node(static_cast<node_id>(i));
     const op_def& def = reg.find(nd.op);
     for (std::size_t k = 0; k < nd.inputs.size(); ++k)
-      if (!(def.ref_inputs >> k & 1u) && from_x[static_cast<std::size_t>(nd.inputs[k])])
+      if (detail::differentiable_input(def, k) && from_x[static_cast<std::size_t>(nd.inputs[k])])
         from_x[i] = 1;
   }
   for (node_id y : ys)
@@ -46,7 +91,7 @@ inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
     const node_def& nd = g.node(i);
     const op_def& def = reg.find(nd.op);
     for (std::size_t k = 0; k < nd.inputs.size(); ++k)
-      if (!(def.ref_inputs >> k & 1u))
+      if (detail::differentiable_input(def, k))
         to_y[static_cast<std::size_t>(nd.inputs[k])] = 1;
   }
 
@@ -56,6 +101,8 @@ inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
     pending[y].push_back(grad_ys.empty() ? build::ones_like(g, y) : grad_ys[k]);
   }
   auto sum = [&](std::vector<node_id>& parts) {
+    if (node_id slices = detail::sum_of_slices(g, parts); slices != no_node)
+      return slices;
     node_id acc = parts.front();
     for (std::size_t k = 1; k < parts.size(); ++k)
       acc = build::add(g, acc, parts[k]);
@@ -74,7 +121,7 @@ inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
     bool wants = false;
     for (std::size_t k = 0; k < nd.inputs.size(); ++k) {
       const auto in = static_cast<std::size_t>(nd.inputs[k]);
-      if (!(def.ref_inputs >> k & 1u) && from_x[in] && to_y[in])
+      if (detail::differentiable_input(def, k) && from_x[in] && to_y[in])
         wants = true;
     }
     if (!wants)

@@ -41,6 +41,9 @@ struct op_def {
   // variable itself, not its current value, and the variable need not be
   // initialised for the op to run (that is how assign initialises it).
   std::uint32_t ref_inputs = 0;
+  // Of the ref inputs, those the op only reads (a gather from a variable):
+  // gradients flow through them as through data inputs.
+  std::uint32_t read_refs = 0;
   // The op produces no value, only effects (no_op, group).
   bool no_output = false;
   // Which input's dtype selects the kernel (TF's "T" attr); -1: the output's.

@@ -28,8 +28,9 @@ protected:
   }
   node_id apply_dense(graph& g, node_id grad, node_id var) override {
     const dtype t = g.node(var).type;
-    return g.add_node("apply_adagrad", {var, slot(g, var, "accumulator"),
-                                        hyper(g, learning_rate_, "learning_rate", t), grad});
+    return update(
+        g, "apply_adagrad",
+        {var, slot(g, var, "accumulator"), hyper(g, learning_rate_, "learning_rate", t), grad});
   }
 
 private:

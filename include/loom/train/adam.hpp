@@ -5,6 +5,12 @@
 //   m += (grad - m) * (1 - beta1);  v += (grad^2 - v) * (1 - beta2)
 //   var -= alpha * m / (sqrt(v) + epsilon)
 // after which both powers are multiplied by their beta.
+//
+// A sparse gradient (of an embedding lookup) updates only its rows of the
+// variable, m and v: TF's LazyAdam (tf.contrib.opt.LazyAdamOptimizer). TF's
+// AdamOptimizer instead decays m and v of every row at every step, touched or
+// not, which costs the whole table per step; lazy(false) does that (the
+// sparse gradient is applied as the dense one it stands for).
 #pragma once
 
 #include <loom/train/optimizer.hpp>
@@ -22,6 +28,13 @@ public:
                           std::string name = "Adam")
       : optimizer(std::move(name)), learning_rate_(std::move(learning_rate)),
         beta1_(std::move(beta1)), beta2_(std::move(beta2)), epsilon_(std::move(epsilon)) {}
+
+  // Whether a sparse gradient updates only its rows (true, the default:
+  // LazyAdam) or every row as TF's AdamOptimizer does (false).
+  adam_optimizer& lazy(bool only_touched_rows) {
+    lazy_ = only_touched_rows;
+    return *this;
+  }
 
   // The "beta1_power" and "beta2_power" variables of g, once created.
   std::optional<std::pair<node_id, node_id>> beta_accumulators(const graph& g) const {
@@ -49,12 +62,19 @@ protected:
 
   node_id apply_dense(graph& g, node_id grad, node_id var) override {
     const dtype t = g.node(var).type;
-    return g.add_node("apply_adam",
-                      {var, slot(g, var, "m"), slot(g, var, "v"),
-                       cast_to(g, non_slot_variable(g, "beta1_power"), t),
-                       cast_to(g, non_slot_variable(g, "beta2_power"), t),
-                       hyper(g, learning_rate_, "learning_rate", t), hyper(g, beta1_, "beta1", t),
-                       hyper(g, beta2_, "beta2", t), hyper(g, epsilon_, "epsilon", t), grad});
+    std::vector<node_id> inputs{var,
+                                slot(g, var, "m"),
+                                slot(g, var, "v"),
+                                cast_to(g, non_slot_variable(g, "beta1_power"), t),
+                                cast_to(g, non_slot_variable(g, "beta2_power"), t),
+                                hyper(g, learning_rate_, "learning_rate", t),
+                                hyper(g, beta1_, "beta1", t),
+                                hyper(g, beta2_, "beta2", t),
+                                hyper(g, epsilon_, "epsilon", t),
+                                grad};
+    // Not lazy: the sparse gradient's node is read as the dense gradient.
+    return lazy_ ? update(g, "apply_adam", std::move(inputs))
+                 : g.add_node("apply_adam", std::move(inputs));
   }
 
   std::vector<node_id> finish(graph& g, const std::vector<node_id>& update_ops) override {
@@ -82,6 +102,7 @@ private:
   hyperparameter beta1_;
   hyperparameter beta2_;
   hyperparameter epsilon_;
+  bool lazy_ = true;
 };
 
 } // namespace loom

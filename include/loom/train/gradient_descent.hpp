@@ -17,8 +17,8 @@ public:
 protected:
   node_id apply_dense(graph& g, node_id grad, node_id var) override {
     const dtype t = g.node(var).type;
-    return g.add_node("apply_gradient_descent",
-                      {var, hyper(g, learning_rate_, "learning_rate", t), grad});
+    return update(g, "apply_gradient_descent",
+                  {var, hyper(g, learning_rate_, "learning_rate", t), grad});
   }
 
 private:

@@ -25,10 +25,10 @@ protected:
   }
   node_id apply_dense(graph& g, node_id grad, node_id var) override {
     const dtype t = g.node(var).type;
-    return g.add_node("apply_momentum",
-                      {var, slot(g, var, "momentum"), hyper(g, learning_rate_, "learning_rate", t),
-                       grad, hyper(g, momentum_, "momentum", t)},
-                      {{"use_nesterov", use_nesterov_}});
+    return update(g, "apply_momentum",
+                  {var, slot(g, var, "momentum"), hyper(g, learning_rate_, "learning_rate", t),
+                   grad, hyper(g, momentum_, "momentum", t)},
+                  {{"use_nesterov", use_nesterov_}});
   }
 
 private:

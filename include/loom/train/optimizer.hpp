@@ -306,14 +306,37 @@ protected:
   // -- hooks -------------------------------------------------------------------------
   // Creates the slots of the variables about to be updated (TF's _create_slots).
   virtual void create_slots(graph&, const std::vector<node_id>&) {}
-  // The update op of one variable (TF's _apply_dense), built in its
-  // "update_<var>" name scope.
+  // The update op of one variable (TF's _apply_dense and _apply_sparse),
+  // built in its "update_<var>" name scope. `grad` may be a sparse gradient
+  // (an indexed_slices node, whose value is the dense gradient): an optimizer
+  // builds its update through update(), which then makes the sparse twin of
+  // its op, so that only the rows the gradient touches change.
   virtual node_id apply_dense(graph& g, node_id grad, node_id var) = 0;
   // Ops to run after every update (TF's _finish); they are grouped with the
   // updates into the train op.
   virtual std::vector<node_id> finish(graph&, const std::vector<node_id>&) { return {}; }
 
   // -- helpers for the hooks ---------------------------------------------------------
+  // The update node: `op` (an apply_* op of graph/ops/training.hpp) with
+  // `inputs`, or, where its gradient input is a sparse gradient of rows
+  // (indexed_slices along axis 0), the op's sparse twin, with the gradient's
+  // rows in its place and their indices appended: the rows travel to the
+  // variable's task as rows and indices, and nothing dense is made.
+  static node_id update(graph& g, const char* op, std::vector<node_id> inputs,
+                        attr_map attrs = {}) {
+    const auto& sigs = detail::apply_op_signatures();
+    const auto sig = std::find_if(sigs.begin(), sigs.end(),
+                                  [&](const auto& s) { return std::string_view(s.op) == op; });
+    if (sig == sigs.end())
+      throw internal_error(std::string("optimizer::update: '") + op + "' is not an apply op");
+    const node_def grad = g.node(inputs.at(sig->grad));
+    if (grad.op != "indexed_slices" || grad.attr<std::int64_t>("axis") != 0)
+      return g.add_node(op, std::move(inputs), std::move(attrs));
+    inputs[sig->grad] = grad.inputs[0];
+    inputs.push_back(grad.inputs[1]);
+    return g.add_node(detail::sparse_apply_op(op), std::move(inputs), std::move(attrs));
+  }
+
   // A slot of var: a non-trainable variable of var's dtype and shape, named
   // "<var>/<optimizer name>" (uniquified: "w/Adam_1"), filled with
   // initial_value, colocated with var. Returns the existing one when present.

@@ -28,10 +28,10 @@ protected:
   }
   node_id apply_dense(graph& g, node_id grad, node_id var) override {
     const dtype t = g.node(var).type;
-    return g.add_node("apply_rms_prop",
-                      {var, slot(g, var, "rms"), slot(g, var, "momentum"),
-                       hyper(g, learning_rate_, "learning_rate", t), hyper(g, decay_, "decay", t),
-                       hyper(g, momentum_, "momentum", t), hyper(g, epsilon_, "epsilon", t), grad});
+    return update(g, "apply_rms_prop",
+                  {var, slot(g, var, "rms"), slot(g, var, "momentum"),
+                   hyper(g, learning_rate_, "learning_rate", t), hyper(g, decay_, "decay", t),
+                   hyper(g, momentum_, "momentum", t), hyper(g, epsilon_, "epsilon", t), grad});
   }
 
 private:

@@ -212,4 +212,23 @@ sparse_softmax_cross_entropy_with_logits(const L& labels, const Z& logits) {
   return {g, g.add_node("sparse_softmax_cross_entropy_with_logits", {la.id(), lz.id()})};
 }
 
+// The logistic loss of `logits` against `labels` (probabilities in [0, 1]),
+// elementwise (tf.nn.sigmoid_cross_entropy_with_logits), in TF's stable form
+// max(x, 0) - x z + log(1 + exp(-|x|)), with TF's choices at x = 0 (so its
+// gradient there is sigmoid(0) - z). An expression: it fuses with what is
+// around it into one kernel.
+template <expression L, expression Z>
+auto sigmoid_cross_entropy_with_logits(const L& labels, const Z& logits) {
+  using T = value_type_of<Z>;
+  static_assert(floating_type<T>,
+                "loom::sigmoid_cross_entropy_with_logits: needs float or double logits");
+  static_assert(std::is_same_v<value_type_of<L>, T>,
+                "loom::sigmoid_cross_entropy_with_logits: the labels and the logits must have "
+                "the same dtype");
+  const auto nonnegative = greater_equal(logits, T(0));
+  const auto relu_logits = where(nonnegative, logits, logits * T(0));
+  const auto neg_abs_logits = where(nonnegative, -logits, logits);
+  return relu_logits - logits * labels + log(T(1) + exp(neg_abs_logits));
+}
+
 } // namespace loom

@@ -2,10 +2,17 @@
 // variable and its slots as references, its hyperparameters as scalar inputs
 // (so a learning rate may be a fed placeholder or a decaying tensor) and the
 // gradient, updates the variable in place and outputs its new value.
+//
+// Each has a sparse twin, "sparse_<op>" (TF's SparseApply*), for a gradient
+// given as rows and their indices (an indexed_slices): inputs as the dense
+// op's with the gradient's rows in its place, and the indices appended. It
+// updates only the rows the indices name, of the variable and of every slot
+// (for Adam, TF's LazyAdam); repeated indices are summed first.
 #pragma once
 
 #include <loom/graph/op_registry.hpp>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -38,7 +45,11 @@ inline std::string apply_ref_attr(std::size_t k) {
   return "_ref_name_" + std::to_string(k);
 }
 
-inline void infer_apply(const apply_op_signature& sig, node_def& n,
+inline std::string sparse_apply_op(const char* op) {
+  return std::string("sparse_") + op;
+}
+
+inline void infer_apply(const apply_op_signature& sig, bool sparse, node_def& n,
                         const std::vector<const node_def*>& in) {
   const node_def& var = *in[0];
   auto fail = [&](const std::string& what) {
@@ -61,7 +72,8 @@ inline void infer_apply(const apply_op_signature& sig, node_def& n,
            var.shape.to_string());
     n.attrs[apply_ref_attr(k)] = r.name;
   }
-  for (std::size_t i = 0; i < in.size(); ++i) {
+  const std::size_t data_inputs = sig.inputs.size(); // the sparse twin's indices come after
+  for (std::size_t i = 0; i < data_inputs; ++i) {
     if (in[i]->type != var.type)
       fail(std::string("input '") + sig.inputs[i] + "' " + in[i]->describe() + " is " +
            std::string(to_string(in[i]->type)) + ", but variable '" + var.name + "' is " +
@@ -71,9 +83,23 @@ inline void infer_apply(const apply_op_signature& sig, node_def& n,
            in[i]->shape.to_string() + " from " + in[i]->describe());
   }
   const node_def& grad = *in[sig.grad];
-  if (!grad.shape.compatible_with(var.shape))
+  if (sparse) {
+    const node_def& indices = *in[data_inputs];
+    if (indices.type != dtype::i32 && indices.type != dtype::i64)
+      fail("the indices " + indices.describe() + " must be int32 or int64, not " +
+           std::string(to_string(indices.type)));
+    if (var.shape.rank() < 1)
+      fail("variable '" + var.name + "' is a scalar; a sparse update needs rows");
+    std::vector<std::int64_t> rows = indices.shape.dims();
+    rows.insert(rows.end(), var.shape.dims().begin() + 1, var.shape.dims().end());
+    if (!grad.shape.compatible_with(loom::shape(rows)))
+      fail("the gradient's rows " + grad.describe() + " have shape " + grad.shape.to_string() +
+           ", but indices of shape " + indices.shape.to_string() + " into variable '" + var.name +
+           "' of shape " + var.shape.to_string() + " need " + loom::shape(rows).to_string());
+  } else if (!grad.shape.compatible_with(var.shape)) {
     fail("the gradient " + grad.describe() + " has shape " + grad.shape.to_string() +
          ", but variable '" + var.name + "' has shape " + var.shape.to_string());
+  }
   n.type = var.type;
   n.shape = var.shape;
   // The update runs where its variable lives (and with it every slot, which
@@ -83,15 +109,17 @@ inline void infer_apply(const apply_op_signature& sig, node_def& n,
 
 inline bool register_training_ops() {
   auto& r = op_registry::instance();
-  for (const apply_op_signature& sig : apply_op_signatures()) {
-    r.add({.name = sig.op,
-           .num_inputs = static_cast<int>(sig.inputs.size()),
-           .infer = [&sig](node_def& n,
-                           const std::vector<const node_def*>& in) { infer_apply(sig, n, in); },
-           .stateful = true,
-           .ref_inputs = (1u << sig.refs) - 1u,
-           .type_input = static_cast<int>(sig.grad)});
-  }
+  for (const apply_op_signature& sig : apply_op_signatures())
+    for (const bool sparse : {false, true})
+      r.add({.name = sparse ? sparse_apply_op(sig.op) : std::string(sig.op),
+             .num_inputs = static_cast<int>(sig.inputs.size() + (sparse ? 1 : 0)),
+             .infer =
+                 [&sig, sparse](node_def& n, const std::vector<const node_def*>& in) {
+                   infer_apply(sig, sparse, n, in);
+                 },
+             .stateful = true,
+             .ref_inputs = (1u << sig.refs) - 1u,
+             .type_input = static_cast<int>(sig.grad)});
   return true;
 }
 

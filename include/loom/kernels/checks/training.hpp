@@ -14,6 +14,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace loom::detail {
 
@@ -76,6 +77,26 @@ inline void check_apply_inputs(const kernel_context& c, const any_tensor& grad) 
     throw invalid_argument_error("node " + n.describe() + ": the gradient has shape " +
                                  grad.shape().to_string() + ", but variable '" +
                                  apply_ref_name(n, 0) + "' has shape " + var.shape().to_string());
+}
+
+// The same for a sparse update: the gradient's rows have the indices' shape
+// followed by a row of the variable.
+inline void check_sparse_apply_inputs(const kernel_context& c, const any_tensor& rows,
+                                      const any_tensor& indices) {
+  check_apply_inputs(c, c.refs[0]->value); // initialized; the slots' shapes
+  const any_tensor& var = c.refs[0]->value;
+  if (var.rank() < 1)
+    throw invalid_argument_error("node " + c.node.describe() + ": variable '" +
+                                 apply_ref_name(c.node, 0) +
+                                 "' is a scalar; a sparse update needs rows");
+  std::vector<std::int64_t> want = indices.shape().dims();
+  want.insert(want.end(), var.shape().dims().begin() + 1, var.shape().dims().end());
+  if (rows.shape() != loom::shape(want))
+    throw invalid_argument_error(
+        "node " + c.node.describe() + ": the gradient's rows have shape " +
+        rows.shape().to_string() + ", but indices of shape " + indices.shape().to_string() +
+        " into variable '" + apply_ref_name(c.node, 0) + "' of shape " + var.shape().to_string() +
+        " need " + loom::shape(want).to_string());
 }
 
 // Copy-on-write, under the locks: a ref whose buffer something else still

@@ -2,6 +2,7 @@
 // when a translation unit includes this. One unit per program is enough.
 #pragma once
 
+#include <loom/kernels/cpu/array.hpp>
 #include <loom/kernels/cpu/elementwise.hpp>
 #include <loom/kernels/cpu/math.hpp>
 #include <loom/kernels/cpu/nn.hpp>

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <loom/kernels/checks/training.hpp>
+#include <loom/kernels/cpu/array.hpp>
 #include <loom/kernels/registry.hpp>
 
 #include <cmath>
@@ -37,9 +38,9 @@ template <class T, class F> void update_chunks(const kernel_context& c, int tens
   parallel_chunks(c.device, n, cost, std::forward<F>(update));
 }
 
-// What every update does before it writes: take the locks, check the inputs
-// and own the buffers it writes (unshare_refs). The locks are held until the
-// update is done.
+// What a dense update does before it writes: take the locks, check the
+// inputs and own the buffers it writes (unshare_refs). The locks are held
+// until the update is done.
 [[nodiscard]] inline apply_locks begin_update(const kernel_context& c, const any_tensor& grad) {
   apply_locks lock(c.refs);
   check_apply_inputs(c, grad);
@@ -47,16 +48,69 @@ template <class T, class F> void update_chunks(const kernel_context& c, int tens
   return lock;
 }
 
+// Runs an update over its variable. `rule(at, grad, grad_at, len)` updates
+// the elements [at, at + len) of the variable and its slots from the
+// gradient's elements [grad_at, grad_at + len); `tensors` is how many tensors
+// of T it touches per element.
+//
+// Dense (apply_*): every element, the gradient at the same offsets, on the
+// pool. Sparse (sparse_apply_*): the gradient's rows are summed per distinct
+// index, then each row the indices name is updated from its sum. A sparse
+// update writes its rows in place, as TF's do: copying a table whose few rows
+// a step changes would cost the whole table per step. A step that read the
+// variable (a gather copies its rows under the variable's lock; a fetch of the
+// whole variable is a copy) keeps what it read.
+template <class T, class Rule>
+void run_update(kernel_context& c, std::size_t grad_input, int tensors, Rule&& rule) {
+  const any_tensor& grad = c.input(grad_input);
+  variable_resource& var = *c.refs[0];
+  if (c.node.op.rfind("sparse_", 0) != 0) {
+    const apply_locks lock = begin_update(c, grad);
+    update_chunks<T>(c, tensors,
+                     [&](Eigen::DenseIndex f, Eigen::DenseIndex len) { rule(f, grad, f, len); });
+    c.output = var.value;
+    return;
+  }
+  const any_tensor& indices = c.input(c.inputs.size() - 1); // the sparse twin's last input
+  const apply_locks lock(c.refs);
+  check_sparse_apply_inputs(c, grad, indices);
+  const std::int64_t rows = var.value.shape()[0];
+  const std::int64_t row = rows == 0 ? 0 : var.value.num_elements() / rows;
+  const std::int64_t n = indices.num_elements();
+  with_ids(indices, [&](const auto* id) {
+    check_id_range(c.node, id, n, rows, false, "variable '" + apply_ref_name(c.node, 0) + "'");
+    using I = std::remove_cvref_t<decltype(*id)>;
+    std::vector<I> distinct;
+    const std::vector<std::int32_t> slot = unique_positions<I>(id, n, &distinct);
+    const auto u = static_cast<std::int64_t>(distinct.size());
+    any_tensor summed = grad;
+    if (u != n) { // repeated indices: one summed row each
+      summed = any_tensor(grad.type(), loom::shape{u, row});
+      T* out = summed.data<T>();
+      std::fill_n(out, u * row, T(0));
+      for (std::int64_t k = 0; k < n; ++k)
+        add_row(out + slot[static_cast<std::size_t>(k)] * row, grad.data<T>() + k * row, row);
+    }
+    const Eigen::TensorOpCost per_row(static_cast<double>(tensors * row) * sizeof(T),
+                                      2.0 * static_cast<double>(row) * sizeof(T),
+                                      4.0 * static_cast<double>(tensors * row));
+    parallel_for(c.device, u, per_row, [&](Eigen::Index first, Eigen::Index last) {
+      for (Eigen::Index k = first; k < last; ++k)
+        rule(static_cast<Eigen::DenseIndex>(
+                 static_cast<std::int64_t>(distinct[static_cast<std::size_t>(k)]) * row),
+             summed, k * row, row);
+    });
+  });
+  c.output = var.value;
+}
+
 template <class T> struct apply_gradient_descent_cpu {
   static void run(kernel_context& c) {
     const T alpha = apply_scalar<T>(c, 1, "alpha");
-    const any_tensor& delta = c.input(2);
     variable_resource& var = *c.refs[0];
-    const apply_locks lock = begin_update(c, delta);
-    update_chunks<T>(c, 2, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
-      chunk<T>(var.value, f, len) -= chunk<T>(delta, f, len) * alpha;
+    run_update<T>(c, 2, 2, [&](auto at, const any_tensor& g, auto g_at, auto len) {
+      chunk<T>(var.value, at, len) -= chunk<T>(g, g_at, len) * alpha;
     });
-    c.output = var.value;
   }
 };
 
@@ -64,41 +118,36 @@ template <class T> struct apply_momentum_cpu {
   static void run(kernel_context& c) {
     const T lr = apply_scalar<T>(c, 2, "lr");
     const T momentum = apply_scalar<T>(c, 4, "momentum");
-    const any_tensor& g = c.input(3);
     const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
     variable_resource& var = *c.refs[0];
-    const apply_locks lock = begin_update(c, g);
-    update_chunks<T>(c, 3, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
-      auto w = chunk<T>(var.value, f, len);
-      auto accum = chunk<T>(c.refs[1]->value, f, len);
-      const auto grad = chunk<T>(g, f, len);
+    run_update<T>(c, 3, 3, [&](auto at, const any_tensor& g, auto g_at, auto len) {
+      auto w = chunk<T>(var.value, at, len);
+      auto accum = chunk<T>(c.refs[1]->value, at, len);
+      const auto grad = chunk<T>(g, g_at, len);
       accum = accum * momentum + grad;
       if (nesterov)
         w -= grad * lr + accum * momentum * lr;
       else
         w -= accum * lr;
     });
-    c.output = var.value;
   }
 };
 
 template <class T> struct apply_adagrad_cpu {
   static void run(kernel_context& c) {
     const T lr = apply_scalar<T>(c, 2, "lr");
-    const any_tensor& g = c.input(3);
     variable_resource& var = *c.refs[0];
-    const apply_locks lock = begin_update(c, g);
-    update_chunks<T>(c, 3, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
-      auto w = chunk<T>(var.value, f, len);
-      auto accum = chunk<T>(c.refs[1]->value, f, len);
-      const auto grad = chunk<T>(g, f, len);
+    run_update<T>(c, 3, 3, [&](auto at, const any_tensor& g, auto g_at, auto len) {
+      auto w = chunk<T>(var.value, at, len);
+      auto accum = chunk<T>(c.refs[1]->value, at, len);
+      const auto grad = chunk<T>(g, g_at, len);
       accum += grad.square();
       w -= grad * lr * accum.rsqrt();
     });
-    c.output = var.value;
   }
 };
 
+// Sparse: TF's LazyAdam (m and v of the rows a step touches only).
 template <class T> struct apply_adam_cpu {
   static void run(kernel_context& c) {
     const T beta1_power = apply_scalar<T>(c, 3, "beta1_power");
@@ -107,16 +156,14 @@ template <class T> struct apply_adam_cpu {
     const T beta1 = apply_scalar<T>(c, 6, "beta1");
     const T beta2 = apply_scalar<T>(c, 7, "beta2");
     const T epsilon = apply_scalar<T>(c, 8, "epsilon");
-    const any_tensor& g = c.input(9);
     const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
     variable_resource& var = *c.refs[0];
-    const apply_locks lock = begin_update(c, g);
     const T alpha = lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
-    update_chunks<T>(c, 4, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
-      auto w = chunk<T>(var.value, f, len);
-      auto m = chunk<T>(c.refs[1]->value, f, len);
-      auto v = chunk<T>(c.refs[2]->value, f, len);
-      const auto grad = chunk<T>(g, f, len);
+    run_update<T>(c, 9, 4, [&](auto at, const any_tensor& g, auto g_at, auto len) {
+      auto w = chunk<T>(var.value, at, len);
+      auto m = chunk<T>(c.refs[1]->value, at, len);
+      auto v = chunk<T>(c.refs[2]->value, at, len);
+      const auto grad = chunk<T>(g, g_at, len);
       m += (grad - m) * (T(1) - beta1);
       v += (grad.square() - v) * (T(1) - beta2);
       if (nesterov)
@@ -124,7 +171,6 @@ template <class T> struct apply_adam_cpu {
       else
         w -= (m * alpha) / (v.sqrt() + v.constant(epsilon));
     });
-    c.output = var.value;
   }
 };
 
@@ -134,28 +180,32 @@ template <class T> struct apply_rms_prop_cpu {
     const T rho = apply_scalar<T>(c, 4, "rho");
     const T momentum = apply_scalar<T>(c, 5, "momentum");
     const T epsilon = apply_scalar<T>(c, 6, "epsilon");
-    const any_tensor& g = c.input(7);
     variable_resource& var = *c.refs[0];
-    const apply_locks lock = begin_update(c, g);
-    update_chunks<T>(c, 4, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
-      auto w = chunk<T>(var.value, f, len);
-      auto ms = chunk<T>(c.refs[1]->value, f, len);
-      auto mom = chunk<T>(c.refs[2]->value, f, len);
-      const auto grad = chunk<T>(g, f, len);
+    run_update<T>(c, 7, 4, [&](auto at, const any_tensor& g, auto g_at, auto len) {
+      auto w = chunk<T>(var.value, at, len);
+      auto ms = chunk<T>(c.refs[1]->value, at, len);
+      auto mom = chunk<T>(c.refs[2]->value, at, len);
+      const auto grad = chunk<T>(g, g_at, len);
       ms += (grad.square() - ms) * (T(1) - rho);
       mom = mom * momentum + (grad * lr) / (ms + ms.constant(epsilon)).sqrt();
       w -= mom;
     });
-    c.output = var.value;
   }
 };
 
 inline bool register_training_kernels() {
-  register_kernels<apply_gradient_descent_cpu>("apply_gradient_descent", floating_types{});
-  register_kernels<apply_momentum_cpu>("apply_momentum", floating_types{});
-  register_kernels<apply_adagrad_cpu>("apply_adagrad", floating_types{});
-  register_kernels<apply_adam_cpu>("apply_adam", floating_types{});
-  register_kernels<apply_rms_prop_cpu>("apply_rms_prop", floating_types{});
+  // Each kernel serves the dense op and its sparse twin (run_update tells them apart).
+  for (const std::string& op :
+       {std::string("apply_gradient_descent"), sparse_apply_op("apply_gradient_descent")})
+    register_kernels<apply_gradient_descent_cpu>(op, floating_types{});
+  for (const std::string& op : {std::string("apply_momentum"), sparse_apply_op("apply_momentum")})
+    register_kernels<apply_momentum_cpu>(op, floating_types{});
+  for (const std::string& op : {std::string("apply_adagrad"), sparse_apply_op("apply_adagrad")})
+    register_kernels<apply_adagrad_cpu>(op, floating_types{});
+  for (const std::string& op : {std::string("apply_adam"), sparse_apply_op("apply_adam")})
+    register_kernels<apply_adam_cpu>(op, floating_types{});
+  for (const std::string& op : {std::string("apply_rms_prop"), sparse_apply_op("apply_rms_prop")})
+    register_kernels<apply_rms_prop_cpu>(op, floating_types{});
   return true;
 }
 

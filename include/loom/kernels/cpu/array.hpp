@@ -1,0 +1,215 @@
+// CPU kernels of the index ops (graph/ops/array.hpp): gather, indexed_slices
+// (densified), unsorted_segment_sum, unique / unique_index, concat and its
+// gradient. Ids are checked before anything is written, so a bad id fails the
+// step with one error and never reads or writes past a buffer.
+#pragma once
+
+#include <loom/kernels/checks/array.hpp>
+#include <loom/kernels/cpu/parallel_for.hpp>
+#include <loom/kernels/registry.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace loom::detail {
+
+// dst += src over `len` elements.
+template <class T> void add_row(T* dst, const T* src, std::int64_t len) {
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    for (std::int64_t j = 0; j < len; ++j)
+      dst[j] += src[j];
+  }
+}
+
+// The rows of params at ids into c.output.
+template <class T> void gather_rows(kernel_context& c, const any_tensor& params) {
+  const any_tensor& ids = c.input(1);
+  const int axis = static_cast<int>(c.node.attr<std::int64_t>("axis"));
+  const bool drop_negative = c.node.attr_or<bool>("drop_negative", false);
+  const axis_layout l = gather_layout(c.node, params, axis);
+  const std::int64_t n = ids.num_elements();
+  c.output = any_tensor(params.type(), gathered_shape(params.shape(), ids.shape(), axis));
+  const T* src = params.data<T>();
+  T* dst = c.output.data<T>();
+  with_ids(ids, [&](const auto* id) {
+    check_id_range(c.node, id, n, l.count, drop_negative,
+                   c.node.attr_or<std::string>("_params_name", "the params") + " (axis " +
+                       std::to_string(axis) + ")");
+    // One row (inner elements) per (outer, id).
+    const Eigen::TensorOpCost per_row(static_cast<double>(l.inner * sizeof(T)),
+                                      static_cast<double>(l.inner * sizeof(T)), 1.0);
+    parallel_for(c.device, l.outer * n, per_row, [&](Eigen::Index first, Eigen::Index last) {
+      for (Eigen::Index r = first; r < last; ++r) {
+        const std::int64_t o = r / n, k = r % n;
+        const auto row = static_cast<std::int64_t>(id[k]);
+        T* out = dst + r * l.inner;
+        if (row < 0)
+          std::fill_n(out, l.inner, T{});
+        else
+          std::copy_n(src + (o * l.count + row) * l.inner, l.inner, out);
+      }
+    });
+  });
+}
+
+template <class T> struct gather_cpu {
+  static void run(kernel_context& c) { gather_rows<T>(c, c.input(0)); }
+};
+
+// From a variable, under its lock: the rows are copied out while no update
+// writes them.
+template <class T> struct resource_gather_cpu {
+  static void run(kernel_context& c) {
+    variable_resource& v = *c.refs[0];
+    std::lock_guard lock(v.mu);
+    if (!v.initialized)
+      throw failed_precondition_error("node " + c.node.describe() +
+                                      ": attempting to use uninitialized " +
+                                      c.node.attr<std::string>("_params_name") +
+                                      " (run its initializer, or global_variables_initializer, "
+                                      "first)");
+    gather_rows<T>(c, v.value);
+  }
+};
+
+// The dense value of a sparse gradient: zeros with the rows added in.
+template <class T> struct indexed_slices_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& values = c.input(0);
+    const any_tensor& indices = c.input(1);
+    const loom::shape dense(c.node.attr<std::vector<std::int64_t>>("dense_shape"));
+    const int axis = static_cast<int>(c.node.attr<std::int64_t>("axis"));
+    check_slices(c.node, values, indices, dense, axis);
+    const axis_layout l = layout_around(dense, axis);
+    const std::int64_t n = indices.num_elements();
+    c.output = any_tensor(values.type(), dense);
+    T* out = c.output.data<T>();
+    std::fill_n(out, c.output.num_elements(), T(0));
+    const T* v = values.data<T>();
+    with_ids(indices, [&](const auto* id) {
+      check_id_range(c.node, id, n, l.count, true, "a dense shape " + dense.to_string());
+      for (std::int64_t o = 0; o < l.outer; ++o)
+        for (std::int64_t k = 0; k < n; ++k)
+          if (id[k] >= 0)
+            add_row(out + (o * l.count + static_cast<std::int64_t>(id[k])) * l.inner,
+                    v + (o * n + k) * l.inner, l.inner);
+    });
+  }
+};
+
+template <class T> struct unsorted_segment_sum_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& data = c.input(0);
+    const any_tensor& ids = c.input(1);
+    const std::int64_t segments =
+        with_ids(c.input(2), [](const auto* v) { return static_cast<std::int64_t>(*v); });
+    c.output = any_tensor(data.type(), segment_sum_shape(c.node, data, ids, segments));
+    T* out = c.output.data<T>();
+    std::fill_n(out, c.output.num_elements(), T(0));
+    const std::int64_t n = ids.num_elements();
+    std::int64_t inner = 1;
+    for (int a = ids.rank(); a < data.rank(); ++a)
+      inner *= data.shape()[a];
+    const T* in = data.data<T>();
+    with_ids(ids, [&](const auto* id) {
+      check_id_range(c.node, id, n, segments, true, "the segments");
+      for (std::int64_t k = 0; k < n; ++k)
+        if (id[k] >= 0)
+          add_row(out + static_cast<std::int64_t>(id[k]) * inner, in + k * inner, inner);
+    });
+  }
+};
+
+// Positions of each id's value among the distinct values, which are numbered
+// in the order they first occur; `first` gets those values.
+template <class I>
+std::vector<std::int32_t> unique_positions(const I* ids, std::int64_t n, std::vector<I>* first) {
+  std::unordered_map<I, std::int32_t> seen;
+  seen.reserve(static_cast<std::size_t>(n));
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(n));
+  for (std::int64_t k = 0; k < n; ++k) {
+    auto [it, fresh] = seen.emplace(ids[k], static_cast<std::int32_t>(seen.size()));
+    if (fresh && first)
+      first->push_back(ids[k]);
+    pos[static_cast<std::size_t>(k)] = it->second;
+  }
+  return pos;
+}
+
+template <class I> struct unique_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& x = c.input(0);
+    std::vector<I> values;
+    (void)unique_positions(x.data<I>(), x.num_elements(), &values);
+    c.output =
+        any_tensor::from_vector(loom::shape{static_cast<std::int64_t>(values.size())}, values);
+  }
+};
+
+template <class I> struct unique_index_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& x = c.input(0);
+    c.output = any_tensor::from_vector(x.shape(),
+                                       unique_positions<I>(x.data<I>(), x.num_elements(), nullptr));
+  }
+};
+
+template <class T> struct concat_cpu {
+  static void run(kernel_context& c) {
+    const int axis = static_cast<int>(c.node.attr<std::int64_t>("axis"));
+    c.output = any_tensor(c.input(0).type(), concat_shape(c.node, c.inputs, axis));
+    const axis_layout out = layout_around(c.output.shape(), axis);
+    T* dst = c.output.data<T>();
+    std::int64_t offset = 0; // along the axis, in rows of `inner`
+    for (const any_tensor* x : c.inputs) {
+      const std::int64_t len = x->shape()[axis] * out.inner;
+      const T* src = x->data<T>();
+      for (std::int64_t o = 0; o < out.outer; ++o)
+        std::copy_n(src + o * len, len, dst + (o * out.count + offset) * out.inner);
+      offset += x->shape()[axis];
+    }
+  }
+};
+
+// Inputs (dy, x_0 ... x_k): the part of dy that came from x_index.
+template <class T> struct concat_grad_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& dy = c.input(0);
+    const int axis = static_cast<int>(c.node.attr<std::int64_t>("axis"));
+    const auto index = static_cast<std::size_t>(c.node.attr<std::int64_t>("index"));
+    const auto xs = c.inputs.subspan(1);
+    if (!(concat_shape(c.node, xs, axis) == dy.shape()))
+      throw invalid_argument_error("node " + c.node.describe() + ": the adjoint of shape " +
+                                   dy.shape().to_string() + " is not the shape of the concat");
+    std::int64_t offset = 0;
+    for (std::size_t k = 0; k < index; ++k)
+      offset += xs[k]->shape()[axis];
+    const any_tensor& x = *xs[index];
+    const axis_layout whole = layout_around(dy.shape(), axis);
+    c.output = any_tensor(dy.type(), x.shape());
+    const std::int64_t len = x.shape()[axis] * whole.inner;
+    const T* src = dy.data<T>();
+    T* dst = c.output.data<T>();
+    for (std::int64_t o = 0; o < whole.outer; ++o)
+      std::copy_n(src + (o * whole.count + offset) * whole.inner, len, dst + o * len);
+  }
+};
+
+inline bool register_array_kernels() {
+  register_kernels<gather_cpu>("gather", all_types{});
+  register_kernels<resource_gather_cpu>("resource_gather", all_types{});
+  register_kernels<indexed_slices_cpu>("indexed_slices", numeric_types{});
+  register_kernels<unsorted_segment_sum_cpu>("unsorted_segment_sum", numeric_types{});
+  register_kernels<unique_cpu>("unique", type_list<std::int32_t, std::int64_t>{});
+  register_kernels<unique_index_cpu>("unique_index", type_list<std::int32_t, std::int64_t>{});
+  register_kernels<concat_cpu>("concat", all_types{});
+  register_kernels<concat_grad_cpu>("concat_grad", all_types{});
+  return true;
+}
+
+inline const bool array_kernels_registered = register_array_kernels();
+
+} // namespace loom::detail

@@ -1,0 +1,164 @@
+// The index ops of sparse models (graph/ops/array.hpp) on the CPU: gather and
+// resource_gather (from a variable, under its lock), the dense value of a
+// sparse gradient, unsorted_segment_sum, unique, concat; each bad id or shape
+// one error naming the node, what it indexes, the id and its position.
+#include <doctest/doctest.h>
+#include <support/messages.hpp>
+
+#include <loom/loom.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+using loom::any_tensor;
+using loom::graph;
+using loom::shape;
+using loom::tensor;
+using loom::testing::contains;
+using loom::testing::message_of;
+
+namespace {
+
+template <class T> std::vector<T> values_of(const any_tensor& t) {
+  const auto f = t.flat<T>();
+  return std::vector<T>(f.begin(), f.end());
+}
+
+any_tensor ids(const shape& s, const std::vector<std::int64_t>& v) {
+  return any_tensor::from_vector<std::int64_t>(s, v);
+}
+
+} // namespace
+
+TEST_CASE("gather takes rows, slices along an axis, and repeats ids") {
+  graph g;
+  loom::placeholder<float, 2> params(g, shape{3, 2}, "params");
+  loom::placeholder<std::int64_t, 1> rows(g, shape{-1}, "rows");
+  loom::placeholder<std::int32_t, 2> cols(g, shape{-1, -1}, "cols");
+  auto by_row = loom::gather(params, rows);
+  auto by_col = loom::gather(params, cols, 1);
+  static_assert(decltype(by_col)::rank == 3);
+  loom::session s(g);
+  const auto p = tensor<float, 2>(shape{3, 2}, {0, 1, 10, 11, 20, 21});
+  const auto got =
+      s.run(by_row, {{params, p}, {rows, tensor<std::int64_t, 1>(shape{4}, {2, 0, 2, 1})}});
+  CHECK(got.shape() == shape{4, 2});
+  CHECK(std::vector<float>(got.flat().begin(), got.flat().end()) ==
+        std::vector<float>{20, 21, 0, 1, 20, 21, 10, 11});
+  const auto cols_got =
+      s.run(by_col, {{params, p}, {cols, tensor<std::int32_t, 2>(shape{1, 2}, {1, 0})}});
+  CHECK(cols_got.shape() == shape{3, 1, 2});
+  CHECK(std::vector<float>(cols_got.flat().begin(), cols_got.flat().end()) ==
+        std::vector<float>{1, 0, 11, 10, 21, 20});
+}
+
+TEST_CASE("an id out of range fails the step naming the variable, the id and its position") {
+  graph g;
+  loom::variable<float, 2> table(g, "table", shape{4, 3}, loom::zeros_initializer{});
+  loom::placeholder<std::int64_t, 1> id(g, shape{-1}, "id");
+  auto rows = loom::gather(table, id);
+  CHECK(rows.node().op == "resource_gather"); // from the variable, through its reference
+  loom::session s(g);
+  s.run(table.initializer());
+  const auto too_big = message_of<loom::invalid_argument_error>([&] {
+    s.run(rows, {{id, tensor<std::int64_t, 1>(shape{3}, {0, 4, 1})}});
+  });
+  CHECK(contains(too_big, "id 4 (at position 1) is outside [0, 4) of variable 'table'"));
+  const auto negative = message_of<loom::invalid_argument_error>([&] {
+    s.run(rows, {{id, tensor<std::int64_t, 1>(shape{2}, {-1, 0})}});
+  });
+  CHECK(contains(negative, "id -1 (at position 0) is outside [0, 4) of variable 'table'"));
+  // The variable is whole afterwards, and a good step runs.
+  CHECK(s.run(rows, {{id, tensor<std::int64_t, 1>(shape{1}, {3})}}).shape() == shape{1, 3});
+}
+
+TEST_CASE("a gather from an uninitialized variable says so") {
+  graph g;
+  loom::variable<float, 2> table(g, "table", shape{4, 3}, loom::zeros_initializer{});
+  auto rows = loom::gather(table, loom::constant(g, tensor<std::int64_t, 1>(shape{1}, {0})));
+  loom::session s(g);
+  const auto what = message_of<loom::failed_precondition_error>([&] { s.run(rows); });
+  INFO(what);
+  CHECK(contains(what, "uninitialized variable 'table'"));
+}
+
+TEST_CASE("the dense value of a sparse gradient sums the rows of repeated ids") {
+  graph g;
+  const auto values =
+      loom::constant_node(g, any_tensor::from_vector<double>(shape{3, 2}, {1, 2, 3, 4, 5, 6}));
+  const auto slices =
+      g.add_node("indexed_slices", {values, loom::constant_node(g, ids(shape{3}, {2, 0, 2}))},
+                 {{"axis", std::int64_t{0}}, {"dense_shape", std::vector<std::int64_t>{4, 2}}});
+  loom::session s(g);
+  const auto dense = s.run_nodes({slices}, {}).front();
+  CHECK(dense.shape() == shape{4, 2});
+  CHECK(values_of<double>(dense) == std::vector<double>{3, 4, 0, 0, 6, 8, 0, 0});
+}
+
+TEST_CASE("unsorted_segment_sum: rows summed per segment, negative ids dropped, a count known "
+          "when the step runs") {
+  graph g;
+  loom::placeholder<float, 2> data(g, shape{-1, 2}, "data");
+  loom::placeholder<std::int64_t, 1> segment(g, shape{-1}, "segment");
+  loom::placeholder<std::int64_t, 0> count(g, shape{}, "count");
+  auto sums = loom::unsorted_segment_sum(data, segment, count);
+  auto fixed = loom::unsorted_segment_sum(data, segment, 3);
+  CHECK(fixed.node().shape == shape{3, 2});
+  loom::session s(g);
+  const loom::feed_dict feeds{{data, tensor<float, 2>(shape{4, 2}, {1, 2, 3, 4, 5, 6, 7, 8})},
+                              {segment, tensor<std::int64_t, 1>(shape{4}, {2, -1, 0, 2})},
+                              {count, tensor<std::int64_t, 0>(3)}};
+  const auto got = s.run(sums, feeds);
+  CHECK(got.shape() == shape{3, 2});
+  CHECK(std::vector<float>(got.flat().begin(), got.flat().end()) ==
+        std::vector<float>{5, 6, 0, 0, 8, 10});
+  loom::feed_dict beyond = feeds;
+  beyond[2] = {count, tensor<std::int64_t, 0>(2)};
+  CHECK(contains(message_of<loom::invalid_argument_error>([&] { s.run(sums, beyond); }),
+                 "id 2 (at position 0) is outside [0, 2) of the segments"));
+}
+
+TEST_CASE("unique: distinct ids in first-seen order, and where each id went") {
+  graph g;
+  loom::placeholder<std::int64_t, 1> x(g, shape{-1}, "x");
+  auto [values, index] = loom::unique(x);
+  loom::session s(g);
+  auto [v, i] = s.run(loom::fetches(values, index),
+                      {{x, tensor<std::int64_t, 1>(shape{6}, {7, 3, 7, 9, 3, 7})}});
+  CHECK(std::vector<std::int64_t>(v.flat().begin(), v.flat().end()) ==
+        std::vector<std::int64_t>{7, 3, 9});
+  CHECK(std::vector<std::int32_t>(i.flat().begin(), i.flat().end()) ==
+        std::vector<std::int32_t>{0, 1, 0, 2, 1, 0});
+  // ids == gather(values, index)
+  auto back = loom::gather(values, index);
+  const auto again = s.run(back, {{x, tensor<std::int64_t, 1>(shape{3}, {5, 5, 2})}});
+  CHECK(std::vector<std::int64_t>(again.flat().begin(), again.flat().end()) ==
+        std::vector<std::int64_t>{5, 5, 2});
+}
+
+TEST_CASE("concat joins along an axis; shapes that do not fit are one error") {
+  graph g;
+  loom::placeholder<float, 2> a(g, shape{-1, 2}, "a");
+  loom::placeholder<float, 2> b(g, shape{-1, 1}, "b");
+  auto joined = loom::concat(std::vector{loom::lower(a), loom::lower(b)}, 1);
+  CHECK(joined.node().shape == shape{-1, 3});
+  loom::session s(g);
+  const auto got = s.run(joined, {{a, tensor<float, 2>(shape{2, 2}, {1, 2, 3, 4})},
+                                  {b, tensor<float, 2>(shape{2, 1}, {9, 8})}});
+  CHECK(std::vector<float>(got.flat().begin(), got.flat().end()) ==
+        std::vector<float>{1, 2, 9, 3, 4, 8});
+  const auto misfit = message_of<loom::invalid_argument_error>([&] {
+    s.run(joined, {{a, tensor<float, 2>(shape{2, 2}, {1, 2, 3, 4})},
+                   {b, tensor<float, 2>(shape{3, 1}, {9, 8, 7})}});
+  });
+  INFO(misfit);
+  CHECK(contains(misfit, "cannot join shapes [2, 2] and [3, 1] along axis 1"));
+  graph h;
+  loom::placeholder<float, 2> c(h, shape{2, 2}, "c");
+  loom::placeholder<float, 2> d(h, shape{3, 2}, "d");
+  CHECK(contains(message_of<loom::invalid_argument_error>([&] {
+                   loom::concat(std::vector{loom::lower(c), loom::lower(d)}, 1);
+                 }),
+                 "cannot be joined with"));
+}
