@@ -558,3 +558,20 @@ TEST_CASE("sigmoid_cross_entropy_with_logits: labels and logits, and TF's gradie
   for (double v : d[1].flat<double>())
     CHECK(v == doctest::Approx(std::log(2.0)));
 }
+
+TEST_CASE("dynamic_stitch: each data input gets the rows of dy its indices name") {
+  graph g;
+  feeds_t others;
+  const node_id a = placeholder(g, shape{2, 3}, "a");
+  const node_id b = placeholder(g, shape{3, 3}, "b");
+  const node_id at_a =
+      loom::constant_node(g, any_tensor::from_vector<std::int32_t>(shape{2}, {4, 0}));
+  const node_id at_b =
+      loom::constant_node(g, any_tensor::from_vector<std::int32_t>(shape{3}, {1, 3, 2}));
+  const node_id merged = g.add_node("dynamic_stitch", {a, b, at_a, at_b}, {{"N", std::int64_t{2}}});
+  const node_id y = weighted(
+      g, g.add_node("reshape", {merged}, {{"dims", std::vector<std::int64_t>{5, 3}}}), others);
+  check_gradients(g, y,
+                  {{a, random_tensor(shape{2, 3}, -1, 1)}, {b, random_tensor(shape{3, 3}, -1, 1)}},
+                  others);
+}

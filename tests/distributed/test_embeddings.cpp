@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <vector>
 
 using loom::shape;
 using loom::tensor;
@@ -66,4 +67,118 @@ TEST_CASE("an embedding table on the ps: lookups and sparse updates run there, o
       CHECK((r == 3 || r == 12345 || r == 49999));
   }
   CHECK(changed_rows == 3);
+}
+
+namespace {
+
+// An embedding of 10 rows of width 2, row r = (r, -r), split into 3 shards
+// over 2 ps tasks as `strategy` splits it.
+struct sharded_embedding {
+  loom::graph g;
+  std::vector<loom::output<float, 2>> shards;
+  explicit sharded_embedding(loom::partition_strategy strategy) {
+    const bool div = strategy == loom::partition_strategy::div;
+    for (std::int64_t p = 0; p < 3; ++p) {
+      std::vector<float> values;
+      for (std::int64_t r = 0; r < 10; ++r)
+        if ((div ? (r < 4 ? 0 : r < 7 ? 1 : 2) : r % 3) == p) {
+          values.push_back(static_cast<float>(r));
+          values.push_back(static_cast<float>(-r));
+        }
+      const auto rows = static_cast<std::int64_t>(values.size() / 2);
+      shards.push_back(g.on("/job:ps/task:" + std::to_string(p % 2), [&] {
+        return loom::variable<float, 2>(
+            g, "emb/part_" + std::to_string(p),
+            loom::constant(g, tensor<float, 2>(shape{rows, 2}, values)));
+      }));
+    }
+  }
+};
+
+} // namespace
+
+TEST_CASE("embedding_lookup over shards on two ps tasks: TF's mod and div rules, each shard's "
+          "lookup on its task, only the touched rows trained") {
+  for (const auto strategy : {loom::partition_strategy::mod, loom::partition_strategy::div}) {
+    const bool div = strategy == loom::partition_strategy::div;
+    INFO((div ? "div" : "mod"));
+    local_cluster cluster(2, 1);
+    sharded_embedding e(strategy);
+    loom::placeholder<std::int64_t, 2> ids(e.g, shape{-1, 2}, "ids");
+    auto rows = e.g.on("/job:worker/task:0",
+                       [&] { return loom::embedding_lookup(e.shards, ids, strategy); });
+    static_assert(decltype(rows)::rank == 3);
+    auto train = e.g.on("/job:worker/task:0", [&] {
+      return loom::gradient_descent_optimizer{0.5}.minimize(loom::reduce_sum(rows));
+    });
+    std::ostringstream placed;
+    loom::cluster_session_options o = loom::testing::quiet();
+    o.log_device_placement = true;
+    o.placement_log = &placed;
+    loom::session s(e.g, cluster.target(), o);
+    s.run(loom::global_variables_initializer(e.g));
+    const tensor<std::int64_t, 2> batch(shape{3, 2}, {9, 0, 4, 4, 7, 5});
+    const auto got = s.run(rows, {{ids, batch}});
+    REQUIRE(got.shape() == shape{3, 2, 2});
+    for (std::int64_t i = 0; i < 3; ++i)
+      for (std::int64_t j = 0; j < 2; ++j) {
+        CHECK(got(i, j, 0) == static_cast<float>(batch(i, j)));
+        CHECK(got(i, j, 1) == -static_cast<float>(batch(i, j)));
+      }
+    const std::string log = placed.str();
+    INFO(log);
+    for (int p = 0; p < 3; ++p)
+      CHECK(contains(log, "(resource_gather): /job:ps/replica:0/task:" + std::to_string(p % 2)));
+
+    s.run(train, {{ids, batch}});
+    // Every shard is updated on its task by the sparse apply, never densely.
+    const std::string with_train = placed.str();
+    for (int p = 0; p < 2; ++p)
+      CHECK(contains(with_train, "(sparse_apply_gradient_descent): /job:ps/replica:0/task:" +
+                                     std::to_string(p)));
+    CHECK_FALSE(contains(with_train, "(apply_gradient_descent)"));
+    // Each looked-up row moved by -0.5 per lookup (id 4 twice); no other row moved.
+    const std::vector<float> times = {1, 0, 0, 0, 2, 1, 0, 1, 0, 1}; // lookups per row
+    auto after = s.run(loom::embedding_lookup(
+        e.shards,
+        loom::constant(e.g, tensor<std::int64_t, 1>(shape{10}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9})),
+        strategy));
+    for (std::int64_t r = 0; r < 10; ++r) {
+      CHECK(after(r, 0) ==
+            doctest::Approx(static_cast<float>(r) - 0.5f * times[static_cast<std::size_t>(r)]));
+      CHECK(after(r, 1) ==
+            doctest::Approx(-static_cast<float>(r) - 0.5f * times[static_cast<std::size_t>(r)]));
+    }
+    // An id beyond the embedding fails the step naming it.
+    const auto what = loom::testing::message_of<loom::invalid_argument_error>([&] {
+      s.run(rows, {{ids, tensor<std::int64_t, 2>(shape{1, 2}, {3, 10})}});
+    });
+    CHECK(contains(what, "id 10 (at position 1) is outside [0, 10) of the embedding 'emb/part_0' "
+                         "and its 2 other shard(s) of 10 rows"));
+  }
+}
+
+TEST_CASE("embedding_lookup refuses shards that do not fit the strategy, and applies max_norm") {
+  sharded_embedding e(loom::partition_strategy::mod);
+  loom::placeholder<std::int64_t, 1> ids(e.g, shape{-1}, "ids");
+  // mod puts 4, 3, 3 rows in the shards; div wants 4, 3, 3 too, but other rows.
+  // Two shards swapped give 3, 4, 3: refused for both.
+  std::vector<loom::output<float, 2>> swapped{e.shards[1], e.shards[0], e.shards[2]};
+  const auto what = loom::testing::message_of<loom::invalid_argument_error>(
+      [&] { loom::embedding_lookup(swapped, ids); });
+  CHECK(contains(what, "shard 0"));
+  CHECK(contains(what, "the \"mod\" strategy puts 4 of 10 rows in it"));
+
+  loom::graph g;
+  loom::variable<float, 2> table(
+      g, "table", loom::constant(g, tensor<float, 2>(shape{2, 2}, {3, 4, 0.3f, 0.4f})));
+  loom::placeholder<std::int64_t, 1> at(g, shape{-1}, "at");
+  auto clipped = loom::embedding_lookup(table, at, loom::partition_strategy::mod, 1.0);
+  loom::session s(g);
+  s.run(table.initializer());
+  const auto got = s.run(clipped, {{at, tensor<std::int64_t, 1>(shape{2}, {0, 1})}});
+  CHECK(got(0, 0) == doctest::Approx(0.6f)); // norm 5 -> 1
+  CHECK(got(0, 1) == doctest::Approx(0.8f));
+  CHECK(got(1, 0) == doctest::Approx(0.3f)); // norm 0.5: kept
+  CHECK(got(1, 1) == doctest::Approx(0.4f));
 }

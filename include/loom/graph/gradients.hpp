@@ -33,7 +33,7 @@ inline node_id sum_of_slices(graph& g, const std::vector<node_id>& parts) {
   const node_def first = g.node(parts.front());
   for (node_id p : parts) {
     const node_def& n = g.node(p);
-    if (n.op != "indexed_slices" || n.attr<std::int64_t>("axis") != 0 ||
+    if (n.op != "indexed_slices" || n.inputs.size() != 2 || n.attr<std::int64_t>("axis") != 0 ||
         n.attr<std::vector<std::int64_t>>("dense_shape") !=
             first.attr<std::vector<std::int64_t>>("dense_shape"))
       return no_node;

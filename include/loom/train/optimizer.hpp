@@ -330,7 +330,8 @@ protected:
     if (sig == sigs.end())
       throw internal_error(std::string("optimizer::update: '") + op + "' is not an apply op");
     const node_def grad = g.node(inputs.at(sig->grad));
-    if (grad.op != "indexed_slices" || grad.attr<std::int64_t>("axis") != 0)
+    if (grad.op != "indexed_slices" || grad.inputs.size() != 2 ||
+        grad.attr<std::int64_t>("axis") != 0)
       return g.add_node(op, std::move(inputs), std::move(attrs));
     inputs[sig->grad] = grad.inputs[0];
     inputs.push_back(grad.inputs[1]);

@@ -1,7 +1,9 @@
 // Op definitions of the index ops that sparse models are built from (TF's
 // array_ops and the segment ops of math_ops): gather, indexed_slices (a sparse
 // gradient, dense where it is read), unsorted_segment_sum, unique and
-// unique_index, concat and its gradient. Kernels are in kernels/cpu/array.hpp,
+// unique_index, concat and its gradient, and the routing of ids over the
+// shards of an embedding (shard_ids, shard_positions, dynamic_stitch) that
+// embedding_lookup builds on. Kernels are in kernels/cpu/array.hpp,
 // their argument checks in kernels/checks/array.hpp.
 //
 // A sparse gradient in the graph: the gradient of gather(params, ids) with
@@ -19,6 +21,7 @@
 #include <loom/graph/output.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -59,16 +62,37 @@ inline std::int64_t constant_count(const node_def& count) {
   return v.type() == dtype::i32 ? *v.data<std::int32_t>() : *v.data<std::int64_t>();
 }
 
-// The gradient of a gather along `axis` for params of `params_shape`, as an
-// indexed_slices of dy at ids.
-inline node_id gather_gradient(graph& g, node_id dy, node_id ids, const loom::shape& params_shape,
+// The gradient of a gather along `axis` from `params`, as an indexed_slices
+// of dy at ids: its dense shape is params' static shape, or, where that is
+// not fully known (rows gathered in the step), params' shape when it runs.
+inline node_id gather_gradient(graph& g, node_id dy, node_id ids, node_id params,
                                std::int64_t axis) {
-  if (!params_shape.fully_defined())
-    throw invalid_argument_error("gradients: a gather's params of shape " +
-                                 params_shape.to_string() +
-                                 " need a fully defined shape to be differentiated");
-  return g.add_node("indexed_slices", {dy, ids},
-                    {{"axis", axis}, {"dense_shape", params_shape.dims()}});
+  const loom::shape& s = g.node(params).shape;
+  if (s.fully_defined())
+    return g.add_node("indexed_slices", {dy, ids}, {{"axis", axis}, {"dense_shape", s.dims()}});
+  return g.add_node("indexed_slices", {dy, ids, params}, {{"axis", axis}});
+}
+
+// Which shard of an embedding of `rows` rows split over `n` shards holds `id`,
+// and its row there (TF's partition strategies): "mod", shard id % n and row
+// id / n; "div", contiguous ranges, the first rows % n shards one row longer.
+struct shard_route {
+  std::int64_t shard, row;
+};
+inline shard_route route_id(std::int64_t id, std::int64_t n, std::int64_t rows, bool div) {
+  if (!div)
+    return {id % n, id / n};
+  const std::int64_t per = rows / n, extras = rows % n, long_part = extras * (per + 1);
+  if (id < long_part)
+    return {id / (per + 1), id % (per + 1)};
+  return {extras + (id - long_part) / per, (id - long_part) % per};
+}
+
+// The rows shard p holds under each strategy.
+inline std::int64_t shard_rows(std::int64_t p, std::int64_t n, std::int64_t rows, bool div) {
+  if (div)
+    return rows / n + (p < rows % n ? 1 : 0);
+  return rows > p ? (rows - p + n - 1) / n : 0;
 }
 
 inline bool register_array_ops() {
@@ -107,23 +131,30 @@ inline bool register_array_ops() {
                },
            .gradient =
                [](graph& g, const node_def& n, node_id dy) {
-                 return std::vector{gather_gradient(g, dy, n.inputs[1], g.node(n.inputs[0]).shape,
-                                                    n.attr<std::int64_t>("axis")),
-                                    no_node};
+                 return std::vector{
+                     gather_gradient(g, dy, n.inputs[1], n.inputs[0], n.attr<std::int64_t>("axis")),
+                     no_node};
                },
            .ref_inputs = of_variable ? 1u : 0u,
            .read_refs = of_variable ? 1u : 0u});
   }
 
-  // Inputs (values, indices); attrs "axis", "dense_shape". Its value: zeros of
-  // dense_shape with values[..., i, ...] added at index indices[i] along axis
-  // (duplicates summed).
+  // Inputs (values, indices[, like]); attrs "axis", "dense_shape" (without
+  // `like`: its dense shape is like's when the step runs). Its value: zeros
+  // of the dense shape with values[..., i, ...] added at index indices[i]
+  // along axis (duplicates summed).
   r.add({.name = "indexed_slices",
-         .num_inputs = 2,
+         .num_inputs = -1,
          .infer =
              [](node_def& n, const std::vector<const node_def*>& in) {
+               if (in.size() != 2 && in.size() != 3)
+                 throw invalid_argument_error("node " + n.describe() +
+                                              ": takes values, indices and optionally a tensor "
+                                              "of the dense shape");
                check_ids(n, *in[1], "indices");
-               const loom::shape dense(n.attr<std::vector<std::int64_t>>("dense_shape"));
+               const loom::shape dense =
+                   in.size() == 3 ? in[2]->shape
+                                  : loom::shape(n.attr<std::vector<std::int64_t>>("dense_shape"));
                const int axis =
                    normalized_axis(n, n.attr<std::int64_t>("axis"), dense.rank(), "dense shape");
                const loom::shape want = gathered_shape(dense, in[1]->shape, axis);
@@ -138,9 +169,12 @@ inline bool register_array_ops() {
              },
          .gradient =
              [](graph& g, const node_def& n, node_id dy) {
-               return std::vector{g.add_node("gather", {dy, n.inputs[1]},
-                                             {{"axis", n.attr<std::int64_t>("axis")}}),
-                                  no_node};
+               std::vector<node_id> d{g.add_node("gather", {dy, n.inputs[1]},
+                                                 {{"axis", n.attr<std::int64_t>("axis")}}),
+                                      no_node};
+               if (n.inputs.size() == 3)
+                 d.push_back(no_node);
+               return d;
              }});
 
   // Inputs (data, segment_ids, num_segments): out[s, ...] = the sum of the
@@ -253,6 +287,57 @@ inline bool register_array_ops() {
            n.type = in[0]->type;
            n.shape = in.at(index + 1)->shape;
          }});
+
+  // Input ids (int32/int64, any shape); attrs "num_shards", "shard", "strategy"
+  // ("mod" or "div"), "rows" (of the whole embedding), "_what" (for errors).
+  // shard_ids: the rows in shard `shard` of the ids it holds, in order;
+  // shard_positions: int32, where those ids are in the flattened ids. An id
+  // outside [0, rows) fails the step naming the embedding.
+  for (const bool positions : {false, true})
+    r.add({.name = positions ? "shard_positions" : "shard_ids",
+           .num_inputs = 1,
+           .infer = [positions](node_def& n, const std::vector<const node_def*>& in) {
+             check_ids(n, *in[0], "ids");
+             const std::string strategy = n.attr<std::string>("strategy");
+             if (strategy != "mod" && strategy != "div")
+               throw invalid_argument_error("node " + n.describe() + ": partition strategy '" +
+                                            strategy + "'; expected \"mod\" or \"div\"");
+             n.type = positions ? dtype::i32 : in[0]->type;
+             n.shape = loom::shape{-1};
+           }});
+
+  // Inputs (data_0 ... data_{N-1}, indices_0 ... indices_{N-1}), attr "N":
+  // merged[indices_i[j], ...] = data_i[j, ...] (TF's dynamic_stitch, with the
+  // data first so that they select the kernel's dtype).
+  r.add({.name = "dynamic_stitch",
+         .num_inputs = -1,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               const auto parts = static_cast<std::size_t>(n.attr<std::int64_t>("N"));
+               if (parts == 0 || in.size() != 2 * parts)
+                 throw invalid_argument_error("node " + n.describe() + ": needs N data and N " +
+                                              "index inputs, got " + std::to_string(in.size()));
+               const node_def& first = *in[0];
+               for (std::size_t i = 0; i < parts; ++i) {
+                 check_ids(n, *in[parts + i], "indices");
+                 if (in[i]->type != first.type || in[i]->shape.rank() != first.shape.rank())
+                   throw invalid_argument_error("node " + n.describe() + ": data " +
+                                                in[i]->describe() + " does not match " +
+                                                first.describe());
+               }
+               std::vector<std::int64_t> d = first.shape.dims();
+               d.front() = -1;
+               n.type = first.type;
+               n.shape = loom::shape(std::move(d));
+             },
+         .gradient =
+             [](graph& g, const node_def& n, node_id dy) {
+               const auto parts = static_cast<std::size_t>(n.attr<std::int64_t>("N"));
+               std::vector<node_id> d(2 * parts, no_node);
+               for (std::size_t i = 0; i < parts; ++i)
+                 d[i] = g.add_node("gather", {dy, n.inputs[parts + i]});
+               return d;
+             }});
   return true;
 }
 
@@ -321,6 +406,113 @@ std::pair<output<value_type_of<X>, 1>, output<std::int32_t, 1>> unique(const X& 
   auto lx = lower(ids);
   graph g = lx.graph();
   return {{g, g.add_node("unique", {lx.id()})}, {g, g.add_node("unique_index", {lx.id()})}};
+}
+
+// How embedding_lookup splits ids over shards (TF's partition_strategy).
+enum class partition_strategy { mod, div };
+
+// The rows of an embedding at ids (tf.nn.embedding_lookup): ids' shape plus
+// the embedding's dimension. The embedding is one rank-2 variable or a list
+// of shards of it (a partitioned variable), split by `strategy` as TF splits
+// them ("mod": row id of shard id % n at id / n; "div": contiguous ranges).
+// Each shard's lookup runs on its own task (the gather is colocated with it)
+// and gets only the distinct ids that shard holds, each once per step; the
+// rows come back and are put in order where the lookup was written. With
+// `max_norm`, each row whose L2 norm exceeds it is scaled down to it (TF's
+// max_norm). The gradient reaches every shard as rows and indices.
+template <class T, expression I>
+output<T, rank_of<I> + 1> embedding_lookup(const std::vector<output<T, 2>>& shards, const I& ids,
+                                           partition_strategy strategy = partition_strategy::mod,
+                                           std::optional<double> max_norm = std::nullopt) {
+  static_assert(id_type<value_type_of<I>>,
+                "loom::embedding_lookup: the ids must be int32 or int64");
+  if (shards.empty())
+    throw invalid_argument_error("loom::embedding_lookup: no shards to look ids up in");
+  auto li = lower(ids);
+  graph g = li.graph();
+  const node_def first = shards.front().node();
+  const std::string what =
+      shards.size() == 1
+          ? "'" + first.name + "'"
+          : "'" + first.name + "' and its " + std::to_string(shards.size() - 1) + " other shard(s)";
+  std::int64_t rows = 0;
+  for (const auto& s : shards) {
+    if (!(s.graph() == g))
+      throw invalid_argument_error("loom::embedding_lookup: the shards and the ids belong to "
+                                   "different graphs");
+    const loom::shape& sh = s.node().shape;
+    if (!sh.fully_defined() || sh[1] != first.shape[1])
+      throw invalid_argument_error("loom::embedding_lookup: shard " + s.node().describe() +
+                                   " of shape " + sh.to_string() + " does not match " +
+                                   first.describe() + " of shape " + first.shape.to_string() +
+                                   " (shards differ in rows only)");
+    rows += sh[0];
+  }
+  const auto n = static_cast<std::int64_t>(shards.size());
+  const bool div = strategy == partition_strategy::div;
+  for (std::int64_t p = 0; p < n; ++p)
+    if (const std::int64_t want = detail::shard_rows(p, n, rows, div);
+        shards[static_cast<std::size_t>(p)].node().shape[0] != want)
+      throw invalid_argument_error(
+          "loom::embedding_lookup: shard " + std::to_string(p) + " " +
+          shards[static_cast<std::size_t>(p)].node().describe() + " has " +
+          std::to_string(shards[static_cast<std::size_t>(p)].node().shape[0]) +
+          " rows, but the \"" + (div ? "div" : "mod") + "\" strategy puts " + std::to_string(want) +
+          " of " + std::to_string(rows) +
+          " rows in it (save and restore "
+          "with the same strategy and shard count)");
+  const loom::shape& ids_shape = li.node().shape;
+  node_id looked_up;
+  if (n == 1) {
+    looked_up = gather(shards.front(), li).id();
+  } else {
+    node_id flat = li.id();
+    if (ids_shape.rank() != 1)
+      flat = g.add_node("reshape", {flat}, {{"dims", std::vector<std::int64_t>{-1}}});
+    std::vector<node_id> parts, positions;
+    for (std::int64_t p = 0; p < n; ++p) {
+      const attr_map route{
+          {"num_shards", n},
+          {"shard", p},
+          {"strategy", std::string(div ? "div" : "mod")},
+          {"rows", rows},
+          {"_what", "the embedding " + what + " of " + std::to_string(rows) + " rows"}};
+      const node_id local = g.add_node("shard_ids", {flat}, route);
+      positions.push_back(g.add_node("shard_positions", {flat}, route));
+      // Each distinct id once to the shard's task, then spread where it was.
+      const node_id distinct = g.add_node("unique", {local});
+      const node_id where = g.add_node("unique_index", {local});
+      const node_id rows_there =
+          g.add_node("resource_gather", {shards[static_cast<std::size_t>(p)].id(), distinct});
+      parts.push_back(g.add_node("gather", {rows_there, where}));
+    }
+    std::vector<node_id> inputs = parts;
+    inputs.insert(inputs.end(), positions.begin(), positions.end());
+    looked_up = g.add_node("dynamic_stitch", inputs, {{"N", n}});
+    if (ids_shape.rank() != 1) {
+      std::vector<std::int64_t> dims = ids_shape.dims();
+      for (std::size_t k = 1; k < dims.size(); ++k)
+        if (dims[k] < 0)
+          throw invalid_argument_error("loom::embedding_lookup: ids of shape " +
+                                       ids_shape.to_string() +
+                                       " over shards need every "
+                                       "dimension but the first known");
+      dims.front() = -1;
+      dims.push_back(first.shape[1]);
+      looked_up = g.add_node("reshape", {looked_up}, {{"dims", dims}});
+    }
+  }
+  output<T, rank_of<I> + 1> out(g, looked_up);
+  if (!max_norm)
+    return out;
+  const T limit = static_cast<T>(*max_norm);
+  return lower(out * minimum(T(1), limit / sqrt(reduce_sum(square(out), rank_of<I>, keepdims))));
+}
+template <class T, expression I>
+output<T, rank_of<I> + 1> embedding_lookup(const output<T, 2>& params, const I& ids,
+                                           partition_strategy strategy = partition_strategy::mod,
+                                           std::optional<double> max_norm = std::nullopt) {
+  return embedding_lookup(std::vector<output<T, 2>>{params}, ids, strategy, max_norm);
 }
 
 // The tensors joined along axis (tf.concat); every other dimension must agree.

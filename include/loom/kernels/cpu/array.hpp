@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -80,7 +82,9 @@ template <class T> struct indexed_slices_cpu {
   static void run(kernel_context& c) {
     const any_tensor& values = c.input(0);
     const any_tensor& indices = c.input(1);
-    const loom::shape dense(c.node.attr<std::vector<std::int64_t>>("dense_shape"));
+    const loom::shape dense =
+        c.inputs.size() == 3 ? c.input(2).shape()
+                             : loom::shape(c.node.attr<std::vector<std::int64_t>>("dense_shape"));
     const int axis = static_cast<int>(c.node.attr<std::int64_t>("axis"));
     check_slices(c.node, values, indices, dense, axis);
     const axis_layout l = layout_around(dense, axis);
@@ -198,6 +202,81 @@ template <class T> struct concat_grad_cpu {
   }
 };
 
+// The ids an embedding shard holds (shard_ids: their rows there;
+// shard_positions: where they are among the ids).
+template <class I> struct shard_route_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& ids = c.input(0);
+    const std::int64_t n = c.node.attr<std::int64_t>("num_shards");
+    const std::int64_t shard = c.node.attr<std::int64_t>("shard");
+    const std::int64_t rows = c.node.attr<std::int64_t>("rows");
+    const bool div = c.node.attr<std::string>("strategy") == "div";
+    const I* id = ids.data<I>();
+    const std::int64_t count = ids.num_elements();
+    check_id_range(c.node, id, count, rows, false,
+                   c.node.attr_or<std::string>("_what", "the embedding"));
+    const bool positions = c.node.op == "shard_positions";
+    std::vector<I> local;
+    std::vector<std::int32_t> where;
+    for (std::int64_t k = 0; k < count; ++k) {
+      const shard_route r = route_id(static_cast<std::int64_t>(id[k]), n, rows, div);
+      if (r.shard != shard)
+        continue;
+      if (positions)
+        where.push_back(static_cast<std::int32_t>(k));
+      else
+        local.push_back(static_cast<I>(r.row));
+    }
+    if (positions)
+      c.output =
+          any_tensor::from_vector(loom::shape{static_cast<std::int64_t>(where.size())}, where);
+    else
+      c.output =
+          any_tensor::from_vector(loom::shape{static_cast<std::int64_t>(local.size())}, local);
+  }
+};
+
+// Inputs (data_0 ... data_{N-1}, indices_0 ... indices_{N-1}).
+template <class T> struct dynamic_stitch_cpu {
+  static void run(kernel_context& c) {
+    const auto parts = static_cast<std::size_t>(c.node.attr<std::int64_t>("N"));
+    const any_tensor& first = c.input(0);
+    const std::int64_t row = first.shape()[0] == 0 ? 0 : first.num_elements() / first.shape()[0];
+    std::int64_t size = 0;
+    for (std::size_t i = 0; i < parts; ++i) {
+      const any_tensor& data = c.input(i);
+      const any_tensor& at = c.input(parts + i);
+      bool fits = data.rank() == first.rank() && data.shape()[0] == at.num_elements();
+      for (int a = 1; fits && a < data.rank(); ++a)
+        fits = data.shape()[a] == first.shape()[a];
+      if (!fits)
+        throw invalid_argument_error("node " + c.node.describe() + ": data " + std::to_string(i) +
+                                     " of shape " + data.shape().to_string() +
+                                     " does not match its " + std::to_string(at.num_elements()) +
+                                     " indices");
+      with_ids(at, [&](const auto* idx) {
+        check_id_range(c.node, idx, at.num_elements(), std::numeric_limits<std::int32_t>::max(),
+                       false, "the merged tensor");
+        for (std::int64_t j = 0; j < at.num_elements(); ++j)
+          size = std::max<std::int64_t>(size, static_cast<std::int64_t>(idx[j]) + 1);
+      });
+    }
+    std::vector<std::int64_t> d = first.shape().dims();
+    d.front() = size;
+    c.output = any_tensor(first.type(), loom::shape(std::move(d)));
+    T* out = c.output.data<T>();
+    std::fill_n(out, c.output.num_elements(), T{});
+    for (std::size_t i = 0; i < parts; ++i) {
+      const T* src = c.input(i).data<T>();
+      const any_tensor& at = c.input(parts + i);
+      with_ids(at, [&](const auto* idx) {
+        for (std::int64_t j = 0; j < at.num_elements(); ++j)
+          std::copy_n(src + j * row, row, out + static_cast<std::int64_t>(idx[j]) * row);
+      });
+    }
+  }
+};
+
 inline bool register_array_kernels() {
   register_kernels<gather_cpu>("gather", all_types{});
   register_kernels<resource_gather_cpu>("resource_gather", all_types{});
@@ -205,6 +284,9 @@ inline bool register_array_kernels() {
   register_kernels<unsorted_segment_sum_cpu>("unsorted_segment_sum", numeric_types{});
   register_kernels<unique_cpu>("unique", type_list<std::int32_t, std::int64_t>{});
   register_kernels<unique_index_cpu>("unique_index", type_list<std::int32_t, std::int64_t>{});
+  register_kernels<shard_route_cpu>("shard_ids", type_list<std::int32_t, std::int64_t>{});
+  register_kernels<shard_route_cpu>("shard_positions", type_list<std::int32_t, std::int64_t>{});
+  register_kernels<dynamic_stitch_cpu>("dynamic_stitch", all_types{});
   register_kernels<concat_cpu>("concat", all_types{});
   register_kernels<concat_grad_cpu>("concat_grad", all_types{});
   return true;
