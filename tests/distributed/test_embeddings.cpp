@@ -182,3 +182,90 @@ TEST_CASE("embedding_lookup refuses shards that do not fit the strategy, and app
   CHECK(got(1, 0) == doctest::Approx(0.3f)); // norm 0.5: kept
   CHECK(got(1, 1) == doctest::Approx(0.4f));
 }
+
+TEST_CASE("partitioners: TF's arithmetic, and a partitioning that cannot be is one error") {
+  using loom::dtype;
+  CHECK(loom::fixed_size_partitioner{3}(shape{10, 4}, dtype::f32).shards == 3);
+  // 1000 x 64 floats = 256 000 bytes per 1000 rows; 256 KiB per shard at least.
+  CHECK(
+      loom::min_max_variable_partitioner{.max_partitions = 8}(shape{1000, 64}, dtype::f32).shards ==
+      1);
+  CHECK(loom::min_max_variable_partitioner{.max_partitions = 8,
+                                           .min_slice_size = 64 << 10}(shape{1000, 64}, dtype::f32)
+            .shards == 4);
+  CHECK(loom::min_max_variable_partitioner{.max_partitions = 3,
+                                           .min_slice_size = 1}(shape{1000, 64}, dtype::f32)
+            .shards == 3);
+  // 256 bytes per row, at most 1000 bytes per shard: 3 rows each, 4 shards for 10 rows.
+  CHECK(loom::variable_axis_size_partitioner{.max_shard_bytes = 1000}(shape{10, 64}, dtype::f32)
+            .shards == 4);
+  CHECK(loom::variable_axis_size_partitioner{.max_shard_bytes = 1000,
+                                             .max_shards = 2}(shape{10, 64}, dtype::f32)
+            .shards == 2);
+
+  loom::graph g;
+  const auto zero = loom::testing::message_of<loom::invalid_argument_error>([&] {
+    loom::get_variable<float, 2>(g, "none", shape{10, 4}, loom::zeros_initializer{},
+                                 loom::fixed_size_partitioner{0});
+  });
+  CHECK(contains(zero, "the partitioner of 'none' yields 0 shard(s) along axis 0 of size 10"));
+  CHECK(contains(loom::testing::message_of<loom::invalid_argument_error>([&] {
+                   loom::get_variable<float, 2>(g, "many", shape{2, 4}, loom::zeros_initializer{},
+                                                loom::fixed_size_partitioner{3});
+                 }),
+                 "yields 3 shard(s) along axis 0 of size 2"));
+}
+
+TEST_CASE("a partitioned variable: shards name/part_i over the ps tasks round-robin, TF's split, "
+          "looked up and trained where they live") {
+  local_cluster cluster(2, 1);
+  loom::graph g;
+  auto ps_scope = g.device(loom::replica_device_setter({.ps_tasks = 2}));
+  auto emb = loom::get_variable<float, 2>(g, "emb", shape{11, 4},
+                                          loom::random_uniform_initializer{-1, 1, 5},
+                                          loom::fixed_size_partitioner{3});
+  REQUIRE(emb.shards().size() == 3);
+  CHECK(emb.shards()[0].name() == "emb/part_0");
+  CHECK(emb.shards()[2].name() == "emb/part_2");
+  CHECK(emb.shards()[0].shape() == shape{4, 4}); // 11 = 4 + 4 + 3
+  CHECK(emb.shards()[1].shape() == shape{4, 4});
+  CHECK(emb.shards()[2].shape() == shape{3, 4});
+  loom::placeholder<std::int64_t, 1> ids(g, shape{-1}, "ids");
+  auto rows = loom::embedding_lookup(emb, ids, loom::partition_strategy::div);
+  auto whole = emb.value();
+  auto train = loom::adam_optimizer{0.1}.minimize(loom::reduce_sum(rows));
+
+  std::ostringstream placed;
+  loom::cluster_session_options o = loom::testing::quiet();
+  o.log_device_placement = true;
+  o.placement_log = &placed;
+  loom::session s(g, cluster.target(), o);
+  s.run(emb.initializer());
+  s.run(loom::global_variables_initializer(g));
+  const auto before = s.run(whole);
+  CHECK(before.shape() == shape{11, 4});
+  // Seeded shards differ (seed + i).
+  CHECK(before(0, 0) != before(4, 0));
+  // div: the lookup of id r is row r of the whole value.
+  const auto got = s.run(rows, {{ids, tensor<std::int64_t, 1>(shape{3}, {10, 0, 5})}});
+  for (std::int64_t k = 0; k < 4; ++k) {
+    CHECK(got(0, k) == before(10, k));
+    CHECK(got(1, k) == before(0, k));
+    CHECK(got(2, k) == before(5, k));
+  }
+  s.run(train, {{ids, tensor<std::int64_t, 1>(shape{2}, {10, 5})}});
+  const auto after = s.run(whole);
+  for (std::int64_t r = 0; r < 11; ++r)
+    for (std::int64_t k = 0; k < 4; ++k) {
+      if (r == 10 || r == 5)
+        CHECK(after(r, k) != before(r, k));
+      else
+        CHECK(after(r, k) == before(r, k)); // LazyAdam: untouched rows stay
+    }
+  const std::string log = placed.str();
+  INFO(log);
+  CHECK(contains(log, "emb/part_0: (variable): /job:ps/replica:0/task:0"));
+  CHECK(contains(log, "emb/part_1: (variable): /job:ps/replica:0/task:1"));
+  CHECK(contains(log, "emb/part_2: (variable): /job:ps/replica:0/task:0"));
+  CHECK(contains(log, "(sparse_apply_adam): /job:ps/replica:0/task:1"));
+}

@@ -117,7 +117,10 @@ struct truncated_normal_initializer {
 // Glorot/Xavier uniform: limit sqrt(6 / (fan_in + fan_out)), fans as TF computes them.
 struct glorot_uniform_initializer {
   std::optional<std::int64_t> seed{};
-  node_id make(graph& g, dtype t, const loom::shape& s) const {
+  node_id make(graph& g, dtype t, const loom::shape& s) const { return make_part(g, t, s, s); }
+  // One shard `part` of a partitioned variable of shape `s`: the fans are the
+  // whole variable's, as TF's partition_info makes them.
+  node_id make_part(graph& g, dtype t, const loom::shape& part, const loom::shape& s) const {
     double fan_in = 1, fan_out = 1;
     if (s.rank() == 1)
       fan_in = fan_out = static_cast<double>(s[0]);
@@ -129,7 +132,7 @@ struct glorot_uniform_initializer {
       fan_out = static_cast<double>(s[s.rank() - 1]) * receptive;
     }
     const double limit = std::sqrt(6.0 / (fan_in + fan_out));
-    return detail::random_node(g, "random_uniform", t, s, -limit, limit, seed);
+    return detail::random_node(g, "random_uniform", t, part, -limit, limit, seed);
   }
 };
 
