@@ -21,6 +21,7 @@
 #include <loom/graph/ops/elementwise.hpp>
 #include <loom/graph/ops/math.hpp>
 #include <loom/graph/ops/nn.hpp>
+#include <loom/graph/ops/scatter.hpp>
 #include <loom/graph/output.hpp>
 #include <loom/graph/partitioned_variable.hpp>
 #include <loom/graph/variables.hpp>

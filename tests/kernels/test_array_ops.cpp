@@ -1,6 +1,7 @@
 // The index ops of sparse models (graph/ops/array.hpp) on the CPU: gather and
 // resource_gather (from a variable, under its lock), the dense value of a
-// sparse gradient, unsorted_segment_sum, unique, concat; each bad id or shape
+// sparse gradient, unsorted_segment_sum, unique, concat, the scatter updates;
+// each bad id or shape
 // one error naming the node, what it indexes, the id and its position.
 #include <doctest/doctest.h>
 #include <support/messages.hpp>
@@ -161,4 +162,41 @@ TEST_CASE("concat joins along an axis; shapes that do not fit are one error") {
                    loom::concat(std::vector{loom::lower(c), loom::lower(d)}, 1);
                  }),
                  "cannot be joined with"));
+}
+
+TEST_CASE("scatter_add, scatter_sub and scatter_update change rows in place; a bad index writes "
+          "nothing") {
+  graph g;
+  loom::variable<float, 2> v(g, "v", loom::constant(g, tensor<float, 2>(shape{4, 2}, 1.0f)));
+  loom::placeholder<std::int64_t, 1> at(g, shape{-1}, "at");
+  loom::placeholder<float, 2> rows(g, shape{-1, 2}, "rows");
+  auto added = loom::scatter_add(v, at, rows);
+  auto taken = loom::scatter_sub(v, at, rows);
+  auto set = loom::scatter_update(v, at, rows);
+  CHECK(added.node().colocation_group == v.node().colocation());
+  loom::session s(g);
+  s.run(v.initializer());
+  const loom::feed_dict twice_row_2{{at, tensor<std::int64_t, 1>(shape{3}, {2, 0, 2})},
+                                    {rows, tensor<float, 2>(shape{3, 2}, {1, 2, 3, 4, 5, 6})}};
+  auto got = s.run(added, twice_row_2);
+  CHECK(std::vector<float>(got.flat().begin(), got.flat().end()) ==
+        std::vector<float>{4, 5, 1, 1, 7, 9, 1, 1});
+  got = s.run(taken, twice_row_2);
+  CHECK(std::vector<float>(got.flat().begin(), got.flat().end()) ==
+        std::vector<float>{1, 1, 1, 1, 1, 1, 1, 1});
+  got = s.run(set, {{at, tensor<std::int64_t, 1>(shape{1}, {3})},
+                    {rows, tensor<float, 2>(shape{1, 2}, {8, 9})}});
+  CHECK(std::vector<float>(got.flat().begin(), got.flat().end()) ==
+        std::vector<float>{1, 1, 1, 1, 1, 1, 8, 9});
+  const auto what = message_of<loom::invalid_argument_error>([&] {
+    s.run(added, {{at, tensor<std::int64_t, 1>(shape{2}, {0, 4})},
+                  {rows, tensor<float, 2>(shape{2, 2}, {1, 1, 1, 1})}});
+  });
+  CHECK(contains(what, "id 4 (at position 1) is outside [0, 4) of variable 'v'"));
+  got = s.run(v);
+  CHECK(got(0, 0) == 1.0f); // nothing was written
+  // Updates that do not fit the indices are refused when the graph is built.
+  loom::placeholder<float, 2> wide(g, shape{-1, 3}, "wide");
+  CHECK(contains(message_of<loom::invalid_argument_error>([&] { loom::scatter_add(v, at, wide); }),
+                 "do not fit indices"));
 }

@@ -7,6 +7,7 @@
 #include <loom/kernels/cpu/math.hpp>
 #include <loom/kernels/cpu/nn.hpp>
 #include <loom/kernels/cpu/random.hpp>
+#include <loom/kernels/cpu/scatter.hpp>
 #include <loom/kernels/cpu/state.hpp>
 #include <loom/kernels/cpu/sync.hpp>
 #include <loom/kernels/cpu/training.hpp>

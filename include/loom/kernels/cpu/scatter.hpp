@@ -1,0 +1,68 @@
+// CPU kernels of the scatter updates (graph/ops/scatter.hpp): under the
+// variable's lock, the indices checked before anything is written, then the
+// rows changed in place.
+#pragma once
+
+#include <loom/graph/ops/scatter.hpp>
+#include <loom/kernels/checks/array.hpp>
+#include <loom/kernels/cpu/array.hpp>
+#include <loom/kernels/registry.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+namespace loom::detail {
+
+template <class T> struct scatter_cpu {
+  static void run(kernel_context& c) {
+    variable_resource& v = *c.refs[0];
+    const any_tensor& indices = c.input(1);
+    const any_tensor& updates = c.input(2);
+    const std::string var = "variable '" + c.node.attr<std::string>("_ref_name_0") + "'";
+    std::lock_guard lock(v.mu);
+    if (!v.initialized)
+      throw failed_precondition_error("node " + c.node.describe() +
+                                      ": attempting to use uninitialized " + var +
+                                      " (run its initializer, or global_variables_initializer, "
+                                      "first)");
+    const loom::shape want = gathered_shape(v.value.shape(), indices.shape(), 0);
+    if (!(updates.shape() == want))
+      throw invalid_argument_error("node " + c.node.describe() + ": updates of shape " +
+                                   updates.shape().to_string() + " do not fit indices of shape " +
+                                   indices.shape().to_string() + " into " + var + " of shape " +
+                                   v.value.shape().to_string());
+    const std::int64_t rows = v.value.shape()[0];
+    const std::int64_t row = rows == 0 ? 0 : v.value.num_elements() / rows;
+    const std::int64_t n = indices.num_elements();
+    const T* src = updates.data<T>();
+    T* dst = v.value.data<T>();
+    const std::string& op = c.node.op;
+    with_ids(indices, [&](const auto* id) {
+      check_id_range(c.node, id, n, rows, false, var);
+      for (std::int64_t k = 0; k < n; ++k) {
+        T* to = dst + static_cast<std::int64_t>(id[k]) * row;
+        const T* from = src + k * row;
+        if (op == "scatter_update")
+          std::copy_n(from, row, to);
+        else if (op == "scatter_add")
+          add_row(to, from, row);
+        else
+          for (std::int64_t j = 0; j < row; ++j)
+            to[j] -= from[j];
+      }
+    });
+    c.output = v.value;
+  }
+};
+
+inline bool register_scatter_kernels() {
+  for (const char* op : {"scatter_add", "scatter_sub", "scatter_update"})
+    register_kernels<scatter_cpu>(op, numeric_types{});
+  return true;
+}
+
+inline const bool scatter_kernels_registered = register_scatter_kernels();
+
+} // namespace loom::detail
