@@ -24,6 +24,7 @@
 #include <loom/graph/ops/scatter.hpp>
 #include <loom/graph/output.hpp>
 #include <loom/graph/partitioned_variable.hpp>
+#include <loom/graph/sparse_tensor.hpp>
 #include <loom/graph/variables.hpp>
 #include <loom/kernels/fused.hpp>
 #include <loom/kernels/gpu_backend.hpp>

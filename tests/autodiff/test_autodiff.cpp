@@ -575,3 +575,24 @@ TEST_CASE("dynamic_stitch: each data input gets the rows of dy its indices name"
                   {{a, random_tensor(shape{2, 3}, -1, 1)}, {b, random_tensor(shape{3, 3}, -1, 1)}},
                   others);
 }
+
+TEST_CASE("embedding_lookup_sparse: the gradient of each combiner reaches the table") {
+  for (const auto how : {loom::combiner::sum, loom::combiner::mean, loom::combiner::sqrtn}) {
+    INFO("combiner " << static_cast<int>(how));
+    graph g;
+    feeds_t others;
+    loom::placeholder<double, 2> table(g, shape{5, 2}, "table");
+    const loom::sparse_tensor<std::int64_t> ids{
+        loom::constant(g, tensor<std::int64_t, 2>(shape{5, 2}, {0, 0, 0, 1, 2, 0, 2, 1, 2, 2})),
+        loom::constant(g, tensor<std::int64_t, 1>(shape{5}, {1, 3, 4, 1, 1})),
+        loom::constant(g, tensor<std::int64_t, 1>(shape{2}, {3, 3}))};
+    const loom::sparse_tensor<double> weights{
+        ids.indices, loom::constant(g, tensor<double, 1>(shape{5}, {2, 1, 1, 0.5, 0.5})),
+        ids.dense_shape};
+    const node_id combined = loom::embedding_lookup_sparse(table, ids, weights, how).id();
+    // [batch, 2], the batch known when it runs: given here for the weights.
+    const node_id y = weighted(
+        g, g.add_node("reshape", {combined}, {{"dims", std::vector<std::int64_t>{3, 2}}}), others);
+    check_gradients(g, y, {{table.id(), random_tensor(shape{5, 2}, -1, 1)}}, others);
+  }
+}

@@ -88,6 +88,7 @@ const std::set<std::string>& cpu_only_ops() {
       "shard_ids",
       "shard_positions",
       "dynamic_stitch",
+      "sparse_segment_ids",
       "scatter_add",
       "scatter_sub",
       "scatter_update",

@@ -8,7 +8,9 @@
 
 #include <loom/loom.hpp>
 
+#include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -199,4 +201,85 @@ TEST_CASE("scatter_add, scatter_sub and scatter_update change rows in place; a b
   loom::placeholder<float, 2> wide(g, shape{-1, 3}, "wide");
   CHECK(contains(message_of<loom::invalid_argument_error>([&] { loom::scatter_add(v, at, wide); }),
                  "do not fit indices"));
+}
+
+namespace {
+
+// Rows 0, 1 and 2 of a batch: ids {1, 3}, none, {4, 1, 1}.
+loom::sparse_tensor<std::int64_t> multi_hot_ids(graph& g) {
+  return {loom::constant(g, tensor<std::int64_t, 2>(shape{5, 2}, {0, 0, 0, 1, 2, 0, 2, 1, 2, 2})),
+          loom::constant(g, tensor<std::int64_t, 1>(shape{5}, {1, 3, 4, 1, 1})),
+          loom::constant(g, tensor<std::int64_t, 1>(shape{2}, {3, 3}))};
+}
+
+} // namespace
+
+TEST_CASE("embedding_lookup_sparse: sum, mean and sqrtn of each row's embeddings, weighted or "
+          "not; an empty row gives zeros") {
+  graph g;
+  std::vector<float> rows;
+  for (int r = 0; r < 5; ++r) {
+    rows.push_back(static_cast<float>(r));
+    rows.push_back(10.0f * static_cast<float>(r));
+  }
+  loom::variable<float, 2> table(g, "table",
+                                 loom::constant(g, tensor<float, 2>(shape{5, 2}, rows)));
+  const auto ids = multi_hot_ids(g);
+  const loom::sparse_tensor<float> weights{
+      ids.indices, loom::constant(g, tensor<float, 1>(shape{5}, {2, 1, 1, 0.5f, 0.5f})),
+      ids.dense_shape};
+  loom::session s(g);
+  s.run(table.initializer());
+  struct expected {
+    loom::combiner how;
+    bool weighted;
+    std::vector<float> values; // rows 0, 1, 2
+  };
+  const float r2 = std::sqrt(2.0f), r3 = std::sqrt(3.0f), r5 = std::sqrt(5.0f),
+              r15 = std::sqrt(1.5f);
+  for (const expected& e : {
+           expected{loom::combiner::sum, false, {4, 40, 0, 0, 6, 60}},
+           expected{loom::combiner::mean, false, {2, 20, 0, 0, 2, 20}},
+           expected{loom::combiner::sqrtn, false, {4 / r2, 40 / r2, 0, 0, 6 / r3, 60 / r3}},
+           expected{loom::combiner::sum, true, {5, 50, 0, 0, 5, 50}},
+           expected{loom::combiner::mean, true, {5.0f / 3, 50.0f / 3, 0, 0, 2.5f, 25}},
+           expected{loom::combiner::sqrtn, true, {5 / r5, 50 / r5, 0, 0, 5 / r15, 50 / r15}},
+       }) {
+    INFO("combiner " << static_cast<int>(e.how) << (e.weighted ? ", weighted" : ""));
+    auto combined = loom::embedding_lookup_sparse(
+        table, ids, e.weighted ? std::optional(weights) : std::nullopt, e.how);
+    const auto got = s.run(combined);
+    REQUIRE(got.shape() == shape{3, 2});
+    for (std::size_t k = 0; k < 6; ++k)
+      CHECK(got.flat()[k] == doctest::Approx(e.values[k]).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("a sparse tensor whose indices are out of order or outside its shape is one error") {
+  graph g;
+  loom::variable<float, 2> table(g, "table",
+                                 loom::constant(g, tensor<float, 2>(shape{5, 2}, 1.0f)));
+  const auto sp = loom::sparse_placeholder<std::int64_t>(g, "features");
+  auto combined = loom::embedding_lookup_sparse(table, sp, std::nullopt, loom::combiner::sum);
+  loom::session s(g);
+  s.run(table.initializer());
+  auto feed = [&](std::vector<std::int64_t> at) {
+    const auto n = static_cast<std::int64_t>(at.size() / 2);
+    return loom::feed_dict{
+        {sp.indices, tensor<std::int64_t, 2>(shape{n, 2}, at)},
+        {sp.values, tensor<std::int64_t, 1>(
+                        shape{n}, std::vector<std::int64_t>(static_cast<std::size_t>(n), 1))},
+        {sp.dense_shape, tensor<std::int64_t, 1>(shape{2}, {2, 3})}};
+  };
+  CHECK(s.run(combined, feed({0, 0, 0, 2, 1, 1})).shape() == shape{2, 2});
+  const auto unordered = message_of<loom::invalid_argument_error>([&] {
+    s.run(combined, feed({0, 2, 0, 1}));
+  });
+  CHECK(contains(unordered, "index 1 [0, 1] does not come after index 0 [0, 2] of sparse tensor "
+                            "'features/values'"));
+  const auto outside = message_of<loom::invalid_argument_error>([&] {
+    s.run(combined, feed({0, 0, 2, 0}));
+  });
+  CHECK(contains(outside, "index 1 [2, 0] is outside the dense shape of sparse tensor "
+                          "'features/values'"));
 }

@@ -306,6 +306,23 @@ inline bool register_array_ops() {
              n.shape = loom::shape{-1};
            }});
 
+  // Inputs (indices [N, rank] int64, dense_shape [rank] int64): indices[:, 0],
+  // the row of each value of a sparse tensor, once the indices are checked to
+  // lie inside the dense shape and to be in row-major order without repeats
+  // (what TF's sparse ops assume; tf.sparse.reorder sorts them).
+  r.add({.name = "sparse_segment_ids",
+         .num_inputs = 2,
+         .infer = [](node_def& n, const std::vector<const node_def*>& in) {
+           if (in[0]->type != dtype::i64 || in[0]->shape.rank() != 2)
+             throw invalid_argument_error("node " + n.describe() + ": the indices " +
+                                          in[0]->describe() + " must be an int64 matrix");
+           if (in[1]->type != dtype::i64 || in[1]->shape.rank() != 1)
+             throw invalid_argument_error("node " + n.describe() + ": the dense shape " +
+                                          in[1]->describe() + " must be an int64 vector");
+           n.type = dtype::i64;
+           n.shape = loom::shape{in[0]->shape[0]};
+         }});
+
   // Inputs (data_0 ... data_{N-1}, indices_0 ... indices_{N-1}), attr "N":
   // merged[indices_i[j], ...] = data_i[j, ...] (TF's dynamic_stitch, with the
   // data first so that they select the kernel's dtype).

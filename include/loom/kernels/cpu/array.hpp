@@ -277,6 +277,47 @@ template <class T> struct dynamic_stitch_cpu {
   }
 };
 
+// indices[:, 0] of a sparse tensor, once its indices are checked.
+template <class T> struct sparse_segment_ids_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& indices = c.input(0);
+    const any_tensor& dense = c.input(1);
+    const std::string what = c.node.attr_or<std::string>("_what", "the sparse tensor");
+    const std::int64_t rank = dense.num_elements();
+    if (indices.rank() != 2 || indices.shape()[1] != rank)
+      throw invalid_argument_error("node " + c.node.describe() + ": indices of shape " +
+                                   indices.shape().to_string() + " do not fit a dense shape of " +
+                                   "rank " + std::to_string(rank) + " (" + what + ")");
+    const std::int64_t n = indices.shape()[0];
+    const std::int64_t* at = indices.data<std::int64_t>();
+    const std::int64_t* bound = dense.data<std::int64_t>();
+    const auto index_text = [&](std::int64_t k) {
+      std::string s = "[";
+      for (std::int64_t a = 0; a < rank; ++a)
+        s += (a ? ", " : "") + std::to_string(at[k * rank + a]);
+      return s + "]";
+    };
+    c.output = any_tensor(dtype::i64, loom::shape{n});
+    std::int64_t* rows = c.output.data<std::int64_t>();
+    for (std::int64_t k = 0; k < n; ++k) {
+      for (std::int64_t a = 0; a < rank; ++a)
+        if (at[k * rank + a] < 0 || at[k * rank + a] >= bound[a])
+          throw invalid_argument_error("node " + c.node.describe() + ": index " +
+                                       std::to_string(k) + " " + index_text(k) +
+                                       " is outside the dense shape of " + what);
+      if (k > 0 && !std::lexicographical_compare(at + (k - 1) * rank, at + k * rank, at + k * rank,
+                                                 at + (k + 1) * rank))
+        throw invalid_argument_error("node " + c.node.describe() + ": index " + std::to_string(k) +
+                                     " " + index_text(k) + " does not come " + "after index " +
+                                     std::to_string(k - 1) + " " + index_text(k - 1) + " of " +
+                                     what +
+                                     ": a sparse tensor's indices must be in row-major order, "
+                                     "without repeats");
+      rows[k] = rank > 0 ? at[k * rank] : 0;
+    }
+  }
+};
+
 inline bool register_array_kernels() {
   register_kernels<gather_cpu>("gather", all_types{});
   register_kernels<resource_gather_cpu>("resource_gather", all_types{});
@@ -287,6 +328,7 @@ inline bool register_array_kernels() {
   register_kernels<shard_route_cpu>("shard_ids", type_list<std::int32_t, std::int64_t>{});
   register_kernels<shard_route_cpu>("shard_positions", type_list<std::int32_t, std::int64_t>{});
   register_kernels<dynamic_stitch_cpu>("dynamic_stitch", all_types{});
+  register_kernels<sparse_segment_ids_cpu>("sparse_segment_ids", type_list<std::int64_t>{});
   register_kernels<concat_cpu>("concat", all_types{});
   register_kernels<concat_grad_cpu>("concat_grad", all_types{});
   return true;
