@@ -94,6 +94,8 @@ const std::set<std::string>& cpu_only_ops() {
       "scatter_update",
       "concat",
       "concat_grad",
+      "apply_ftrl",
+      "sparse_apply_ftrl",
       "sparse_apply_gradient_descent",
       "sparse_apply_momentum",
       "sparse_apply_adagrad",

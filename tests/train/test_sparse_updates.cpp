@@ -2,7 +2,8 @@
 // as rows and indices (an indexed_slices), and its sparse apply changes only
 // the rows the step touched, of the variable and of its slots; on those rows it
 // agrees with the dense apply of the same gradient. Adam's sparse path is
-// TF's LazyAdam, and lazy(false) gives TF's AdamOptimizer.
+// TF's LazyAdam, and lazy(false) gives TF's AdamOptimizer. FTRL against TF's
+// update written out.
 #include <doctest/doctest.h>
 #include <support/messages.hpp>
 
@@ -40,6 +41,14 @@ std::vector<optimizer_case> optimizers() {
       {"adagrad", [] { return std::make_unique<loom::adagrad_optimizer>(0.1); }, false},
       {"rmsprop", [] { return std::make_unique<loom::rmsprop_optimizer>(0.01, 0.9, 0.5); }, true},
       {"adam", [] { return std::make_unique<loom::adam_optimizer>(0.01); }, true},
+      {"ftrl",
+       [] {
+         return std::make_unique<loom::ftrl_optimizer>(
+             0.1, loom::ftrl_options{.l1_regularization_strength = 0.001,
+                                     .l2_regularization_strength = 0.01,
+                                     .l2_shrinkage_regularization_strength = 0.01});
+       },
+       true}, // dense FTRL recomputes every weight from its linear slot
   };
 }
 
@@ -144,4 +153,50 @@ TEST_CASE("a sparse apply with a row outside the variable fails naming it; the v
   });
   INFO(misfit);
   CHECK(contains(misfit, "into variable 'table' of shape [6, 3] need [?, 3]"));
+}
+
+namespace {
+
+// TF's ApplyFtrlV2 for one element, in double, written out.
+void ftrl_step(double& w, double& accum, double& linear, double grad, double lr, double l1,
+               double l2, double shrinkage, double power) {
+  const double n = accum + grad * grad;
+  linear += grad + 2 * shrinkage * w - (std::pow(n, -power) - std::pow(accum, -power)) / lr * w;
+  const double quadratic = std::pow(n, -power) / lr + 2 * l2;
+  w = std::abs(linear) > l1 ? ((linear > 0 ? 1.0 : -1.0) * l1 - linear) / quadratic : 0.0;
+  accum = n;
+}
+
+} // namespace
+
+TEST_CASE("ftrl: TF's FTRL-Proximal update, with l1, l2, l2 shrinkage and a learning-rate power") {
+  for (const double power : {-0.5, -0.3}) {
+    INFO("learning_rate_power " << power);
+    graph g;
+    const std::vector<double> start{0.5, -0.3, 0.0}, grad{1.0, -2.0, 0.001};
+    loom::variable<double, 1> v(g, "v", loom::constant(g, tensor<double, 1>(shape{3}, start)));
+    const loom::ftrl_options o{.learning_rate_power = power,
+                               .initial_accumulator_value = 0.1,
+                               .l1_regularization_strength = 0.01,
+                               .l2_regularization_strength = 0.1,
+                               .l2_shrinkage_regularization_strength = 0.05};
+    loom::ftrl_optimizer ftrl(0.2, o);
+    auto train =
+        ftrl.minimize(loom::reduce_sum(v * loom::constant(g, tensor<double, 1>(shape{3}, grad))));
+    loom::session s(g);
+    s.run(loom::global_variables_initializer(g));
+    std::vector<double> w = start, accum(3, 0.1), linear(3, 0.0);
+    for (int step = 0; step < 3; ++step) {
+      s.run(train);
+      for (std::size_t k = 0; k < 3; ++k)
+        ftrl_step(w[k], accum[k], linear[k], grad[k], 0.2, 0.01, 0.1, 0.05, power);
+    }
+    const auto got = s.run(v);
+    for (std::size_t k = 0; k < 3; ++k)
+      CHECK(got(static_cast<std::int64_t>(k)) == doctest::Approx(w[k]).epsilon(1e-12));
+    CHECK(w[2] == 0.0); // |linear| below l1: the weight is exactly zero (FTRL's sparsity)
+  }
+  CHECK(contains(message_of<loom::invalid_argument_error>(
+                     [] { loom::ftrl_optimizer(0.1, {.learning_rate_power = 0.5}); }),
+                 "learning_rate_power must be 0 or less"));
 }

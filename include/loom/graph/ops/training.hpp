@@ -35,6 +35,10 @@ inline const std::vector<apply_op_signature>& apply_op_signatures() {
        3,
        9},
       {"apply_rms_prop", {"var", "ms", "mom", "lr", "rho", "momentum", "epsilon", "grad"}, 3, 7},
+      {"apply_ftrl",
+       {"var", "accum", "linear", "grad", "lr", "l1", "l2", "l2_shrinkage", "lr_power"},
+       3,
+       3},
   };
   return sigs;
 }

@@ -193,6 +193,34 @@ template <class T> struct apply_rms_prop_cpu {
   }
 };
 
+// FTRL-Proximal, TF's ApplyFtrlV2 (l2_shrinkage 0 is ApplyFtrl).
+template <class T> struct apply_ftrl_cpu {
+  static void run(kernel_context& c) {
+    const T lr = apply_scalar<T>(c, 4, "lr");
+    const T l1 = apply_scalar<T>(c, 5, "l1");
+    const T l2 = apply_scalar<T>(c, 6, "l2");
+    const T shrinkage = apply_scalar<T>(c, 7, "l2_shrinkage");
+    const T lr_power = apply_scalar<T>(c, 8, "lr_power");
+    variable_resource& var = *c.refs[0];
+    run_update<T>(c, 3, 4, [&](auto at, const any_tensor& g, auto g_at, auto len) {
+      // Eigen's Array maps: FTRL needs pow, sign and a select with a scalar.
+      using array = Eigen::Array<T, Eigen::Dynamic, 1>;
+      Eigen::Map<array> w(var.value.data<T>() + at, len);
+      Eigen::Map<array> accum(c.refs[1]->value.data<T>() + at, len);
+      Eigen::Map<array> linear(c.refs[2]->value.data<T>() + at, len);
+      const Eigen::Map<const array> grad(g.data<T>() + g_at, len);
+      const array new_accum = accum + grad.square();
+      const bool root = lr_power == T(-0.5);
+      const array new_power = root ? array(new_accum.sqrt()) : array(new_accum.pow(-lr_power));
+      const array old_power = root ? array(accum.sqrt()) : array(accum.pow(-lr_power));
+      linear += grad + w * (T(2) * shrinkage) - (new_power - old_power) / lr * w;
+      const array quadratic = new_power / lr + T(2) * l2;
+      w = (linear.abs() > l1).select((linear.sign() * l1 - linear) / quadratic, T(0));
+      accum = new_accum;
+    });
+  }
+};
+
 inline bool register_training_kernels() {
   // Each kernel serves the dense op and its sparse twin (run_update tells them apart).
   for (const std::string& op :
@@ -206,6 +234,8 @@ inline bool register_training_kernels() {
     register_kernels<apply_adam_cpu>(op, floating_types{});
   for (const std::string& op : {std::string("apply_rms_prop"), sparse_apply_op("apply_rms_prop")})
     register_kernels<apply_rms_prop_cpu>(op, floating_types{});
+  for (const std::string& op : {std::string("apply_ftrl"), sparse_apply_op("apply_ftrl")})
+    register_kernels<apply_ftrl_cpu>(op, floating_types{});
   return true;
 }
 
