@@ -269,3 +269,26 @@ TEST_CASE("a partitioned variable: shards name/part_i over the ps tasks round-ro
   CHECK(contains(log, "emb/part_2: (variable): /job:ps/replica:0/task:0"));
   CHECK(contains(log, "(sparse_apply_adam): /job:ps/replica:0/task:1"));
 }
+
+TEST_CASE("a variable larger than a frame is initialized on its task: the graph carries no "
+          "value of its size") {
+  local_cluster cluster(1, 1);
+  loom::graph g;
+  constexpr std::int64_t rows = 1 << 21, dim = 9; // 75.5 MB of floats, above a frame's 64 MiB
+  auto table = g.on("/job:ps/task:0", [&] {
+    return loom::variable<float, 2>(g, "big", shape{rows, dim}, loom::zeros_initializer{});
+  });
+  loom::placeholder<std::int64_t, 1> ids(g, shape{-1}, "ids");
+  auto train = g.on("/job:worker/task:0", [&] {
+    return loom::adagrad_optimizer{0.5}.minimize(loom::reduce_sum(loom::gather(table, ids) - 1.0f));
+  });
+  loom::session s(g, cluster.target(), loom::testing::quiet());
+  s.run(loom::global_variables_initializer(g)); // the table and its Adagrad slot, on the ps
+  s.run(train, {{ids, tensor<std::int64_t, 1>(shape{2}, {rows - 1, 0})}});
+  auto corner =
+      loom::gather(table, loom::constant(g, tensor<std::int64_t, 1>(shape{3}, {0, 1, rows - 1})));
+  const auto got = s.run(corner);
+  CHECK(got(0, 0) < 0.0f);  // trained
+  CHECK(got(1, 0) == 0.0f); // untouched, zero from the fill
+  CHECK(got(2, 8) < 0.0f);
+}

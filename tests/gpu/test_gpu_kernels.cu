@@ -522,6 +522,8 @@ std::vector<op_case> make_cases() {
   for (const char* op : {"zeros_like", "ones_like"})
     for (const S& s : {S{1003}, S{}, S{0}})
       cs.push_back({op, numeric, {{s}}});
+  for (const S& s : {S{1003}, S{}, S{0}, S{2100003}})
+    cs.push_back({"fill", no_strings, {}, {{"shape", s}, {"value", 2.5}}});
   for (const auto& [from, to] : std::vector<std::pair<S, S>>{{S{7, 5, 3}, S{5, 1}},
                                                              {S{4, 3}, S{4, 3}},
                                                              {S{2, 3}, S{}},

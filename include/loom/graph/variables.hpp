@@ -55,16 +55,14 @@ concept initializer = requires(const I& i, graph& g, dtype t, const loom::shape&
 };
 
 namespace detail {
+// A tensor of shape s filled with v, made by a fill op where it is used: a
+// variable's initial value is computed on the variable's task (it is
+// colocated with it), never carried in the graph at the variable's size.
 inline node_id fill_node(graph& g, dtype t, const loom::shape& s, double v) {
-  return visit_dtype(t, [&]<class T>() -> node_id {
-    if constexpr (std::is_same_v<T, std::string>)
-      throw invalid_argument_error("numeric initializer for a string variable");
-    else {
-      any_tensor value(t, s);
-      std::fill_n(value.data<T>(), value.num_elements(), static_cast<T>(v));
-      return constant_node(g, std::move(value));
-    }
-  });
+  if (t == dtype::string)
+    throw invalid_argument_error("a numeric initializer for a " + std::string(to_string(t)) +
+                                 " variable");
+  return g.add_node("fill", {}, {{"dtype", t}, {"shape", s}, {"value", v}});
 }
 inline node_id random_node(graph& g, const char* op, dtype t, const loom::shape& s, double a,
                            double b, std::optional<std::int64_t> seed) {
@@ -242,6 +240,11 @@ private:
 
   void set_initializer(node_id value, const variable_options& o) {
     graph& g = this->graph();
+    // An initial value made from nothing (a fill, a random source) runs on
+    // the variable's task, as TF colocates initializers with their variable.
+    if (const node_def& v = g.node(value);
+        v.inputs.empty() && v.op != "constant" && v.op != "placeholder")
+      g.mutable_node(value).colocation_group = this->node().colocation();
     node_id init = g.add_node("assign", {this->id(), value});
     g.mutable_node(this->id()).attrs["initializer"] = std::int64_t{init};
     g.add_to_collection(o.local ? collection::local_variables : collection::global_variables,

@@ -347,8 +347,9 @@ protected:
       return it->second;
     const node_def primary = g.node(var);
     node_id slot = make_variable(
-        g, primary.name + "/" + name_, primary.type, primary.shape, primary,
-        [&](graph& gg) { return fill_constant(gg, primary.type, primary.shape, initial_value); });
+        g, primary.name + "/" + name_, primary.type, primary.shape, primary, [&](graph& gg) {
+          return detail::fill_node(gg, primary.type, primary.shape, initial_value);
+        });
     state_for(g).slots.emplace(std::pair{var, slot_name}, slot);
     return slot;
   }
@@ -451,15 +452,6 @@ private:
     return s + "]";
   }
 
-  static node_id fill_constant(graph& g, dtype t, const loom::shape& s, double v) {
-    any_tensor value(t, s);
-    if (t == dtype::f32)
-      std::fill_n(value.data<float>(), value.num_elements(), static_cast<float>(v));
-    else
-      std::fill_n(value.data<double>(), value.num_elements(), v);
-    return constant_node(g, std::move(value));
-  }
-
   // A non-trainable global variable named `var_name` (uniquified), outside
   // the caller's scopes, colocated with `primary`, whose initializer assigns
   // make_value(g) (built in the variable's own name scope, as TF's is).
@@ -473,14 +465,17 @@ private:
                             {"container", primary.attr_or<std::string>("container", "")},
                             {"initializer", std::int64_t{-1}}},
                            var_name);
-    node_id init;
+    node_id init, value;
     {
       auto own = g.name_scope(g.node(v).name + "/");
-      init = g.add_node("assign", {v, make_value(g)});
+      value = make_value(g);
+      init = g.add_node("assign", {v, value});
     }
     g.mutable_node(v).attrs["initializer"] = std::int64_t{init};
     colocate(g, v, primary.id);
     colocate(g, init, primary.id);
+    if (g.node(value).op == "fill") // made on the slot's task, not shipped at its size
+      colocate(g, value, primary.id);
     g.add_to_collection(collection::global_variables, v);
     return v;
   }

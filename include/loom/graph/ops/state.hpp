@@ -1,4 +1,4 @@
-// Op definitions of sources, state and plumbing: constant, placeholder,
+// Op definitions of sources, state and plumbing: constant, fill, placeholder,
 // variable, assign / assign_add / assign_sub, identity, no_op, zeros_like,
 // ones_like, sum_to_shape (the adjoint of broadcasting).
 #pragma once
@@ -49,6 +49,21 @@ inline bool register_state_ops() {
                n.type = v.type();
                n.shape = v.shape();
              },
+         .type_input = -1});
+  // A tensor of attr "shape" filled with attr "value": an initializer's
+  // value made where it is used (on the variable's task), not shipped in the
+  // graph as a constant of the variable's size. Stateful: two fills are never
+  // merged (each stays with its own variable).
+  r.add({.name = "fill",
+         .num_inputs = 0,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               infer_from_attrs(n, in);
+               if (!n.shape.fully_defined())
+                 throw invalid_argument_error("node " + n.describe() + ": shape " +
+                                              n.shape.to_string() + " is not fully defined");
+             },
+         .stateful = true,
          .type_input = -1});
   r.add({.name = "placeholder",
          .num_inputs = 0,

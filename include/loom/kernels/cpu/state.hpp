@@ -67,6 +67,18 @@ template <class T> struct assign_cpu {
   }
 };
 
+template <class T> struct fill_cpu {
+  static void run(kernel_context& c) {
+    c.output = any_tensor(dtype_of<T>, c.node.attr<loom::shape>("shape"));
+    const T value = static_cast<T>(c.node.attr<double>("value"));
+    const auto n = static_cast<Eigen::DenseIndex>(c.output.num_elements());
+    parallel_chunks(c.device, n, Eigen::TensorOpCost(0, sizeof(T), 1.0),
+                    [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
+                      std::fill_n(c.output.data<T>() + f, len, value);
+                    });
+  }
+};
+
 template <class T> struct fill_like_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
@@ -124,6 +136,7 @@ inline bool register_state_kernels() {
   for (const char* op : {"assign", "assign_add", "assign_sub"})
     register_kernels<assign_cpu>(op, all_types{});
   register_metadata_kernels<all_types>(device_cpu);
+  register_kernels<fill_cpu>("fill", all_types_but_string{});
   register_kernels<fill_like_cpu>("zeros_like", numeric_types{});
   register_kernels<fill_like_cpu>("ones_like", numeric_types{});
   register_kernels<sum_to_shape_cpu>("sum_to_shape", numeric_types{});

@@ -1,6 +1,6 @@
 // GPU kernels of sources, state and plumbing (kernels/cpu/state.hpp on the CPU):
 // constant, variable, assign / assign_add / assign_sub, is_variable_initialized,
-// identity, no_op, zeros_like / ones_like and sum_to_shape.
+// identity, no_op, fill, zeros_like / ones_like and sum_to_shape.
 //
 // A variable whose node is placed on a GPU keeps its value in that GPU's
 // memory: assign stores the (device) value it is given, and the updates run
@@ -161,6 +161,16 @@ template <class T> struct fill_like_gpu {
   }
 };
 
+// An initializer's value, made on the GPU of its variable.
+template <class T> struct fill_gpu {
+  static void run(kernel_context& c) {
+    const gpu_context& g = gpu_of(c);
+    c.output = g.allocate(dtype_of<T>, c.node.attr<loom::shape>("shape"));
+    fill<T>(g, c.output.template device_data<T>(), c.output.num_elements(),
+            static_cast<T>(c.node.attr<double>("value")));
+  }
+};
+
 // Sums dy over the dimensions that broadcasting expanded to reach x's shape:
 // a sum over those axes.
 template <class T> struct sum_to_shape_gpu {
@@ -185,6 +195,7 @@ inline bool register_state_gpu() {
                                                 device_gpu);
   // Strings never live on a GPU.
   loom::detail::register_metadata_kernels<all_types_but_string>(device_gpu);
+  register_kernels<fill_gpu>("fill", all_types_but_string{}, device_gpu);
   register_kernels<fill_like_gpu>("zeros_like", numeric_types{}, device_gpu);
   register_kernels<fill_like_gpu>("ones_like", numeric_types{}, device_gpu);
   register_kernels<sum_to_shape_gpu>("sum_to_shape", numeric_types{}, device_gpu);
