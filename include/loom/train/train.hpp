@@ -3,8 +3,8 @@
 #pragma once
 
 #include <loom/train/adagrad.hpp>
-#include <loom/train/ftrl.hpp>
 #include <loom/train/adam.hpp>
+#include <loom/train/ftrl.hpp>
 #include <loom/train/global_step.hpp>
 #include <loom/train/gradient_descent.hpp>
 #include <loom/train/hooks.hpp>
