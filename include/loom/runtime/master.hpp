@@ -35,22 +35,25 @@ namespace loom::detail {
 // from a TF program work) and a bare "host:port".
 inline std::string target_address(const std::string& target) {
   const auto wrong = [&](const std::string& what) {
-    return invalid_argument_error("session target '" + target + "' " + what +
-                                  ": expected \"loom://host:port\" (or TF's "
+    return invalid_argument_error("session target '" + target + "': " + what +
+                                  "; expected \"loom://host:port\" (or TF's "
                                   "\"grpc://host:port\", or \"host:port\")");
   };
   std::string address = target;
   if (const auto end = address.find("://"); end != std::string::npos) {
     const std::string scheme = address.substr(0, end);
     if (scheme != "loom" && scheme != "grpc")
-      throw wrong("has the scheme '" + scheme + "://'");
+      throw wrong("the scheme '" + scheme + "://' is not one");
     address = address.substr(end + 3);
   }
   host_port hp;
-  if (const std::string why = cluster_impl::check_address(address, hp); !why.empty())
-    throw wrong("is not host:port: " + why);
+  try {
+    hp = parse_host_port(address); // the cluster spec's address rules
+  } catch (const invalid_argument_error& e) {
+    throw wrong(e.message());
+  }
   if (hp.port == 0)
-    throw wrong("has port 0, which no server listens on");
+    throw wrong("port 0 is no server's port");
   return address;
 }
 
