@@ -55,9 +55,9 @@ inline std::string apply_ref_name(const node_def& n, std::size_t k) {
   return n.attr_or<std::string>(apply_ref_attr(k), "input " + std::to_string(k));
 }
 
-// Checks, under the locks, that every ref is initialised, every slot has the
-// variable's shape and the gradient has it too; errors name the variables.
-inline void check_apply_inputs(const kernel_context& c, const any_tensor& grad) {
+// Checks, under the locks, that every ref is initialised and every slot has
+// the variable's shape; errors name the variables.
+inline void check_apply_refs(const kernel_context& c) {
   const node_def& n = c.node;
   for (std::size_t k = 0; k < c.refs.size(); ++k)
     if (!c.refs[k]->initialized)
@@ -73,17 +73,23 @@ inline void check_apply_inputs(const kernel_context& c, const any_tensor& grad) 
                                    "' has shape " + c.refs[k]->value.shape().to_string() +
                                    ", but variable '" + apply_ref_name(n, 0) + "' has shape " +
                                    var.shape().to_string());
+}
+
+// The same, and a dense gradient of the variable's shape.
+inline void check_apply_inputs(const kernel_context& c, const any_tensor& grad) {
+  check_apply_refs(c);
+  const any_tensor& var = c.refs[0]->value;
   if (grad.shape() != var.shape())
-    throw invalid_argument_error("node " + n.describe() + ": the gradient has shape " +
-                                 grad.shape().to_string() + ", but variable '" +
-                                 apply_ref_name(n, 0) + "' has shape " + var.shape().to_string());
+    throw invalid_argument_error(
+        "node " + c.node.describe() + ": the gradient has shape " + grad.shape().to_string() +
+        ", but variable '" + apply_ref_name(c.node, 0) + "' has shape " + var.shape().to_string());
 }
 
 // The same for a sparse update: the gradient's rows have the indices' shape
 // followed by a row of the variable.
 inline void check_sparse_apply_inputs(const kernel_context& c, const any_tensor& rows,
                                       const any_tensor& indices) {
-  check_apply_inputs(c, c.refs[0]->value); // initialized; the slots' shapes
+  check_apply_refs(c);
   const any_tensor& var = c.refs[0]->value;
   if (var.rank() < 1)
     throw invalid_argument_error("node " + c.node.describe() + ": variable '" +

@@ -202,40 +202,40 @@ template <class T> struct apply_ftrl_cpu {
     const T shrinkage = apply_scalar<T>(c, 7, "l2_shrinkage");
     const T lr_power = apply_scalar<T>(c, 8, "lr_power");
     variable_resource& var = *c.refs[0];
+    const bool root = lr_power == T(-0.5); // TF's special case: sqrt, not pow
+    const auto power = [&](T x) { return root ? std::sqrt(x) : std::pow(x, -lr_power); };
     run_update<T>(c, 3, 4, [&](auto at, const any_tensor& g, auto g_at, auto len) {
-      // Eigen's Array maps: FTRL needs pow, sign and a select with a scalar.
-      using array = Eigen::Array<T, Eigen::Dynamic, 1>;
-      Eigen::Map<array> w(var.value.data<T>() + at, len);
-      Eigen::Map<array> accum(c.refs[1]->value.data<T>() + at, len);
-      Eigen::Map<array> linear(c.refs[2]->value.data<T>() + at, len);
-      const Eigen::Map<const array> grad(g.data<T>() + g_at, len);
-      const array new_accum = accum + grad.square();
-      const bool root = lr_power == T(-0.5);
-      const array new_power = root ? array(new_accum.sqrt()) : array(new_accum.pow(-lr_power));
-      const array old_power = root ? array(accum.sqrt()) : array(accum.pow(-lr_power));
-      linear += grad + w * (T(2) * shrinkage) - (new_power - old_power) / lr * w;
-      const array quadratic = new_power / lr + T(2) * l2;
-      w = (linear.abs() > l1).select((linear.sign() * l1 - linear) / quadratic, T(0));
-      accum = new_accum;
+      // Element by element: FTRL's branch per element needs no temporaries.
+      T* w = var.value.data<T>() + at;
+      T* accum = c.refs[1]->value.data<T>() + at;
+      T* linear = c.refs[2]->value.data<T>() + at;
+      const T* grad = g.data<T>() + g_at;
+      for (Eigen::DenseIndex j = 0; j < len; ++j) {
+        const T new_accum = accum[j] + grad[j] * grad[j];
+        const T new_power = power(new_accum);
+        linear[j] += grad[j] + T(2) * shrinkage * w[j] - (new_power - power(accum[j])) / lr * w[j];
+        const T quadratic = new_power / lr + T(2) * l2;
+        w[j] = std::abs(linear[j]) > l1 ? ((linear[j] > T(0) ? l1 : -l1) - linear[j]) / quadratic
+                                        : T(0);
+        accum[j] = new_accum;
+      }
     });
   }
 };
 
+// Registers `Kernel` for the dense op and its sparse twin (run_update tells them apart).
+template <template <class> class Kernel> void register_update_kernels(const char* op) {
+  register_kernels<Kernel>(op, floating_types{});
+  register_kernels<Kernel>(sparse_apply_op(op), floating_types{});
+}
+
 inline bool register_training_kernels() {
-  // Each kernel serves the dense op and its sparse twin (run_update tells them apart).
-  for (const std::string& op :
-       {std::string("apply_gradient_descent"), sparse_apply_op("apply_gradient_descent")})
-    register_kernels<apply_gradient_descent_cpu>(op, floating_types{});
-  for (const std::string& op : {std::string("apply_momentum"), sparse_apply_op("apply_momentum")})
-    register_kernels<apply_momentum_cpu>(op, floating_types{});
-  for (const std::string& op : {std::string("apply_adagrad"), sparse_apply_op("apply_adagrad")})
-    register_kernels<apply_adagrad_cpu>(op, floating_types{});
-  for (const std::string& op : {std::string("apply_adam"), sparse_apply_op("apply_adam")})
-    register_kernels<apply_adam_cpu>(op, floating_types{});
-  for (const std::string& op : {std::string("apply_rms_prop"), sparse_apply_op("apply_rms_prop")})
-    register_kernels<apply_rms_prop_cpu>(op, floating_types{});
-  for (const std::string& op : {std::string("apply_ftrl"), sparse_apply_op("apply_ftrl")})
-    register_kernels<apply_ftrl_cpu>(op, floating_types{});
+  register_update_kernels<apply_gradient_descent_cpu>("apply_gradient_descent");
+  register_update_kernels<apply_momentum_cpu>("apply_momentum");
+  register_update_kernels<apply_adagrad_cpu>("apply_adagrad");
+  register_update_kernels<apply_adam_cpu>("apply_adam");
+  register_update_kernels<apply_rms_prop_cpu>("apply_rms_prop");
+  register_update_kernels<apply_ftrl_cpu>("apply_ftrl");
   return true;
 }
 
