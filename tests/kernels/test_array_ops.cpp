@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -282,4 +283,32 @@ TEST_CASE("a sparse tensor whose indices are out of order or outside its shape i
   });
   CHECK(contains(outside, "index 1 [2, 0] is outside the dense shape of sparse tensor "
                           "'features/values'"));
+}
+
+TEST_CASE("unique over many ids with collisions agrees with a reference, in first-seen order") {
+  graph g;
+  loom::placeholder<std::int64_t, 1> x(g, shape{-1}, "x");
+  auto [values, index] = loom::unique(x);
+  std::vector<std::int64_t> ids;
+  std::uint64_t state = 12345;
+  for (int k = 0; k < 20000; ++k) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    // Few distinct values, far apart and negative too: many probes per slot.
+    ids.push_back(static_cast<std::int64_t>((state >> 33) % 997) * (std::int64_t{1} << 32) - 7);
+  }
+  std::vector<std::int64_t> want_values;
+  std::vector<std::int32_t> want_index;
+  std::map<std::int64_t, std::int32_t> seen;
+  for (std::int64_t id : ids) {
+    auto [it, fresh] = seen.emplace(id, static_cast<std::int32_t>(seen.size()));
+    if (fresh)
+      want_values.push_back(id);
+    want_index.push_back(it->second);
+  }
+  loom::session s(g);
+  auto [v, i] =
+      s.run(loom::fetches(values, index),
+            {{x, tensor<std::int64_t, 1>(shape{static_cast<std::int64_t>(ids.size())}, ids)}});
+  CHECK(std::vector<std::int64_t>(v.flat().begin(), v.flat().end()) == want_values);
+  CHECK(std::vector<std::int32_t>(i.flat().begin(), i.flat().end()) == want_index);
 }

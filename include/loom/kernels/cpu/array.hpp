@@ -13,7 +13,6 @@
 #include <limits>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace loom::detail {
@@ -128,17 +127,36 @@ template <class T> struct unsorted_segment_sum_cpu {
 };
 
 // Positions of each id's value among the distinct values, which are numbered
-// in the order they first occur; `first` gets those values.
+// in the order they first occur; `first` gets those values. On every lookup
+// and sparse update: an open-addressing table in two flat arrays (one
+// allocation each, no node per id), sized to twice the ids.
 template <class I>
 std::vector<std::int32_t> unique_positions(const I* ids, std::int64_t n, std::vector<I>* first) {
-  std::unordered_map<I, std::int32_t> seen;
-  seen.reserve(static_cast<std::size_t>(n));
+  std::size_t capacity = 16;
+  while (capacity < 2 * static_cast<std::size_t>(n))
+    capacity *= 2;
+  const std::size_t mask = capacity - 1;
+  std::vector<I> keys(capacity);
+  std::vector<std::int32_t> slots(capacity, -1); // the key's position, -1: empty
   std::vector<std::int32_t> pos(static_cast<std::size_t>(n));
+  std::int32_t distinct = 0;
   for (std::int64_t k = 0; k < n; ++k) {
-    auto [it, fresh] = seen.emplace(ids[k], static_cast<std::int32_t>(seen.size()));
-    if (fresh && first)
-      first->push_back(ids[k]);
-    pos[static_cast<std::size_t>(k)] = it->second;
+    // Fibonacci hashing spreads consecutive ids over the table.
+    auto h = static_cast<std::size_t>(
+        (static_cast<std::uint64_t>(ids[k]) * 0x9E3779B97F4A7C15ull) >> 32);
+    for (;; h = (h + 1) & mask) {
+      std::int32_t& slot = slots[h & mask];
+      if (slot < 0) {
+        slot = distinct++;
+        keys[h & mask] = ids[k];
+        if (first)
+          first->push_back(ids[k]);
+        break;
+      }
+      if (keys[h & mask] == ids[k])
+        break;
+    }
+    pos[static_cast<std::size_t>(k)] = slots[h & mask];
   }
   return pos;
 }
