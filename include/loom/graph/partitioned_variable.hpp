@@ -171,9 +171,7 @@ partitioned_variable<T, R> get_variable(graph& g, const std::string& name, loom:
     shards.push_back(get_variable<T, R>(g, name + "/part_" + std::to_string(i), part,
                                         part_initializer{shard_init, s}, o));
   }
-  auto& st = g.state();
-  const std::string full =
-      st.variable_scopes.empty() ? name : st.variable_scopes.back().name + "/" + name;
+  const std::string full = detail::scoped_variable_name(g, name);
   return partitioned_variable<T, R>(full, std::move(s), axis, std::move(shards));
 }
 

@@ -319,12 +319,19 @@ inline scope_guard variable_scope(graph& g, const std::string& name, bool reuse 
   });
 }
 
+namespace detail {
+// `name` under the innermost variable scope.
+inline std::string scoped_variable_name(graph& g, const std::string& name) {
+  const auto& scopes = g.state().variable_scopes;
+  return scopes.empty() ? name : scopes.back().name + "/" + name;
+}
+} // namespace detail
+
 template <element_type T, int R, initializer I = glorot_uniform_initializer>
 variable<T, R> get_variable(graph& g, const std::string& name, loom::shape s, const I& init = {},
                             variable_options o = {}) {
   auto& st = g.state();
-  const std::string full =
-      st.variable_scopes.empty() ? name : st.variable_scopes.back().name + "/" + name;
+  const std::string full = detail::scoped_variable_name(g, name);
   const bool reuse = !st.variable_scopes.empty() && st.variable_scopes.back().reuse;
   auto it = st.variable_store.find(full);
   if (it != st.variable_store.end()) {
