@@ -117,6 +117,13 @@ public:
                          {{"counter", std::string("workers_done")}}, "worker_done");
       done_count_ = g.add_node("counter_add", {global_step_, scalar_node(g, std::int64_t{0})},
                                {{"counter", std::string("workers_done")}}, "workers_done");
+      // Wakes the moment the last worker counts itself done; it gives up
+      // after one check interval, so that the chief can look who is gone.
+      all_done_ = g.add_node("counter_wait",
+                             {global_step_, scalar_node(g, std::int64_t{o_.num_workers - 1})},
+                             {{"counter", std::string("workers_done")},
+                              {"timeout_ms", static_cast<std::int64_t>(check_interval().count())}},
+                             "all_workers_done");
     }
     create_session_recovering();
   }
@@ -209,48 +216,52 @@ private:
                  o_.num_workers - 1);
     std::fflush(o_.log);
     const auto deadline = clock::now() + o_.shutdown_wait;
-    const auto ping_every = std::max(o_.recovery_wait, std::chrono::milliseconds(200));
-    auto next_ping = clock::now();
     constexpr auto never = clock::time_point::max();
     auto none_answer_since = never; // when no other worker answered first, of late
     for (;;) {
-      const std::int64_t done =
-          *session_->run_nodes({done_count_}, {}).front().data<std::int64_t>();
-      if (done >= o_.num_workers)
+      try {
+        session_->run_nodes({all_done_}, {}); // returns when every worker is done
         return;
+      } catch (const deadline_exceeded_error&) { // one check interval passed
+      }
       const auto now = clock::now();
+      const auto done_so_far = [&] {
+        return static_cast<long long>(
+            *session_->run_nodes({done_count_}, {}).front().data<std::int64_t>());
+      };
       if (now >= deadline) {
         std::fprintf(o_.log,
                      "%s: %lld of %d worker(s) finished within shutdown_wait (%lld ms); "
                      "shutting down anyway\n",
-                     o_.label.c_str(), static_cast<long long>(done), o_.num_workers,
+                     o_.label.c_str(), done_so_far(), o_.num_workers,
                      static_cast<long long>(o_.shutdown_wait.count()));
         std::fflush(o_.log);
         return;
       }
-      if (now >= next_ping) {
-        next_ping = now + ping_every;
-        std::vector<std::string> gone;
-        if (other_workers_answering(gone) > 0) {
-          none_answer_since = never;
-        } else if (none_answer_since == never) {
-          none_answer_since = now;
-        } else if (now - none_answer_since >= o_.recovery_wait) {
-          std::string names;
-          for (const auto& g : gone)
-            names += (names.empty() ? "" : "; ") + g;
-          std::fprintf(o_.log,
-                       "%s: %lld of %d worker(s) finished and no other worker answers (%s): "
-                       "not waiting for the rest\n",
-                       o_.label.c_str(), static_cast<long long>(done), o_.num_workers,
-                       names.empty() ? "none left" : names.c_str());
-          std::fflush(o_.log);
-          return;
-        }
+      std::vector<std::string> gone;
+      if (other_workers_answering(gone) > 0) {
+        none_answer_since = never;
+      } else if (none_answer_since == never) {
+        none_answer_since = now;
+      } else if (now - none_answer_since >= o_.recovery_wait) {
+        std::string names;
+        for (const auto& g : gone)
+          names += (names.empty() ? "" : "; ") + g;
+        std::fprintf(o_.log,
+                     "%s: %lld of %d worker(s) finished and no other worker answers (%s): "
+                     "not waiting for the rest\n",
+                     o_.label.c_str(), done_so_far(), o_.num_workers,
+                     names.empty() ? "none left" : names.c_str());
+        std::fflush(o_.log);
+        return;
       }
-      std::this_thread::sleep_for(
-          std::min<clock::duration>(std::chrono::milliseconds(100), deadline - now));
     }
+  }
+
+  // How often the closing chief looks who is gone: every recovery_wait, at
+  // least 200 ms apart.
+  std::chrono::milliseconds check_interval() const {
+    return std::max(o_.recovery_wait, std::chrono::milliseconds(200));
   }
 
   // How many workers other than this chief serve; `gone` gets those of the
@@ -415,7 +426,7 @@ private:
   std::vector<std::shared_ptr<session_run_hook>> hooks_;
   std::optional<saver> saver_;
   node_id global_step_ = no_node, init_ = no_node, local_init_ = no_node, done_ = no_node,
-          done_count_ = no_node;
+          done_count_ = no_node, all_done_ = no_node;
   std::vector<node_id> ready_vars_, ready_checks_;
   std::unique_ptr<session> session_;
   std::unique_ptr<sync_replicas_chief> chief_loop_;
