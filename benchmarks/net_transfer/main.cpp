@@ -5,6 +5,10 @@
 //       the RPC (one-way with an empty reply, and echoed back), with the layer
 //       allocating the destination and with caller-supplied destinations.
 // Targets: RPC round trip <= 2.0 x raw ping-pong; 64 MB bytes/s >= 0.9 x raw.
+//   (c) with --huge only: a 1.5 GiB tensor one-way, past the 1 GiB frame limit (the
+//       layer splits it into 64 MiB parts, received straight into the tensor), against
+//       raw TCP one-way. LOOM_HUGE_MIB=N sets the size (1000 against 1100 compares one
+//       frame with a split message of about the same size).
 // Flags: --quick (fewer repetitions), --bulk (only the 64 MB cases), --smoke (every
 // case once, with the fewest warm-up calls: a test that they still run, ctest
 // bench_net_transfer_smoke; its figures mean nothing). Figures: docs/wire-protocol.md.
@@ -19,6 +23,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -98,11 +104,65 @@ double raw_case(std::size_t request, std::size_t reply, int reps, int inner) {
   return bench::median_seconds([&] { cli.exchange(out, in); }, reps, inner);
 }
 
+// (c): one tensor of 1.5 GiB, one-way, against raw TCP; 3 repetitions each, alternating.
+int huge_case() {
+  const std::size_t huge_bytes =
+      std::size_t(std::getenv("LOOM_HUGE_MIB") ? std::atoi(std::getenv("LOOM_HUGE_MIB")) : 1536)
+      << 20;
+  std::printf("loom net_transfer --huge: a %zu MiB tensor one-way (split past the 1 GiB frame "
+              "limit)\n",
+              huge_bytes >> 20);
+  net::rpc_server_options so;
+  so.token = "bench-token";
+  net::rpc_server srv(so);
+  srv.handle("sink", [](net::request req, net::responder r) {
+    const auto& t = req.payloads().at(0);
+    const auto* b = static_cast<const unsigned char*>(t.raw_data());
+    if (b[0] != 1 || b[t.byte_size() - 1] != 1)
+      throw data_loss_error("the tensor's bytes did not arrive");
+    r.reply();
+  });
+  any_tensor server_buffer(dtype::f32, shape{static_cast<std::int64_t>(huge_bytes / 4)});
+  std::memset(server_buffer.raw_data(), 0, server_buffer.byte_size());
+  srv.handle(
+      "sink_into", [](net::request, net::responder r) { r.reply(); },
+      [&](const net::request_preview&, std::size_t, const net::payload_info&) {
+        return server_buffer;
+      });
+  net::channel_options co;
+  co.token = "bench-token";
+  co.peer_name = "bench server";
+  co.default_timeout = std::chrono::minutes(2);
+  net::channel ch("127.0.0.1:" + std::to_string(srv.port()), co);
+  ch.connect();
+  any_tensor big(dtype::f32, shape{static_cast<std::int64_t>(huge_bytes / 4)});
+  std::memset(big.raw_data(), 1, big.byte_size());
+  std::vector<double> raw, rpc, rpc_into;
+  for (int i = 0; i < 3; ++i) {
+    raw.push_back(raw_case(huge_bytes, 1, 1, 1));
+    rpc.push_back(bench::median_seconds([&] { (void)ch.call("sink", net::empty{}, {big}); }, 1));
+    rpc_into.push_back(
+        bench::median_seconds([&] { (void)ch.call("sink_into", net::empty{}, {big}); }, 1));
+  }
+  for (auto* v : {&raw, &rpc, &rpc_into})
+    std::sort(v->begin(), v->end());
+  bench::print_table("(c) 1.5 GiB one-way, median of 3",
+                     {{"raw TCP (buffers reused)", raw[1]},
+                      {"loom RPC in 64 MiB parts, layer allocates", rpc[1]},
+                      {"loom RPC in 64 MiB parts, into a preallocated tensor", rpc_into[1]}},
+                     "ms", 1e3);
+  std::printf("bytes/s loom / raw = %.2f (allocating), %.2f (preallocated)\n", raw[1] / rpc[1],
+              raw[1] / rpc_into[1]);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const bool quick = mode == "--quick", bulk_only = mode == "--bulk", smoke = mode == "--smoke";
+  if (mode == "--huge")
+    return huge_case();
   const int small_reps = bulk_only || smoke ? 1 : quick ? 5 : 21;
   const int small_inner = smoke ? 1 : bulk_only ? 10 : quick ? 200 : 1000;
   const int bulk_reps = smoke ? 1 : quick ? 3 : 11;

@@ -252,3 +252,24 @@ TEST_CASE("a plain session whose step a restarted ps aborted registers its graph
   s.run(v.initializer());
   CHECK(static_cast<float>(s.run(v)) == 3.0f);
 }
+
+TEST_CASE("a step fetches more tensors from a ps than one frame may carry") {
+  local_cluster cluster(1, 1);
+  loom::graph g;
+  std::vector<loom::variable<float, 1>> vars;
+  {
+    auto _ = g.device(loom::replica_device_setter({.ps_tasks = 1}));
+    for (int i = 0; i < 1500; ++i) // past the 1024 tensors of one frame
+      vars.emplace_back(g, "v" + std::to_string(i), loom::shape{2},
+                        loom::constant_initializer{static_cast<double>(i)});
+  }
+  loom::session s(g, cluster.target(), quiet());
+  s.run(loom::global_variables_initializer(g));
+  std::vector<loom::node_id> ids;
+  for (const auto& v : vars)
+    ids.push_back(v.id());
+  const auto values = s.run_nodes(ids, {}); // the ps's reply: one split message
+  REQUIRE(values.size() == vars.size());
+  for (std::size_t i = 0; i < values.size(); ++i)
+    CHECK(values[i].flat<float>()[1] == static_cast<float>(i));
+}

@@ -298,3 +298,66 @@ TEST_CASE("addresses split into host and port") {
   CHECK_THROWS_AS(parse_host_port("h:12x"), invalid_argument_error);
   CHECK_THROWS_AS(parse_host_port(":12"), invalid_argument_error);
 }
+
+TEST_CASE("a split message decodes as its head and parts, and its flags are checked") {
+  envelope env;
+  env.method = "m";
+  frame_limits lim;
+  lim.max_payloads = 2;
+  lim.max_frame_bytes = 1000;
+  std::vector<any_tensor> t{any_tensor::from_vector<float>(shape{2}, {1, 2}),
+                            any_tensor(dtype::f64, shape{300}),
+                            any_tensor::from_vector<std::int32_t>(shape{3}, {7, 8, 9})};
+  for (std::size_t i = 0; i < 300; ++i)
+    t[1].flat<double>()[i] = static_cast<double>(i) / 3;
+  out_frame m;
+  const auto bytes = encode_message(m, frame_kind::request, 3, env, t, std::string("meta"), lim);
+  CHECK(bytes == 8 + 2400 + 12);
+  std::string wire;
+  m.for_each_buffer(
+      [&](const void* p, std::size_t n) { wire.append(static_cast<const char*>(p), n); });
+  // The head: every descriptor and the metadata, no payload bytes.
+  auto rest = bytes_of(wire);
+  const auto head = decode_frame(rest, lim);
+  CHECK(is_split_head(head.header));
+  CHECK(head.meta.payloads.size() == 3);
+  CHECK(head.meta.payload_bytes == bytes);
+  CHECK(head.payloads.empty());
+  CHECK(decode_metadata<std::string>(head.user_metadata(), "head") == "meta");
+  // The parts: the payloads' bytes in order, each part within the frame limit.
+  std::string joined;
+  rest = rest.subspan(head.frame_bytes);
+  int parts = 0;
+  while (!rest.empty()) {
+    const auto part = decode_frame(rest, lim);
+    CHECK(is_part(part.header));
+    CHECK(part.header.request_id == 3);
+    CHECK(part.frame_bytes <= lim.max_frame_bytes);
+    joined += part.part_bytes;
+    rest = rest.subspan(part.frame_bytes);
+    ++parts;
+  }
+  CHECK(parts == 5); // 2420 bytes in parts of 500
+  std::string expect;
+  for (const auto& x : t)
+    expect.append(static_cast<const char*>(x.raw_data()), x.byte_size());
+  CHECK(joined == expect);
+
+  // Flags: unknown bits, both at once, flags on a cancel, payloads on a part.
+  const std::string good = encode_frame(frame_kind::request, 1, env, {});
+  for (std::uint16_t flags : {std::uint16_t{4}, std::uint16_t{3}}) {
+    std::string f = good;
+    net::detail::patch_u16(f, 6, flags);
+    CHECK_THROWS_AS(parse_header(bytes_of(f), {}), data_loss_error);
+  }
+  std::string cancel = encode_frame(frame_kind::cancel, 1, env, {});
+  net::detail::patch_u16(cancel, 6, frame_flag_split);
+  CHECK_THROWS_AS(parse_header(bytes_of(cancel), {}), data_loss_error);
+  std::string part_with_payloads = encode_frame(frame_kind::request, 1, env, t);
+  net::detail::patch_u16(part_with_payloads, 6, frame_flag_part);
+  CHECK_THROWS_AS(parse_header(bytes_of(part_with_payloads), {}), data_loss_error);
+  // A split head declaring more than the message limit, before anything is allocated.
+  frame_limits tight = lim;
+  tight.max_message_bytes = 1000;
+  CHECK_THROWS_AS(decode_frame(bytes_of(wire), tight), resource_exhausted_error);
+}

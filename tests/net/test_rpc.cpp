@@ -315,3 +315,83 @@ TEST_CASE("a small request can fetch a big reply (sent over the client's bulk co
     CHECK(same_bytes(res.payloads[0], value));
   }
 }
+
+TEST_CASE("messages past the per-frame limits travel split into parts, in both directions") {
+  // Small per-frame limits on both ends, so a few MiB and a hundred tensors split.
+  frame_limits small;
+  small.max_payloads = 16;
+  small.max_frame_bytes = 64 << 10;
+  auto so = local_server();
+  so.limits = small;
+  rpc_server srv(so);
+  add_echo(srv);
+  auto co = local_channel();
+  co.limits = small;
+  channel ch(local_address(srv), co);
+
+  std::vector<any_tensor> in;
+  for (int i = 0; i < 100; ++i)
+    in.push_back(any_tensor::from_vector<std::int64_t>(shape{2}, {i, -i}));
+  in.push_back(filled_f32(shape{1024, 300}, 7)); // 1.2 MB: about 38 parts
+  in.push_back(any_tensor(dtype::f64, shape{0, 5}));
+  in.push_back(any_tensor::from_vector<bool>(shape{3}, {true, false, true}));
+  in.push_back(filled_f32(shape{3}, 1));
+  echo_meta m{"split", {1, 2, 3}};
+  any_tensor dest(dtype::f32, shape{1024, 300});
+  call_options o;
+  o.response_buffers.assign(in.size(), any_tensor{});
+  o.response_buffers[100] = dest;
+  const auto res = ch.call("echo", m, in, o);
+  REQUIRE(res.payloads.size() == in.size());
+  for (std::size_t i = 0; i < in.size(); ++i)
+    CHECK_MESSAGE(same_bytes(res.payloads[i], in[i]), "payload " << i);
+  CHECK(res.payloads[100].raw_data() == dest.raw_data()); // the parts went straight into dest
+  CHECK(res.metadata<echo_meta>().text == "split!");
+  CHECK(res.metadata<echo_meta>().ids == std::vector<std::int64_t>{1, 2, 3});
+  // The connection goes on framing normally after a split message.
+  CHECK(ch.call("echo", m, {filled_f32(shape{4}, 2)}).payloads.size() == 1);
+}
+
+TEST_CASE("past the message limits a sender fails at once and a receiver answers with an error") {
+  frame_limits small;
+  small.max_frame_bytes = 64 << 10;
+  small.max_message_bytes = 256 << 10;
+  SUBCASE("the sender's own limit") {
+    rpc_server srv(local_server());
+    add_echo(srv);
+    auto co = local_channel();
+    co.limits = small;
+    channel ch(local_address(srv), co);
+    try {
+      (void)ch.call("echo", echo_meta{}, {filled_f32(shape{512, 256}, 1)});
+      FAIL("no error");
+    } catch (const resource_exhausted_error& e) {
+      CHECK(std::string(e.what()).find("'echo'") != std::string::npos);
+      CHECK(std::string(e.what()).find("524288 payload bytes") != std::string::npos);
+    }
+    CHECK(ch.call("echo", echo_meta{}, {filled_f32(shape{4}, 1)}).payloads.size() == 1);
+  }
+  SUBCASE("the receiver's limit") {
+    auto so = local_server();
+    so.limits = small;
+    rpc_server srv(so);
+    add_echo(srv);
+    auto co = local_channel();
+    co.limits.max_frame_bytes = 64 << 10; // splits, but allows what the server does not
+    channel ch(local_address(srv), co);
+    CHECK_THROWS_AS((void)ch.call("echo", echo_meta{}, {filled_f32(shape{512, 256}, 1)}),
+                    resource_exhausted_error);
+  }
+}
+
+TEST_CASE("a message of more than 1024 tensors needs no option") {
+  rpc_server srv(local_server());
+  add_echo(srv);
+  channel ch(local_address(srv), local_channel());
+  std::vector<any_tensor> in;
+  for (int i = 0; i < 3000; ++i)
+    in.push_back(any_tensor::from_vector<float>(shape{1}, {static_cast<float>(i)}));
+  const auto res = ch.call("echo", echo_meta{}, in);
+  REQUIRE(res.payloads.size() == 3000);
+  CHECK(res.payloads[2999].flat<float>()[0] == 2999.0f);
+}

@@ -173,6 +173,47 @@ TEST_CASE("garbage and oversized frames close only that connection") {
     CHECK(reply.meta.env.message.find("version 9") != std::string::npos);
     CHECK(raw.closed_by_peer());
   }
+  SUBCASE("split messages out of order get an error reply") {
+    raw_client raw(srv.port());
+    raw.handshake();
+    envelope env;
+    env.method = "ping";
+    frame_limits lim;
+    lim.max_frame_bytes = 4096;
+    out_frame m;
+    encode_message(m, frame_kind::request, 11, env, {any_tensor(dtype::f32, shape{4096})}, empty{},
+                   lim);
+    std::vector<std::string> frames; // the head, then its parts with their bytes
+    for (const auto& p : m.pieces) {
+      if (p.source == 0)
+        frames.emplace_back(m.head, p.offset, p.bytes);
+      else
+        frames.back().append(
+            static_cast<const char*>(m.payloads[p.source - 1].raw_data()) + p.offset, p.bytes);
+    }
+    REQUIRE(frames.size() == 9); // 16 KiB in parts of 2 KiB
+    std::string expect;
+    SUBCASE("a part without a head") {
+      raw.write(frames[1]);
+      expect = "without a split head";
+    }
+    SUBCASE("another frame between the head and its parts") {
+      raw.write(frames[0]);
+      raw.write(encode_frame(frame_kind::request, 12, env, {}));
+      expect = "was due";
+    }
+    SUBCASE("a part past the message's bytes") {
+      for (std::size_t i = 0; i < frames.size(); ++i)
+        raw.write(frames[i]);
+      raw.write(frames[1]); // the message was complete: this part belongs to none
+      CHECK(raw.read_frame().header.request_id == 11); // ping's own reply
+      expect = "without a split head";
+    }
+    const auto reply = raw.read_frame();
+    CHECK(reply.meta.env.code() == error_code::data_loss);
+    CHECK_MESSAGE(reply.meta.env.message.find(expect) != std::string::npos, reply.meta.env.message);
+    CHECK(raw.closed_by_peer());
+  }
   SUBCASE("a client that disconnects in the middle of a payload") {
     raw_client raw(srv.port());
     raw.handshake();

@@ -721,12 +721,8 @@ public:
     env.method = st->method;
     env.timeout_us = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(st->timeout).count());
-    const auto bytes = encode_head(f.head, frame_kind::request, st->id, env, payloads, meta);
-    if (f.head.size() + bytes > co.limits.max_frame_bytes)
-      throw resource_exhausted_error(
-          st->describe() + ": a frame of " + std::to_string(f.head.size() + bytes) +
-          " bytes exceeds the limit of " + std::to_string(co.limits.max_frame_bytes));
-    f.payloads = std::move(payloads);
+    const auto bytes =
+        encode_message(f, frame_kind::request, st->id, env, std::move(payloads), meta, co.limits);
     core_->poll_idle();
     if (!opts.dial && !core_->connected())
       throw unavailable_error(st->describe() +

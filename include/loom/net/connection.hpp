@@ -50,6 +50,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -73,20 +74,6 @@ struct incoming_frame {
   }
   std::span<const std::byte> metadata_bytes() const {
     return std::as_bytes(std::span<const char>(metadata.data(), metadata.size()));
-  }
-};
-
-// A frame to send: the encoded head plus the tensors whose bytes follow it.
-struct out_frame {
-  std::string head;
-  std::vector<any_tensor> payloads;
-  std::size_t offset = 0; // bytes already written
-
-  std::size_t bytes() const {
-    std::size_t n = head.size();
-    for (const auto& t : payloads)
-      n += t.byte_size();
-    return n;
   }
 };
 
@@ -243,6 +230,17 @@ private:
             handshake
                 ? "a " + std::string(to_string(h_.kind)) + " frame after the handshake"
                 : "a " + std::string(to_string(h_.kind)) + " frame before the handshake completed");
+      // A split message's parts come back to back after its head, and only then.
+      if (split_ && (!is_part(h_) || h_.kind != split_->header.kind ||
+                     h_.request_id != split_->header.request_id))
+        throw data_loss_error(
+            "a " + std::string(to_string(h_.kind)) + " frame (request " +
+            std::to_string(h_.request_id) + ") where part " + std::to_string(split_->received) +
+            "/" + std::to_string(split_->meta.payload_bytes) + " bytes of split message " +
+            std::to_string(split_->header.request_id) + " was due");
+      if (!split_ && is_part(h_))
+        throw data_loss_error("a part frame (request " + std::to_string(h_.request_id) +
+                              ") without a split head before it");
     } catch (const loom::error& e) {
       return bad_frame(e);
     }
@@ -302,31 +300,20 @@ private:
     try {
       fm_ = parse_metadata(h_, std::as_bytes(std::span<const char>(meta_.data(), meta_.size())),
                            limits_);
+    } catch (const loom::error& e) {
+      return bad_frame(e);
+    }
+    if (is_part(h_))
+      return read_part();
+    if (is_split_head(h_))
+      return begin_split();
+    try {
       in_payloads_.clear();
       in_bufs_.clear();
       buffer_error_.clear();
-      const auto user = std::string_view(meta_).substr(fm_.user_offset, fm_.user_bytes);
       for (std::size_t i = 0; i < fm_.payloads.size(); ++i) {
         const auto& p = fm_.payloads[i];
-        any_tensor t;
-        if (sink_) {
-          try {
-            t = sink_->destination(*this, h_, fm_, user, i, p);
-          } catch (const std::exception& e) {
-            buffer_error_ =
-                "choosing the destination of payload " + std::to_string(i) + " failed: " + e.what();
-            t = {};
-          }
-        }
-        if (!t.empty() && (t.type() != p.type || t.shape() != p.shape)) {
-          if (buffer_error_.empty())
-            buffer_error_ = "payload " + std::to_string(i) + " is " +
-                            std::string(loom::to_string(p.type)) + p.shape.to_string() +
-                            ", but the buffer supplied for it is " + t.describe();
-          t = {};
-        }
-        if (t.empty())
-          t = any_tensor(p.type, p.shape); // bounded by the checked limits
+        any_tensor t = destination_for(h_, fm_, meta_, i);
         if (p.bytes)
           in_bufs_.emplace_back(t.raw_data(), static_cast<std::size_t>(p.bytes));
         in_payloads_.push_back(std::move(t));
@@ -340,9 +327,116 @@ private:
     read_rest(&connection::on_payloads);
   }
 
+  // The tensor to receive payload i of the frame (h, m, metadata) into: the sink's
+  // buffer when it offers a matching one, else a fresh tensor (bounded by the checked
+  // limits). A mismatch is noted in buffer_error_, which the frame carries.
+  any_tensor destination_for(const frame_header& h, const frame_meta& m,
+                             const std::string& metadata, std::size_t i) {
+    const auto& p = m.payloads[i];
+    any_tensor t;
+    if (sink_) {
+      try {
+        t = sink_->destination(
+            *this, h, m, std::string_view(metadata).substr(m.user_offset, m.user_bytes), i, p);
+      } catch (const std::exception& e) {
+        buffer_error_ =
+            "choosing the destination of payload " + std::to_string(i) + " failed: " + e.what();
+        t = {};
+      }
+    }
+    if (!t.empty() && (t.type() != p.type || t.shape() != p.shape)) {
+      if (buffer_error_.empty())
+        buffer_error_ = "payload " + std::to_string(i) + " is " +
+                        std::string(loom::to_string(p.type)) + p.shape.to_string() +
+                        ", but the buffer supplied for it is " + t.describe();
+      t = {};
+    }
+    return t.empty() ? any_tensor(p.type, p.shape) : std::move(t);
+  }
+
+  // A split head: its descriptors are the message's; the tensors are allocated as their
+  // bytes arrive in the parts that follow.
+  void begin_split() {
+    split_.emplace();
+    split_->header = h_;
+    split_->meta = std::move(fm_);
+    split_->metadata = std::move(meta_);
+    split_->payloads.resize(split_->meta.payloads.size());
+    buffer_error_.clear();
+    if (split_->meta.payload_bytes == 0)
+      return finish_split();
+    read_header();
+  }
+
+  // A part: its bytes go straight into the tensors they belong to.
+  void read_part() {
+    auto& s = *split_;
+    const std::uint64_t n = fm_.payload_bytes;
+    try {
+      if (n > s.meta.payload_bytes - s.received)
+        throw data_loss_error("a part of " + std::to_string(n) + " bytes where split message " +
+                              std::to_string(s.header.request_id) + " has " +
+                              std::to_string(s.meta.payload_bytes - s.received) + " left");
+      in_bufs_.clear();
+      for (std::uint64_t left = n; left > 0;) {
+        const auto& p = s.meta.payloads[s.next];
+        if (s.in_next == p.bytes) {
+          ++s.next;
+          s.in_next = 0;
+          continue;
+        }
+        auto& t = s.payloads[s.next];
+        if (t.empty())
+          t = destination_for(s.header, s.meta, s.metadata, s.next);
+        const std::uint64_t take = std::min(left, p.bytes - s.in_next);
+        in_bufs_.emplace_back(static_cast<char*>(t.raw_data()) + s.in_next,
+                              static_cast<std::size_t>(take));
+        s.in_next += take;
+        left -= take;
+      }
+      s.received += n;
+    } catch (const loom::error& e) {
+      return bad_frame(e);
+    } catch (const std::bad_alloc&) {
+      return bad_frame(resource_exhausted_error("cannot allocate payload " +
+                                                std::to_string(s.next) + " of split message " +
+                                                std::to_string(s.header.request_id)));
+    }
+    read_rest(&connection::on_payloads);
+  }
+
+  // The last part has arrived: the message goes to the sink as one frame.
+  void finish_split() {
+    auto s = std::move(*split_);
+    split_.reset();
+    try {
+      for (std::size_t i = 0; i < s.payloads.size(); ++i)
+        if (s.payloads[i].empty()) // no bytes: a tensor of 0 elements
+          s.payloads[i] = destination_for(s.header, s.meta, s.metadata, i);
+    } catch (const std::bad_alloc&) {
+      return bad_frame(resource_exhausted_error("cannot allocate the payloads of split message " +
+                                                std::to_string(s.header.request_id)));
+    }
+    h_ = s.header;
+    fm_ = std::move(s.meta);
+    meta_ = std::move(s.metadata);
+    in_payloads_ = std::move(s.payloads);
+    deliver();
+  }
+
   void on_payloads(std::error_code ec) {
     if (ec)
       return read_failed(ec);
+    if (split_) {
+      if (split_->received < split_->meta.payload_bytes)
+        return read_header();
+      return finish_split();
+    }
+    deliver();
+  }
+
+  // Hands the frame read into h_, fm_, meta_, in_payloads_ to the sink.
+  void deliver() {
     try {
       for (std::size_t i = 0; i < fm_.payloads.size(); ++i)
         validate_payload_bytes(fm_.payloads[i], in_payloads_[i].raw_data(), i);
@@ -353,6 +447,7 @@ private:
       return;
     incoming_frame f;
     f.header = h_;
+    f.header.flags = 0; // a split message arrives whole
     f.meta = std::move(fm_);
     f.metadata = std::move(meta_);
     f.payloads = std::move(in_payloads_);
@@ -405,7 +500,7 @@ private:
     while (f.offset < total) {
       iovec iov[64];
       std::size_t n = 0, skip = f.offset;
-      const auto add = [&](const void* p, std::size_t len) {
+      f.for_each_buffer([&](const void* p, std::size_t len) {
         if (n == 64 || len == 0)
           return;
         if (skip >= len) {
@@ -416,10 +511,7 @@ private:
         iov[n].iov_len = len - skip;
         skip = 0;
         ++n;
-      };
-      add(f.head.data(), f.head.size());
-      for (const auto& t : f.payloads)
-        add(t.raw_data(), t.byte_size());
+      });
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = n;
@@ -454,10 +546,10 @@ private:
     out_bufs_.clear();
     batch_ = 0;
     for (auto& f : queue_) {
-      if (batch_ > 0 && out_bufs_.size() + 1 + f.payloads.size() > 64)
+      if (batch_ > 0 && out_bufs_.size() + f.buffer_count() > 64)
         break;
       std::size_t skip = f.offset;
-      const auto add = [&](const void* p, std::size_t len) {
+      f.for_each_buffer([&](const void* p, std::size_t len) {
         if (len == 0)
           return;
         if (skip >= len) {
@@ -466,10 +558,7 @@ private:
         }
         out_bufs_.emplace_back(static_cast<const char*>(p) + skip, len - skip);
         skip = 0;
-      };
-      add(f.head.data(), f.head.size());
-      for (const auto& t : f.payloads)
-        add(t.raw_data(), t.byte_size());
+      });
       ++batch_;
     }
     lk.unlock();
@@ -538,6 +627,17 @@ private:
   std::vector<any_tensor> in_payloads_;
   std::vector<asio::mutable_buffer> in_bufs_;
   std::string buffer_error_;
+  // A split message being received: its head, its tensors (each allocated when its
+  // first byte arrives), where the next part's bytes go, and how many have come.
+  struct split_message {
+    frame_header header;
+    frame_meta meta;
+    std::string metadata;
+    std::vector<any_tensor> payloads;
+    std::size_t next = 0;
+    std::uint64_t in_next = 0, received = 0;
+  };
+  std::optional<split_message> split_;
   std::shared_ptr<frame_sink> sink_;
   once_fn once_;
 

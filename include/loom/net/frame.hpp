@@ -15,6 +15,13 @@
 //            (handshake kinds carry their own fixed records; see auth.hpp)
 //   payloads the tensors' bytes, back to back, each exactly as described.
 //
+// A message over the per-frame limits (more than max_payloads tensors, or more
+// than max_frame_bytes in all) travels as a split head and its parts, back to
+// back on one connection (flags below): the head carries the envelope, every
+// descriptor and the caller's metadata, bounded by the message limits instead;
+// each part carries the next bytes of the payloads, so a receiver still reads
+// them straight into the destination tensors, allocating each as its bytes come.
+//
 // Everything here is pure (no sockets): parse_header() and parse_metadata()
 // check every length against frame_limits BEFORE anything is allocated, so a
 // receiver can allocate each destination tensor from the descriptors and read
@@ -68,6 +75,16 @@ enum class frame_kind : std::uint8_t {
   auth_result = 19, // server -> client: ok or an error
 };
 
+// Flags of request and response frames (0 on every other kind).
+//   split: the head of a split message; no payload bytes follow it.
+//   part:  metadata is an envelope (empty method) and u64 n; the n bytes that follow are
+//          the next bytes of the split message's payloads, concatenated in order.
+inline constexpr std::uint16_t frame_flag_split = 0x1;
+inline constexpr std::uint16_t frame_flag_part = 0x2;
+
+// Bytes of payload a part carries (less where the frame limit is lower).
+inline constexpr std::uint64_t split_part_bytes = std::uint64_t{64} << 20;
+
 constexpr bool is_known_kind(std::uint8_t k) noexcept {
   return k == 1 || k == 2 || k == 3 || (k >= 16 && k <= 19);
 }
@@ -88,13 +105,17 @@ constexpr std::string_view to_string(frame_kind k) noexcept {
   return "?";
 }
 
-// Bounds every receiver enforces before it allocates anything.
+// Bounds every receiver enforces before it allocates anything. The per-frame bounds
+// decide when a sender splits a message; the message bounds are what one message may
+// carry in all (a split message's tensors are allocated as their bytes arrive).
 struct frame_limits {
-  std::uint32_t max_metadata_bytes = 64u << 20; // 64 MiB
-  std::uint32_t max_payloads = 1024;            // tensors per frame
-  std::uint64_t max_frame_bytes = 1ull << 30;   // header + metadata + payloads: 1 GiB
-  std::uint32_t max_method_bytes = 256;         // method name
-  std::uint32_t max_handshake_bytes = 1024;     // metadata of a handshake frame
+  std::uint32_t max_metadata_bytes = 64u << 20;             // 64 MiB
+  std::uint32_t max_payloads = 1024;                        // tensors per frame
+  std::uint64_t max_frame_bytes = 1ull << 30;               // header + metadata + payloads: 1 GiB
+  std::uint32_t max_method_bytes = 256;                     // method name
+  std::uint32_t max_handshake_bytes = 1024;                 // metadata of a handshake frame
+  std::uint32_t max_message_payloads = 1u << 20;            // tensors per (split) message
+  std::uint64_t max_message_bytes = std::uint64_t{1} << 40; // payload bytes per message: 1 TiB
 };
 
 struct frame_header {
@@ -124,6 +145,13 @@ struct envelope {
   error_code code() const noexcept { return static_cast<error_code>(status - 1); }
 };
 
+constexpr bool is_split_head(const frame_header& h) noexcept {
+  return (h.flags & frame_flag_split) != 0;
+}
+constexpr bool is_part(const frame_header& h) noexcept {
+  return (h.flags & frame_flag_part) != 0;
+}
+
 // What parse_metadata() found: the envelope, the payload descriptors, and where
 // the caller's metadata lies inside the metadata bytes.
 struct frame_meta {
@@ -131,7 +159,7 @@ struct frame_meta {
   std::vector<payload_info> payloads;
   std::size_t user_offset = 0;
   std::size_t user_bytes = 0;
-  std::uint64_t payload_bytes = 0; // sum of payloads[i].bytes
+  std::uint64_t payload_bytes = 0; // sum of payloads[i].bytes; a part's n
 };
 
 inline constexpr std::uint32_t max_status =
@@ -189,6 +217,10 @@ inline void put_u64(std::string& s, std::uint64_t v) {
   for (int i = 0; i < 8; ++i)
     b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
   s.append(b, 8);
+}
+inline void patch_u16(std::string& s, std::size_t at, std::uint16_t v) {
+  s[at] = static_cast<char>(v & 0xff);
+  s[at + 1] = static_cast<char>(v >> 8);
 }
 inline void patch_u32(std::string& s, std::size_t at, std::uint32_t v) {
   for (int i = 0; i < 4; ++i)
@@ -360,6 +392,16 @@ inline frame_header parse_header(std::span<const std::byte> b, const frame_limit
   h.request_id = detail::get_le(p + 8, 8);
   h.metadata_bytes = static_cast<std::uint32_t>(detail::get_le(p + 16, 4));
   h.payload_count = static_cast<std::uint32_t>(detail::get_le(p + 20, 4));
+  if (h.flags != 0) {
+    if (h.kind != frame_kind::request && h.kind != frame_kind::response)
+      throw data_loss_error("a " + std::string(to_string(h.kind)) + " frame with flags " +
+                            std::to_string(h.flags) + " (must be 0)");
+    if (h.flags != frame_flag_split && h.flags != frame_flag_part)
+      throw data_loss_error("unknown frame flags " + std::to_string(h.flags));
+    if (is_part(h) && h.payload_count != 0)
+      throw data_loss_error("a part frame declares " + std::to_string(h.payload_count) +
+                            " payloads (must be 0)");
+  }
   if (is_handshake_kind(h.kind)) {
     if (h.payload_count != 0)
       throw data_loss_error("a " + std::string(to_string(h.kind)) + " frame declares " +
@@ -373,9 +415,12 @@ inline frame_header parse_header(std::span<const std::byte> b, const frame_limit
     throw resource_exhausted_error("frame declares " + std::to_string(h.metadata_bytes) +
                                    " metadata bytes (limit " +
                                    std::to_string(lim.max_metadata_bytes) + ")");
-  if (h.payload_count > lim.max_payloads)
-    throw resource_exhausted_error("frame declares " + std::to_string(h.payload_count) +
-                                   " payloads (limit " + std::to_string(lim.max_payloads) + ")");
+  if (is_split_head(h) ? h.payload_count > lim.max_message_payloads
+                       : h.payload_count > lim.max_payloads)
+    throw resource_exhausted_error(
+        std::string(is_split_head(h) ? "message" : "frame") + " declares " +
+        std::to_string(h.payload_count) + " payloads (limit " +
+        std::to_string(is_split_head(h) ? lim.max_message_payloads : lim.max_payloads) + ")");
   if (header_size + h.metadata_bytes > lim.max_frame_bytes)
     throw resource_exhausted_error("frame declares " +
                                    std::to_string(header_size + h.metadata_bytes) +
@@ -385,7 +430,8 @@ inline frame_header parse_header(std::span<const std::byte> b, const frame_limit
 
 // Parses the metadata of a request, response or cancel frame: the envelope,
 // then one descriptor per payload, checking each against the limits and the
-// total frame size before the caller allocates anything.
+// total frame size (a split head's: the message limits) before the caller
+// allocates anything. A part's metadata is its envelope and its byte count.
 inline frame_meta parse_metadata(const frame_header& h, std::span<const std::byte> meta,
                                  const frame_limits& lim) {
   if (is_handshake_kind(h.kind))
@@ -408,6 +454,26 @@ inline frame_meta parse_metadata(const frame_header& h, std::span<const std::byt
   m.env.timeout_us = r.u64();
 
   const std::uint64_t fixed = header_size + h.metadata_bytes;
+  if (is_part(h)) {
+    const std::uint64_t n = r.u64();
+    if (r.remaining() != 0)
+      throw data_loss_error("a part frame with " + std::to_string(r.remaining()) +
+                            " metadata bytes after its length");
+    if (n == 0)
+      throw data_loss_error("a part frame of 0 bytes");
+    if (n > lim.max_frame_bytes - fixed)
+      throw resource_exhausted_error("part frame of " + std::to_string(fixed + n) +
+                                     " bytes exceeds the limit of " +
+                                     std::to_string(lim.max_frame_bytes) + " bytes");
+    m.payload_bytes = n;
+    m.user_offset = r.pos();
+    return m;
+  }
+  // A frame's payloads follow it; a split head's come in parts, bounded by the message limit.
+  const bool split = is_split_head(h);
+  const std::uint64_t limit = split ? lim.max_message_bytes : lim.max_frame_bytes;
+  const std::uint64_t before = split ? 0 : fixed;
+  const char* unit = split ? "message" : "frame";
   std::uint64_t total = 0;
   m.payloads.reserve(std::min<std::size_t>(h.payload_count, r.remaining() / 12));
   for (std::uint32_t i = 0; i < h.payload_count; ++i) {
@@ -426,15 +492,15 @@ inline frame_meta parse_metadata(const frame_header& h, std::span<const std::byt
     const std::uint64_t elem = size_of(type);
     std::vector<std::int64_t> dims(rank);
     std::uint64_t count = 1;
-    const std::uint64_t cap = lim.max_frame_bytes / elem; // most elements any payload may hold
+    const std::uint64_t cap = limit / elem; // most elements any payload may hold
     for (std::uint8_t d = 0; d < rank; ++d) {
       const auto v = static_cast<std::int64_t>(r.u64());
       if (v < 0)
         throw data_loss_error(where + ": negative dimension " + std::to_string(v));
       const auto uv = static_cast<std::uint64_t>(v);
       if (uv != 0 && count > cap / uv)
-        throw resource_exhausted_error(where + ": shape too large for the frame limit of " +
-                                       std::to_string(lim.max_frame_bytes) + " bytes");
+        throw resource_exhausted_error(where + ": shape too large for the " + unit + " limit of " +
+                                       std::to_string(limit) + " bytes");
       count *= uv;
       dims[d] = v;
     }
@@ -443,11 +509,11 @@ inline frame_meta parse_metadata(const frame_header& h, std::span<const std::byt
       throw data_loss_error(where + ": declares " + std::to_string(bytes) + " bytes, but " +
                             std::string(to_string(type)) + " of " + std::to_string(count) +
                             " elements needs " + std::to_string(count * elem));
-    total += bytes; // each <= max_frame_bytes, count <= max_payloads: no overflow
-    if (fixed + total > lim.max_frame_bytes)
-      throw resource_exhausted_error("frame of at least " + std::to_string(fixed + total) +
-                                     " bytes exceeds the limit of " +
-                                     std::to_string(lim.max_frame_bytes) + " bytes");
+    total += bytes; // each <= limit (<= 2^63), checked as it grows: no overflow
+    if (before + total > limit)
+      throw resource_exhausted_error(
+          std::string(unit) + " of at least " + std::to_string(before + total) +
+          " bytes exceeds the limit of " + std::to_string(limit) + " bytes");
     m.payloads.push_back(payload_info{type, loom::shape(std::move(dims)), bytes});
   }
   m.payload_bytes = total;
@@ -470,10 +536,11 @@ inline void validate_payload_bytes(const payload_info& p, const void* data, std:
 // A whole frame decoded from one contiguous byte span.
 struct decoded_frame {
   frame_header header;
-  frame_meta meta;      // empty for handshake kinds
-  std::string metadata; // the raw metadata bytes
-  std::vector<any_tensor> payloads;
-  std::size_t frame_bytes = 0; // bytes the frame occupies in the input
+  frame_meta meta;                  // empty for handshake kinds
+  std::string metadata;             // the raw metadata bytes
+  std::vector<any_tensor> payloads; // empty for a split head (its descriptors are in meta)
+  std::string part_bytes;           // a part's bytes
+  std::size_t frame_bytes = 0;      // bytes the frame occupies in the input
 
   std::string_view user_metadata() const {
     return std::string_view(metadata).substr(meta.user_offset, meta.user_bytes);
@@ -495,10 +562,19 @@ inline decoded_frame decode_frame(std::span<const std::byte> bytes, const frame_
   std::size_t pos = header_size + meta.size();
   if (!is_handshake_kind(f.header.kind)) {
     f.meta = parse_metadata(f.header, meta, lim);
+    if (is_split_head(f.header)) { // its payloads come in the parts
+      f.frame_bytes = pos;
+      return f;
+    }
     if (f.meta.payload_bytes > bytes.size() - pos)
       throw data_loss_error("truncated frame: " + std::to_string(f.meta.payload_bytes) +
                             " payload bytes declared, " + std::to_string(bytes.size() - pos) +
                             " present");
+    if (is_part(f.header)) { // raw bytes of a split message (part_bytes)
+      f.part_bytes.assign(reinterpret_cast<const char*>(bytes.data() + pos), f.meta.payload_bytes);
+      f.frame_bytes = pos + f.meta.payload_bytes;
+      return f;
+    }
     f.payloads.reserve(f.meta.payloads.size());
     for (std::size_t i = 0; i < f.meta.payloads.size(); ++i) {
       const auto& p = f.meta.payloads[i];
@@ -589,6 +665,106 @@ std::uint64_t encode_head(std::string& out, frame_kind kind, std::uint64_t reque
   append_metadata(out, meta);
   finish_head(out, 0);
   return total;
+}
+
+// A message to send: the heads of its frames, back to back, and the tensors whose bytes
+// follow them. A message in one frame is `head`, then each payload whole; a split
+// message lists its pieces (the head of each frame, then the ranges of the payloads it
+// carries). Tensor bytes are never copied.
+struct out_frame {
+  struct piece {
+    std::size_t source; // 0: head; i + 1: payloads[i]
+    std::size_t offset, bytes;
+  };
+  out_frame() = default;
+  explicit out_frame(std::string h) : head(std::move(h)) {} // a frame without payloads
+
+  std::string head;
+  std::vector<any_tensor> payloads;
+  std::vector<piece> pieces;
+  std::size_t offset = 0; // bytes already written
+
+  std::size_t bytes() const {
+    std::size_t n = head.size();
+    for (const auto& t : payloads)
+      n += t.byte_size();
+    return n;
+  }
+  std::size_t buffer_count() const { return pieces.empty() ? 1 + payloads.size() : pieces.size(); }
+  // Calls add(pointer, length) for each non-empty buffer in order.
+  template <class F> void for_each_buffer(F&& add) const {
+    if (pieces.empty()) {
+      add(static_cast<const void*>(head.data()), head.size());
+      for (const auto& t : payloads)
+        if (t.byte_size())
+          add(t.raw_data(), t.byte_size());
+      return;
+    }
+    for (const auto& p : pieces)
+      add(p.source == 0
+              ? static_cast<const void*>(head.data() + p.offset)
+              : static_cast<const void*>(
+                    static_cast<const char*>(payloads[p.source - 1].raw_data()) + p.offset),
+          p.bytes);
+  }
+};
+
+// Encodes a request or response with `payloads` into `f`, split into a head and parts
+// where it passes the per-frame limits. Returns the payload bytes. Throws
+// resource_exhausted_error past the message limits or the metadata limit.
+template <class Meta>
+std::uint64_t encode_message(out_frame& f, frame_kind kind, std::uint64_t request_id,
+                             const envelope& env, std::vector<any_tensor> payloads,
+                             const Meta& meta, const frame_limits& lim) {
+  f = out_frame{};
+  const std::uint64_t bytes = encode_head(f.head, kind, request_id, env, payloads, meta);
+  f.payloads = std::move(payloads);
+  const auto n = f.payloads.size();
+  if (n <= lim.max_payloads && f.head.size() + bytes <= lim.max_frame_bytes)
+    return bytes;
+  const auto what = [&] {
+    return env.method.empty() ? std::string("a response") : "'" + env.method + "'";
+  };
+  if (f.head.size() - header_size > lim.max_metadata_bytes)
+    throw resource_exhausted_error(
+        what() + ": metadata of " + std::to_string(f.head.size() - header_size) +
+        " bytes exceeds the limit of " + std::to_string(lim.max_metadata_bytes));
+  if (n > lim.max_message_payloads)
+    throw resource_exhausted_error(what() + ": " + std::to_string(n) +
+                                   " tensors exceed the limit of " +
+                                   std::to_string(lim.max_message_payloads) + " per message");
+  if (bytes > lim.max_message_bytes)
+    throw resource_exhausted_error(what() + ": " + std::to_string(bytes) +
+                                   " payload bytes exceed the limit of " +
+                                   std::to_string(lim.max_message_bytes) + " per message");
+  detail::patch_u16(f.head, 6, frame_flag_split);
+  f.pieces.push_back({0, 0, f.head.size()});
+  const std::uint64_t part = std::min<std::uint64_t>(split_part_bytes, lim.max_frame_bytes / 2);
+  std::size_t t = 0;      // the payload the next byte belongs to
+  std::uint64_t in_t = 0; // bytes of it already in a part
+  for (std::uint64_t sent = 0; sent < bytes;) {
+    const std::uint64_t take_part = std::min(part, bytes - sent);
+    const std::size_t at = f.head.size();
+    begin_head(f.head, kind, request_id, 0, frame_flag_part);
+    append_envelope(f.head, envelope{}, {});
+    detail::put_u64(f.head, take_part);
+    finish_head(f.head, at);
+    f.pieces.push_back({0, at, f.head.size() - at});
+    for (std::uint64_t left = take_part; left > 0;) {
+      const std::uint64_t size = f.payloads[t].byte_size();
+      if (in_t == size) {
+        ++t;
+        in_t = 0;
+        continue;
+      }
+      const std::uint64_t take = std::min(left, size - in_t);
+      f.pieces.push_back({t + 1, static_cast<std::size_t>(in_t), static_cast<std::size_t>(take)});
+      in_t += take;
+      left -= take;
+    }
+    sent += take_part;
+  }
+  return bytes;
 }
 
 // A whole frame in one byte string (tests and the fuzz corpus).

@@ -44,10 +44,8 @@ public:
 
   void start() {
     try {
-      c_->send(out_frame{
-          encode(hello_msg{who_.role, who_.token.has_value(), who_.client_id, client_nonce_}),
-          {},
-          0});
+      c_->send(out_frame(
+          encode(hello_msg{who_.role, who_.token.has_value(), who_.client_id, client_nonce_})));
       c_->read_one([self = shared_from_this()](std::exception_ptr err, incoming_frame&& f) {
         self->on_challenge(err, std::move(f));
       });
@@ -77,7 +75,7 @@ private:
         a.has_proof = true;
         a.proof = client_proof(*who_.token, client_nonce_, ch.server_nonce, who_.client_id);
       }
-      c_->send(out_frame{encode(a), {}, 0});
+      c_->send(out_frame(encode(a)));
       c_->read_one(
           [self = shared_from_this(), server_proven](std::exception_ptr e2, incoming_frame&& f2) {
             try {
@@ -175,7 +173,7 @@ private:
     if (token_ && hello_.has_token)
       challenge_.proof =
           server_proof(*token_, hello_.client_nonce, challenge_.server_nonce, hello_.client_id);
-    c_->send(out_frame{encode(challenge_), {}, 0});
+    c_->send(out_frame(encode(challenge_)));
     c_->read_one([self = shared_from_this()](std::exception_ptr err, incoming_frame&& f2) {
       if (err)
         return self->drop_(self->c_);
@@ -214,12 +212,12 @@ private:
     auto sink = admit_(c_);
     if (!sink) // the server is stopping and closes the connection itself
       return;
-    c_->send(out_frame{encode(auth_result_msg{0, {}}), {}, 0});
+    c_->send(out_frame(encode(auth_result_msg{0, {}})));
     c_->start(std::move(sink));
   }
 
   void refuse(error_code code, const std::string& why) {
-    c_->send(out_frame{encode(auth_result_msg{status_of(code), why}), {}, 0});
+    c_->send(out_frame(encode(auth_result_msg{status_of(code), why})));
     c_->close_after_flush(why);
     drop_(c_);
   }

@@ -154,9 +154,9 @@ public:
   template <class Meta> void reply(const Meta& meta, std::vector<any_tensor> payloads = {}) {
     check();
     out_frame f;
-    envelope env;
-    const auto bytes = encode_head(f.head, frame_kind::response, st_->id, env, payloads, meta);
-    f.payloads = std::move(payloads);
+    const auto bytes =
+        encode_message(f, frame_kind::response, st_->id, envelope{}, std::move(payloads), meta,
+                       st_->conn ? st_->conn->limits() : frame_limits{});
     if (st_->done.exchange(true))
       throw failed_precondition_error("request '" + st_->method + "' was already answered");
     detail::send_reply(*st_, std::move(f), bytes);
