@@ -23,6 +23,7 @@
 #include <loom/graph/ops/math.hpp>
 #include <loom/graph/ops/nn.hpp>
 #include <loom/graph/ops/scatter.hpp>
+#include <loom/graph/ops/checkpoint.hpp>
 #include <loom/graph/ops/string.hpp>
 #include <loom/graph/output.hpp>
 #include <loom/graph/partitioned_variable.hpp>

@@ -812,3 +812,68 @@ TEST_CASE("one partitioned variable looked up with two strategies is refused") {
   CHECK(contains(what, "partitioned variable 'emb' is looked up with the \"mod\" strategy "
                        "elsewhere and with \"div\" here"));
 }
+
+TEST_CASE("a sharded save: each ps writes its own variables, the manifest comes last, and it "
+          "restores into another count of ps tasks") {
+  temp_dir dir;
+  std::string path;
+  {
+    local_cluster cluster(2, 1);
+    cluster_model m(cluster.spec);
+    loom::saver saver(m.g, {.max_to_keep = 2, .sharded = true});
+    std::ostringstream placements;
+    auto o = quiet();
+    o.log_device_placement = true;
+    o.placement_log = &placements;
+    loom::session s(m.g, loom::session_target{cluster.target()}, o);
+    s.run(loom::global_variables_initializer(m.g));
+    s.run(loom::group(
+        m.g, m.w->assign(loom::constant(m.g, tensor<float, 2>(shape{3, 2}, {1, 2, 3, 4, 5, 6}))),
+        m.b->assign(loom::constant(m.g, tensor<float, 1>(shape{2}, {-1, -2}))),
+        m.step->assign(loom::constant(m.g, std::int64_t{42}))));
+    path = saver.save(s, dir / "model", 42);
+    // One writer per ps task, on that task (round_robin: w and the step on ps 0, b on ps 1).
+    CHECK_MESSAGE(
+        contains(placements.str(), "save/shard_0: (save_shard): /job:ps/replica:0/task:0"),
+        placements.str());
+    CHECK(contains(placements.str(), "save/shard_1: (save_shard): /job:ps/replica:0/task:1"));
+    const loom::checkpoint_reader shard0(path + ".data-0-of-2"), shard1(path + ".data-1-of-2");
+    CHECK(shard0.has_tensor("w"));
+    CHECK(shard0.has_tensor("global_step"));
+    CHECK_FALSE(shard0.has_tensor("b"));
+    CHECK(shard1.has_tensor("b"));
+    const loom::checkpoint_reader manifest(path);
+    CHECK(manifest.shard_paths() ==
+          std::vector<std::string>{path + ".data-0-of-2", path + ".data-1-of-2"});
+    CHECK(manifest.read_tensor("b").flat<float>()[1] == -2.0f); // read through the manifest
+    // max_to_keep 2: the third save deletes the first checkpoint's manifest and shards.
+    saver.save(s, dir / "model", 43);
+    saver.save(s, dir / "model", 44);
+    CHECK_FALSE(std::filesystem::exists(path));
+    CHECK_FALSE(std::filesystem::exists(path + ".data-0-of-2"));
+    CHECK_FALSE(std::filesystem::exists(path + ".data-1-of-2"));
+    path = dir / "model-44";
+    CHECK(std::filesystem::exists(path + ".data-1-of-2"));
+  }
+  {
+    local_cluster cluster(1, 1);
+    cluster_model m(cluster.spec);
+    loom::saver saver(m.g);
+    loom::session s(m.g, loom::session_target{cluster.target()}, quiet());
+    saver.restore(s, *loom::latest_checkpoint(dir.path));
+    auto w = s.run(*m.w);
+    for (std::size_t i = 0; i < 6; ++i)
+      CHECK(w.flat()[i] == static_cast<float>(i + 1));
+    CHECK(s.run(*m.b).flat()[1] == -2.0f);
+    CHECK(s.run(*m.step).item() == 42);
+  }
+  // A shard missing: the checkpoint is incomplete, one clear error naming the file.
+  std::filesystem::remove(path + ".data-1-of-2");
+  try {
+    loom::checkpoint_reader r(path);
+    FAIL("no error");
+  } catch (const loom::data_loss_error& e) {
+    CHECK_MESSAGE(contains(e.what(), "is incomplete"), e.what());
+    CHECK(contains(e.what(), "model-44.data-1-of-2"));
+  }
+}

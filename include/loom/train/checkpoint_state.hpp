@@ -3,7 +3,7 @@
 // tf.train.latest_checkpoint. Replaced durably (durable_file.hpp).
 #pragma once
 
-#include <loom/train/durable_file.hpp>
+#include <loom/core/durable_file.hpp>
 
 #include <cstdio>
 #include <filesystem>

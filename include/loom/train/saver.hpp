@@ -12,11 +12,21 @@
 // task, and a checkpoint restores into a cluster with another number of ps
 // tasks (the names, not the devices, identify the variables).
 //
-// The file's format: train/checkpoint_format.hpp; the directory's state
+// Sharded (saver_options::sharded, TF's Saver(sharded=True)): each task
+// writes its own variables to its shard file in the same run, in parallel,
+// and no saved byte crosses the network; the saver then writes the manifest
+// that names the shards, last, so a checkpoint is whole or absent. The tasks
+// and the saver must see one filesystem at the same path (TF's assumption
+// too: a shared or network filesystem across hosts). A restore reads either
+// kind (checkpoint_reader opens a manifest's shards).
+//
+// The file's format: core/checkpoint_format.hpp; the directory's state
 // file: train/checkpoint_state.hpp; both written durably (durable_file.hpp).
 #pragma once
 
+#include <loom/core/checkpoint_format.hpp>
 #include <loom/core/dtype.hpp>
+#include <loom/core/durable_file.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/shape.hpp>
 #include <loom/core/tensor.hpp>
@@ -24,9 +34,7 @@
 #include <loom/graph/node.hpp>
 #include <loom/graph/ops/array.hpp>
 #include <loom/runtime/session.hpp>
-#include <loom/train/checkpoint_format.hpp>
 #include <loom/train/checkpoint_state.hpp>
-#include <loom/train/durable_file.hpp>
 
 #include <unistd.h>
 
@@ -133,6 +141,8 @@ struct saver_options {
   int max_to_keep = 5;
   // Variable nodes to save; empty: the global_variables collection.
   std::vector<node_id> var_list{};
+  // Each task writes its own variables' shard of the checkpoint (above).
+  bool sharded = false;
 };
 
 class saver {
@@ -173,6 +183,8 @@ public:
       v.assign = g.add_node("assign", {id, v.value}, {}, v.name + "/assign");
       vars_.push_back(std::move(v));
     }
+    if (o.sharded)
+      add_shard_writers(g);
   }
 
   // Saves every variable (fetched in one run) to `prefix` or, with a global
@@ -188,7 +200,19 @@ public:
     std::vector<std::pair<std::string, any_tensor>> records;
     for (const auto& [whole, layout] : partitioned_layouts())
       records.emplace_back(detail::partition_layout::key(whole), layout.to_tensor());
-    // Fetched in groups of at most group_bytes, each in one run, and written
+    if (!shard_writers_.empty())
+      save_sharded(s, path, std::move(records));
+    else
+      save_one_file(s, path, std::move(records));
+    record_saved(path);
+    return path;
+  }
+
+private:
+  void save_one_file(
+      session& s, const std::string& path,
+      std::vector<std::pair<std::string, any_tensor>>
+          records) { // Fetched in groups of at most group_bytes, each in one run, and written
     // as they come: a model larger than a message or than this process's
     // memory saves in pieces. (Each group is one snapshot; in async training
     // other workers may update between groups, as between TF's SaveV2 reads.)
@@ -217,7 +241,79 @@ public:
       }
       return std::pair<std::string, any_tensor>(vars_[i].name, std::move(group[i - group_begin]));
     });
+  }
 
+  // Every task writes its shard in one run; then the manifest, last.
+  void save_sharded(session& s, const std::string& path,
+                    std::vector<std::pair<std::string, any_tensor>> records) {
+    remove_shard_files(path); // what an interrupted save with this name left
+    s.run_nodes({}, shard_writers_, {{filename_, any_tensor::scalar<std::string>(path)}});
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < shard_writers_.size(); ++i)
+      names.push_back(std::filesystem::path(
+                          checkpoint_shard_path(path, static_cast<std::int64_t>(i),
+                                                static_cast<std::int64_t>(shard_writers_.size())))
+                          .filename()
+                          .string());
+    records.emplace_back(std::string(checkpoint_shards_key),
+                         any_tensor::from_vector<std::string>(
+                             loom::shape{static_cast<std::int64_t>(names.size())}, names));
+    write_checkpoint_file(path, records.size(),
+                          [&](std::size_t i) { return std::move(records[i]); });
+  }
+
+  // One shard writer per task that holds variables: the variables grouped by
+  // the device their colocation group asked for (a slot goes with its
+  // variable), each group's writer colocated with its first variable.
+  void add_shard_writers(graph& g) {
+    std::vector<std::string> devices;
+    std::vector<std::vector<const saved_variable*>> groups;
+    for (const auto& v : vars_) {
+      const node_def& n = g.node(v.variable);
+      const auto root = g.try_find(n.colocation());
+      const std::string device = root ? g.node(*root).requested_device : n.requested_device;
+      auto it = std::find(devices.begin(), devices.end(), device);
+      if (it == devices.end()) {
+        devices.push_back(device);
+        groups.emplace_back();
+        it = devices.end() - 1;
+      }
+      groups[static_cast<std::size_t>(it - devices.begin())].push_back(&v);
+    }
+    filename_ = g.add_node("placeholder", {}, {{"dtype", dtype::string}, {"shape", loom::shape{}}},
+                           "filename");
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      std::vector<node_id> inputs{filename_};
+      std::vector<std::string> names;
+      for (const saved_variable* v : groups[i]) {
+        inputs.push_back(v->variable);
+        names.push_back(v->name);
+      }
+      const node_id w =
+          g.add_node("save_shard", inputs,
+                     {{"names", any_tensor::from_vector<std::string>(
+                                    loom::shape{static_cast<std::int64_t>(names.size())}, names)},
+                      {"shard", static_cast<std::int64_t>(i)},
+                      {"num_shards", static_cast<std::int64_t>(groups.size())}},
+                     "shard_" + std::to_string(i));
+      g.mutable_node(w).colocation_group = g.node(groups[i].front()->variable).colocation();
+      shard_writers_.push_back(w);
+    }
+  }
+
+  // Deletes the shard files of the checkpoint at `path` (whatever their count).
+  static void remove_shard_files(const std::string& path) {
+    const std::filesystem::path p(path);
+    const std::string stem = p.filename().string() + ".data-";
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(
+             p.has_parent_path() ? p.parent_path() : std::filesystem::path("."), ec))
+      if (entry.path().filename().string().rfind(stem, 0) == 0)
+        std::filesystem::remove(entry.path(), ec);
+  }
+
+  // The state file names `path`; checkpoints past max_to_keep go.
+  void record_saved(const std::string& path) {
     const std::string dir = detail::ckpt::parent_dir(path);
     if (last_checkpoints_.empty()) // adopt what an earlier run kept here (TF's recover)
       if (auto st = get_checkpoint_state(dir)) {
@@ -239,11 +335,13 @@ public:
       }
     write_checkpoint_state(dir,
                            max_to_keep_ > 0 ? last_checkpoints_ : std::vector<std::string>{path});
-    for (auto& p : doomed) // after the state file stops naming them
+    for (auto& p : doomed) { // after the state file stops naming them
       ::unlink(p.c_str());
-    return path;
+      remove_shard_files(p);
+    }
   }
 
+public:
   // Restores every variable from the checkpoint at `path`, after checking the
   // file and that it holds each variable with its dtype and shape, feeding
   // them in groups of at most group_bytes (one run each). A shard of a
@@ -496,6 +594,8 @@ private:
   graph graph_;
   int max_to_keep_;
   std::vector<saved_variable> vars_;
+  node_id filename_ = no_node;         // sharded: the path fed to every shard writer
+  std::vector<node_id> shard_writers_; // sharded: one save_shard per task
   std::vector<std::string> last_checkpoints_;
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <loom/kernels/cpu/array.hpp>
+#include <loom/kernels/cpu/checkpoint.hpp>
 #include <loom/kernels/cpu/elementwise.hpp>
 #include <loom/kernels/cpu/hash_embedding.hpp>
 #include <loom/kernels/cpu/math.hpp>

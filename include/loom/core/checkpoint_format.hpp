@@ -12,13 +12,18 @@
 //               of the bytes, then the bytes: the elements in row-major order
 //               (bool one byte 0 or 1; string: u64 length + bytes, each).
 //
+// A sharded checkpoint (TF's sharded Saver) is several such files: each task
+// writes the tensors it holds to "<path>.data-<i>-of-<n>", and the manifest at
+// <path>, written last, lists them in its string tensor ".shards" (file names
+// beside the manifest). A reader opened on the manifest reads them as one.
+//
 #pragma once
 
 #include <loom/core/dtype.hpp>
+#include <loom/core/durable_file.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/shape.hpp>
 #include <loom/core/tensor.hpp>
-#include <loom/train/durable_file.hpp>
 
 #include <zlib.h>
 
@@ -30,6 +35,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -134,7 +140,15 @@ struct checkpoint_entry {
   std::uint32_t computed_crc32 = 0;
   bool crc_ok = false;
   std::uint64_t offset = 0; // of its data in the file
+  std::size_t file = 0;     // 0: this file; i: the manifest's shard i - 1
 };
+
+// The name of shard i of n of the sharded checkpoint at `path`.
+inline std::string checkpoint_shard_path(const std::string& path, std::int64_t i, std::int64_t n) {
+  return path + ".data-" + std::to_string(i) + "-of-" + std::to_string(n);
+}
+// The tensor of a manifest that lists its shards' file names.
+inline constexpr std::string_view checkpoint_shards_key = ".shards";
 
 // Opens a checkpoint file, checks its structure (magic, version, every length
 // against the file's size) and every tensor's checksum, and reads tensors
@@ -154,12 +168,20 @@ public:
       throw invalid_argument_error("checkpoint " + path_ + " is not a regular file");
     size_ = static_cast<std::uint64_t>(st.st_size);
     parse();
+    open_shards();
   }
 
   const std::string& path() const noexcept { return path_; }
   std::uint32_t version() const noexcept { return version_; }
   std::uint64_t file_size() const noexcept { return size_; }
   const std::vector<checkpoint_entry>& entries() const noexcept { return entries_; }
+  // The shard files of a sharded checkpoint's manifest (empty for one file).
+  std::vector<std::string> shard_paths() const {
+    std::vector<std::string> out;
+    for (const auto& r : shards_)
+      out.push_back(r->path());
+    return out;
+  }
   // True when every tensor's checksum matches.
   bool all_ok() const noexcept {
     return std::all_of(entries_.begin(), entries_.end(), [](auto& e) { return e.crc_ok; });
@@ -182,6 +204,15 @@ public:
 
   any_tensor read(const checkpoint_entry& e) const {
     using namespace detail::ckpt;
+    if (e.file > 0) {
+      if (e.file > shards_.size())
+        throw invalid_argument_error("checkpoint " + path_ + ": tensor '" + e.name +
+                                     "' names shard " + std::to_string(e.file) + " of " +
+                                     std::to_string(shards_.size()));
+      checkpoint_entry own = e;
+      own.file = 0;
+      return shards_[e.file - 1]->read(own);
+    }
     if (!e.crc_ok)
       throw_bad_crc(e);
     any_tensor t(e.type, e.shape);
@@ -228,6 +259,38 @@ public:
 
 private:
   using fd_handle = detail::ckpt::fd_handle;
+
+  // A manifest: opens the shards it lists (each checked as this file is) and
+  // takes their tensors in as its own. A shard missing or a tensor in two files
+  // is data loss: the checkpoint is incomplete or was mixed from two saves.
+  void open_shards() {
+    const checkpoint_entry* list = find(checkpoint_shards_key);
+    if (!list)
+      return;
+    const any_tensor names = read(*list);
+    if (names.type() != dtype::string || names.rank() != 1)
+      throw data_loss_error("checkpoint " + path_ + ": its '" + std::string(checkpoint_shards_key) +
+                            "' is " + names.describe() + ", not a list of file names");
+    const std::string dir = detail::ckpt::parent_dir(path_);
+    for (const std::string& name : names.flat<std::string>()) {
+      if (name.empty() || name.find('/') != std::string::npos)
+        throw data_loss_error("checkpoint " + path_ + " lists a shard named '" + name +
+                              "' (a file name beside the manifest)");
+      try {
+        shards_.push_back(std::make_unique<checkpoint_reader>(dir + "/" + name));
+      } catch (const not_found_error& e) {
+        throw data_loss_error("checkpoint " + path_ + " is incomplete: " + e.what());
+      }
+      for (checkpoint_entry e : shards_.back()->entries()) {
+        if (find(e.name))
+          throw data_loss_error("checkpoint " + path_ + ": tensor '" + e.name +
+                                "' is in two of its files (" + shards_.back()->path() + ")");
+        e.file = shards_.size();
+        by_name_.emplace(e.name, entries_.size());
+        entries_.push_back(std::move(e));
+      }
+    }
+  }
 
   [[noreturn]] void corrupt(const std::string& what) const {
     throw data_loss_error("checkpoint " + path_ + " is corrupt: " + what);
@@ -368,6 +431,7 @@ private:
   std::vector<checkpoint_entry> entries_;
   std::map<std::string, std::size_t, std::less<>> by_name_;
   std::vector<unsigned char> scratch_;
+  std::vector<std::unique_ptr<checkpoint_reader>> shards_;
 };
 
 // -- writing -----------------------------------------------------------------------
