@@ -19,11 +19,11 @@
 #include <loom/graph/hash_embedding.hpp>
 #include <loom/graph/lower.hpp>
 #include <loom/graph/ops/array.hpp>
+#include <loom/graph/ops/checkpoint.hpp>
 #include <loom/graph/ops/elementwise.hpp>
 #include <loom/graph/ops/math.hpp>
 #include <loom/graph/ops/nn.hpp>
 #include <loom/graph/ops/scatter.hpp>
-#include <loom/graph/ops/checkpoint.hpp>
 #include <loom/graph/ops/string.hpp>
 #include <loom/graph/output.hpp>
 #include <loom/graph/partitioned_variable.hpp>
