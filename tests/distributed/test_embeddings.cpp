@@ -350,7 +350,7 @@ TEST_CASE("a hash embedding over 2 ps tasks: rows made on first lookup, the same
   CHECK(contains(log, "(hash_embedding_rows): /job:ps/replica:0/task:1"));
 
   // Training moves only the looked-up rows, by sparse applies on the ps.
-  s.run(train, {{ids, tensor<std::int64_t, 1>(shape{1}, {42})}});
+  s.run(train, {{ids, tensor<std::int64_t, 1>(shape{1}, std::int64_t{42})}});
   const auto trained = s.run(rows, {{ids, batch}});
   for (std::int64_t k = 0; k < 4; ++k) {
     CHECK(trained(1, k) < first(1, k)); // the gradient of a sum is 1: it went down
@@ -408,7 +408,8 @@ TEST_CASE("a hash embedding saves and restores with the rest; after a restore, n
   auto size = emb.size();
   loom::session s(g);
   s.run(loom::global_variables_initializer(g));
-  s.run(rows, {{ids, tensor<std::int64_t, 1>(shape{1}, {99})}}); // an index, then a restore
+  s.run(rows,
+        {{ids, tensor<std::int64_t, 1>(shape{1}, std::int64_t{99})}}); // an index, then a restore
   loom::saver(g).restore(s, dir + "/model");
   CHECK(s.run(size) == 3);
   const auto after = s.run(rows, {{ids, tensor<std::int64_t, 1>(shape{3}, {10, 11, 12})}});
@@ -436,7 +437,7 @@ TEST_CASE("a full hash embedding shard and a negative id are clear errors that c
                        "and 2 new ids in this step"));
   CHECK(s.run(size) == 2);
   const std::string negative = loom::testing::message_of<loom::invalid_argument_error>([&] {
-    s.run(rows, {{ids, tensor<std::int64_t, 1>(shape{1}, {-5})}});
+    s.run(rows, {{ids, tensor<std::int64_t, 1>(shape{1}, std::int64_t{-5})}});
   });
   CHECK(contains(negative, "id -5"));
   CHECK(contains(negative, "hash embedding 'small'"));

@@ -74,13 +74,15 @@ TEST_CASE("an id out of range fails the step naming the variable, the id and its
   });
   CHECK(contains(negative, "id -1 (at position 0) is outside [0, 4) of variable 'table'"));
   // The variable is whole afterwards, and a good step runs.
-  CHECK(s.run(rows, {{id, tensor<std::int64_t, 1>(shape{1}, {3})}}).shape() == shape{1, 3});
+  CHECK(s.run(rows, {{id, tensor<std::int64_t, 1>(shape{1}, std::int64_t{3})}}).shape() ==
+        shape{1, 3});
 }
 
 TEST_CASE("a gather from an uninitialized variable says so") {
   graph g;
   loom::variable<float, 2> table(g, "table", shape{4, 3}, loom::zeros_initializer{});
-  auto rows = loom::gather(table, loom::constant(g, tensor<std::int64_t, 1>(shape{1}, {0})));
+  auto rows =
+      loom::gather(table, loom::constant(g, tensor<std::int64_t, 1>(shape{1}, std::int64_t{0})));
   loom::session s(g);
   const auto what = message_of<loom::failed_precondition_error>([&] { s.run(rows); });
   INFO(what);
@@ -187,7 +189,7 @@ TEST_CASE("scatter_add, scatter_sub and scatter_update change rows in place; a b
   got = s.run(taken, twice_row_2);
   CHECK(std::vector<float>(got.flat().begin(), got.flat().end()) ==
         std::vector<float>{1, 1, 1, 1, 1, 1, 1, 1});
-  got = s.run(set, {{at, tensor<std::int64_t, 1>(shape{1}, {3})},
+  got = s.run(set, {{at, tensor<std::int64_t, 1>(shape{1}, std::int64_t{3})},
                     {rows, tensor<float, 2>(shape{1, 2}, {8, 9})}});
   CHECK(std::vector<float>(got.flat().begin(), got.flat().end()) ==
         std::vector<float>{1, 1, 1, 1, 1, 1, 8, 9});

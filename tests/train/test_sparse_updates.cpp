@@ -118,8 +118,8 @@ TEST_CASE("adam lazy(false) applies a sparse gradient as TF's AdamOptimizer: eve
     CHECK(g.node(static_cast<loom::node_id>(i)).op.rfind("sparse_apply_", 0) != 0);
   loom::session s(g);
   s.run(loom::global_variables_initializer(g));
-  s.run(train, {{ids, tensor<std::int64_t, 1>(shape{1}, {2})}});
-  s.run(train, {{ids, tensor<std::int64_t, 1>(shape{1}, {4})}});
+  s.run(train, {{ids, tensor<std::int64_t, 1>(shape{1}, std::int64_t{2})}});
+  s.run(train, {{ids, tensor<std::int64_t, 1>(shape{1}, std::int64_t{4})}});
   const auto after = s.run(table);
   // Row 2's m carries into the second step, though row 4 had the gradient.
   CHECK(row(after, 2) != row(initial, 2));

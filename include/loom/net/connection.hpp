@@ -79,6 +79,19 @@ struct incoming_frame {
 
 class connection;
 
+namespace detail {
+// A split message being received: its head, its tensors (each allocated when its
+// first byte arrives), where the next part's bytes go, and how many have come.
+struct split_message {
+  frame_header header;
+  frame_meta meta;
+  std::string metadata;
+  std::vector<any_tensor> payloads;
+  std::size_t next = 0;
+  std::uint64_t in_next = 0, received = 0;
+};
+} // namespace detail
+
 // What a connection hands its frames to (the server or the channel).
 class frame_sink {
 public:
@@ -627,17 +640,7 @@ private:
   std::vector<any_tensor> in_payloads_;
   std::vector<asio::mutable_buffer> in_bufs_;
   std::string buffer_error_;
-  // A split message being received: its head, its tensors (each allocated when its
-  // first byte arrives), where the next part's bytes go, and how many have come.
-  struct split_message {
-    frame_header header;
-    frame_meta meta;
-    std::string metadata;
-    std::vector<any_tensor> payloads;
-    std::size_t next = 0;
-    std::uint64_t in_next = 0, received = 0;
-  };
-  std::optional<split_message> split_;
+  std::optional<detail::split_message> split_;
   std::shared_ptr<frame_sink> sink_;
   once_fn once_;
 
