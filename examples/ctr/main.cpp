@@ -95,6 +95,9 @@ int main(int argc, char** argv) try {
                      "Where the chief saves and restores checkpoints (default: a new temporary "
                      "directory)")
       .define_float("save_checkpoint_secs", 60, "Seconds between checkpoints (0: not by time)")
+      .define_bool("sharded_checkpoints", true,
+                   "Each ps task writes its own tables' shard of a checkpoint (every task must "
+                   "see --checkpoint_dir at the same path); false: the chief writes one file")
       .define_int("log_every", 200, "Print progress every this many local steps")
       .define_int("seed", 1, "Seed of the data, the teacher and the initial weights")
       .define_int("min_vocab", 1000, "Rows of the smallest field's tables")
@@ -240,6 +243,7 @@ int main(int argc, char** argv) try {
       .num_workers = num_workers,
       .checkpoint_dir = checkpoint_dir,
       .save_checkpoint_secs = flags.get_float("save_checkpoint_secs"),
+      .sharded_checkpoints = flags.get_bool("sharded_checkpoints"),
       .hooks = {std::make_shared<loom::stop_at_step_hook>(flags.get_int("train_steps")),
                 std::make_shared<loom::nan_guard_hook>(model.loss.id()),
                 std::make_shared<loom::logging_hook>(

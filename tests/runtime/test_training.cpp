@@ -7,7 +7,9 @@
 // Every case needs examples/mnist_replica and Fashion-MNIST: with either
 // missing it fails at once, saying what to do (require_prerequisites); built
 // without examples on purpose, every case is skipped (needs_examples).
+#include <loom/core/checkpoint_format.hpp>
 #include <loom/data/mnist.hpp>
+#include <loom/train/checkpoint_state.hpp>
 
 #include <doctest/doctest.h>
 
@@ -353,6 +355,11 @@ TEST_CASE("examples/ctr, async, 1 ps + 2 workers: partitioned tables trained wit
     CHECK(model > 0.8);
     CHECK(model >= teacher - 0.03);
   }
+  // ctr saves sharded by default: the ps task wrote the tables' shard of the final checkpoint.
+  const auto latest = loom::latest_checkpoint(dir.path.string());
+  REQUIRE(latest);
+  CHECK(loom::checkpoint_reader(*latest).shard_paths() ==
+        std::vector<std::string>{*latest + ".data-0-of-1"});
 }
 
 // Sync replicas and hash tables in one run: the partitioned tables' sync path is

@@ -54,6 +54,9 @@ struct monitored_session_options {
   double save_checkpoint_secs = 600; // 0: not by time
   std::int64_t save_checkpoint_steps = 0;
   int max_checkpoints_to_keep = 5;
+  // Each ps task writes its own variables' shard of every checkpoint (saver_options::sharded;
+  // the tasks and the chief must see checkpoint_dir at the same path).
+  bool sharded_checkpoints = false;
   std::vector<std::shared_ptr<session_run_hook>> hooks{};
   std::vector<std::shared_ptr<session_run_hook>> chief_only_hooks{};
   sync_replicas_optimizer* sync_replicas = nullptr;
@@ -94,7 +97,8 @@ public:
           throw failed_precondition_error("monitored_training_session: cannot create the "
                                           "checkpoint directory " +
                                           o_.checkpoint_dir + ": " + ec.message());
-        saver_.emplace(g, saver_options{.max_to_keep = o_.max_checkpoints_to_keep});
+        saver_.emplace(g, saver_options{.max_to_keep = o_.max_checkpoints_to_keep,
+                                        .sharded = o_.sharded_checkpoints});
         hooks_.push_back(std::make_shared<checkpoint_saver_hook>(
             *saver_, checkpoint_options{.dir = o_.checkpoint_dir,
                                         .secs = o_.save_checkpoint_secs,

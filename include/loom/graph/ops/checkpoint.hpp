@@ -37,7 +37,6 @@ inline bool register_checkpoint_ops() {
                const auto count = n.attr<std::int64_t>("num_shards");
                if (count < 1 || shard < 0 || shard >= count)
                  throw fail("shard " + std::to_string(shard) + " of " + std::to_string(count));
-               n.type = dtype::string;
                n.shape = loom::shape{};
              },
          .stateful = true,
