@@ -518,6 +518,14 @@ struct cluster_model {
     b.emplace(g, "b", shape{2}, loom::zeros_initializer{});
     step.emplace(loom::create_global_step(g));
   }
+  // Initializes, then w = 1..6, b = (-1, -2), the step 42.
+  void initialize_to_known_values(loom::session& s) {
+    s.run(loom::global_variables_initializer(g));
+    s.run(loom::group(
+        g, w->assign(loom::constant(g, tensor<float, 2>(shape{3, 2}, {1, 2, 3, 4, 5, 6}))),
+        b->assign(loom::constant(g, tensor<float, 1>(shape{2}, {-1, -2}))),
+        step->assign(loom::constant(g, std::int64_t{42}))));
+  }
 };
 
 } // namespace
@@ -534,11 +542,7 @@ TEST_CASE("a checkpoint saved on a cluster of 2 ps tasks restores into a cluster
     o.log_device_placement = true;
     o.placement_log = &placements;
     loom::session s(m.g, loom::session_target{cluster.target()}, o);
-    s.run(loom::global_variables_initializer(m.g));
-    s.run(loom::group(
-        m.g, m.w->assign(loom::constant(m.g, tensor<float, 2>(shape{3, 2}, {1, 2, 3, 4, 5, 6}))),
-        m.b->assign(loom::constant(m.g, tensor<float, 1>(shape{2}, {-1, -2}))),
-        m.step->assign(loom::constant(m.g, std::int64_t{42}))));
+    m.initialize_to_known_values(s);
     // round_robin: w on ps 0, b on ps 1.
     CHECK(cluster.ps(0).resources().uninitialized("", {"w"}).empty());
     CHECK(cluster.ps(1).resources().uninitialized("", {"b"}).empty());
@@ -828,11 +832,7 @@ TEST_CASE("a sharded save: each ps writes its own variables, the manifest comes 
     o.log_device_placement = true;
     o.placement_log = &placements;
     loom::session s(m.g, loom::session_target{cluster.target()}, o);
-    s.run(loom::global_variables_initializer(m.g));
-    s.run(loom::group(
-        m.g, m.w->assign(loom::constant(m.g, tensor<float, 2>(shape{3, 2}, {1, 2, 3, 4, 5, 6}))),
-        m.b->assign(loom::constant(m.g, tensor<float, 1>(shape{2}, {-1, -2}))),
-        m.step->assign(loom::constant(m.g, std::int64_t{42}))));
+    m.initialize_to_known_values(s);
     path = saver.save(s, dir / "model", 42);
     // One writer per ps task, on that task (round_robin: w and the step on ps 0, b on ps 1).
     CHECK_MESSAGE(
@@ -878,4 +878,11 @@ TEST_CASE("a sharded save: each ps writes its own variables, the manifest comes 
     CHECK_MESSAGE(contains(e.what(), "is incomplete"), e.what());
     CHECK(contains(e.what(), "model-44.data-1-of-2"));
   }
+  // A manifest naming one shard twice: a tensor in two files, refused.
+  const std::string twice = dir / "twice";
+  loom::write_checkpoint_file(twice, {std::string(loom::checkpoint_shards_key)},
+                              {loom::any_tensor::from_vector<std::string>(
+                                  shape{2}, {"model-44.data-0-of-2", "model-44.data-0-of-2"})});
+  CHECK_THROWS_WITH_AS(loom::checkpoint_reader{twice}, doctest::Contains("is in two of its files"),
+                       loom::data_loss_error);
 }
