@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <limits>
 #include <sstream>
@@ -116,6 +117,128 @@ TEST_CASE("the chief initializes, stops at the step, saves a checkpoint; a new c
   loom::monitored_training_session s(m.g, o);
   CHECK(s.global_step() == 5);
   s.close();
+}
+
+namespace {
+
+// A checkpoint directory of a chief that ran to step 10, saving every 2 steps
+// and at the end (the newest 5 kept, the last model.ckpt-10).
+std::filesystem::path trained_checkpoints(const std::filesystem::path& dir) {
+  local_cluster c(1, 1);
+  regression m;
+  auto o = options(c, 0, null_log());
+  o.checkpoint_dir = dir.string();
+  o.save_checkpoint_secs = 0;
+  o.save_checkpoint_steps = 2;
+  o.hooks = {std::make_shared<loom::stop_at_step_hook>(10)};
+  loom::monitored_training_session s(m.g, o);
+  while (!s.should_stop())
+    s.run(*m.train, m.feeds(1.0f));
+  s.close();
+  return dir;
+}
+
+void write_text(const std::filesystem::path& p, const std::string& text) {
+  std::FILE* f = std::fopen(p.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+}
+
+void flip_last_byte(const std::filesystem::path& p) {
+  std::FILE* f = std::fopen(p.c_str(), "r+b");
+  REQUIRE(f != nullptr);
+  std::fseek(f, -1, SEEK_END);
+  const int c = std::fgetc(f);
+  std::fseek(f, -1, SEEK_END);
+  std::fputc(c ^ 0x40, f);
+  std::fclose(f);
+}
+
+// A new chief on a fresh cluster over `dir`: its global step, and what it logged.
+std::pair<std::int64_t, std::string> restart_chief(const std::filesystem::path& dir,
+                                                   bool initialize_over_damaged = false) {
+  local_cluster c(1, 1);
+  regression m;
+  std::FILE* log = std::tmpfile();
+  auto o = options(c, 0, log);
+  o.checkpoint_dir = dir.string();
+  o.initialize_over_damaged_checkpoints = initialize_over_damaged;
+  loom::monitored_training_session s(m.g, o);
+  const std::int64_t step = s.global_step();
+  s.close();
+  return {step, text_of(log)};
+}
+
+} // namespace
+
+TEST_CASE("a damaged checkpoint state file costs no progress: the chief restores the newest "
+          "intact checkpoint and says why") {
+  temp_dir tmp;
+  const auto dir = trained_checkpoints(tmp.path / "run");
+  const auto state = dir / "checkpoint";
+  REQUIRE(loom::checkpoint_files_in(dir.string()).size() == 5);
+  const std::string good_state = [&] {
+    std::FILE* f = std::fopen(state.c_str(), "rb");
+    std::string t(4096, '\0');
+    t.resize(std::fread(t.data(), 1, t.size(), f));
+    std::fclose(f);
+    return t;
+  }();
+
+  struct damage {
+    const char* what;
+    std::function<void()> apply;
+    const char* said;
+  };
+  const std::vector<damage> damages{
+      {"truncated", [&] { write_text(state, good_state.substr(0, 17)); }, "cannot be read"},
+      {"garbage", [&] { write_text(state, "\x01\x02 not a checkpoint state\n"); },
+       "cannot be read"},
+      {"names a missing file",
+       [&] { write_text(state, "model_checkpoint_path: \"model.ckpt-999\"\n"); },
+       "model.ckpt-999, which does not exist"},
+      {"removed", [&] { std::filesystem::remove(state); }, "has no state file"},
+  };
+  for (const damage& d : damages) {
+    CAPTURE(d.what);
+    d.apply();
+    const auto [step, log] = restart_chief(dir);
+    CHECK(step == 10);
+    CHECK(contains(log, d.said));
+    CHECK(contains(log, "restoring " + (dir / "model.ckpt-10").string() +
+                            ", the newest intact of the 5 checkpoint file(s)"));
+    // The state file names the checkpoints again, so the next start needs no rescue.
+    const auto latest = loom::latest_checkpoint(dir.string());
+    REQUIRE(latest.has_value());
+    CHECK(contains(*latest, "model.ckpt-10"));
+  }
+
+  SUBCASE("the newest checkpoint is damaged too: the one before it, naming the damaged one") {
+    const auto files = loom::checkpoint_files_in(dir.string());
+    REQUIRE(files.size() == 5);
+    const std::string& before = files[3]; // model.ckpt-<step>
+    write_text(state, "garbage");
+    flip_last_byte(dir / "model.ckpt-10");
+    const auto [step, log] = restart_chief(dir);
+    // The step saved in it (a file's name is the step read with the step that
+    // triggered the save, which may miss that step's own update).
+    CHECK(step == *loom::checkpoint_reader(before).read_tensor("global_step").data<std::int64_t>());
+    CHECK(step < 10);
+    CHECK(contains(log, "restoring " + before));
+    CHECK(contains(log, "newer, damaged: " + (dir / "model.ckpt-10").string()));
+  }
+  SUBCASE("none is intact: one clear error instead of step 0, unless asked to initialize") {
+    write_text(state, "garbage");
+    for (const auto& f : loom::checkpoint_files_in(dir.string()))
+      flip_last_byte(f);
+    const std::string what = loom::testing::message_of<loom::error>([&] { restart_chief(dir); });
+    CHECK(contains(what, "none of its 5 checkpoint file(s) is intact"));
+    CHECK(contains(what, "initialize_over_damaged_checkpoints"));
+    const auto [step, log] = restart_chief(dir, true);
+    CHECK(step == 0);
+    CHECK(contains(log, "initializing over them"));
+  }
 }
 
 TEST_CASE("a non-chief waits until the chief has initialized the variables") {

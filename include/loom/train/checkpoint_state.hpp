@@ -1,11 +1,16 @@
 // A checkpoint directory's "checkpoint" state file (TF's CheckpointState, in
 // its text format: model_checkpoint_path and all_model_checkpoint_paths), and
-// tf.train.latest_checkpoint. Replaced durably (durable_file.hpp).
+// tf.train.latest_checkpoint. Replaced durably (durable_file.hpp). And what a
+// chief restores when that file is damaged: the newest intact checkpoint found
+// in the directory (find_checkpoint_to_restore).
 #pragma once
 
+#include <loom/core/checkpoint_format.hpp>
 #include <loom/core/durable_file.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -127,6 +132,125 @@ inline void write_checkpoint_state(const std::string& dir, const std::vector<std
     text += "all_model_checkpoint_paths: " + detail::ckpt::quote(rel(p)) + "\n";
   detail::ckpt::write_atomically((std::filesystem::path(dir) / "checkpoint").string(),
                                  [&](auto&& out) { out(text.data(), text.size()); });
+}
+
+// The checkpoint files of `dir` (a checkpoint's one file, or a sharded one's
+// manifest), oldest first: files that begin with the format's magic, other than
+// a sharded checkpoint's data files and the temporary files of a write that did
+// not finish. Ordered by the step their name ends with ("model.ckpt-1500"),
+// then by time of last change.
+inline std::vector<std::string> checkpoint_files_in(const std::string& dir) {
+  namespace fs = std::filesystem;
+  struct found {
+    std::int64_t step;
+    fs::file_time_type changed;
+    std::string path;
+  };
+  std::vector<found> files;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file(ec) || name.find(".data-") != std::string::npos ||
+        name.find(".tmp-") != std::string::npos)
+      continue;
+    std::FILE* f = std::fopen(entry.path().c_str(), "rb");
+    if (!f)
+      continue;
+    char head[detail::ckpt::magic.size()] = {};
+    const bool is_checkpoint = std::fread(head, 1, sizeof head, f) == sizeof head &&
+                               std::memcmp(head, detail::ckpt::magic.data(), sizeof head) == 0;
+    std::fclose(f);
+    if (!is_checkpoint)
+      continue;
+    std::int64_t step = -1;
+    if (const auto dash = name.rfind('-');
+        dash != std::string::npos && dash + 1 < name.size() && name.size() - dash <= 19 &&
+        std::all_of(name.begin() + static_cast<long>(dash) + 1, name.end(),
+                    [](char c) { return c >= '0' && c <= '9'; }))
+      step = std::stoll(name.substr(dash + 1));
+    files.push_back({step, entry.last_write_time(ec), entry.path().string()});
+  }
+  std::sort(files.begin(), files.end(), [](const found& a, const found& b) {
+    return a.step != b.step ? a.step < b.step : a.changed < b.changed;
+  });
+  std::vector<std::string> out;
+  for (auto& f : files)
+    out.push_back(std::move(f.path));
+  return out;
+}
+
+// What a chief restores from its checkpoint directory.
+struct checkpoint_to_restore {
+  std::string path;                // empty: nothing to restore (initialize)
+  std::string note;                // when the state file did not name it: what was done, and why
+  std::vector<std::string> intact; // then: the intact checkpoints found, oldest first
+};
+
+// The checkpoint a chief restores from `dir`: the one its state file names
+// (a damaged file there is the restore's data_loss error, naming the tensor).
+// Where the state file is missing, unreadable or names a file that is gone,
+// but the directory holds checkpoints, the newest of them whose every checksum
+// holds, with a note saying so: a damaged state file must never cost the run
+// its progress. Where none of them is intact, a data_loss error, unless
+// `initialize_over_damaged` (then nothing, with a note): initializing would
+// replace the run's progress with step 0 and the state file's next write
+// would hide what was there.
+inline checkpoint_to_restore find_checkpoint_to_restore(const std::string& dir,
+                                                        bool initialize_over_damaged = false) {
+  namespace fs = std::filesystem;
+  const fs::path state_file = fs::path(dir) / "checkpoint";
+  std::error_code ec;
+  const bool has_state_file = fs::exists(state_file, ec);
+  std::string why;
+  if (const auto st = get_checkpoint_state(dir)) {
+    if (fs::is_regular_file(st->model_checkpoint_path, ec))
+      return {st->model_checkpoint_path, {}, {}};
+    why = "its state file " + state_file.string() + " names " + st->model_checkpoint_path +
+          ", which does not exist";
+  } else {
+    why = has_state_file ? "its state file " + state_file.string() +
+                               " cannot be read (truncated, or not a checkpoint state)"
+                         : "it has no state file ('checkpoint')";
+  }
+  const std::vector<std::string> files = checkpoint_files_in(dir);
+  if (files.empty())
+    return {{},
+            has_state_file ? dir + ": " + why + ", and it holds no checkpoint: initializing"
+                           : std::string{},
+            {}};
+  std::vector<std::string> intact;
+  std::string damaged; // the newer damaged ones, and what is wrong with each
+  for (auto it = files.rbegin(); it != files.rend(); ++it) {
+    std::string problem;
+    try {
+      const checkpoint_reader r(*it);
+      if (r.all_ok())
+        intact.insert(intact.begin(), *it);
+      else
+        problem = "a tensor fails its checksum";
+    } catch (const error& e) {
+      problem = e.what();
+    }
+    if (!problem.empty() && intact.empty())
+      damaged += (damaged.empty() ? "" : "; ") + *it + ": " + problem;
+  }
+  const std::string found = std::to_string(files.size()) + " checkpoint file(s)";
+  if (intact.empty()) {
+    if (!initialize_over_damaged)
+      throw data_loss_error(
+          dir + ": " + why + ", and none of its " + found + " is intact (" + damaged +
+          "). Not initializing over them, which would lose the run's progress: move them "
+          "away, or set monitored_session_options::initialize_over_damaged_checkpoints");
+    return {{},
+            dir + ": " + why + ", and none of its " + found + " is intact (" + damaged +
+                "): initializing over them, as initialize_over_damaged_checkpoints asks",
+            {}};
+  }
+  std::string note = dir + ": " + why + "; restoring " + intact.back() +
+                     ", the newest intact of the " + found + " there";
+  if (!damaged.empty())
+    note += " (newer, damaged: " + damaged + ")";
+  return {intact.back(), std::move(note), std::move(intact)};
 }
 
 } // namespace loom

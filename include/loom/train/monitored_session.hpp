@@ -54,6 +54,10 @@ struct monitored_session_options {
   double save_checkpoint_secs = 600; // 0: not by time
   std::int64_t save_checkpoint_steps = 0;
   int max_checkpoints_to_keep = 5;
+  // Where checkpoint_dir holds checkpoints but none is intact (and its state
+  // file names none that exists), the chief refuses to initialize over them
+  // unless this is set (find_checkpoint_to_restore).
+  bool initialize_over_damaged_checkpoints = false;
   // Each ps task writes its own variables' shard of every checkpoint (saver_options::sharded;
   // the tasks and the chief must see checkpoint_dir at the same path).
   bool sharded_checkpoints = false;
@@ -382,12 +386,24 @@ private:
       h->after_create_session(*session_, global_step_value_);
   }
 
-  // The chief: restore the latest checkpoint, else initialize.
+  // The chief: restore the latest checkpoint, else initialize. A damaged
+  // state file falls back on the newest intact checkpoint in the directory,
+  // which the state file then names again (find_checkpoint_to_restore).
   void prepare() {
     if (saver_) {
-      if (auto latest = latest_checkpoint(o_.checkpoint_dir)) {
-        saver_->restore(*session_, *latest);
-        std::fprintf(o_.log, "%s: restored %s\n", o_.label.c_str(), latest->c_str());
+      const checkpoint_to_restore found =
+          find_checkpoint_to_restore(o_.checkpoint_dir, o_.initialize_over_damaged_checkpoints);
+      if (!found.note.empty()) {
+        std::fprintf(o_.log, "%s: %s\n", o_.label.c_str(), found.note.c_str());
+        std::fflush(o_.log);
+      }
+      if (!found.path.empty()) {
+        saver_->restore(*session_, found.path);
+        if (!found.intact.empty()) { // max_to_keep goes on from them
+          saver_->recover_last_checkpoints(found.intact);
+          write_checkpoint_state(o_.checkpoint_dir, found.intact);
+        }
+        std::fprintf(o_.log, "%s: restored %s\n", o_.label.c_str(), found.path.c_str());
         std::fflush(o_.log);
         return;
       }
