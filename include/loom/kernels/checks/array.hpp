@@ -1,11 +1,14 @@
 // The host-side part of the index kernels that the CPU kernels
-// (kernels/cpu/array.hpp) and the GPU kernels share: the checks of ids and
-// shapes, with their messages, and the layouts they imply. Host code only.
+// (kernels/cpu/array.hpp, kernels/cpu/scatter.hpp) and the GPU kernels
+// (kernels/cuda/array.cuh) share: the checks of ids and shapes, with their
+// messages, the layouts they imply, and unique_positions (which both run on the
+// host). Host code only (no Eigen evaluation), so nvcc compiles it too.
 #pragma once
 
 #include <loom/graph/ops/array.hpp>
 #include <loom/kernels/registry.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -45,6 +48,25 @@ void check_id_range(const node_def& n, const I* ids, std::int64_t count, std::in
                                    " (at position " + std::to_string(k) + ") is outside [0, " +
                                    std::to_string(limit) + ") of " + what);
   }
+}
+
+// The ids of a gather along `axis`: in [0, rows), negative ones allowed (a
+// row of zeros) where `drop_negative`; the message names the params.
+template <class I>
+void check_gather_ids(const node_def& n, const I* ids, std::int64_t count, std::int64_t rows,
+                      bool drop_negative, int axis) {
+  check_id_range(n, ids, count, rows, drop_negative,
+                 n.attr_or<std::string>("_params_name", "the params") + " (axis " +
+                     std::to_string(axis) + ")");
+}
+
+// A resource_gather reads a variable only once it has a value. The caller holds v.mu.
+inline void check_gather_variable(const node_def& n, const variable_resource& v) {
+  if (!v.initialized)
+    throw failed_precondition_error("node " + n.describe() + ": attempting to use uninitialized " +
+                                    n.attr<std::string>("_params_name") +
+                                    " (run its initializer, or global_variables_initializer, "
+                                    "first)");
 }
 
 // The params of a gather: of rank above the axis (a fed placeholder may have
@@ -105,6 +127,119 @@ inline loom::shape concat_shape(const node_def& n, std::span<const any_tensor* c
     d[static_cast<std::size_t>(axis)] += x->shape()[axis];
   }
   return loom::shape(std::move(d));
+}
+
+// concat_grad's adjoint dy has the shape of the concat of xs.
+inline void check_concat_grad(const node_def& n, const any_tensor& dy,
+                              std::span<const any_tensor* const> xs, int axis) {
+  if (!(concat_shape(n, xs, axis) == dy.shape()))
+    throw invalid_argument_error("node " + n.describe() + ": the adjoint of shape " +
+                                 dy.shape().to_string() + " is not the shape of the concat");
+}
+
+// Part i of a dynamic_stitch: data of the first part's rank and row shape,
+// with one row per index.
+inline void check_stitch_part(const node_def& n, std::size_t i, const any_tensor& data,
+                              const any_tensor& at, const any_tensor& first) {
+  bool fits = data.rank() == first.rank() && data.shape()[0] == at.num_elements();
+  for (int a = 1; fits && a < data.rank(); ++a)
+    fits = data.shape()[a] == first.shape()[a];
+  if (!fits)
+    throw invalid_argument_error("node " + n.describe() + ": data " + std::to_string(i) +
+                                 " of shape " + data.shape().to_string() + " does not match its " +
+                                 std::to_string(at.num_elements()) + " indices");
+}
+
+// The indices [count, rank] of a sparse tensor (sparse_segment_ids): each
+// inside the dense shape `bound` and after the one before it in row-major
+// order; the messages name `what`.
+inline void check_sparse_indices(const node_def& n, const any_tensor& indices,
+                                 const std::int64_t* bound, std::int64_t rank,
+                                 const std::string& what) {
+  if (indices.rank() != 2 || indices.shape()[1] != rank)
+    throw invalid_argument_error("node " + n.describe() + ": indices of shape " +
+                                 indices.shape().to_string() + " do not fit a dense shape of " +
+                                 "rank " + std::to_string(rank) + " (" + what + ")");
+  const std::int64_t count = indices.shape()[0];
+  const std::int64_t* at = indices.data<std::int64_t>();
+  const auto index_text = [&](std::int64_t k) {
+    std::string s = "[";
+    for (std::int64_t a = 0; a < rank; ++a)
+      s += (a ? ", " : "") + std::to_string(at[k * rank + a]);
+    return s + "]";
+  };
+  for (std::int64_t k = 0; k < count; ++k) {
+    for (std::int64_t a = 0; a < rank; ++a)
+      if (at[k * rank + a] < 0 || at[k * rank + a] >= bound[a])
+        throw invalid_argument_error("node " + n.describe() + ": index " + std::to_string(k) + " " +
+                                     index_text(k) + " is outside the dense shape of " + what);
+    if (k > 0 && !std::lexicographical_compare(at + (k - 1) * rank, at + k * rank, at + k * rank,
+                                               at + (k + 1) * rank))
+      throw invalid_argument_error("node " + n.describe() + ": index " + std::to_string(k) + " " +
+                                   index_text(k) + " does not come " + "after index " +
+                                   std::to_string(k - 1) + " " + index_text(k - 1) + " of " + what +
+                                   ": a sparse tensor's indices must be in row-major order, "
+                                   "without repeats");
+  }
+}
+
+// What a scatter's messages call its variable.
+inline std::string scatter_variable(const node_def& n) {
+  return "variable '" + n.attr<std::string>("_ref_name_0") + "'";
+}
+
+// A scatter changes an initialized variable at `indices` by updates of the
+// indices' shape followed by a row of the variable. The caller holds v.mu.
+inline void check_scatter(const node_def& n, const variable_resource& v, const any_tensor& indices,
+                          const any_tensor& updates) {
+  const std::string var = scatter_variable(n);
+  if (!v.initialized)
+    throw failed_precondition_error("node " + n.describe() + ": attempting to use uninitialized " +
+                                    var +
+                                    " (run its initializer, or global_variables_initializer, "
+                                    "first)");
+  const loom::shape want = gathered_shape(v.value.shape(), indices.shape(), 0);
+  if (!(updates.shape() == want))
+    throw invalid_argument_error("node " + n.describe() + ": updates of shape " +
+                                 updates.shape().to_string() + " do not fit indices of shape " +
+                                 indices.shape().to_string() + " into " + var + " of shape " +
+                                 v.value.shape().to_string());
+}
+
+// Positions of each id's value among the distinct values, which are numbered
+// in the order they first occur; `first` gets those values. On every lookup
+// and sparse update: an open-addressing table in two flat arrays (one
+// allocation each, no node per id), sized to twice the ids. The CPU's unique
+// and sparse updates, and the GPU's unique (on the ids' host copy).
+template <class I>
+std::vector<std::int32_t> unique_positions(const I* ids, std::int64_t n, std::vector<I>* first) {
+  std::size_t capacity = 16;
+  while (capacity < 2 * static_cast<std::size_t>(n))
+    capacity *= 2;
+  const std::size_t mask = capacity - 1;
+  std::vector<I> keys(capacity);
+  std::vector<std::int32_t> slots(capacity, -1); // the key's position, -1: empty
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(n));
+  std::int32_t distinct = 0;
+  for (std::int64_t k = 0; k < n; ++k) {
+    // Fibonacci hashing spreads consecutive ids over the table.
+    auto h = static_cast<std::size_t>(
+        (static_cast<std::uint64_t>(ids[k]) * 0x9E3779B97F4A7C15ull) >> 32);
+    for (;; h = (h + 1) & mask) {
+      std::int32_t& slot = slots[h & mask];
+      if (slot < 0) {
+        slot = distinct++;
+        keys[h & mask] = ids[k];
+        if (first)
+          first->push_back(ids[k]);
+        break;
+      }
+      if (keys[h & mask] == ids[k])
+        break;
+    }
+    pos[static_cast<std::size_t>(k)] = slots[h & mask];
+  }
+  return pos;
 }
 
 } // namespace loom::detail

@@ -36,9 +36,7 @@ template <class T> void gather_rows(kernel_context& c, const any_tensor& params)
   const T* src = params.data<T>();
   T* dst = c.output.data<T>();
   with_ids(ids, [&](const auto* id) {
-    check_id_range(c.node, id, n, l.count, drop_negative,
-                   c.node.attr_or<std::string>("_params_name", "the params") + " (axis " +
-                       std::to_string(axis) + ")");
+    check_gather_ids(c.node, id, n, l.count, drop_negative, axis);
     // One row (inner elements) per (outer, id).
     const Eigen::TensorOpCost per_row(static_cast<double>(l.inner * sizeof(T)),
                                       static_cast<double>(l.inner * sizeof(T)), 1.0);
@@ -66,12 +64,7 @@ template <class T> struct resource_gather_cpu {
   static void run(kernel_context& c) {
     variable_resource& v = *c.refs[0];
     std::lock_guard lock(v.mu);
-    if (!v.initialized)
-      throw failed_precondition_error("node " + c.node.describe() +
-                                      ": attempting to use uninitialized " +
-                                      c.node.attr<std::string>("_params_name") +
-                                      " (run its initializer, or global_variables_initializer, "
-                                      "first)");
+    check_gather_variable(c.node, v);
     gather_rows<T>(c, v.value);
   }
 };
@@ -126,41 +119,6 @@ template <class T> struct unsorted_segment_sum_cpu {
   }
 };
 
-// Positions of each id's value among the distinct values, which are numbered
-// in the order they first occur; `first` gets those values. On every lookup
-// and sparse update: an open-addressing table in two flat arrays (one
-// allocation each, no node per id), sized to twice the ids.
-template <class I>
-std::vector<std::int32_t> unique_positions(const I* ids, std::int64_t n, std::vector<I>* first) {
-  std::size_t capacity = 16;
-  while (capacity < 2 * static_cast<std::size_t>(n))
-    capacity *= 2;
-  const std::size_t mask = capacity - 1;
-  std::vector<I> keys(capacity);
-  std::vector<std::int32_t> slots(capacity, -1); // the key's position, -1: empty
-  std::vector<std::int32_t> pos(static_cast<std::size_t>(n));
-  std::int32_t distinct = 0;
-  for (std::int64_t k = 0; k < n; ++k) {
-    // Fibonacci hashing spreads consecutive ids over the table.
-    auto h = static_cast<std::size_t>(
-        (static_cast<std::uint64_t>(ids[k]) * 0x9E3779B97F4A7C15ull) >> 32);
-    for (;; h = (h + 1) & mask) {
-      std::int32_t& slot = slots[h & mask];
-      if (slot < 0) {
-        slot = distinct++;
-        keys[h & mask] = ids[k];
-        if (first)
-          first->push_back(ids[k]);
-        break;
-      }
-      if (keys[h & mask] == ids[k])
-        break;
-    }
-    pos[static_cast<std::size_t>(k)] = slots[h & mask];
-  }
-  return pos;
-}
-
 template <class I> struct unique_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
@@ -203,9 +161,7 @@ template <class T> struct concat_grad_cpu {
     const int axis = static_cast<int>(c.node.attr<std::int64_t>("axis"));
     const auto index = static_cast<std::size_t>(c.node.attr<std::int64_t>("index"));
     const auto xs = c.inputs.subspan(1);
-    if (!(concat_shape(c.node, xs, axis) == dy.shape()))
-      throw invalid_argument_error("node " + c.node.describe() + ": the adjoint of shape " +
-                                   dy.shape().to_string() + " is not the shape of the concat");
+    check_concat_grad(c.node, dy, xs, axis);
     std::int64_t offset = 0;
     for (std::size_t k = 0; k < index; ++k)
       offset += xs[k]->shape()[axis];
@@ -264,14 +220,7 @@ template <class T> struct dynamic_stitch_cpu {
     for (std::size_t i = 0; i < parts; ++i) {
       const any_tensor& data = c.input(i);
       const any_tensor& at = c.input(parts + i);
-      bool fits = data.rank() == first.rank() && data.shape()[0] == at.num_elements();
-      for (int a = 1; fits && a < data.rank(); ++a)
-        fits = data.shape()[a] == first.shape()[a];
-      if (!fits)
-        throw invalid_argument_error("node " + c.node.describe() + ": data " + std::to_string(i) +
-                                     " of shape " + data.shape().to_string() +
-                                     " does not match its " + std::to_string(at.num_elements()) +
-                                     " indices");
+      check_stitch_part(c.node, i, data, at, first);
       with_ids(at, [&](const auto* idx) {
         check_id_range(c.node, idx, at.num_elements(), std::numeric_limits<std::int32_t>::max(),
                        false, "the merged tensor");
@@ -302,37 +251,13 @@ template <class T> struct sparse_segment_ids_cpu {
     const any_tensor& dense = c.input(1);
     const std::string what = c.node.attr_or<std::string>("_what", "the sparse tensor");
     const std::int64_t rank = dense.num_elements();
-    if (indices.rank() != 2 || indices.shape()[1] != rank)
-      throw invalid_argument_error("node " + c.node.describe() + ": indices of shape " +
-                                   indices.shape().to_string() + " do not fit a dense shape of " +
-                                   "rank " + std::to_string(rank) + " (" + what + ")");
+    check_sparse_indices(c.node, indices, dense.data<std::int64_t>(), rank, what);
     const std::int64_t n = indices.shape()[0];
     const std::int64_t* at = indices.data<std::int64_t>();
-    const std::int64_t* bound = dense.data<std::int64_t>();
-    const auto index_text = [&](std::int64_t k) {
-      std::string s = "[";
-      for (std::int64_t a = 0; a < rank; ++a)
-        s += (a ? ", " : "") + std::to_string(at[k * rank + a]);
-      return s + "]";
-    };
     c.output = any_tensor(dtype::i64, loom::shape{n});
     std::int64_t* rows = c.output.data<std::int64_t>();
-    for (std::int64_t k = 0; k < n; ++k) {
-      for (std::int64_t a = 0; a < rank; ++a)
-        if (at[k * rank + a] < 0 || at[k * rank + a] >= bound[a])
-          throw invalid_argument_error("node " + c.node.describe() + ": index " +
-                                       std::to_string(k) + " " + index_text(k) +
-                                       " is outside the dense shape of " + what);
-      if (k > 0 && !std::lexicographical_compare(at + (k - 1) * rank, at + k * rank, at + k * rank,
-                                                 at + (k + 1) * rank))
-        throw invalid_argument_error("node " + c.node.describe() + ": index " + std::to_string(k) +
-                                     " " + index_text(k) + " does not come " + "after index " +
-                                     std::to_string(k - 1) + " " + index_text(k - 1) + " of " +
-                                     what +
-                                     ": a sparse tensor's indices must be in row-major order, "
-                                     "without repeats");
+    for (std::int64_t k = 0; k < n; ++k)
       rows[k] = rank > 0 ? at[k * rank] : 0;
-    }
   }
 };
 

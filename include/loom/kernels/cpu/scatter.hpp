@@ -20,19 +20,9 @@ template <class T> struct scatter_cpu {
     variable_resource& v = *c.refs[0];
     const any_tensor& indices = c.input(1);
     const any_tensor& updates = c.input(2);
-    const std::string var = "variable '" + c.node.attr<std::string>("_ref_name_0") + "'";
+    const std::string var = scatter_variable(c.node);
     std::lock_guard lock(v.mu);
-    if (!v.initialized)
-      throw failed_precondition_error("node " + c.node.describe() +
-                                      ": attempting to use uninitialized " + var +
-                                      " (run its initializer, or global_variables_initializer, "
-                                      "first)");
-    const loom::shape want = gathered_shape(v.value.shape(), indices.shape(), 0);
-    if (!(updates.shape() == want))
-      throw invalid_argument_error("node " + c.node.describe() + ": updates of shape " +
-                                   updates.shape().to_string() + " do not fit indices of shape " +
-                                   indices.shape().to_string() + " into " + var + " of shape " +
-                                   v.value.shape().to_string());
+    check_scatter(c.node, v, indices, updates);
     const std::int64_t rows = v.value.shape()[0];
     const std::int64_t row = rows == 0 ? 0 : v.value.num_elements() / rows;
     const std::int64_t n = indices.num_elements();
