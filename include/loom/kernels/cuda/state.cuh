@@ -31,15 +31,18 @@ using loom::detail::check_variable_initialized;
 using loom::detail::summed_axes;
 using loom::detail::throw_no_arithmetic;
 
-// Throws unless the variable's value lives on this GPU (an update in place needs it there).
-inline void check_on_gpu(const kernel_context& c, const any_tensor& value,
-                         const std::string& what) {
+// Throws unless the variable's value lives on this GPU (an update in place, or
+// a gather of its rows by reference, needs it there); `use` says what the node
+// does with it.
+inline void check_on_gpu(const kernel_context& c, const any_tensor& value, const std::string& what,
+                         const char* use = "updated") {
   const gpu_context& g = gpu_of(c);
   if (!on_this_gpu(g, value))
     throw failed_precondition_error(
         "node " + c.node.describe() + " runs on GPU:" + std::to_string(g.device) + ", but " + what +
-        " is " + value.describe() + (value.on_host() ? " on the host" : "") +
-        ": a variable updated on a GPU must live there (place the variable, its initializer "
+        " is " + value.describe() + (value.on_host() ? " on the host" : "") + ": a variable " +
+        use +
+        " on a GPU must live there (place the variable, its initializer "
         "and its updates on that GPU, or all on the CPU)");
 }
 
