@@ -10,7 +10,10 @@
 //                 every GPU kernel run on fresh random inputs and compared with
 //                 the CPU kernel of the same (op, dtype) from the registry; the
 //                 optimizer updates over several steps (copying the refs a
-//                 reader holds); the random sources'
+//                 reader holds); the sparse updates and scatters over several
+//                 steps with repeated int32 and int64 ids (rows no id names
+//                 untouched); resource_gather; a bad id's error, the CPU's,
+//                 with nothing written; the random sources'
 //                 distributions; variables and assignments; fused regions
 //                 placed on the GPU, through the executor.
 // Outputs are poisoned first: before each GPU kernel an output-sized block of
@@ -50,7 +53,11 @@
 // does not compile under nvcc (host-only members of __host__ __device__ code).
 loom::cpu_device& host_device();
 
-namespace {
+// The helpers in a named namespace, whose using-directives reach only it and
+// the suites that name it: one in an unnamed namespace would reach the global
+// scope, where nvcc's generated stubs for CUB's kernels (kernels/cuda/ids.cuh)
+// name libcu++'s ::cuda unqualified, and loom::cuda would make that ambiguous.
+namespace gpu_kernels_test {
 
 using namespace loom;
 using namespace loom::detail; // the kernels, their context and registry are internals
@@ -86,31 +93,6 @@ const std::set<std::string>& cpu_only_ops() {
       // ps tasks that hold such tables do.
       "hash_embedding_rows",
       "hash_embedding_size",
-      // NOT DONE, issue #23 item 1: the index ops of sparse models and the sparse
-      // applies have CPU kernels only so far; their GPU kernels are still to write.
-      // Until then a GPU request for them is refused by the placer, or soft-placed.
-      "gather",
-      "resource_gather",
-      "indexed_slices",
-      "unsorted_segment_sum",
-      "unique",
-      "unique_index",
-      "shard_ids",
-      "shard_positions",
-      "dynamic_stitch",
-      "sparse_segment_ids",
-      "scatter_add",
-      "scatter_sub",
-      "scatter_update",
-      "concat",
-      "concat_grad",
-      "apply_ftrl",
-      "sparse_apply_ftrl",
-      "sparse_apply_gradient_descent",
-      "sparse_apply_momentum",
-      "sparse_apply_adagrad",
-      "sparse_apply_adam",
-      "sparse_apply_rms_prop",
   };
   return ops;
 }
@@ -222,13 +204,17 @@ any_tensor run_gpu(const node_def& n, dtype t, const std::vector<const any_tenso
 // -- random inputs
 // -----------------------------------------------------------------------------------
 enum class gen {
-  any,      // floats in [-3, 3], ints in [-9, 9]
-  positive, // floats in [0.1, 4], ints in [1, 9]
-  nonzero,  // away from zero: |x| in [0.5, 3], ints in +-[1, 9]
-  low,      // [-3, -0.5] (clip's lower bound)
-  high,     // [0.5, 3]
-  prob,     // [0, 1]
-  labels,   // ints in [0, classes)
+  any,            // floats in [-3, 3], ints in [-9, 9]
+  positive,       // floats in [0.1, 4], ints in [1, 9]
+  nonzero,        // away from zero: |x| in [0.5, 3], ints in +-[1, 9]
+  low,            // [-3, -0.5] (clip's lower bound)
+  high,           // [0.5, 3]
+  prob,           // [0, 1]
+  labels,         // ints in [0, classes)
+  some_negative,  // ints in [-3, classes): ids, some of them dropped (negative)
+  count,          // every element `classes` (a number of segments, a dense shape)
+  sparse_indices, // [N, rank] int64: N distinct indices into a dense shape of `classes`
+                  // in every dimension, in row-major order (a sparse tensor's)
 };
 
 struct in_spec {
@@ -267,6 +253,25 @@ any_tensor random_tensor(dtype t, const loom::shape& s, gen g, std::int64_t clas
           v = -v;
         out.data<T>()[i] = static_cast<T>(v);
       }
+    } else if (g == gen::count) {
+      std::fill_n(out.data<T>(), n, static_cast<T>(classes));
+    } else if (g == gen::sparse_indices) {
+      REQUIRE(s.rank() == 2);
+      const std::int64_t rank = s[1];
+      std::int64_t positions = 1;
+      for (std::int64_t a = 0; a < rank; ++a)
+        positions *= classes;
+      REQUIRE(s[0] <= positions);
+      std::uniform_int_distribution<std::int64_t> d(0, positions - 1);
+      std::set<std::int64_t> flat;
+      while (static_cast<std::int64_t>(flat.size()) < s[0])
+        flat.insert(d(rng));
+      T* at = out.data<T>();
+      for (std::int64_t f : flat) { // ascending: row-major order
+        for (std::int64_t a = rank - 1; a >= 0; --a, f /= classes)
+          at[a] = static_cast<T>(f % classes);
+        at += rank;
+      }
     } else {
       std::int64_t lo = -9, hi = 9;
       if (g == gen::positive || g == gen::nonzero || g == gen::high)
@@ -275,6 +280,8 @@ any_tensor random_tensor(dtype t, const loom::shape& s, gen g, std::int64_t clas
         lo = -9, hi = -1;
       if (g == gen::labels)
         lo = 0, hi = classes - 1;
+      if (g == gen::some_negative)
+        lo = -3, hi = classes - 1;
       std::uniform_int_distribution<std::int64_t> d(lo, hi);
       std::bernoulli_distribution sign(0.5);
       for (std::int64_t i = 0; i < n; ++i) {
@@ -541,6 +548,120 @@ std::vector<op_case> make_cases() {
                                                              {S{2, 70001}, S{2, 1}},
                                                              {S{0, 3}, S{1, 3}}})
     cs.push_back({"sum_to_shape", numeric, {{from}, {to}}, {}, check::l2});
+
+  // The index ops of sparse models, with int32 and int64 ids: ids drawn from
+  // fewer values than there are ids repeat, and sums of repeated ids take the
+  // CPU's order, so float results are compared element by element.
+  for (dtype id : {dtype::i32, dtype::i64}) {
+    // gather: rows, repeated rows, a middle axis, past one pass of the grid, no ids.
+    cs.push_back(
+        {"gather", no_strings, {{S{50, 7}}, {S{30}, id, gen::labels, 50}}, {{"axis", 0L}}});
+    cs.push_back(
+        {"gather", no_strings, {{S{10, 3}}, {S{200}, id, gen::labels, 10}}, {{"axis", 0L}}});
+    cs.push_back(
+        {"gather", no_strings, {{S{4, 50, 3}}, {S{6, 5}, id, gen::labels, 50}}, {{"axis", 1L}}});
+    cs.push_back(
+        {"gather", no_strings, {{S{1000, 64}}, {S{40000}, id, gen::labels, 1000}}, {{"axis", 0L}}});
+    cs.push_back({"gather", no_strings, {{S{50}}, {S{17}, id, gen::labels, 50}}, {{"axis", 0L}}});
+    cs.push_back({"gather", no_strings, {{S{50, 7}}, {S{0}, id, gen::labels, 50}}, {{"axis", 0L}}});
+    cs.push_back({"gather", no_strings, {{S{50, 7}}, {S{}, id, gen::labels, 50}}, {{"axis", 0L}}});
+    // The gradient of a segment sum: negative ids give rows of zeros.
+    cs.push_back({"gather",
+                  no_strings,
+                  {{S{20, 3}}, {S{40}, id, gen::some_negative, 20}},
+                  {{"axis", 0L}, {"drop_negative", true}}});
+    // indexed_slices: dense shape from the attr or from a third input; negative
+    // indices dropped; along a middle axis.
+    cs.push_back({"indexed_slices",
+                  numeric,
+                  {{S{40, 6}}, {S{40}, id, gen::labels, 13}},
+                  {{"axis", 0L}, {"dense_shape", std::vector<std::int64_t>{13, 6}}}});
+    cs.push_back({"indexed_slices",
+                  numeric,
+                  {{S{300, 2}}, {S{300}, id, gen::some_negative, 7}},
+                  {{"axis", 0L}, {"dense_shape", std::vector<std::int64_t>{7, 2}}}});
+    cs.push_back({"indexed_slices",
+                  numeric,
+                  {{S{3, 40, 2}}, {S{40}, id, gen::labels, 9}},
+                  {{"axis", 1L}, {"dense_shape", std::vector<std::int64_t>{3, 9, 2}}}});
+    cs.push_back({"indexed_slices",
+                  numeric,
+                  {{S{40, 6}}, {S{40}, id, gen::labels, 13}, {S{13, 6}}},
+                  {{"axis", 0L}}});
+    cs.push_back({"indexed_slices",
+                  numeric,
+                  {{S{0, 6}}, {S{0}, id, gen::labels, 13}},
+                  {{"axis", 0L}, {"dense_shape", std::vector<std::int64_t>{13, 6}}}});
+    // unsorted_segment_sum: ids of rank 1 and 2, negative ids dropped, many ids per segment.
+    cs.push_back({"unsorted_segment_sum",
+                  numeric,
+                  {{S{40, 5}}, {S{40}, id, gen::labels, 11}, {S{}, id, gen::count, 11}}});
+    cs.push_back(
+        {"unsorted_segment_sum",
+         numeric,
+         {{S{4, 10, 3}}, {S{4, 10}, id, gen::some_negative, 6}, {S{}, id, gen::count, 8}}});
+    cs.push_back({"unsorted_segment_sum",
+                  numeric,
+                  {{S{30000, 2}}, {S{30000}, id, gen::labels, 5}, {S{}, id, gen::count, 5}}});
+    cs.push_back({"unsorted_segment_sum",
+                  numeric,
+                  {{S{0, 5}}, {S{0}, id, gen::labels, 11}, {S{}, id, gen::count, 11}}});
+    // The routing of embedding_lookup.
+    for (const S& s : {S{200}, S{1}, S{0}}) {
+      cs.push_back({"unique", {id}, {{s, {}, gen::labels, 37}}});
+      cs.push_back({"unique_index", {id}, {{s, {}, gen::labels, 37}}});
+    }
+    for (const char* op : {"shard_ids", "shard_positions"})
+      for (const char* strategy : {"mod", "div"})
+        for (std::int64_t shard = 0; shard < 3; ++shard)
+          cs.push_back({op,
+                        {id},
+                        {{S{100}, {}, gen::labels, 50}},
+                        {{"num_shards", 3L},
+                         {"shard", shard},
+                         {"rows", 50L},
+                         {"strategy", std::string(strategy)}}});
+    // dynamic_stitch: indices repeated within and across parts (the last wins),
+    // rows no index names (zeros), one part.
+    cs.push_back({"dynamic_stitch",
+                  no_strings,
+                  {{S{5, 3}}, {S{4, 3}}, {S{5}, id, gen::labels, 9}, {S{4}, id, gen::labels, 9}},
+                  {{"N", 2L}}});
+    cs.push_back({"dynamic_stitch",
+                  no_strings,
+                  {{S{6, 2, 2}},
+                   {S{0, 2, 2}},
+                   {S{3, 2, 2}},
+                   {S{6}, id, gen::labels, 12},
+                   {S{0}, id, gen::labels, 12},
+                   {S{3}, id, gen::labels, 12}},
+                  {{"N", 3L}}});
+    cs.push_back({"dynamic_stitch", no_strings, {{S{7}}, {S{7}, id, gen::labels, 7}}, {{"N", 1L}}});
+  }
+  cs.push_back({"sparse_segment_ids",
+                {dtype::i64},
+                {{S{20, 2}, {}, gen::sparse_indices, 10}, {S{2}, {}, gen::count, 10}}});
+  cs.push_back({"sparse_segment_ids",
+                {dtype::i64},
+                {{S{30, 3}, {}, gen::sparse_indices, 5}, {S{3}, {}, gen::count, 5}}});
+  cs.push_back({"sparse_segment_ids",
+                {dtype::i64},
+                {{S{0, 2}, {}, gen::sparse_indices, 10}, {S{2}, {}, gen::count, 10}}});
+  // concat along the first and a later axis, an empty part; concat_grad of each part.
+  cs.push_back({"concat", no_strings, {{S{3, 4}}, {S{3, 5}}, {S{3, 1}}}, {{"axis", 1L}}});
+  cs.push_back({"concat", no_strings, {{S{2, 3}}, {S{0, 3}}, {S{4, 3}}}, {{"axis", 0L}}});
+  cs.push_back({"concat", no_strings, {{S{2, 3, 2}}, {S{2, 1, 2}}}, {{"axis", 1L}}});
+  cs.push_back({"concat", no_strings, {{S{1003}}}, {{"axis", 0L}}});
+  for (std::int64_t index = 0; index < 3; ++index) {
+    cs.push_back({"concat_grad",
+                  no_strings,
+                  {{S{3, 10}}, {S{3, 4}}, {S{3, 5}}, {S{3, 1}}},
+                  {{"axis", 1L}, {"index", index}}});
+    cs.push_back({"concat_grad",
+                  no_strings,
+                  {{S{6, 3}}, {S{2, 3}}, {S{0, 3}}, {S{4, 3}}},
+                  {{"axis", 0L}, {"index", index}}});
+  }
   return cs;
 }
 
@@ -558,7 +679,18 @@ const std::set<std::string>& separately_tested() {
                                          "apply_momentum",
                                          "apply_adagrad",
                                          "apply_adam",
-                                         "apply_rms_prop"};
+                                         "apply_rms_prop",
+                                         "apply_ftrl",
+                                         "sparse_apply_gradient_descent",
+                                         "sparse_apply_momentum",
+                                         "sparse_apply_adagrad",
+                                         "sparse_apply_adam",
+                                         "sparse_apply_rms_prop",
+                                         "sparse_apply_ftrl",
+                                         "resource_gather",
+                                         "scatter_add",
+                                         "scatter_sub",
+                                         "scatter_update"};
   return ops;
 }
 
@@ -650,7 +782,7 @@ struct fused_graph {
 // Poisons the next 8 blocks of `bytes` on GPU 0 (as poisoned_kernel does
 // for one kernel), for a whole step's leaf copies and outputs.
 void poison_next_blocks(std::size_t bytes) {
-  auto* gpus = dynamic_cast<cuda::backend*>(&backend());
+  auto* gpus = dynamic_cast<loom::cuda::backend*>(&backend());
   REQUIRE(gpus != nullptr);
   gpus->on_device(0, [bytes](const gpu_context& g) { poison_blocks(g, bytes, 8); });
 }
@@ -668,12 +800,51 @@ struct gpu_leaves {
   }
 };
 
-} // namespace
+// An optimizer update as the update tests run it: its slots, its scalar
+// inputs before the gradient (after the refs) and after it.
+struct update_op {
+  std::string op;
+  int slots;
+  std::vector<std::pair<std::string, double>> scalars;
+  bool nesterov;
+  std::vector<std::pair<std::string, double>> after{};
+};
+
+// FTRL's scalars, which come after its gradient.
+std::vector<std::pair<std::string, double>> ftrl_scalars(double lr_power, double shrinkage) {
+  return {
+      {"lr", 0.1}, {"l1", 0.01}, {"l2", 0.02}, {"l2_shrinkage", shrinkage}, {"lr_power", lr_power}};
+}
+
+// Scalar tensors of dtype t (float32 or float64) and their copies on GPU 0.
+std::pair<std::vector<any_tensor>, std::vector<any_tensor>>
+scalar_inputs(const std::vector<std::pair<std::string, double>>& values, dtype t) {
+  std::vector<any_tensor> host, dev;
+  for (const auto& [name, value] : values) {
+    host.push_back(t == dtype::f32 ? any_tensor::scalar(static_cast<float>(value))
+                                   : any_tensor::scalar(value));
+    dev.push_back(to_gpu(host.back()));
+  }
+  return {host, dev};
+}
+
+// The error a kernel throws, "" when it throws none.
+template <class F> std::string error_of(F&& run) {
+  try {
+    run();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+} // namespace gpu_kernels_test
 
 // -- no GPU needed
 // ---------------------------------------------------------------------------------------
 
 TEST_SUITE("cuda_host") {
+  using namespace gpu_kernels_test;
 
   TEST_CASE("every CPU kernel has a GPU kernel for the same dtypes, but the listed CPU-only ops") {
     const auto& kernels = kernel_registry::instance();
@@ -734,11 +905,12 @@ TEST_SUITE("cuda_host") {
                           << (vectorized ? "4-wide" : "scalar"));
             any_tensor emulated(dtype::f32, s);
             std::fill_n(emulated.data<float>(), n, std::numeric_limits<float>::quiet_NaN());
-            const auto tree = cuda::detail::region_tree<E>(leaves);
-            if (vectorized && !cuda::detail::vectorizable_tree(tree, emulated.data<float>(), n))
+            const auto tree = loom::cuda::detail::region_tree<E>(leaves);
+            if (vectorized &&
+                !loom::cuda::detail::vectorizable_tree(tree, emulated.data<float>(), n))
               continue;
-            cuda::detail::emulate_tree_on_host(tree, emulated.data<float>(), n, threads,
-                                               vectorized);
+            loom::cuda::detail::emulate_tree_on_host(tree, emulated.data<float>(), n, threads,
+                                                     vectorized);
             compare(cpu, emulated, check::elementwise, fg.region(root).key);
           }
       };
@@ -778,7 +950,8 @@ TEST_SUITE("cuda_host") {
 // -- on a GPU (skipped without one)
 // ----------------------------------------------------------------------
 
-TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
+TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
+  using namespace gpu_kernels_test;
 
   TEST_CASE("every GPU kernel computes what the CPU kernel computes") {
     const std::uint64_t seed = fresh_seed();
@@ -945,17 +1118,10 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
   }
 
   TEST_CASE("the optimizer updates match the CPU's over several steps") {
-    struct update {
-      std::string op;
-      int slots;
-      std::vector<std::pair<std::string, double>>
-          scalars; // inputs before the gradient, after the refs
-      bool nesterov;
-    };
-    const std::vector<update> updates{
+    const std::vector<update_op> updates{
         {"apply_gradient_descent", 0, {{"alpha", 0.1}}, false},
-        {"apply_momentum", 1, {{"lr", 0.05}}, false},
-        {"apply_momentum", 1, {{"lr", 0.05}}, true},
+        {"apply_momentum", 1, {{"lr", 0.05}}, false, {{"momentum", 0.9}}},
+        {"apply_momentum", 1, {{"lr", 0.05}}, true, {{"momentum", 0.9}}},
         {"apply_adagrad", 1, {{"lr", 0.1}}, false},
         {"apply_adam",
          2,
@@ -979,11 +1145,13 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
          2,
          {{"lr", 0.01}, {"rho", 0.9}, {"momentum", 0.5}, {"epsilon", 1e-7}},
          false},
+        {"apply_ftrl", 2, {}, false, ftrl_scalars(-0.5, 0.0)},
+        {"apply_ftrl", 2, {}, false, ftrl_scalars(-0.6, 0.1)},
     };
     const std::uint64_t seed = fresh_seed();
     INFO("seed " << seed);
     std::mt19937_64 rng(seed);
-    for (const update& u : updates)
+    for (const update_op& u : updates)
       for (dtype t : floats) {
         INFO(u.op << "<" << to_string(t) << "> nesterov " << u.nesterov);
         const loom::shape s{1003};
@@ -1007,17 +1175,8 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
           cpu_refs.push_back(&c);
           gpu_refs.push_back(&g);
         }
-        auto scalar = [&](double value) {
-          return t == dtype::f32 ? any_tensor::scalar(static_cast<float>(value))
-                                 : any_tensor::scalar(value);
-        };
-        std::vector<any_tensor> scalars, dscalars;
-        for (const auto& [name, value] : u.scalars) {
-          scalars.push_back(scalar(value));
-          dscalars.push_back(to_gpu(scalars.back()));
-        }
-        // apply_momentum takes its momentum after the gradient.
-        const any_tensor momentum = scalar(0.9), dmomentum = to_gpu(momentum);
+        const auto [scalars, dscalars] = scalar_inputs(u.scalars, t);
+        const auto [after, dafter] = scalar_inputs(u.after, t);
         for (int step = 0; step < 5; ++step) {
           const any_tensor grad = random_tensor(t, s, gen::any, 0, rng);
           const any_tensor dgrad = to_gpu(grad);
@@ -1029,9 +1188,9 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
           }
           host_in.push_back(&grad);
           dev_in.push_back(&dgrad);
-          if (u.op == "apply_momentum") {
-            host_in.push_back(&momentum);
-            dev_in.push_back(&dmomentum);
+          for (std::size_t k = 0; k < after.size(); ++k) {
+            host_in.push_back(&after[k]);
+            dev_in.push_back(&dafter[k]);
           }
           // On odd steps a reader holds every ref on both sides (a value read
           // earlier in the step): the update copies them before it writes, and
@@ -1078,6 +1237,362 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
     CHECK_THROWS_WITH_AS(run_gpu(n, dtype::f32, {nullptr, &alpha, &delta}, {&w}, res, 0),
                          doctest::Contains("variable 'w' is float32[2] on the host"),
                          failed_precondition_error);
+  }
+
+  TEST_CASE("the sparse updates match the CPU's over several steps, repeated indices summed") {
+    const std::vector<update_op> updates{
+        {"sparse_apply_gradient_descent", 0, {{"alpha", 0.1}}, false},
+        {"sparse_apply_momentum", 1, {{"lr", 0.05}}, false, {{"momentum", 0.9}}},
+        {"sparse_apply_momentum", 1, {{"lr", 0.05}}, true, {{"momentum", 0.9}}},
+        {"sparse_apply_adagrad", 1, {{"lr", 0.1}}, false},
+        {"sparse_apply_adam",
+         2,
+         {{"beta1_power", 0.9},
+          {"beta2_power", 0.999},
+          {"lr", 0.01},
+          {"beta1", 0.9},
+          {"beta2", 0.999},
+          {"epsilon", 1e-7}},
+         false},
+        {"sparse_apply_adam",
+         2,
+         {{"beta1_power", 0.81},
+          {"beta2_power", 0.998},
+          {"lr", 0.01},
+          {"beta1", 0.9},
+          {"beta2", 0.999},
+          {"epsilon", 1e-7}},
+         true},
+        {"sparse_apply_rms_prop",
+         2,
+         {{"lr", 0.01}, {"rho", 0.9}, {"momentum", 0.5}, {"epsilon", 1e-7}},
+         false},
+        {"sparse_apply_ftrl", 2, {}, false, ftrl_scalars(-0.5, 0.0)},
+        {"sparse_apply_ftrl", 2, {}, false, ftrl_scalars(-0.6, 0.1)},
+    };
+    // Each step's indices: a shape and how many rows they are drawn from
+    // (few: every row repeated many times), of rank 2, none, one.
+    const std::vector<std::pair<loom::shape, std::int64_t>> steps{
+        {loom::shape{40}, 1000}, {loom::shape{40}, 5},   {loom::shape{4, 10}, 1000},
+        {loom::shape{0}, 1000},  {loom::shape{1}, 1000}, {loom::shape{300}, 3}};
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    std::mt19937_64 rng(seed);
+    for (const update_op& u : updates)
+      for (dtype t : floats)
+        for (dtype id : {dtype::i32, dtype::i64})
+          for (const loom::shape& s : {loom::shape{50, 7}, loom::shape{30}}) {
+            INFO(u.op << "<" << to_string(t) << "> nesterov " << u.nesterov << ", " << to_string(id)
+                      << " indices into " << s.to_string());
+            node_def n;
+            n.op = u.op;
+            n.name = u.op;
+            n.type = t;
+            n.attrs["use_nesterov"] = u.nesterov;
+            test_resources cpu_res, gpu_res;
+            std::vector<variable_resource*> cpu_refs, gpu_refs;
+            std::vector<any_tensor> initial;
+            for (int k = 0; k <= u.slots; ++k) {
+              node_def v;
+              v.name = "ref" + std::to_string(k);
+              n.attrs["_ref_name_" + std::to_string(k)] = v.name;
+              variable_resource& c = cpu_res.variable(v);
+              variable_resource& g = gpu_res.variable(v);
+              // Slots hold accumulated squares in some updates: positive.
+              c.value = random_tensor(t, s, k == 0 ? gen::any : gen::positive, 0, rng);
+              c.initialized = g.initialized = true;
+              g.value = to_gpu(c.value);
+              initial.push_back(c.value.clone());
+              cpu_refs.push_back(&c);
+              gpu_refs.push_back(&g);
+            }
+            const auto [scalars, dscalars] = scalar_inputs(u.scalars, t);
+            const auto [after, dafter] = scalar_inputs(u.after, t);
+            const std::int64_t rows = s[0], row = s.num_elements() / s[0];
+            std::set<std::int64_t> touched;
+            for (const auto& [ids_shape, from] : steps) {
+              const any_tensor indices =
+                  random_tensor(id, ids_shape, gen::labels, std::min(from, rows), rng);
+              with_ids(indices, [&](const auto* i) {
+                for (std::int64_t k = 0; k < indices.num_elements(); ++k)
+                  touched.insert(static_cast<std::int64_t>(i[k]));
+              });
+              std::vector<std::int64_t> grad_dims = ids_shape.dims();
+              grad_dims.insert(grad_dims.end(), s.dims().begin() + 1, s.dims().end());
+              const any_tensor grad = random_tensor(t, loom::shape(grad_dims), gen::any, 0, rng);
+              const any_tensor dgrad = to_gpu(grad), dindices = to_gpu(indices);
+              std::vector<const any_tensor*> host_in(static_cast<std::size_t>(u.slots + 1),
+                                                     nullptr);
+              std::vector<const any_tensor*> dev_in = host_in;
+              for (std::size_t k = 0; k < scalars.size(); ++k) {
+                host_in.push_back(&scalars[k]);
+                dev_in.push_back(&dscalars[k]);
+              }
+              host_in.push_back(&grad);
+              dev_in.push_back(&dgrad);
+              for (std::size_t k = 0; k < after.size(); ++k) {
+                host_in.push_back(&after[k]);
+                dev_in.push_back(&dafter[k]);
+              }
+              host_in.push_back(&indices);
+              dev_in.push_back(&dindices);
+              const any_tensor c = run_cpu(n, t, host_in, cpu_refs, cpu_res);
+              const any_tensor g = run_gpu(n, t, dev_in, gpu_refs, gpu_res, 0);
+              // In place, as on the CPU.
+              CHECK(g.shares_buffer_with(gpu_refs[0]->value));
+              CHECK(c.shares_buffer_with(cpu_refs[0]->value));
+            }
+            for (std::size_t k = 0; k < cpu_refs.size(); ++k) {
+              compare(cpu_refs[k]->value, gpu_refs[k]->value, check::l2,
+                      "ref " + std::to_string(k) + " after " + std::to_string(steps.size()) +
+                          " steps");
+              // The rows no index named are as they were, to the bit.
+              const any_tensor got = to_host(gpu_refs[k]->value);
+              std::int64_t changed = 0;
+              for (std::int64_t r = 0; r < rows; ++r)
+                if (!touched.count(r))
+                  changed += std::memcmp(static_cast<const char*>(got.raw_data()) +
+                                             r * row * static_cast<std::int64_t>(size_of(t)),
+                                         static_cast<const char*>(initial[k].raw_data()) +
+                                             r * row * static_cast<std::int64_t>(size_of(t)),
+                                         static_cast<std::size_t>(row) * size_of(t)) != 0;
+              CHECK_MESSAGE(changed == 0, changed << " rows no index named changed in ref " << k);
+            }
+          }
+  }
+
+  TEST_CASE("scatter_add, scatter_sub and scatter_update match the CPU's, repeated indices "
+            "included") {
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    std::mt19937_64 rng(seed);
+    for (const char* op : {"scatter_add", "scatter_sub", "scatter_update"})
+      for (dtype t : numeric)
+        for (dtype id : {dtype::i32, dtype::i64})
+          for (const loom::shape& s : {loom::shape{20, 3}, loom::shape{20}}) {
+            INFO(op << "<" << to_string(t) << "> " << to_string(id) << " indices into "
+                    << s.to_string());
+            node_def var;
+            var.name = "v";
+            node_def n;
+            n.op = op;
+            n.name = op;
+            n.type = t;
+            n.attrs["_ref_name_0"] = std::string("v");
+            test_resources cpu_res, gpu_res;
+            variable_resource& cv = cpu_res.variable(var);
+            variable_resource& gv = gpu_res.variable(var);
+            cv.value = random_tensor(t, s, gen::any, 0, rng);
+            gv.value = to_gpu(cv.value);
+            cv.initialized = gv.initialized = true;
+            // Indices repeated (30 of 20 rows; 15 of 4), of rank 2, none.
+            for (const auto& [ids_shape, from] : std::vector<std::pair<loom::shape, std::int64_t>>{
+                     {loom::shape{30}, 20}, {loom::shape{3, 5}, 4}, {loom::shape{0}, 20}}) {
+              const any_tensor indices = random_tensor(id, ids_shape, gen::labels, from, rng);
+              std::vector<std::int64_t> dims = ids_shape.dims();
+              dims.insert(dims.end(), s.dims().begin() + 1, s.dims().end());
+              const any_tensor updates = random_tensor(t, loom::shape(dims), gen::any, 0, rng);
+              const any_tensor dindices = to_gpu(indices), dupdates = to_gpu(updates);
+              const any_tensor c = run_cpu(n, t, {nullptr, &indices, &updates}, {&cv}, cpu_res);
+              const any_tensor g =
+                  run_gpu(n, t, {nullptr, &dindices, &dupdates}, {&gv}, gpu_res, 0);
+              CHECK(g.shares_buffer_with(gv.value));
+              // Each row's updates applied in the CPU's order: the same numbers.
+              compare(c, g, check::elementwise, std::string(op) + " of " + indices.describe());
+            }
+          }
+  }
+
+  TEST_CASE("resource_gather reads a variable on the GPU as the CPU's does") {
+    std::mt19937_64 rng(fresh_seed());
+    for (dtype t : no_strings)
+      for (dtype id : {dtype::i32, dtype::i64}) {
+        INFO(to_string(t) << " variable, " << to_string(id) << " ids");
+        node_def var;
+        var.name = "v";
+        node_def n;
+        n.op = "resource_gather";
+        n.name = "lookup";
+        n.type = t;
+        n.attrs = {{"axis", std::int64_t{0}}, {"_params_name", std::string("variable 'v'")}};
+        test_resources cpu_res, gpu_res;
+        variable_resource& cv = cpu_res.variable(var);
+        variable_resource& gv = gpu_res.variable(var);
+        const any_tensor ids = random_tensor(id, loom::shape{300}, gen::labels, 40, rng);
+        const any_tensor dids = to_gpu(ids);
+        // Before the variable has a value: the CPU's error.
+        const std::string cpu_error = error_of([&] {
+          run_cpu(n, t, {nullptr, &ids}, {&cv}, cpu_res);
+        });
+        CHECK_FALSE(cpu_error.empty());
+        CHECK(error_of([&] { run_gpu(n, t, {nullptr, &dids}, {&gv}, gpu_res, 0); }) == cpu_error);
+        cv.value = random_tensor(t, loom::shape{40, 5}, gen::any, 0, rng);
+        gv.value = to_gpu(cv.value);
+        cv.initialized = gv.initialized = true;
+        const any_tensor c = run_cpu(n, t, {nullptr, &ids}, {&cv}, cpu_res);
+        compare(c, run_gpu(n, t, {nullptr, &dids}, {&gv}, gpu_res, c.byte_size()),
+                check::elementwise, "resource_gather");
+      }
+  }
+
+  // An embedding lookup over shards whose first shard gets no ids in a batch.
+  // Checked against the values, not the CPU kernel: the CPU's dynamic_stitch
+  // takes the row width from the first part and gives zeros here.
+  TEST_CASE("dynamic_stitch on the GPU stitches rows after an empty first part") {
+    node_def n;
+    n.op = "dynamic_stitch";
+    n.name = "stitch";
+    n.type = dtype::f32;
+    n.attrs["N"] = std::int64_t{2};
+    const any_tensor d0 = to_gpu(any_tensor(dtype::f32, loom::shape{0, 2}));
+    const any_tensor d1 = to_gpu(any_tensor::from_vector<float>(loom::shape{2, 2}, {1, 2, 3, 4}));
+    const any_tensor i0 = to_gpu(any_tensor(dtype::i32, loom::shape{0}));
+    const any_tensor i1 = to_gpu(any_tensor::from_vector<std::int32_t>(loom::shape{2}, {1, 0}));
+    test_resources res;
+    const any_tensor out = to_host(run_gpu(n, dtype::f32, {&d0, &d1, &i0, &i1}, {}, res, 16));
+    REQUIRE(out.shape() == loom::shape{2, 2});
+    CHECK(std::vector<float>(out.data<float>(), out.data<float>() + 4) ==
+          std::vector<float>{3, 4, 1, 2});
+  }
+
+  TEST_CASE("an id out of range fails on the GPU with the CPU's message, and writes nothing") {
+    using S = loom::shape;
+    using v32 = std::vector<std::int32_t>;
+    using v64 = std::vector<std::int64_t>;
+    std::mt19937_64 rng(fresh_seed());
+    // The op on both devices: the same error, or both none.
+    auto same_error = [&](const node_def& n, dtype t, const std::vector<any_tensor>& host,
+                          const std::vector<variable_resource*>& cpu_refs,
+                          const std::vector<variable_resource*>& gpu_refs, std::size_t refs) {
+      std::vector<any_tensor> dev;
+      for (const any_tensor& h : host)
+        dev.push_back(to_gpu(h));
+      std::vector<const any_tensor*> host_in(refs, nullptr), dev_in(refs, nullptr);
+      for (std::size_t i = 0; i < host.size(); ++i) {
+        host_in.push_back(&host[i]);
+        dev_in.push_back(&dev[i]);
+      }
+      test_resources cpu_res, gpu_res;
+      const std::string cpu_error = error_of([&] { run_cpu(n, t, host_in, cpu_refs, cpu_res); });
+      const std::string gpu_error = error_of([&] { run_gpu(n, t, dev_in, gpu_refs, gpu_res, 0); });
+      INFO(n.op);
+      CHECK_FALSE(cpu_error.empty());
+      CHECK(gpu_error == cpu_error);
+    };
+    auto node = [](const std::string& op, dtype t, attr_map attrs) {
+      node_def n;
+      n.op = op;
+      n.name = "bad";
+      n.type = t;
+      n.attrs = std::move(attrs);
+      return n;
+    };
+    const any_tensor params = random_tensor(dtype::f32, S{50, 3}, gen::any, 0, rng);
+    // gather: an id past the rows (int32), a negative one (int64).
+    same_error(node("gather", dtype::f32,
+                    {{"axis", std::int64_t{0}}, {"_params_name", std::string("'p'")}}),
+               dtype::f32, {params, any_tensor::from_vector<std::int32_t>(S{3}, v32{3, 50, 1})}, {},
+               {}, 0);
+    same_error(node("gather", dtype::f32, {{"axis", std::int64_t{0}}}), dtype::f32,
+               {params, any_tensor::from_vector<std::int64_t>(S{2}, v64{0, -1})}, {}, {}, 0);
+    same_error(node("gather", dtype::f32, {{"axis", std::int64_t{1}}}), dtype::f32,
+               {params, any_tensor::from_vector<std::int32_t>(S{1}, v32{3})}, {}, {}, 0);
+    same_error(node("indexed_slices", dtype::f32,
+                    {{"axis", std::int64_t{0}}, {"dense_shape", v64{13, 3}}}),
+               dtype::f32,
+               {random_tensor(dtype::f32, S{2, 3}, gen::any, 0, rng),
+                any_tensor::from_vector<std::int64_t>(S{2}, v64{12, 13})},
+               {}, {}, 0);
+    same_error(node("unsorted_segment_sum", dtype::f32, {}), dtype::f32,
+               {random_tensor(dtype::f32, S{2, 3}, gen::any, 0, rng),
+                any_tensor::from_vector<std::int32_t>(S{2}, v32{11, 0}),
+                any_tensor::scalar(std::int32_t{11})},
+               {}, {}, 0);
+    same_error(node("shard_ids", dtype::i64,
+                    {{"num_shards", std::int64_t{2}},
+                     {"shard", std::int64_t{0}},
+                     {"rows", std::int64_t{50}},
+                     {"strategy", std::string("mod")}}),
+               dtype::i64, {any_tensor::from_vector<std::int64_t>(S{3}, v64{4, 50, 2})}, {}, {}, 0);
+    same_error(node("dynamic_stitch", dtype::f32, {{"N", std::int64_t{1}}}), dtype::f32,
+               {random_tensor(dtype::f32, S{2, 3}, gen::any, 0, rng),
+                any_tensor::from_vector<std::int32_t>(S{2}, v32{1, -2})},
+               {}, {}, 0);
+    // sparse_segment_ids: an index outside the dense shape, two out of order.
+    same_error(node("sparse_segment_ids", dtype::i64, {}), dtype::i64,
+               {any_tensor::from_vector<std::int64_t>(S{2, 2}, v64{0, 1, 4, 0}),
+                any_tensor::from_vector<std::int64_t>(S{2}, v64{4, 3})},
+               {}, {}, 0);
+    same_error(node("sparse_segment_ids", dtype::i64, {}), dtype::i64,
+               {any_tensor::from_vector<std::int64_t>(S{2, 2}, v64{1, 1, 0, 2}),
+                any_tensor::from_vector<std::int64_t>(S{2}, v64{4, 3})},
+               {}, {}, 0);
+
+    // A scatter and a sparse update: the error, and the variable (and slot) as it was.
+    node_def w, accum;
+    w.name = "w";
+    accum.name = "accum";
+    test_resources cpu_vars, gpu_vars;
+    std::vector<variable_resource*> cpu_refs, gpu_refs;
+    std::vector<any_tensor> before;
+    for (const node_def* v : {&w, &accum}) {
+      variable_resource& c = cpu_vars.variable(*v);
+      variable_resource& g = gpu_vars.variable(*v);
+      c.value = random_tensor(dtype::f32, S{10, 3}, gen::positive, 0, rng);
+      g.value = to_gpu(c.value);
+      c.initialized = g.initialized = true;
+      before.push_back(c.value.clone());
+      cpu_refs.push_back(&c);
+      gpu_refs.push_back(&g);
+    }
+    const any_tensor bad_ids = any_tensor::from_vector<std::int32_t>(S{3}, v32{2, 9, 10});
+    const any_tensor rows = random_tensor(dtype::f32, S{3, 3}, gen::any, 0, rng);
+    same_error(node("scatter_add", dtype::f32, {{"_ref_name_0", std::string("w")}}), dtype::f32,
+               {bad_ids, rows}, {cpu_refs[0]}, {gpu_refs[0]}, 1);
+    same_error(node("sparse_apply_adagrad", dtype::f32,
+                    {{"_ref_name_0", std::string("w")}, {"_ref_name_1", std::string("accum")}}),
+               dtype::f32, {any_tensor::scalar(0.1f), rows, bad_ids}, cpu_refs, gpu_refs, 2);
+    for (std::size_t k = 0; k < gpu_refs.size(); ++k)
+      compare(before[k], gpu_refs[k]->value, check::elementwise,
+              "ref " + std::to_string(k) + " after the failed updates");
+  }
+
+  TEST_CASE("a gather, scatter or sparse update refuses a variable that is not on the GPU") {
+    test_resources res;
+    node_def v;
+    v.name = "w";
+    variable_resource& w = res.variable(v);
+    w.value = any_tensor::from_vector<float>(loom::shape{2, 2}, {1, 2, 3, 4});
+    w.initialized = true;
+    const any_tensor ids = to_gpu(any_tensor::from_vector<std::int32_t>(loom::shape{1}, {1}));
+    const any_tensor rows = to_gpu(any_tensor::from_vector<float>(loom::shape{1, 2}, {1, 1}));
+    const any_tensor alpha = to_gpu(any_tensor::scalar(0.5f));
+    node_def gather;
+    gather.op = "resource_gather";
+    gather.name = "lookup";
+    gather.attrs = {{"axis", std::int64_t{0}}, {"_params_name", std::string("variable 'w'")}};
+    CHECK_THROWS_WITH_AS(run_gpu(gather, dtype::f32, {nullptr, &ids}, {&w}, res, 0),
+                         doctest::Contains("variable 'w' is float32[2, 2] on the host: a "
+                                           "variable read by a gather on a GPU must live there"),
+                         failed_precondition_error);
+    node_def scatter;
+    scatter.op = "scatter_add";
+    scatter.name = "scatter";
+    scatter.attrs["_ref_name_0"] = std::string("w");
+    CHECK_THROWS_WITH_AS(run_gpu(scatter, dtype::f32, {nullptr, &ids, &rows}, {&w}, res, 0),
+                         doctest::Contains("variable 'w' is float32[2, 2] on the host: a "
+                                           "variable updated on a GPU must live there"),
+                         failed_precondition_error);
+    node_def sgd;
+    sgd.op = "sparse_apply_gradient_descent";
+    sgd.name = "sgd";
+    sgd.attrs["_ref_name_0"] = std::string("w");
+    CHECK_THROWS_WITH_AS(
+        run_gpu(sgd, dtype::f32, {nullptr, &alpha, &rows, &ids}, {&w}, res, 0),
+        doctest::Contains("variable 'w' is float32[2, 2] on the host: a variable updated on a "
+                          "GPU must live there"),
+        failed_precondition_error);
+    CHECK(w.value.data<float>()[2] == 3.0f); // nothing written
   }
 
   TEST_CASE("the random sources follow their distributions on the GPU") {
@@ -1214,7 +1729,7 @@ TEST_SUITE("cuda_device" * doctest::skip(!have_gpu())) {
 
 int main(int argc, char** argv) {
   doctest::Context context(argc, argv);
-  if (!have_gpu())
+  if (!gpu_kernels_test::have_gpu())
     std::printf("no CUDA device: the cuda_device test cases are skipped "
                 "(the cuda_host ones still run)\n");
   return context.run();
