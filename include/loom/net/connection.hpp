@@ -9,6 +9,12 @@
 // hop for small frames), and hands whatever did not fit to an async_write on
 // the strand; frames queued meanwhile are written in order, several per
 // scatter-gather call.
+//
+// Memory: a frame's metadata buffer grows as its bytes arrive (a header that declares
+// 64 MiB costs 4 KiB until the bytes come), and a tensor the layer allocates is written
+// only with received bytes (its pages are committed as they arrive). On a server, what a
+// connection holds for its unfinished message is charged to the server's receive_budget
+// as it arrives, and released when the message is delivered or the connection closes.
 #pragma once
 
 #include <loom/core/error.hpp>
@@ -18,6 +24,7 @@
 #include <loom/net/frame.hpp>
 #include <loom/net/io_runtime.hpp>
 #include <loom/net/log.hpp>
+#include <loom/net/receive_budget.hpp>
 
 #include <asio/bind_executor.hpp>
 #include <asio/buffer.hpp>
@@ -87,6 +94,7 @@ struct split_message {
   frame_meta meta;
   std::string metadata;
   std::vector<any_tensor> payloads;
+  std::vector<bool> fresh; // payloads[i] is memory the layer allocated (charged as it fills)
   std::size_t next = 0;
   std::uint64_t in_next = 0, received = 0;
 };
@@ -126,6 +134,8 @@ public:
   // Set during the handshake (server side), read afterwards.
   connection_role role = connection_role::control;
   std::uint64_t client_id = 0;
+  // Server side: requests received on it whose answer is not yet settled.
+  std::atomic<std::uint32_t> in_flight{0};
 
   bool closed() {
     std::lock_guard lk(wmu_);
@@ -150,6 +160,28 @@ public:
       if (!ec)
         peer_ = to_string(ep);
     }
+  }
+
+  // Server side, before the first read: what this connection holds for incomplete frames
+  // is charged to `budget`, which may evict it (it then closes with an error reply).
+  void attach_budget(const std::shared_ptr<receive_budget>& budget) {
+    budget_ = budget;
+    account_ = budget->open([w = weak_from_this()](std::string why) {
+      if (auto c = w.lock())
+        c->run([c, why = std::move(why)] {
+          if (!c->closed()) // its read is still outstanding: close, without lingering
+            c->refuse(resource_exhausted_error(c->budget_message(why)), false);
+        });
+    });
+  }
+
+  // How long ago this connection last received a byte; zero while it is in the middle
+  // of a frame (it is not idle then). Thread-safe.
+  std::chrono::steady_clock::duration idle_for(std::chrono::steady_clock::time_point now) const {
+    if (in_frame_.load(std::memory_order_relaxed))
+      return {};
+    return now.time_since_epoch() -
+           std::chrono::steady_clock::duration(last_read_.load(std::memory_order_relaxed));
   }
 
   // Handshake helpers (strand only): closes the connection at `deadline`.
@@ -211,25 +243,41 @@ public:
   }
 
   // Thread-safe: closes once everything queued has been written.
-  void close_after_flush(std::string reason) {
+  // linger (strand only): see linger_then_close().
+  void close_after_flush(std::string reason, bool linger = false) {
     std::unique_lock lk(wmu_);
     if (closed_)
       return;
     if (writing_) {
       close_after_flush_ = true;
+      linger_ = linger;
       close_reason_ = std::move(reason);
       return;
     }
     lk.unlock();
+    if (linger)
+      return linger_then_close(std::move(reason));
     close(std::move(reason));
   }
 
 private:
   // ---- reading (strand only) ----
+  // Every read goes through read_rest(): in_bufs_ are the buffers still to fill and
+  // in_fresh_ marks those in memory the layer allocated for this message, whose bytes
+  // are charged to the server's budget as they arrive (a metadata buffer is charged
+  // before it grows instead).
+
+  // The next frame's header. Asynchronously: after deliver() the frame's sink runs
+  // first (the read completes on this strand only after on_frame returns).
   void read_header() {
-    asio::async_read(
-        sock_, asio::buffer(hdr_),
-        [self = shared_from_this()](std::error_code ec, std::size_t) { self->on_header(ec); });
+    in_frame_.store(false, std::memory_order_relaxed);
+    set_buffer(asio::buffer(hdr_), false);
+    read_async(&connection::on_header);
+  }
+
+  void set_buffer(asio::mutable_buffer b, bool fresh) {
+    in_bufs_.assign(1, b);
+    in_fresh_.assign(1, fresh);
   }
 
   void on_header(std::error_code ec) {
@@ -257,18 +305,44 @@ private:
     } catch (const loom::error& e) {
       return bad_frame(e);
     }
-    meta_.assign(h_.metadata_bytes, '\0');
-    in_bufs_.clear();
-    if (!meta_.empty())
-      in_bufs_.emplace_back(meta_.data(), meta_.size());
-    read_rest(&connection::on_metadata);
+    meta_.clear();
+    read_metadata();
+  }
+
+  // Reads the metadata into a buffer that grows with the bytes that have arrived: at
+  // least metadata_step, doubling once full, and to what the socket already holds, never
+  // past what the header declares. A header that declares 64 MiB and sends nothing costs
+  // 4 KiB, not 64 MiB; an honest sender's metadata usually fits the first buffer.
+  void read_metadata() {
+    const std::size_t have = meta_.size(), declared = h_.metadata_bytes;
+    if (have == declared)
+      return on_metadata({});
+    std::size_t want = std::max(2 * have, metadata_step);
+    if (declared > want) {
+      std::error_code ec;
+      const std::size_t ready = sock_.available(ec);
+      if (!ec)
+        want = std::max(want, have + ready);
+    }
+    want = std::min(want, declared);
+    if (!charge(want - have))
+      return;
+    meta_.resize(want);
+    set_buffer(asio::buffer(meta_.data() + have, want - have), false);
+    read_rest(&connection::on_metadata_bytes);
+  }
+
+  void on_metadata_bytes(std::error_code ec) {
+    if (ec)
+      return read_failed(ec);
+    read_metadata();
   }
 
   // Reads in_bufs_ completely, then calls (this->*next)(ec). What the socket
   // already holds is read at once on this strand (no trip through the
   // scheduler), at most sync_read_limit bytes per turn so a big payload that
-  // arrives as fast as it is read cannot hold this thread; the rest waits in
-  // an async_read.
+  // arrives as fast as it is read cannot hold this thread; the rest is read as
+  // it arrives (read_async).
   void read_rest(void (connection::*next)(std::error_code)) {
     std::error_code ec;
     std::size_t budget = sync_read_limit;
@@ -276,26 +350,105 @@ private:
       const std::size_t n = sock_.read_some(in_bufs_, ec);
       if (ec)
         break;
-      consume(n);
+      if (!received(n))
+        return; // over the budget: the connection is closing
       budget = n < budget ? budget - n : 0;
     }
     if (in_bufs_.empty())
       return (this->*next)({});
     if (ec && ec != asio::error::would_block && ec != asio::error::try_again)
       return (this->*next)(ec);
-    asio::async_read(
-        sock_, in_bufs_,
-        [self = shared_from_this(), next](std::error_code e, std::size_t) { ((*self).*next)(e); });
+    read_async(next);
   }
 
-  // Drops the first n bytes of in_bufs_.
-  void consume(std::size_t n) {
-    std::size_t i = 0;
-    while (i < in_bufs_.size() && n >= in_bufs_[i].size())
-      n -= in_bufs_[i++].size();
+  // Waits for the next bytes of in_bufs_ (one read as they arrive: progress is noted and
+  // charged read by read, so a peer that stalls halfway holds only what it sent).
+  void read_async(void (connection::*next)(std::error_code)) {
+    sock_.async_read_some(in_bufs_,
+                          [self = shared_from_this(), next](std::error_code ec, std::size_t n) {
+                            if (ec)
+                              return ((*self).*next)(ec);
+                            if (self->received(n))
+                              self->read_rest(next);
+                          });
+  }
+
+  // n bytes arrived in in_bufs_. False when charging them passed the budget (the
+  // connection then closes, with a reply that says why).
+  bool received(std::size_t n) {
+    if (n == 0)
+      return true;
+    in_frame_.store(true, std::memory_order_relaxed);
+    const auto now = clock_now();
+    last_read_.store(now, std::memory_order_relaxed);
+    if (account_)
+      account_->note_progress(now);
+    const std::size_t fresh = consume(n);
+    return fresh == 0 || charge(fresh);
+  }
+
+  // Drops the first n bytes of in_bufs_; returns how many of them were fresh.
+  std::size_t consume(std::size_t n) {
+    std::size_t i = 0, fresh = 0;
+    while (i < in_bufs_.size() && n >= in_bufs_[i].size()) {
+      n -= in_bufs_[i].size();
+      fresh += in_fresh_[i] ? in_bufs_[i].size() : 0;
+      ++i;
+    }
     in_bufs_.erase(in_bufs_.begin(), in_bufs_.begin() + static_cast<std::ptrdiff_t>(i));
-    if (n && !in_bufs_.empty())
+    in_fresh_.erase(in_fresh_.begin(), in_fresh_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (n && !in_bufs_.empty()) {
       in_bufs_.front() += n;
+      fresh += in_fresh_.front() ? n : 0;
+    }
+    return fresh;
+  }
+
+  // Charges n more bytes held for the message being read; false (the connection then
+  // closes) when the budget refuses them. A client connection has no budget.
+  bool charge(std::size_t n) {
+    if (!account_ || n == 0)
+      return true;
+    const auto v = account_->charge(n);
+    if (v == receive_budget::verdict::granted)
+      return true;
+    over_budget(v == receive_budget::verdict::over_connection
+                    ? "it would hold more than max_pending_bytes_per_connection (" +
+                          std::to_string(budget_->per_connection()) +
+                          " bytes) for one incomplete message"
+                : v == receive_budget::verdict::over_total
+                    ? "the server holds " + std::to_string(budget_->held()) +
+                          " bytes for incomplete frames, at max_pending_bytes (" +
+                          std::to_string(budget_->limit()) + "), and none of it is stalled"
+                    : std::string("it was evicted"));
+    return false;
+  }
+
+  // The memory this connection holds for the message it was reading is its no longer
+  // (delivered, or dropped).
+  void release_pending() {
+    if (account_)
+      account_->release_all();
+  }
+
+  // A message over the server's budget: refused with resource_exhausted, then closed.
+  void over_budget(const std::string& why) {
+    bad_frame(resource_exhausted_error(budget_message(why)));
+  }
+  std::string budget_message(const std::string& why) const {
+    return "not enough memory for the frame (request " + std::to_string(peek_request_id(hdr_)) +
+           "): " + why;
+  }
+
+  // Fresh destinations that will hold `bytes` more: refused at once when that passes
+  // the per-connection limit (rather than after reading them).
+  bool fits(std::uint64_t bytes) {
+    if (!account_ || bytes == 0 || account_->fits(bytes))
+      return true;
+    over_budget("its tensors need " + std::to_string(bytes) +
+                " bytes of memory the server allocates, over max_pending_bytes_per_connection (" +
+                std::to_string(budget_->per_connection()) + " bytes)");
+    return false;
   }
 
   void on_metadata(std::error_code ec) {
@@ -305,6 +458,7 @@ private:
       incoming_frame f;
       f.header = h_;
       f.metadata = std::move(meta_);
+      release_pending();
       auto cb = std::move(once_);
       once_ = nullptr;
       cb(nullptr, std::move(f));
@@ -320,15 +474,21 @@ private:
       return read_part();
     if (is_split_head(h_))
       return begin_split();
+    std::uint64_t fresh_bytes = 0;
     try {
       in_payloads_.clear();
       in_bufs_.clear();
+      in_fresh_.clear();
       buffer_error_.clear();
       for (std::size_t i = 0; i < fm_.payloads.size(); ++i) {
         const auto& p = fm_.payloads[i];
-        any_tensor t = destination_for(h_, fm_, meta_, i);
-        if (p.bytes)
+        bool fresh = false;
+        any_tensor t = destination_for(h_, fm_, meta_, i, fresh);
+        if (p.bytes) {
           in_bufs_.emplace_back(t.raw_data(), static_cast<std::size_t>(p.bytes));
+          in_fresh_.push_back(fresh);
+        }
+        fresh_bytes += fresh ? p.bytes : 0;
         in_payloads_.push_back(std::move(t));
       }
     } catch (const loom::error& e) {
@@ -337,14 +497,18 @@ private:
       return bad_frame(resource_exhausted_error(
           "cannot allocate " + std::to_string(fm_.payload_bytes) + " payload bytes"));
     }
+    if (!fits(fresh_bytes))
+      return;
     read_rest(&connection::on_payloads);
   }
 
   // The tensor to receive payload i of the frame (h, m, metadata) into: the sink's
   // buffer when it offers a matching one, else a fresh tensor (bounded by the checked
-  // limits). A mismatch is noted in buffer_error_, which the frame carries.
+  // limits; `fresh` says so). Its pages are committed as its bytes arrive: the
+  // layer never touches a fresh tensor before writing received bytes into it.
+  // A mismatch is noted in buffer_error_, which the frame carries.
   any_tensor destination_for(const frame_header& h, const frame_meta& m,
-                             const std::string& metadata, std::size_t i) {
+                             const std::string& metadata, std::size_t i, bool& fresh) {
     const auto& p = m.payloads[i];
     any_tensor t;
     if (sink_) {
@@ -364,7 +528,8 @@ private:
                         ", but the buffer supplied for it is " + t.describe();
       t = {};
     }
-    return t.empty() ? any_tensor(p.type, p.shape) : std::move(t);
+    fresh = t.empty();
+    return fresh ? any_tensor(p.type, p.shape) : std::move(t);
   }
 
   // A split head: its descriptors are the message's; the tensors are allocated as their
@@ -385,12 +550,16 @@ private:
   void read_part() {
     auto& s = *split_;
     const std::uint64_t n = fm_.payload_bytes;
+    if (account_) // the part's own metadata is parsed: only the head's is held
+      account_->release(meta_.size());
+    meta_.clear();
     try {
       if (n > s.meta.payload_bytes - s.received)
         throw data_loss_error("a part of " + std::to_string(n) + " bytes where split message " +
                               std::to_string(s.header.request_id) + " has " +
                               std::to_string(s.meta.payload_bytes - s.received) + " left");
       in_bufs_.clear();
+      in_fresh_.clear();
       for (std::uint64_t left = n; left > 0;) {
         const auto& p = s.meta.payloads[s.next];
         if (s.in_next == p.bytes) {
@@ -399,11 +568,18 @@ private:
           continue;
         }
         auto& t = s.payloads[s.next];
-        if (t.empty())
-          t = destination_for(s.header, s.meta, s.metadata, s.next);
+        if (t.empty()) {
+          bool fresh = false;
+          t = destination_for(s.header, s.meta, s.metadata, s.next, fresh);
+          s.fresh.resize(s.payloads.size());
+          s.fresh[s.next] = fresh;
+          if (fresh && !fits(p.bytes))
+            return;
+        }
         const std::uint64_t take = std::min(left, p.bytes - s.in_next);
         in_bufs_.emplace_back(static_cast<char*>(t.raw_data()) + s.in_next,
                               static_cast<std::size_t>(take));
+        in_fresh_.push_back(s.fresh[s.next]);
         s.in_next += take;
         left -= take;
       }
@@ -423,9 +599,10 @@ private:
     auto s = std::move(*split_);
     split_.reset();
     try {
+      bool fresh = false;
       for (std::size_t i = 0; i < s.payloads.size(); ++i)
         if (s.payloads[i].empty()) // no bytes: a tensor of 0 elements
-          s.payloads[i] = destination_for(s.header, s.meta, s.metadata, i);
+          s.payloads[i] = destination_for(s.header, s.meta, s.metadata, i, fresh);
     } catch (const std::bad_alloc&) {
       return bad_frame(resource_exhausted_error("cannot allocate the payloads of split message " +
                                                 std::to_string(s.header.request_id)));
@@ -456,6 +633,7 @@ private:
     } catch (const loom::error& e) {
       return bad_frame(e);
     }
+    release_pending(); // the message is the handler's now
     if (!sink_)
       return;
     incoming_frame f;
@@ -483,8 +661,13 @@ private:
     do_close(why);
   }
 
-  // A malformed frame: reply with the error when the bytes were a loom frame, then close.
+  // A malformed (or refused) frame: reply with the error when the bytes were a loom
+  // frame, then close; past the handshake, lingering (linger_then_close).
   void bad_frame(const loom::error& e) {
+    refuse(e, static_cast<bool>(sink_));
+  }
+
+  void refuse(const loom::error& e, bool linger) {
     const std::string msg = "bad frame from " + peer_ + ": " + e.what();
     log_line(log_, msg + "; closing that connection");
     const auto hb = std::span<const std::byte>(hdr_);
@@ -500,7 +683,32 @@ private:
       }
       send(std::move(f));
     }
-    close_after_flush(msg);
+    close_after_flush(msg, linger);
+  }
+
+  // Past the handshake a refused peer may still be sending the rest of its message:
+  // closing with those bytes unread would reset the connection, and the peer would see
+  // "connection reset" instead of the reply that says why. So once the reply is out,
+  // stop sending, read and discard what comes (into a small scratch buffer: nothing is
+  // held) until the peer closes or linger_time passes, then close.
+  void linger_then_close(std::string reason) { // strand only
+    std::error_code ec;
+    sock_.shutdown(tcp::socket::shutdown_send, ec);
+    timer_.expires_after(linger_time);
+    timer_.async_wait([self = shared_from_this(), reason](std::error_code e) {
+      if (!e)
+        self->do_close(reason);
+    });
+    drain_.reset(new char[drain_bytes]);
+    drain(std::move(reason));
+  }
+  void drain(std::string reason) {
+    sock_.async_read_some(asio::buffer(drain_.get(), drain_bytes),
+                          [self = shared_from_this(), reason](std::error_code ec, std::size_t) {
+                            if (ec)
+                              return self->do_close(reason);
+                            self->drain(reason);
+                          });
   }
 
   // ---- writing ----
@@ -551,7 +759,10 @@ private:
     if (queue_.empty()) {
       writing_ = false;
       if (close_after_flush_) {
+        close_after_flush_ = false;
         lk.unlock();
+        if (linger_)
+          return linger_then_close(close_reason_);
         do_close(close_reason_);
       }
       return;
@@ -606,6 +817,14 @@ private:
     sock_.shutdown(tcp::socket::shutdown_both, ec);
     sock_.close(ec); // cancels the pending operations: nothing touches the buffers after this
     timer_.cancel();
+    // What the unfinished message held goes now, not when the last reference to this
+    // connection does.
+    meta_ = {};
+    in_payloads_ = {};
+    in_bufs_.clear();
+    in_fresh_.clear();
+    split_.reset();
+    release_pending();
     {
       std::lock_guard lk(wmu_);
       queue_.clear();
@@ -623,6 +842,15 @@ private:
   }
 
   static constexpr std::size_t sync_read_limit = 4u << 20;
+  // The first metadata buffer of a frame (smaller when the header declares less).
+  static constexpr std::size_t metadata_step = 4u << 10;
+  // A refused peer's bytes are drained for at most this long (linger_then_close).
+  static constexpr std::chrono::milliseconds linger_time{1000};
+  static constexpr std::size_t drain_bytes = 16u << 10;
+
+  static std::chrono::steady_clock::rep clock_now() noexcept {
+    return std::chrono::steady_clock::now().time_since_epoch().count();
+  }
 
   std::shared_ptr<detail::io_runtime> rt_; // first: destroyed last
   strand_type strand_;
@@ -639,14 +867,20 @@ private:
   frame_meta fm_;
   std::vector<any_tensor> in_payloads_;
   std::vector<asio::mutable_buffer> in_bufs_;
+  std::vector<bool> in_fresh_; // in_bufs_[i] is in memory the layer allocated
   std::string buffer_error_;
   std::optional<detail::split_message> split_;
   std::shared_ptr<frame_sink> sink_;
   once_fn once_;
+  std::shared_ptr<receive_budget> budget_;           // server side only
+  std::unique_ptr<receive_budget::account> account_; // its share of budget_
+  std::unique_ptr<char[]> drain_;                    // linger_then_close()'s scratch
+  std::atomic<bool> in_frame_{false};                // between a header's first byte and delivery
+  std::atomic<std::chrono::steady_clock::rep> last_read_{clock_now()};
 
   // writing state (wmu_)
   std::mutex wmu_;
-  bool closed_ = false, writing_ = false, close_after_flush_ = false;
+  bool closed_ = false, writing_ = false, close_after_flush_ = false, linger_ = false;
   std::string close_reason_;
   std::deque<out_frame> queue_;
   std::vector<asio::const_buffer> out_bufs_; // strand only
