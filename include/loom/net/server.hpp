@@ -10,6 +10,13 @@
 //   returns (e.g. a variable's buffer).
 // - Each (client id, request id) runs at most once: a duplicate within the
 //   window gets already_exists_error.
+// - Hostile or broken peers cannot exhaust the server (docs/wire-protocol.md, "Hostile
+//   peers"): the memory held for frames not yet received is charged as bytes arrive and
+//   bounded per connection and in total (receive_budget.hpp); connections still in their
+//   handshake and connections past it are capped, the oldest handshake and the idlest
+//   client giving way; a failed accept (out of file descriptors) backs off, with a
+//   descriptor kept in reserve to take the waiting peer; repeated lines are logged once
+//   per interval with a count.
 #pragma once
 
 #include <loom/core/error.hpp>
@@ -18,15 +25,27 @@
 #include <loom/net/connection.hpp>
 #include <loom/net/frame.hpp>
 #include <loom/net/handshake.hpp>
+#include <loom/net/log.hpp>
+#include <loom/net/receive_budget.hpp>
 
 #include <asio/ip/address.hpp>
 #include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <cerrno>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#define LOOM_NET_RESERVE_FD 1
+#endif
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -54,6 +73,37 @@ struct rpc_server_options {
   // Replies with at least this many payload bytes go over the client's bulk connection.
   std::size_t bulk_threshold = 256u << 10;
   log_fn log{}; // empty: stderr
+
+  // Memory held for frames not yet received in full (their metadata buffers, the tensors
+  // the layer allocates for them; not a handler's own buffers), charged as the bytes
+  // arrive. A message that would hold more than the first on one connection is refused;
+  // a read that would pass the second first evicts peers stalled in the middle of a
+  // frame, else closes its own connection; each with resource_exhausted (receive_budget.hpp).
+  std::uint64_t max_pending_bytes_per_connection = std::uint64_t{2} << 30; // 2 GiB
+  std::uint64_t max_pending_bytes = std::uint64_t{4} << 30;                // 4 GiB
+  // Connections accepted whose handshake has not finished; past this many, the oldest
+  // is closed (an honest client finishes in a round trip: the oldest is the likeliest
+  // to be a socket that never speaks).
+  std::size_t max_handshaking_connections = 128;
+  // Connections past the handshake. At the cap, and when accepting runs out of file
+  // descriptors, the client idle the longest (nothing received for idle_eviction_grace,
+  // no request of it unanswered) is closed to make room; failing that a newcomer is
+  // refused (resource_exhausted).
+  std::size_t max_connections = 4096;
+  std::chrono::milliseconds idle_eviction_grace{5000};
+  // After a failed accept the next waits this long, doubling up to max_accept_backoff.
+  std::chrono::milliseconds accept_backoff{10};
+  std::chrono::milliseconds max_accept_backoff{1000};
+  // A line that repeats (accept errors, refused or evicted peers, bad frames) is logged
+  // at most once per interval, with the count of those held back.
+  std::chrono::milliseconds log_interval{5000};
+};
+
+// What a server holds now (rpc_server::stats()).
+struct server_stats {
+  std::size_t connections = 0;   // past the handshake
+  std::size_t handshaking = 0;   // accepted, handshake not finished
+  std::size_t pending_bytes = 0; // held for frames not yet received in full
 };
 
 namespace detail {
@@ -84,6 +134,8 @@ struct reply_state {
       } catch (...) {
       }
     }
+    if (conn)
+      conn->in_flight.fetch_sub(1, std::memory_order_relaxed);
   }
 };
 
@@ -237,9 +289,15 @@ public:
           "insecure mode (rpc_server_options::allow_insecure or LOOM_ALLOW_INSECURE=1)");
 
     rt_ = std::make_shared<io_runtime>(opts_.threads, opts_.log);
+    limiter_ = std::make_shared<log_limiter>(opts_.log, opts_.log_interval);
+    log_ = log_limiter::through(limiter_);
+    budget_ = std::make_shared<receive_budget>(opts_.max_pending_bytes,
+                                               opts_.max_pending_bytes_per_connection);
     acceptor_strand_.emplace(asio::make_strand(rt_->context()));
     acceptor_.emplace(*acceptor_strand_);
+    accept_timer_.emplace(*acceptor_strand_);
     const tcp::endpoint ep(addr, opts_.port);
+    protocol_ = ep.protocol();
     acceptor_->open(ep.protocol(), ec);
     if (!ec)
       acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
@@ -247,6 +305,8 @@ public:
       acceptor_->bind(ep, ec);
     if (!ec)
       acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec) // accept_with_reserve() accepts without waiting
+      acceptor_->native_non_blocking(true, ec);
     if (ec) {
       std::error_code ignored;
       acceptor_->close(ignored);
@@ -254,7 +314,7 @@ public:
     }
     port_ = acceptor_->local_endpoint().port();
     address_ = join_address(opts_.host, port_);
-    accept_next();
+    rt_->run_on(*acceptor_strand_, [self = shared_from_this()] { self->accept_next(); });
   }
 
   void stop() {
@@ -269,13 +329,29 @@ public:
     rt_->run_on(*acceptor_strand_, [self = shared_from_this()] {
       std::error_code ec;
       self->acceptor_->close(ec);
+      self->accept_timer_->cancel();
+      self->close_reserve();
     });
     for (auto& c : conns)
       c->close("the server is stopping");
     rt_->shutdown();
+    limiter_->flush();
     std::lock_guard lk(cmu_);
     conns_.clear();
+    handshaking_.clear();
+    handshaking_at_.clear();
     bulk_.clear();
+  }
+
+  server_stats stats() {
+    server_stats st;
+    {
+      std::lock_guard lk(cmu_);
+      st.handshaking = handshaking_.size();
+      st.connections = conns_.size() - handshaking_.size();
+    }
+    st.pending_bytes = budget_ ? budget_->held() : 0;
+    return st;
   }
 
   void add_handler(std::string method, handler_fn h, allocator_fn a) {
@@ -315,11 +391,12 @@ public:
     if (f.header.kind == frame_kind::cancel)
       return; // the client already gave up; nothing runs twice
     if (f.header.kind != frame_kind::request) {
-      log_line(opts_.log, "unexpected " + std::string(to_string(f.header.kind)) + " frame from " +
-                              c->peer() + "; ignored");
+      log_line(log_, "unexpected " + std::string(to_string(f.header.kind)) + " frame from " +
+                         c->peer() + "; ignored");
       return;
     }
     auto st = std::make_shared<reply_state>();
+    c->in_flight.fetch_add(1, std::memory_order_relaxed); // until st goes (its destructor)
     st->conn = c;
     st->core = weak_from_this();
     st->id = f.header.request_id;
@@ -395,7 +472,13 @@ private:
 
   void untrack(const std::shared_ptr<connection>& c) {
     std::lock_guard lk(cmu_);
+    forget(c);
+  }
+
+  // Under cmu_: c is no longer served (closed, or about to be).
+  void forget(const std::shared_ptr<connection>& c) {
     conns_.erase(c);
+    leave_handshake(*c);
     if (c->role == connection_role::bulk) {
       auto it = bulk_.find(c->client_id);
       if (it != bulk_.end() && it->second.lock() == c)
@@ -403,54 +486,250 @@ private:
     }
   }
 
+  // Under cmu_.
+  void leave_handshake(const connection& c) {
+    if (auto it = handshaking_at_.find(&c); it != handshaking_at_.end()) {
+      handshaking_.erase(it->second);
+      handshaking_at_.erase(it);
+    }
+  }
+
+  // Closes connections chosen to make room (outside cmu_), saying why once per interval.
+  void evict(const std::vector<std::shared_ptr<connection>>& victims, const std::string& why) {
+    for (const auto& v : victims) {
+      log_line(log_, "closed the connection from " + v->peer() + ": " + why);
+      v->close(why);
+    }
+  }
+
+  // ---- accepting (acceptor strand) ----
+
   void accept_next() {
-    auto c = std::make_shared<connection>(rt_, opts_.limits, opts_.log);
+    reopen_reserve();
+    auto c = std::make_shared<connection>(rt_, opts_.limits, log_);
     acceptor_->async_accept(
         c->socket(),
         asio::bind_executor(*acceptor_strand_, [self = shared_from_this(), c](std::error_code ec) {
-          if (ec == asio::error::operation_aborted)
-            return;
-          {
-            std::lock_guard lk(self->cmu_);
-            if (self->stopping_)
-              return;
-            if (!ec)
-              self->conns_.insert(c);
-          }
-          if (ec) {
-            self->log_line_once("accepting a connection on " + self->address_ +
-                                " failed: " + ec.message());
-          } else {
-            c->configure_socket();
-            c->run([self, c] { self->handshake(c); });
-          }
-          self->accept_next();
+          self->on_accepted(c, ec);
         }));
   }
 
-  void log_line_once(const std::string& s) { log_line(opts_.log, s); }
+  void on_accepted(const std::shared_ptr<connection>& c, std::error_code ec) {
+    if (ec == asio::error::operation_aborted)
+      return;
+    {
+      std::lock_guard lk(cmu_);
+      if (stopping_)
+        return;
+    }
+    if (!ec) {
+      backoff_ = {};
+      serve(c);
+      return accept_next();
+    }
+    const bool out_of_descriptors =
+        ec == asio::error::no_descriptors || ec == std::errc::too_many_files_open_in_system;
+    const auto outcome = out_of_descriptors ? make_room_for_peer() : room::none;
+    if (outcome == room::served)
+      return accept_next(); // the waiting peer is served: a descriptor was given up for it
+    if (outcome == room::made) {
+      // A descriptor is being given up (its connection closes on its own strand): try
+      // again shortly, without counting this as a failure.
+      return retry_accept_after(opts_.accept_backoff);
+    }
+    // Never re-arm at once: the error would come straight back (a full descriptor table
+    // makes every accept fail while the peer waits in the backlog), spinning a core and
+    // writing a line per try. Back off, doubling, and log once per interval.
+    backoff_ = backoff_.count() == 0 ? opts_.accept_backoff
+                                     : std::min(backoff_ * 2, opts_.max_accept_backoff);
+    log_line(log_, "accepting a connection on " + address_ + " failed: " + ec.message() +
+                       (out_of_descriptors ? " (no connection could be given up for it)" : "") +
+                       "; retrying in " + std::to_string(backoff_.count()) + " ms");
+    retry_accept_after(backoff_);
+  }
+
+  void retry_accept_after(std::chrono::milliseconds wait) {
+    accept_timer_->expires_after(wait);
+    accept_timer_->async_wait(
+        asio::bind_executor(*acceptor_strand_, [self = shared_from_this()](std::error_code e) {
+          if (!e)
+            self->accept_next();
+        }));
+  }
+
+  // A socket was accepted: it starts its handshake. Past max_handshaking_connections the
+  // oldest still in its handshake is closed: an honest client finishes in one round trip,
+  // so the oldest is the likeliest to be a socket that never speaks, and closing it
+  // (rather than refusing the newcomer) lets a client in while such sockets pile up.
+  void serve(const std::shared_ptr<connection>& c) {
+    std::vector<std::shared_ptr<connection>> oldest;
+    {
+      std::lock_guard lk(cmu_);
+      conns_.insert(c);
+      handshaking_at_[c.get()] = handshaking_.insert(handshaking_.end(), c);
+      if (handshaking_.size() > opts_.max_handshaking_connections) {
+        oldest.push_back(handshaking_.front());
+        forget(oldest.back());
+      }
+    }
+    evict(oldest, "it had not finished its handshake, the oldest of more than "
+                  "max_handshaking_connections (" +
+                      std::to_string(opts_.max_handshaking_connections) + ")");
+    c->attach_budget(budget_);
+    c->configure_socket();
+    c->run([self = shared_from_this(), c] { self->handshake(c); });
+  }
+
+  enum class room { none, made, served };
+
+  // Out of file descriptors with a peer waiting. The descriptor kept in reserve takes the
+  // peer, and a connection is given up for it (the oldest in its handshake, else the
+  // idlest client): served. With none to give up, the peer is refused at once (closed)
+  // rather than left waiting in the backlog: none. Without the reserve (not yet reopened),
+  // a connection is given up so that the next try succeeds: made.
+  room make_room_for_peer() {
+#ifdef LOOM_NET_RESERVE_FD
+    if (reserve_fd_ < 0)
+      return make_room() ? room::made : room::none;
+    close_reserve();
+    const int fd = ::accept(acceptor_->native_handle(), nullptr, nullptr);
+    if (fd < 0) {
+      const bool gone = errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED;
+      reopen_reserve();
+      return gone ? room::made : room::none; // gone: the peer left the backlog; try again
+    }
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (!make_room()) {
+      ::close(fd);
+      reopen_reserve();
+      return room::none;
+    }
+    auto c = std::make_shared<connection>(rt_, opts_.limits, log_);
+    std::error_code ec;
+    c->socket().assign(protocol_, fd, ec);
+    if (ec) {
+      ::close(fd);
+      return room::made;
+    }
+    serve(c);
+    return room::served; // the reserve is reopened once the descriptor given up is closed
+#else
+    return make_room() ? room::made : room::none;
+#endif
+  }
+
+  // Gives up one connection (to free its descriptor): the oldest still in its handshake,
+  // else the client idle the longest. False when there is none to give up.
+  bool make_room() {
+    std::vector<std::shared_ptr<connection>> victims;
+    std::string why;
+    {
+      std::lock_guard lk(cmu_);
+      if (!handshaking_.empty()) {
+        victims.push_back(handshaking_.front());
+        why = "the server ran out of file descriptors and it was the oldest connection still in "
+              "its handshake";
+      } else {
+        victims = idlest_client(std::chrono::steady_clock::now());
+        why = "the server ran out of file descriptors and its client was the idlest";
+      }
+      for (const auto& v : victims)
+        forget(v);
+    }
+    evict(victims, why);
+    return !victims.empty();
+  }
+
+  // Under cmu_: the admitted connections of the client idle the longest, when it has
+  // been idle for idle_eviction_grace and has no request unanswered (a client waiting
+  // for a barrier's reply sends nothing, yet is not idle); none when there is no such.
+  // A client's control and bulk connections go together (the channel needs both).
+  std::vector<std::shared_ptr<connection>>
+  idlest_client(std::chrono::steady_clock::time_point now) {
+    struct client {
+      std::chrono::steady_clock::duration idle = std::chrono::steady_clock::duration::max();
+      bool busy = false;
+      std::vector<std::shared_ptr<connection>> conns;
+    };
+    std::unordered_map<std::uint64_t, client> clients;
+    for (const auto& c : conns_) {
+      if (handshaking_at_.count(c.get()))
+        continue;
+      auto& k = clients[c->client_id];
+      k.idle = std::min(k.idle, c->idle_for(now));
+      k.busy = k.busy || c->in_flight.load(std::memory_order_relaxed) > 0;
+      k.conns.push_back(c);
+    }
+    client* idlest = nullptr;
+    for (auto& [id, k] : clients)
+      if (!k.busy && k.idle >= opts_.idle_eviction_grace && (!idlest || k.idle > idlest->idle))
+        idlest = &k;
+    return idlest ? std::move(idlest->conns) : std::vector<std::shared_ptr<connection>>{};
+  }
+
+#ifdef LOOM_NET_RESERVE_FD
+  void reopen_reserve() {
+    if (reserve_fd_ < 0)
+      reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
+  void close_reserve() {
+    if (reserve_fd_ >= 0)
+      ::close(reserve_fd_);
+    reserve_fd_ = -1;
+  }
+#else
+  void reopen_reserve() {}
+  void close_reserve() {}
+#endif
+
+  // Admits a connection whose handshake succeeded; at max_connections the idlest client
+  // gives way, or, when none may, the newcomer is refused (resource_exhausted).
+  std::shared_ptr<frame_sink> admit(const std::shared_ptr<connection>& c) {
+    std::vector<std::shared_ptr<connection>> evicted;
+    {
+      std::lock_guard lk(cmu_);
+      if (stopping_ || !conns_.count(c)) // stopping, or given up meanwhile (closing)
+        return nullptr;
+      leave_handshake(*c);
+      if (conns_.size() - handshaking_.size() > opts_.max_connections) {
+        evicted = idlest_client(std::chrono::steady_clock::now());
+        if (evicted.empty())
+          throw resource_exhausted_error("the server at " + address_ + " serves max_connections (" +
+                                         std::to_string(opts_.max_connections) +
+                                         ") connections and none is idle");
+        for (const auto& v : evicted)
+          forget(v);
+      }
+      if (c->role == connection_role::bulk)
+        bulk_[c->client_id] = c;
+    }
+    evict(evicted, "the server was at max_connections (" + std::to_string(opts_.max_connections) +
+                       ") and its client was the idlest");
+    return shared_from_this();
+  }
 
   // Server side of the handshake (handshake.hpp), on c's strand.
   void handshake(const std::shared_ptr<connection>& c) {
     auto self = shared_from_this();
     start_server_handshake(
-        c, token_, address_, opts_.log, std::chrono::steady_clock::now() + opts_.handshake_timeout,
-        [self](const std::shared_ptr<connection>& admitted) -> std::shared_ptr<frame_sink> {
-          std::lock_guard lk(self->cmu_);
-          if (self->stopping_)
-            return nullptr;
-          if (admitted->role == connection_role::bulk)
-            self->bulk_[admitted->client_id] = admitted;
-          return self;
-        },
+        c, token_, address_, log_, std::chrono::steady_clock::now() + opts_.handshake_timeout,
+        [self](const std::shared_ptr<connection>& admitted) { return self->admit(admitted); },
         [self](const std::shared_ptr<connection>& dropped) { self->untrack(dropped); });
   }
 
   rpc_server_options opts_;
   std::optional<std::string> token_;
   std::shared_ptr<io_runtime> rt_;
+  std::shared_ptr<log_limiter> limiter_;
+  log_fn log_; // through limiter_: the lines about peers, which a flood would repeat
+  std::shared_ptr<receive_budget> budget_;
   std::optional<asio::strand<asio::io_context::executor_type>> acceptor_strand_;
   std::optional<tcp::acceptor> acceptor_;
+  tcp protocol_ = tcp::v4();
+  // acceptor strand only
+  std::optional<asio::steady_timer> accept_timer_;
+  std::chrono::milliseconds backoff_{0};
+  int reserve_fd_ = -1;
   std::uint16_t port_ = 0;
   std::string address_;
 
@@ -459,7 +738,10 @@ private:
 
   std::mutex cmu_;
   bool stopping_ = false;
-  std::unordered_set<std::shared_ptr<connection>> conns_;
+  std::unordered_set<std::shared_ptr<connection>> conns_; // handshaking or admitted
+  std::list<std::shared_ptr<connection>> handshaking_;    // oldest first
+  std::unordered_map<const connection*, std::list<std::shared_ptr<connection>>::iterator>
+      handshaking_at_;
   std::unordered_map<std::uint64_t, std::weak_ptr<connection>> bulk_;
 
   std::mutex dmu_;
@@ -499,6 +781,9 @@ public:
   std::uint16_t port() const noexcept { return core_->port(); }
   // "host:port" with the bound port.
   const std::string& address() const noexcept { return core_->address(); }
+
+  // Connections and the memory held for frames not yet received in full, now.
+  server_stats stats() const { return core_->stats(); }
 
   // Closes the listener and every connection, joins the io threads. Calls in
   // flight fail on their clients with unavailable_error. Idempotent.
