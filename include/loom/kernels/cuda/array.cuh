@@ -27,16 +27,34 @@
 #include <loom/kernels/cuda/state.cuh>
 #include <loom/kernels/registry.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace loom::detail::cuda_kernels {
 
 using loom::detail::axis_layout;
 using loom::detail::layout_around;
+
+// The unsigned integer of T's width: the kernels that only move elements
+// (gathers, stitches, concats) are instantiated per width, not per dtype, so
+// nvcc compiles three of each instead of five. A zero element is all zero
+// bits in every dtype.
+template <class T>
+using same_width =
+    std::conditional_t<sizeof(T) == 1, std::uint8_t,
+                       std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>;
+template <class T> same_width<T>* as_width(T* p) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 4 || sizeof(T) == 8);
+  return reinterpret_cast<same_width<T>*>(p);
+}
+template <class T> const same_width<T>* as_width(const T* p) {
+  return reinterpret_cast<const same_width<T>*>(p);
+}
 
 // out[r, j] = src[o, ids[k], j] for r = o * n + k over [outer * n, inner]; a
 // negative id (drop_negative, checked) gives zeros.
@@ -65,9 +83,9 @@ template <class T> void gather_rows(kernel_context& c, const any_tensor& params)
   c.output = g.allocate(params.type(), gathered_shape(params.shape(), ids.shape(), axis));
   if (const std::int64_t total = l.outer * n * l.inner; total > 0)
     with_device_ids(ids, [&]<class I>(const I* id) {
-      gather_kernel<T, I><<<grid_for(total), block_threads, 0, g.stream>>>(
-          c.output.template device_data<T>(), params.template device_data<T>(), id, n, l.count,
-          l.inner, total);
+      gather_kernel<same_width<T>, I><<<grid_for(total), block_threads, 0, g.stream>>>(
+          as_width(c.output.template device_data<T>()), as_width(params.template device_data<T>()),
+          id, n, l.count, l.inner, total);
       check_launch();
     });
 }
@@ -274,9 +292,9 @@ template <class T> struct dynamic_stitch_gpu {
     const auto d_from_part = upload(g, from_part);
     const auto d_from_row = upload(g, from_row);
     const std::int64_t total = c.output.num_elements();
-    stitch_kernel<T><<<grid_for(total), block_threads, 0, g.stream>>>(
-        c.output.template device_data<T>(), d_parts.data(), d_from_part.data(), d_from_row.data(),
-        row, total);
+    stitch_kernel<same_width<T>><<<grid_for(total), block_threads, 0, g.stream>>>(
+        as_width(c.output.template device_data<T>()), d_parts.data(), d_from_part.data(),
+        d_from_row.data(), row, total);
     check_launch();
   }
 };
@@ -324,8 +342,8 @@ void copy_blocks(const gpu_context& g, T* dst, const T* src, std::int64_t outer,
   const std::int64_t total = outer * len;
   if (total <= 0)
     return;
-  copy_blocks_kernel<T><<<grid_for(total), block_threads, 0, g.stream>>>(dst, src, len, dst_stride,
-                                                                         src_stride, total);
+  copy_blocks_kernel<same_width<T>><<<grid_for(total), block_threads, 0, g.stream>>>(
+      as_width(dst), as_width(src), len, dst_stride, src_stride, total);
   check_launch();
 }
 
