@@ -13,20 +13,22 @@ if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
 endif()
 
 # loom_cuda_target(<target>): not by linking loom::loom: its cxx_std_20 feature has no
-# nvcc mapping in CMake < 3.26, so the target gets loom's include directories and
-# definitions here and links the rest itself. The flags are for Eigen's headers under
-# nvcc: constexpr host functions called from its host-device ones; diagnostics of its
-# own (20011/20014: its __host__ __device__ executor calls host-only evaluators, which
-# the CPU's fused kernels instantiate; they run on the host only); its pragmas meant for
-# nvcc's front end. -Wno-restrict: g++ 12's false -Wrestrict on std::string
-# concatenation at -O3 (GCC bug 105329), which nvcc's host pass trips over. The shared
-# runtime, as CUDA::cudart (CMake would add the static one as well). Warnings are errors
-# where LOOM_WARNINGS_AS_ERRORS is on (loom's own build).
+# nvcc mapping in CMake < 3.26, so the target gets loom's include directories,
+# definitions and options (the host compiler's -march) here and links the rest itself.
+# The flags are for Eigen's headers under nvcc: constexpr host functions called from its
+# host-device ones; diagnostics of its own (20011/20014: its __host__ __device__ executor
+# calls host-only evaluators, which the CPU's fused kernels instantiate; they run on the
+# host only); its pragmas meant for nvcc's front end. -Wno-restrict: g++ 12's false
+# -Wrestrict on std::string concatenation at -O3 (GCC bug 105329), which nvcc's host pass
+# trips over. The shared runtime, as CUDA::cudart (CMake would add the static one as
+# well). Warnings are errors where LOOM_WARNINGS_AS_ERRORS is on (loom's own build).
 function(loom_cuda_target target)
   target_include_directories(${target} PRIVATE
     $<TARGET_PROPERTY:loom::loom,INTERFACE_INCLUDE_DIRECTORIES>)
   target_compile_definitions(${target} PRIVATE
     $<TARGET_PROPERTY:loom::loom,INTERFACE_COMPILE_DEFINITIONS>)
+  target_compile_options(${target} PRIVATE
+    $<TARGET_PROPERTY:loom::loom,INTERFACE_COMPILE_OPTIONS>)
   set_target_properties(${target} PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON
                                              CUDA_EXTENSIONS OFF CUDA_RUNTIME_LIBRARY Shared)
   target_compile_options(${target} PRIVATE
