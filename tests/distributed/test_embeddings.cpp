@@ -131,6 +131,13 @@ TEST_CASE("embedding_lookup over shards on two ps tasks: TF's mod and div rules,
         CHECK(got(i, j, 0) == static_cast<float>(batch(i, j)));
         CHECK(got(i, j, 1) == -static_cast<float>(batch(i, j)));
       }
+    // A batch whose ids all live past shard 0 (its part of the stitch is empty).
+    const tensor<std::int64_t, 2> later(shape{1, 2}, {div ? 7 : 4, div ? 8 : 7});
+    const auto got_later = s.run(rows, {{ids, later}});
+    for (std::int64_t j = 0; j < 2; ++j) {
+      CHECK(got_later(0, j, 0) == static_cast<float>(later(0, j)));
+      CHECK(got_later(0, j, 1) == -static_cast<float>(later(0, j)));
+    }
     const std::string log = placed.str();
     INFO(log);
     for (int p = 0; p < 3; ++p)

@@ -86,7 +86,8 @@ template <class T> struct indexed_slices_cpu {
     std::fill_n(out, c.output.num_elements(), T(0));
     const T* v = values.data<T>();
     with_ids(indices, [&](const auto* id) {
-      check_id_range(c.node, id, n, l.count, true, "a dense shape " + dense.to_string());
+      check_id_range(c.node, id, n, l.count, true,
+                     [&] { return "a dense shape " + dense.to_string(); });
       for (std::int64_t o = 0; o < l.outer; ++o)
         for (std::int64_t k = 0; k < n; ++k)
           if (id[k] >= 0)
@@ -188,7 +189,7 @@ template <class I> struct shard_route_cpu {
     const I* id = ids.data<I>();
     const std::int64_t count = ids.num_elements();
     check_id_range(c.node, id, count, rows, false,
-                   c.node.attr_or<std::string>("_what", "the embedding"));
+                   [&] { return c.node.attr_or<std::string>("_what", "the embedding"); });
     const bool positions = c.node.op == "shard_positions";
     std::vector<I> local;
     std::vector<std::int32_t> where;
@@ -215,7 +216,11 @@ template <class T> struct dynamic_stitch_cpu {
   static void run(kernel_context& c) {
     const auto parts = static_cast<std::size_t>(c.node.attr<std::int64_t>("N"));
     const any_tensor& first = c.input(0);
-    const std::int64_t row = first.shape()[0] == 0 ? 0 : first.num_elements() / first.shape()[0];
+    // Elements per row from the row's shape, not from a part's count: a part
+    // may have no rows (a shard that got no ids this step).
+    std::int64_t row = 1;
+    for (int a = 1; a < first.rank(); ++a)
+      row *= first.shape()[a];
     std::int64_t size = 0;
     for (std::size_t i = 0; i < parts; ++i) {
       const any_tensor& data = c.input(i);
