@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace loom::detail {
@@ -35,18 +36,28 @@ template <class F> decltype(auto) with_ids(const any_tensor& ids, F&& f) {
   return f(ids.data<std::int64_t>());
 }
 
+// What ids index, for an error: a string, or a callable that makes it. The
+// kernels pass callables, so that a step builds no message it never throws.
+inline const std::string& text_of(const std::string& what) {
+  return what;
+}
+template <class F>
+requires std::is_invocable_r_v<std::string, const F&> std::string text_of(const F& what) {
+  return what();
+}
+
 // The first id outside [0, limit) (negative ones allowed where `negative_ok`),
 // as an error naming the node, what the ids index, the id and its position;
 // none: nothing is thrown. Checked before anything is written.
-template <class I>
+template <class I, class What>
 void check_id_range(const node_def& n, const I* ids, std::int64_t count, std::int64_t limit,
-                    bool negative_ok, const std::string& what) {
+                    bool negative_ok, const What& what) {
   for (std::int64_t k = 0; k < count; ++k) {
     const auto id = static_cast<std::int64_t>(ids[k]);
     if ((id < 0 && !negative_ok) || id >= limit)
       throw invalid_argument_error("node " + n.describe() + ": id " + std::to_string(id) +
                                    " (at position " + std::to_string(k) + ") is outside [0, " +
-                                   std::to_string(limit) + ") of " + what);
+                                   std::to_string(limit) + ") of " + text_of(what));
   }
 }
 
@@ -55,9 +66,10 @@ void check_id_range(const node_def& n, const I* ids, std::int64_t count, std::in
 template <class I>
 void check_gather_ids(const node_def& n, const I* ids, std::int64_t count, std::int64_t rows,
                       bool drop_negative, int axis) {
-  check_id_range(n, ids, count, rows, drop_negative,
-                 n.attr_or<std::string>("_params_name", "the params") + " (axis " +
-                     std::to_string(axis) + ")");
+  check_id_range(n, ids, count, rows, drop_negative, [&] {
+    return n.attr_or<std::string>("_params_name", "the params") + " (axis " + std::to_string(axis) +
+           ")";
+  });
 }
 
 // A resource_gather reads a variable only once it has a value. The caller holds v.mu.
