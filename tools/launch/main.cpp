@@ -12,8 +12,17 @@
 // (PR_SET_PDEATHSIG). The exit status is the chief's, a failing task's (128+signal for a
 // signal), 130/143 for SIGINT/SIGTERM, 2 for bad usage, 127 for a binary that cannot run.
 //
-// POSIX (Linux) only; it includes no loom header but the flag parser.
+// The cluster is authenticated: unless the user set LOOM_CLUSTER_TOKEN or
+// LOOM_CLUSTER_TOKEN_FILE (then theirs is kept) or gave --no_token, loom-launch generates a
+// random token and puts it in every task's environment as LOOM_CLUSTER_TOKEN, never on a
+// command line (which any local user can read in /proc/PID/cmdline), so other users of the
+// machine cannot connect to the tasks' ports.
+//
+// POSIX (Linux) only; it includes no loom header but the flag parser, and OpenSSL for the
+// token's random bytes.
 #include <loom/core/flags.hpp>
+
+#include <openssl/rand.h>
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -50,7 +59,8 @@ constexpr std::size_t max_line = 1 << 20; // a longer line is printed in pieces
 constexpr std::int64_t max_tasks = 1000;
 
 constexpr std::string_view usage_text =
-    R"(usage: loom-launch [--ps N] [--workers N] [--host ADDR] [--grace_secs S] -- BINARY [ARGS...]
+    R"(usage: loom-launch [--ps N] [--workers N] [--host ADDR] [--grace_secs S] [--no_token]
+                   -- BINARY [ARGS...]
 
 Starts a local cluster of BINARY: N ps tasks and N worker tasks on free ports of ADDR, each
 run as  BINARY ARGS... --ps_hosts=h:p,... --worker_hosts=h:p,... --job_name=ps|worker
@@ -63,7 +73,15 @@ job and task in front, "[ps:0] ..." or "[worker:1] ..." (stdout to stdout, stder
   --grace_secs S  seconds between SIGTERM and SIGKILL when tasks are stopped, and the
                   seconds the others get to exit on their own after the chief exits 0
                   (default 10)
+  --no_token      start the cluster without a cluster token (any local user can then
+                  connect to its tasks and run requests)
   --help          this text
+
+The cluster is authenticated: every task gets a random cluster token, generated for this
+cluster, in its environment (LOOM_CLUSTER_TOKEN; never on its command line), and its servers
+refuse peers without it. When LOOM_CLUSTER_TOKEN or LOOM_CLUSTER_TOKEN_FILE is already set,
+the tasks use that token instead: set one yourself to connect other processes (a client, a
+task started by hand) to the cluster.
 
 When the chief exits 0, the others get --grace_secs to exit, then stragglers are stopped.
 When a task fails, or on SIGINT/SIGTERM, every task gets SIGTERM, then SIGKILL.
@@ -624,6 +642,67 @@ private:
   int final_code_ = 0;
 };
 
+// ---------------------------------------------------------------------------------------------
+// The cluster token
+// ---------------------------------------------------------------------------------------------
+constexpr std::size_t token_bytes = 32; // 256 bits, written as 64 hex digits
+
+bool env_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v;
+}
+
+// A fresh random token (OpenSSL's RAND_bytes, the generator of the handshake's nonces), or
+// nullopt when OpenSSL cannot produce one.
+std::optional<std::string> random_token() {
+  unsigned char bytes[token_bytes];
+  if (RAND_bytes(bytes, static_cast<int>(sizeof bytes)) != 1)
+    return std::nullopt;
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string token;
+  token.reserve(2 * sizeof bytes);
+  for (unsigned char b : bytes) {
+    token += hex[b >> 4];
+    token += hex[b & 0xf];
+  }
+  return token;
+}
+
+// Gives the tasks their token through loom-launch's own environment, which every task
+// inherits (a command line is readable by every local user, an environment only by its
+// owner); returns how the banner describes it, or nullopt after saying what went wrong.
+std::optional<std::string> arrange_token(bool no_token) {
+  const bool user_token = env_set("LOOM_CLUSTER_TOKEN");
+  const bool user_file = env_set("LOOM_CLUSTER_TOKEN_FILE");
+  if (no_token) {
+    if (user_token || user_file) {
+      say(std::string("--no_token, but ") +
+          (user_token ? "LOOM_CLUSTER_TOKEN" : "LOOM_CLUSTER_TOKEN_FILE") +
+          " is set: unset it, or drop --no_token to use it");
+      return std::nullopt;
+    }
+    return std::string("without a cluster token (--no_token): any local user can connect to "
+                       "its tasks and run requests");
+  }
+  if (user_token)
+    return std::string("authenticated with your LOOM_CLUSTER_TOKEN");
+  if (user_file)
+    return "authenticated with the token in your LOOM_CLUSTER_TOKEN_FILE (" +
+           std::string(std::getenv("LOOM_CLUSTER_TOKEN_FILE")) + ")";
+  const auto token = random_token();
+  if (!token) {
+    say("cannot generate a cluster token: OpenSSL's RAND_bytes failed (give one in "
+        "LOOM_CLUSTER_TOKEN, or start the cluster with --no_token)");
+    return std::nullopt;
+  }
+  if (::setenv("LOOM_CLUSTER_TOKEN", token->c_str(), 1) != 0) {
+    say(std::string("cannot set LOOM_CLUSTER_TOKEN: ") + std::strerror(errno));
+    return std::nullopt;
+  }
+  return std::string("authenticated with a cluster token generated for it (LOOM_CLUSTER_TOKEN "
+                     "in each task's environment)");
+}
+
 int usage_error(const std::string& message) {
   say(message);
   write_all(STDERR_FILENO, "run 'loom-launch --help' for usage\n");
@@ -650,7 +729,8 @@ int main(int argc, char** argv) {
   flags.define_int("ps", 1, "ps tasks")
       .define_int("workers", 1, "worker tasks (worker 0 is the chief)")
       .define_string("host", "127.0.0.1", "the address the tasks listen on")
-      .define_float("grace_secs", 10, "seconds between SIGTERM and SIGKILL");
+      .define_float("grace_secs", 10, "seconds between SIGTERM and SIGKILL")
+      .define_bool("no_token", false, "start the cluster without a cluster token");
   try {
     std::vector<const char*> own(argv, argv + split);
     flags.parse(static_cast<int>(own.size()), own.data());
@@ -694,6 +774,10 @@ int main(int argc, char** argv) {
     return exit_cannot_execute;
   }
 
+  const auto token_note = arrange_token(flags.get_bool("no_token"));
+  if (!token_note)
+    return exit_usage;
+
   install_signal_handlers();
   const auto ports = free_ports(host, static_cast<std::size_t>(n_ps + n_workers));
   std::string ps_hosts, worker_hosts;
@@ -703,7 +787,7 @@ int main(int argc, char** argv) {
   }
   say("starting " + std::to_string(n_ps) + " ps and " + std::to_string(n_workers) +
       " worker task(s) of " + binary + " with --ps_hosts=" + ps_hosts +
-      " --worker_hosts=" + worker_hosts);
+      " --worker_hosts=" + worker_hosts + "; the cluster is " + *token_note);
 
   launcher l(binary, *path, std::move(args), grace);
   l.start(ps_hosts, worker_hosts, n_ps, n_workers);
