@@ -3,6 +3,8 @@
 //
 // - Binding beyond loopback requires a cluster token (auth.hpp) unless insecure
 //   mode is requested (rpc_server_options::allow_insecure or LOOM_ALLOW_INSECURE=1).
+//   A server without a token says so once when it starts listening (unless the program
+//   chose none itself, token = ""): any local user can connect to it.
 // - Handlers run on the io threads, on the strand of the connection the request
 //   came from: keep them short, or hold the responder and reply later from any
 //   thread (a barrier that answers when a step is applied).
@@ -314,6 +316,15 @@ public:
     }
     port_ = acceptor_->local_endpoint().port();
     address_ = join_address(opts_.host, port_);
+    // Said once, so that whoever runs a tokenless task learns that others can reach it;
+    // not when the program chose no token itself (token = "": a test, a deliberate setup).
+    if (!token_ && !opts_.token)
+      log_line(opts_.log,
+               "serving " + address_ + " without a cluster token: " +
+                   (is_loopback_host(addr) ? "any local user" : "anyone who can reach it") +
+                   " can connect and run requests (set LOOM_CLUSTER_TOKEN or "
+                   "LOOM_CLUSTER_TOKEN_FILE for every task, or start the cluster with "
+                   "loom-launch, which generates one)");
     rt_->run_on(*acceptor_strand_, [self = shared_from_this()] { self->accept_next(); });
   }
 
