@@ -2,8 +2,12 @@
 // cluster, and the tests check the prefixed output and the flags each task got, the exit
 // status in each ending (chief done, a task failing, a task ignoring SIGTERM, SIGINT/SIGTERM
 // to the launcher, the launcher killed), that no task outlives it (each fake task prints its
-// pid), and the bad-input messages.
+// pid), and the bad-input messages. The token tests run real loom-server tasks: a client
+// without the cluster's token is refused, the tasks' own token (read from their environment,
+// never their command line) works.
 #include "support/process.hpp"
+
+#include <loom/loom.hpp>
 
 #include <doctest/doctest.h>
 
@@ -30,6 +34,7 @@ using namespace std::chrono_literals;
 
 const std::string launch_bin = LOOM_LAUNCH_BIN;
 const std::string fake_bin = LOOM_FAKE_TASK_BIN;
+const std::string server_bin = LOOM_SERVER_BIN;
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -388,4 +393,286 @@ TEST_CASE("loom-launch: bad input gives one clear message") {
   expect_exit(help, 0, 30s);
   CHECK(contains(help.output(), "usage: loom-launch [--ps N] [--workers N]"));
   CHECK(task_pids(help.output()).empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cluster token
+// ---------------------------------------------------------------------------------------------
+namespace {
+
+// A /proc file of `pid` whose entries are separated by NULs (cmdline, environ).
+std::vector<std::string> proc_entries(pid_t pid, const std::string& file) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/" + file, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return split(text, '\0');
+}
+
+std::optional<std::string> env_of(pid_t pid, const std::string& name) {
+  for (const auto& kv : proc_entries(pid, "environ"))
+    if (kv.rfind(name + "=", 0) == 0)
+      return kv.substr(name.size() + 1);
+  return std::nullopt;
+}
+
+// The processes whose parent is `parent` (loom-launch's tasks).
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto close_paren = text.rfind(')');
+    if (close_paren == std::string::npos)
+      continue;
+    std::istringstream rest(text.substr(close_paren + 2));
+    std::string state;
+    long ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent)
+      out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+bool is_hex_token(const std::string& s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// No token and no token file in the environment loom-launch (or a task) starts with.
+lt::env_overrides without_token(lt::env_overrides env = {}) {
+  env.emplace("LOOM_CLUSTER_TOKEN", std::nullopt);
+  env.emplace("LOOM_CLUSTER_TOKEN_FILE", std::nullopt);
+  return env;
+}
+
+// The LOOM_CLUSTER_TOKEN of every fake task of a running launch (nullopt: none), after
+// checking that it is on no task's command line and not in the launch's output.
+std::map<std::string, std::optional<std::string>> task_tokens(const lt::child& launch, int ps,
+                                                              int workers) {
+  std::map<std::string, std::optional<std::string>> tokens;
+  const auto pids = task_pids(launch.output());
+  for (const auto& t : names(ps, workers)) {
+    const auto it = pids.find(t);
+    REQUIRE_MESSAGE(it != pids.end(), t << " printed no pid");
+    tokens[t] = env_of(it->second, "LOOM_CLUSTER_TOKEN");
+    if (tokens[t]) {
+      for (const auto& arg : proc_entries(it->second, "cmdline"))
+        CHECK_MESSAGE(!contains(arg, *tokens[t]), t << "'s command line holds the token");
+      CHECK_FALSE(contains(launch.output(), *tokens[t])); // nor is it printed
+    }
+  }
+  return tokens;
+}
+
+// "[ps:0] loom-server: serving /job:ps/task:0 at loom://127.0.0.1:P" -> "loom://127.0.0.1:P".
+std::string served_target(const lt::child& c, const std::string& prefix, const std::string& job,
+                          int task) {
+  const std::string line =
+      prefix + "loom-server: serving /job:" + job + "/task:" + std::to_string(task) + " at ";
+  REQUIRE_MESSAGE(c.wait_for_output(line, 60s), c.report());
+  const std::string out = c.output();
+  const auto at = out.find(line) + line.size();
+  return out.substr(at, out.find('\n', at) - at);
+}
+
+loom::cluster_session_options client_with(std::string token) {
+  loom::cluster_session_options o;
+  o.token = std::move(token); // "" = none, whatever the test's environment holds
+  o.connect_timeout = 10s;
+  o.quiet = true;
+  return o;
+}
+
+// One increment of a counter on /job:ps/task:0 (or on the only task when `on_ps` is false)
+// through `target`; throws what the session throws.
+float increment(const std::string& target, const std::string& token, bool on_ps) {
+  loom::graph g;
+  auto c = [&] {
+    auto _ = g.device(on_ps ? "/job:ps/task:0" : "/job:worker/task:0");
+    return loom::get_variable<float, 0>(g, "counter", loom::shape{}, loom::constant_initializer{0});
+  }();
+  auto step = c.assign(c + 1.0f);
+  loom::session sess(g, target, client_with(token));
+  sess.run(c.initializer());
+  return static_cast<float>(sess.run(step));
+}
+
+// Runs `call` and checks that it fails as a client without the right token does.
+template <class F> void expect_refused(F&& call, const std::string& what) {
+  CAPTURE(what);
+  try {
+    call();
+    FAIL("a client without the cluster token was served");
+  } catch (const loom::error& e) {
+    INFO(e.what());
+    CHECK(e.code() == loom::error_code::unauthenticated);
+    CHECK(contains(e.what(), "token"));
+  }
+}
+
+} // namespace
+
+TEST_CASE("loom-launch: a generated token in every task's environment, on no command line") {
+  std::set<std::string> seen;
+  for (int run = 0; run < 2; ++run) {
+    lt::child launch(launch_bin, launch_args(1, 2, 1, {"--forever"}), without_token());
+    wait_ready(launch, names(1, 2));
+    const auto tokens = task_tokens(launch, 1, 2);
+    INFO(launch.output());
+    CHECK(contains(launch.output(), "the cluster is authenticated with a cluster token "
+                                    "generated for it"));
+    for (const auto& [t, token] : tokens) {
+      REQUIRE_MESSAGE(token.has_value(), t << " has no LOOM_CLUSTER_TOKEN");
+      CHECK(is_hex_token(*token));
+      CHECK(*token == *tokens.begin()->second); // one token per cluster
+    }
+    seen.insert(*tokens.begin()->second);
+    REQUIRE(::kill(launch.pid(), SIGTERM) == 0);
+    expect_exit(launch, 143);
+    expect_all_gone(launch.output(), names(1, 2));
+  }
+  CHECK(seen.size() == 2); // a fresh token for every cluster
+}
+
+TEST_CASE("loom-launch: the user's token or token file is kept; --no_token starts without one") {
+  const std::string dir = fresh_dir("token");
+  const std::string token_file = dir + "/token";
+  std::ofstream(token_file) << "file-secret\n";
+  struct token_case {
+    std::string name;
+    lt::env_overrides env;
+    std::vector<std::string> launch_flags;
+    std::optional<std::string> task_token, task_token_file;
+    std::string banner;
+  };
+  const token_case cases[] = {
+      {"LOOM_CLUSTER_TOKEN",
+       without_token({{"LOOM_CLUSTER_TOKEN", "user-secret"}}),
+       {},
+       "user-secret",
+       std::nullopt,
+       "the cluster is authenticated with your LOOM_CLUSTER_TOKEN"},
+      {"LOOM_CLUSTER_TOKEN_FILE",
+       without_token({{"LOOM_CLUSTER_TOKEN_FILE", token_file}}),
+       {},
+       std::nullopt,
+       token_file,
+       "the cluster is authenticated with the token in your LOOM_CLUSTER_TOKEN_FILE"},
+      {"--no_token",
+       without_token(),
+       {"--no_token"},
+       std::nullopt,
+       std::nullopt,
+       "the cluster is without a cluster token (--no_token)"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.name);
+    auto args = launch_args(1, 1, 1, {"--forever"});
+    args.insert(args.begin(), c.launch_flags.begin(), c.launch_flags.end());
+    lt::child launch(launch_bin, args, c.env);
+    wait_ready(launch, names(1, 1));
+    const auto tokens = task_tokens(launch, 1, 1);
+    const auto pids = task_pids(launch.output());
+    INFO(launch.output());
+    CHECK(contains(launch.output(), c.banner));
+    for (const auto& [t, token] : tokens) {
+      CAPTURE(t);
+      CHECK(token == c.task_token);
+      CHECK(env_of(pids.at(t), "LOOM_CLUSTER_TOKEN_FILE") == c.task_token_file);
+    }
+    REQUIRE(::kill(launch.pid(), SIGTERM) == 0);
+    expect_exit(launch, 143);
+    expect_all_gone(launch.output(), names(1, 1));
+  }
+
+  // --no_token beside a token the user set is a contradiction, not a guess.
+  auto args = launch_args(1, 1, 1, {});
+  args.insert(args.begin(), "--no_token");
+  lt::child both(launch_bin, args, without_token({{"LOOM_CLUSTER_TOKEN", "user-secret"}}));
+  expect_exit(both, 2, 30s);
+  CHECK(contains(both.output(), "--no_token, but LOOM_CLUSTER_TOKEN is set"));
+  CHECK(task_pids(both.output()).empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("loom-launch: a launched cluster refuses a client without its token") {
+  lt::child launch(launch_bin,
+                   {"--ps", "1", "--workers", "1", "--grace_secs", "5", "--", server_bin},
+                   without_token());
+  const std::string ps = served_target(launch, "[ps:0] ", "ps", 0);
+  const std::string worker = served_target(launch, "[worker:0] ", "worker", 0);
+  INFO(launch.report());
+
+  for (const std::string& token : {std::string(), std::string("not-the-cluster-token")}) {
+    CAPTURE(token);
+    for (const auto& target : {ps, worker}) {
+      expect_refused([&] { increment(target, token, true); }, "an op through " + target);
+      expect_refused([&] { loom::session::shutdown_cluster(target, {}, client_with(token)); },
+                     "loom.shutdown through " + target);
+    }
+  }
+  // Refused peers changed nothing: the tasks still serve, with their own token.
+  const auto tasks = children_of(launch.pid());
+  REQUIRE(tasks.size() == 2);
+  std::optional<std::string> token;
+  for (pid_t pid : tasks) {
+    const auto t = env_of(pid, "LOOM_CLUSTER_TOKEN");
+    REQUIRE(t.has_value());
+    CHECK(is_hex_token(*t));
+    for (const auto& arg : proc_entries(pid, "cmdline"))
+      CHECK_FALSE(contains(arg, *t));
+    token = t;
+  }
+  CHECK(increment(worker, *token, true) == 1.0f);
+  CHECK(increment(worker, *token, true) == 1.0f); // initialized again, then one step
+  const auto report = loom::session::shutdown_cluster(worker, {}, client_with(*token));
+  CHECK(report.all_stopped());
+  expect_exit(launch, 0);
+  const std::string out = launch.output();
+  CHECK_FALSE(contains(out, *token));
+  CHECK_FALSE(contains(out, "without a cluster token"));
+  for (pid_t pid : tasks)
+    CHECK(gone(pid, true));
+}
+
+TEST_CASE("loom-server started by hand (TF_CONFIG) reads its token from LOOM_CLUSTER_TOKEN_FILE") {
+  const std::string dir = fresh_dir("token_file");
+  const std::string token_file = dir + "/cluster.token";
+  std::ofstream(token_file) << "secret-from-a-file\n"; // trailing whitespace is trimmed
+  ::chmod(token_file.c_str(), 0600);
+  // A one-task cluster on a port the OS chooses, as Slurm or Kubernetes starts a task.
+  const std::string tf_config =
+      R"({"cluster": {"worker": ["127.0.0.1:0"]}, "task": {"type": "worker", "index": 0}})";
+  lt::child server(
+      server_bin, {},
+      without_token({{"TF_CONFIG", tf_config}, {"LOOM_CLUSTER_TOKEN_FILE", token_file}}));
+  const std::string target = served_target(server, "", "worker", 0);
+  INFO(server.report());
+  expect_refused([&] { increment(target, "", false); }, "an op without a token");
+  expect_refused([&] { loom::session::shutdown_cluster(target, {}, client_with("")); },
+                 "loom.shutdown without a token");
+  CHECK(increment(target, "secret-from-a-file", false) == 1.0f);
+  CHECK(
+      loom::session::shutdown_cluster(target, {}, client_with("secret-from-a-file")).all_stopped());
+  expect_exit(server, 0);
+  CHECK_FALSE(contains(server.output(), "without a cluster token"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a tokenless server says once that any local user can connect") {
+  const std::string tf_config =
+      R"({"cluster": {"worker": ["127.0.0.1:0"]}, "task": {"type": "worker", "index": 0}})";
+  lt::child server(server_bin, {}, without_token({{"TF_CONFIG", tf_config}}));
+  const std::string target = served_target(server, "", "worker", 0);
+  CHECK(increment(target, "", false) == 1.0f);
+  CHECK(loom::session::shutdown_cluster(target, {}, client_with("")).all_stopped());
+  expect_exit(server, 0);
+  const std::string out = server.output();
+  INFO(out);
+  const std::string line = "loom: serving 127.0.0.1:" + target.substr(target.rfind(':') + 1) +
+                           " without a cluster token: any local user can connect";
+  CHECK(contains(out, line));
+  CHECK(out.find("without a cluster token") == out.rfind("without a cluster token")); // once
 }
