@@ -351,7 +351,7 @@ private:
       if (ec)
         break;
       if (!received(n))
-        return; // over the budget: the connection is closing
+        return over_budget(refusal_); // closes the connection
       budget = n < budget ? budget - n : 0;
     }
     if (in_bufs_.empty())
@@ -361,20 +361,32 @@ private:
     read_async(next);
   }
 
-  // Waits for the next bytes of in_bufs_ (one read as they arrive: progress is noted and
-  // charged read by read, so a peer that stalls halfway holds only what it sent).
+  // Reads the rest of in_bufs_ as it arrives (asio::async_read: its reads are
+  // continuations, cheaper to schedule than a chain of async_read_some), noting and
+  // charging each read as it completes, so a peer that stalls halfway holds only what it
+  // sent; a charge the budget refuses ends the read there, and the connection closes.
   void read_async(void (connection::*next)(std::error_code)) {
-    sock_.async_read_some(in_bufs_,
-                          [self = shared_from_this(), next](std::error_code ec, std::size_t n) {
-                            if (ec)
-                              return ((*self).*next)(ec);
-                            if (self->received(n))
-                              self->read_rest(next);
-                          });
+    asio::async_read(
+        sock_, in_bufs_,
+        [this, done = std::size_t{0}](const std::error_code& ec,
+                                      std::size_t total) mutable -> std::size_t {
+          const std::size_t n = total - done;
+          done = total;
+          if (ec || !received(n) || in_bufs_.empty())
+            return 0;
+          return async_read_step;
+        },
+        [self = shared_from_this(), next](std::error_code ec, std::size_t) {
+          if (!self->refusal_.empty())
+            return self->over_budget(self->refusal_);
+          if (ec)
+            return ((*self).*next)(ec);
+          ((*self).*next)({});
+        });
   }
 
-  // n bytes arrived in in_bufs_. False when charging them passed the budget (the
-  // connection then closes, with a reply that says why).
+  // n bytes arrived in in_bufs_. False when charging them passed the budget: refusal_
+  // then says why (the caller closes the connection with it).
   bool received(std::size_t n) {
     if (n == 0)
       return true;
@@ -384,7 +396,10 @@ private:
     if (account_)
       account_->note_progress(now);
     const std::size_t fresh = consume(n);
-    return fresh == 0 || charge(fresh);
+    if (fresh == 0 || !account_)
+      return true;
+    refusal_ = refusal(account_->charge(fresh));
+    return refusal_.empty();
   }
 
   // Drops the first n bytes of in_bufs_; returns how many of them were fresh.
@@ -409,19 +424,27 @@ private:
   bool charge(std::size_t n) {
     if (!account_ || n == 0)
       return true;
-    const auto v = account_->charge(n);
-    if (v == receive_budget::verdict::granted)
+    const std::string why = refusal(account_->charge(n));
+    if (why.empty())
       return true;
-    over_budget(v == receive_budget::verdict::over_connection
-                    ? "it would hold more than max_pending_bytes_per_connection (" +
-                          std::to_string(budget_->per_connection()) +
-                          " bytes) for one incomplete message"
-                : v == receive_budget::verdict::over_total
-                    ? "the server holds " + std::to_string(budget_->held()) +
-                          " bytes for incomplete frames, at max_pending_bytes (" +
-                          std::to_string(budget_->limit()) + "), and none of it is stalled"
-                    : std::string("it was evicted"));
+    over_budget(why);
     return false;
+  }
+
+  // Why the budget refused a charge ("" when it granted it).
+  std::string refusal(receive_budget::verdict v) const {
+    switch (v) {
+    case receive_budget::verdict::granted: return {};
+    case receive_budget::verdict::over_connection:
+      return "it would hold more than max_pending_bytes_per_connection (" +
+             std::to_string(budget_->per_connection()) + " bytes) for one incomplete message";
+    case receive_budget::verdict::over_total:
+      return "the server holds " + std::to_string(budget_->held()) +
+             " bytes for incomplete frames, at max_pending_bytes (" +
+             std::to_string(budget_->limit()) + "), and none of it is stalled";
+    case receive_budget::verdict::evicted: break;
+    }
+    return "it was evicted";
   }
 
   // The memory this connection holds for the message it was reading is its no longer
@@ -842,6 +865,8 @@ private:
   }
 
   static constexpr std::size_t sync_read_limit = 4u << 20;
+  // The most one read of read_async() asks for.
+  static constexpr std::size_t async_read_step = 1u << 20;
   // The first metadata buffer of a frame (smaller when the header declares less).
   static constexpr std::size_t metadata_step = 4u << 10;
   // A refused peer's bytes are drained for at most this long (linger_then_close).
@@ -868,6 +893,7 @@ private:
   std::vector<any_tensor> in_payloads_;
   std::vector<asio::mutable_buffer> in_bufs_;
   std::vector<bool> in_fresh_; // in_bufs_[i] is in memory the layer allocated
+  std::string refusal_;        // why the budget refused the last read's bytes
   std::string buffer_error_;
   std::optional<detail::split_message> split_;
   std::shared_ptr<frame_sink> sink_;
