@@ -498,8 +498,11 @@ double seconds_to_ping(std::uint16_t port, const std::string& token) {
 } // namespace
 
 TEST_CASE("accepting never spins: a server out of file descriptors still serves its client") {
-  REQUIRE(raise_fd_limit(4096) >= 1400);
-  constexpr std::size_t fd_limit = 1024, silent = 1100;
+  // The issue's figures (1024 descriptors, 1100 sockets) where this process may open the
+  // sockets; scaled down where its own descriptor limit is lower.
+  const std::size_t own = raise_fd_limit(4096);
+  const std::size_t fd_limit = std::min<std::size_t>(1024, (own - 100) / 2);
+  const std::size_t silent = fd_limit * 1100 / 1024;
   rpc_server_options o = local_server("s3cret");
   SUBCASE("defaults: at most max_handshaking_connections wait, the oldest give way") {}
   SUBCASE("no handshake cap: out of descriptors, the reserve takes the client") {
@@ -521,7 +524,7 @@ TEST_CASE("accepting never spins: a server out of file descriptors still serves 
 }
 
 TEST_CASE("accepting never spins: out of descriptors with nothing to give up, it backs off") {
-  REQUIRE(raise_fd_limit(4096) >= 1400);
+  REQUIRE(raise_fd_limit(4096) >= 400);
   constexpr std::size_t fd_limit = 96;
   rpc_server_options o = local_server("");
   server_child child(fd_limit, o);
