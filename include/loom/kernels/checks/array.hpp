@@ -254,4 +254,34 @@ std::vector<std::int32_t> unique_positions(const I* ids, std::int64_t n, std::ve
   return pos;
 }
 
+// shard_ids / shard_positions on the host, for the CPU kernel and for the GPU
+// kernel's host copy of the ids: of the ids (checked against the embedding's
+// rows), those that shard `shard` holds, as their rows there (shard_ids) or
+// their positions among the ids (shard_positions).
+template <class I> any_tensor route_to_shard(const node_def& node, const any_tensor& ids) {
+  const std::int64_t n = node.attr<std::int64_t>("num_shards");
+  const std::int64_t shard = node.attr<std::int64_t>("shard");
+  const std::int64_t rows = node.attr<std::int64_t>("rows");
+  const bool div = node.attr<std::string>("strategy") == "div";
+  const I* id = ids.data<I>();
+  const std::int64_t count = ids.num_elements();
+  check_id_range(node, id, count, rows, false,
+                 [&] { return node.attr_or<std::string>("_what", "the embedding"); });
+  const bool positions = node.op == "shard_positions";
+  std::vector<I> local;
+  std::vector<std::int32_t> where;
+  for (std::int64_t k = 0; k < count; ++k) {
+    const shard_route r = route_id(static_cast<std::int64_t>(id[k]), n, rows, div);
+    if (r.shard != shard)
+      continue;
+    if (positions)
+      where.push_back(static_cast<std::int32_t>(k));
+    else
+      local.push_back(static_cast<I>(r.row));
+  }
+  if (positions)
+    return any_tensor::from_vector(loom::shape{static_cast<std::int64_t>(where.size())}, where);
+  return any_tensor::from_vector(loom::shape{static_cast<std::int64_t>(local.size())}, local);
+}
+
 } // namespace loom::detail

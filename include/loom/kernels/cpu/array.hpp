@@ -180,35 +180,7 @@ template <class T> struct concat_grad_cpu {
 // The ids an embedding shard holds (shard_ids: their rows there;
 // shard_positions: where they are among the ids).
 template <class I> struct shard_route_cpu {
-  static void run(kernel_context& c) {
-    const any_tensor& ids = c.input(0);
-    const std::int64_t n = c.node.attr<std::int64_t>("num_shards");
-    const std::int64_t shard = c.node.attr<std::int64_t>("shard");
-    const std::int64_t rows = c.node.attr<std::int64_t>("rows");
-    const bool div = c.node.attr<std::string>("strategy") == "div";
-    const I* id = ids.data<I>();
-    const std::int64_t count = ids.num_elements();
-    check_id_range(c.node, id, count, rows, false,
-                   [&] { return c.node.attr_or<std::string>("_what", "the embedding"); });
-    const bool positions = c.node.op == "shard_positions";
-    std::vector<I> local;
-    std::vector<std::int32_t> where;
-    for (std::int64_t k = 0; k < count; ++k) {
-      const shard_route r = route_id(static_cast<std::int64_t>(id[k]), n, rows, div);
-      if (r.shard != shard)
-        continue;
-      if (positions)
-        where.push_back(static_cast<std::int32_t>(k));
-      else
-        local.push_back(static_cast<I>(r.row));
-    }
-    if (positions)
-      c.output =
-          any_tensor::from_vector(loom::shape{static_cast<std::int64_t>(where.size())}, where);
-    else
-      c.output =
-          any_tensor::from_vector(loom::shape{static_cast<std::int64_t>(local.size())}, local);
-  }
+  static void run(kernel_context& c) { c.output = route_to_shard<I>(c.node, c.input(0)); }
 };
 
 // Inputs (data_0 ... data_{N-1}, indices_0 ... indices_{N-1}).

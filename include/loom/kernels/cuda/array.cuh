@@ -208,33 +208,7 @@ template <class I> struct unique_index_gpu {
 template <class I> struct shard_route_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
-    const any_tensor ids = download(g, c.input(0));
-    const std::int64_t n = c.node.attr<std::int64_t>("num_shards");
-    const std::int64_t shard = c.node.attr<std::int64_t>("shard");
-    const std::int64_t rows = c.node.attr<std::int64_t>("rows");
-    const bool div = c.node.attr<std::string>("strategy") == "div";
-    const I* id = ids.data<I>();
-    const std::int64_t count = ids.num_elements();
-    check_id_range(c.node, id, count, rows, false,
-                   c.node.attr_or<std::string>("_what", "the embedding"));
-    const bool positions = c.node.op == "shard_positions";
-    std::vector<I> local;
-    std::vector<std::int32_t> where;
-    for (std::int64_t k = 0; k < count; ++k) {
-      const shard_route r = route_id(static_cast<std::int64_t>(id[k]), n, rows, div);
-      if (r.shard != shard)
-        continue;
-      if (positions)
-        where.push_back(static_cast<std::int32_t>(k));
-      else
-        local.push_back(static_cast<I>(r.row));
-    }
-    if (positions)
-      c.output = g.upload(
-          any_tensor::from_vector(loom::shape{static_cast<std::int64_t>(where.size())}, where));
-    else
-      c.output = g.upload(
-          any_tensor::from_vector(loom::shape{static_cast<std::int64_t>(local.size())}, local));
+    c.output = g.upload(loom::detail::route_to_shard<I>(c.node, download(g, c.input(0))));
   }
 };
 
