@@ -61,173 +61,16 @@ template <class T> T* ref_data(const kernel_context& c, std::size_t k) {
   return c.refs[k]->value.template device_data<T>();
 }
 
-template <class T>
-__global__ void gradient_descent_kernel(T* w, const T* alpha, const T* delta, std::int64_t n) {
-  const T a = *alpha;
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
-    w[i] -= delta[i] * a;
-}
-
-template <class T>
-__global__ void momentum_kernel(T* w, T* accum, const T* lr_p, const T* grad, const T* momentum_p,
-                                std::int64_t n, bool nesterov) {
-  const T lr = *lr_p, momentum = *momentum_p;
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const T g = grad[i];
-    const T a = accum[i] * momentum + g;
-    accum[i] = a;
-    if (nesterov)
-      w[i] -= g * lr + a * momentum * lr;
-    else
-      w[i] -= a * lr;
-  }
-}
-
-template <class T>
-__global__ void adagrad_kernel(T* w, T* accum, const T* lr_p, const T* grad, std::int64_t n) {
-  const T lr = *lr_p;
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const T g = grad[i];
-    const T a = accum[i] + g * g;
-    accum[i] = a;
-    w[i] -= g * lr * (T(1) / ops::scalar::sqrt(a));
-  }
-}
-
 struct adam_params {
   const void *beta1_power, *beta2_power, *lr, *beta1, *beta2, *epsilon;
 };
 
-template <class T>
-__global__ void adam_kernel(T* w, T* m, T* v, const T* grad, adam_params p, std::int64_t n,
-                            bool nesterov) {
-  const T beta1_power = *static_cast<const T*>(p.beta1_power);
-  const T beta2_power = *static_cast<const T*>(p.beta2_power);
-  const T lr = *static_cast<const T*>(p.lr), beta1 = *static_cast<const T*>(p.beta1);
-  const T beta2 = *static_cast<const T*>(p.beta2), epsilon = *static_cast<const T*>(p.epsilon);
-  const T alpha = lr * ops::scalar::sqrt(T(T(1) - beta2_power)) / (T(1) - beta1_power);
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const T g = grad[i];
-    const T mi = m[i] + (g - m[i]) * (T(1) - beta1);
-    const T vi = v[i] + (g * g - v[i]) * (T(1) - beta2);
-    m[i] = mi;
-    v[i] = vi;
-    if (nesterov)
-      w[i] -= ((g * (T(1) - beta1) + mi * beta1) * alpha) / (ops::scalar::sqrt(vi) + epsilon);
-    else
-      w[i] -= (mi * alpha) / (ops::scalar::sqrt(vi) + epsilon);
-  }
-}
-
-template <class T>
-__global__ void rms_prop_kernel(T* w, T* ms, T* mom, const T* grad, const T* lr_p, const T* rho_p,
-                                const T* momentum_p, const T* epsilon_p, std::int64_t n) {
-  const T lr = *lr_p, rho = *rho_p, momentum = *momentum_p, epsilon = *epsilon_p;
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const T g = grad[i];
-    const T s = ms[i] + (g * g - ms[i]) * (T(1) - rho);
-    ms[i] = s;
-    const T mo = mom[i] * momentum + (g * lr) / ops::scalar::sqrt(T(s + epsilon));
-    mom[i] = mo;
-    w[i] -= mo;
-  }
-}
-
-template <class T> std::int64_t elements(const kernel_context& c) {
-  return c.refs[0]->value.num_elements();
-}
-
-template <class T> struct apply_gradient_descent_gpu {
-  static void run(kernel_context& c) {
-    const T* alpha = scalar_input<T>(c, 1, "alpha");
-    const any_tensor& delta = c.input(2);
-    const apply_locks lock = begin_update(c, delta);
-    const gpu_context& g = gpu_of(c);
-    if (const std::int64_t n = elements<T>(c); n > 0) {
-      gradient_descent_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
-          ref_data<T>(c, 0), alpha, delta.template device_data<T>(), n);
-      check_launch();
-    }
-    c.output = c.refs[0]->value;
-  }
-};
-
-template <class T> struct apply_momentum_gpu {
-  static void run(kernel_context& c) {
-    const T* lr = scalar_input<T>(c, 2, "lr");
-    const T* momentum = scalar_input<T>(c, 4, "momentum");
-    const any_tensor& grad = c.input(3);
-    const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
-    const apply_locks lock = begin_update(c, grad);
-    const gpu_context& g = gpu_of(c);
-    if (const std::int64_t n = elements<T>(c); n > 0) {
-      momentum_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
-          ref_data<T>(c, 0), ref_data<T>(c, 1), lr, grad.template device_data<T>(), momentum, n,
-          nesterov);
-      check_launch();
-    }
-    c.output = c.refs[0]->value;
-  }
-};
-
-template <class T> struct apply_adagrad_gpu {
-  static void run(kernel_context& c) {
-    const T* lr = scalar_input<T>(c, 2, "lr");
-    const any_tensor& grad = c.input(3);
-    const apply_locks lock = begin_update(c, grad);
-    const gpu_context& g = gpu_of(c);
-    if (const std::int64_t n = elements<T>(c); n > 0) {
-      adagrad_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
-          ref_data<T>(c, 0), ref_data<T>(c, 1), lr, grad.template device_data<T>(), n);
-      check_launch();
-    }
-    c.output = c.refs[0]->value;
-  }
-};
-
-template <class T> struct apply_adam_gpu {
-  static void run(kernel_context& c) {
-    const adam_params p{scalar_input<T>(c, 3, "beta1_power"), scalar_input<T>(c, 4, "beta2_power"),
-                        scalar_input<T>(c, 5, "lr"),          scalar_input<T>(c, 6, "beta1"),
-                        scalar_input<T>(c, 7, "beta2"),       scalar_input<T>(c, 8, "epsilon")};
-    const any_tensor& grad = c.input(9);
-    const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
-    const apply_locks lock = begin_update(c, grad);
-    const gpu_context& g = gpu_of(c);
-    if (const std::int64_t n = elements<T>(c); n > 0) {
-      adam_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
-          ref_data<T>(c, 0), ref_data<T>(c, 1), ref_data<T>(c, 2), grad.template device_data<T>(),
-          p, n, nesterov);
-      check_launch();
-    }
-    c.output = c.refs[0]->value;
-  }
-};
-
-template <class T> struct apply_rms_prop_gpu {
-  static void run(kernel_context& c) {
-    const T* lr = scalar_input<T>(c, 3, "lr");
-    const T* rho = scalar_input<T>(c, 4, "rho");
-    const T* momentum = scalar_input<T>(c, 5, "momentum");
-    const T* epsilon = scalar_input<T>(c, 6, "epsilon");
-    const any_tensor& grad = c.input(7);
-    const apply_locks lock = begin_update(c, grad);
-    const gpu_context& g = gpu_of(c);
-    if (const std::int64_t n = elements<T>(c); n > 0) {
-      rms_prop_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
-          ref_data<T>(c, 0), ref_data<T>(c, 1), ref_data<T>(c, 2), grad.template device_data<T>(),
-          lr, rho, momentum, epsilon, n);
-      check_launch();
-    }
-    c.output = c.refs[0]->value;
-  }
-};
-
-// -- the update rules of the sparse twins and of FTRL -----------------------------------------
+// -- the update rules -------------------------------------------------------------------------
 // A rule holds device pointers to the variable, its slots and its scalar
 // inputs; load() reads the scalars once per thread and gives the rule proper,
 // which updates element i of the variable and its slots from gradient g with
-// the formulas of the dense kernels above (the CPU's).
+// the CPU's formulas. One rule serves the dense op and its sparse twin
+// (run_update), as on the CPU.
 
 template <class T> struct gradient_descent_rule {
   T* w;
@@ -388,85 +231,95 @@ __global__ void sparse_rule_kernel(Rule rule, id_groups_view ids, const T* rows,
   }
 }
 
-// A sparse update (inputs as the dense op's with the gradient's rows at
-// `grad_input`, the indices last): under the locks, the CPU's checks, every
-// ref on this GPU, the indices checked on their host copy; then the rule over
-// the distinct rows, in place (as on the CPU, no copy of the variable).
-// make() gives the rule, once the refs are checked.
+// Runs an update (the CPU's run_update on this GPU). Dense (apply_*): under
+// the locks, owning the buffers it writes (begin_update), the rule over every
+// element. Sparse (sparse_apply_*: inputs as the dense op's with the
+// gradient's rows at `grad_input`, the indices last): under the locks, the
+// CPU's checks, every ref on this GPU, the indices checked on their host copy;
+// then the rule over the distinct rows, in place (as on the CPU, no copy of
+// the variable). make() gives the rule once the refs are settled.
 template <class T, class Make>
-void run_sparse_update(kernel_context& c, std::size_t grad_input, Make&& make) {
-  const any_tensor& rows_in = c.input(grad_input);
+void run_update(kernel_context& c, std::size_t grad_input, Make&& make) {
+  const any_tensor& grad = c.input(grad_input);
+  const gpu_context& g = gpu_of(c);
+  if (c.node.op.rfind("sparse_", 0) != 0) {
+    const apply_locks lock = begin_update(c, grad);
+    if (const std::int64_t n = c.refs[0]->value.num_elements(); n > 0) {
+      dense_rule_kernel<T>
+          <<<grid_for(n), block_threads, 0, g.stream>>>(make(), grad.template device_data<T>(), n);
+      check_launch();
+    }
+    c.output = c.refs[0]->value;
+    return;
+  }
   const any_tensor& indices = c.input(c.inputs.size() - 1);
   const apply_locks lock(c.refs);
-  loom::detail::check_sparse_apply_inputs(c, rows_in, indices);
+  loom::detail::check_sparse_apply_inputs(c, grad, indices);
   for (std::size_t k = 0; k < c.refs.size(); ++k)
     check_on_gpu(c, c.refs[k]->value,
                  (k == 0 ? "variable '" : "slot '") + apply_ref_name(c.node, k) + "'");
-  const gpu_context& g = gpu_of(c);
   const any_tensor& var = c.refs[0]->value;
   const std::int64_t rows = var.shape()[0];
   const std::int64_t row = rows == 0 ? 0 : var.num_elements() / rows;
   const std::int64_t n = indices.num_elements();
   with_ids(download(g, indices), [&](const auto* id) {
-    check_id_range(c.node, id, n, rows, false, "variable '" + apply_ref_name(c.node, 0) + "'");
+    check_id_range(c.node, id, n, rows, false,
+                   [&] { return "variable '" + apply_ref_name(c.node, 0) + "'"; });
   });
   if (n > 0 && row > 0) {
     const id_groups groups = group_ids(g, c.node, indices, rows);
-    const auto rule = make();
     sparse_rule_kernel<T><<<grid_for(n * row), block_threads, 0, g.stream>>>(
-        rule, groups.view(), rows_in.template device_data<T>(), row);
+        make(), groups.view(), grad.template device_data<T>(), row);
     check_launch();
   }
   c.output = c.refs[0]->value;
 }
 
-template <class T> struct sparse_apply_gradient_descent_gpu {
+template <class T> struct apply_gradient_descent_gpu {
   static void run(kernel_context& c) {
     const T* alpha = scalar_input<T>(c, 1, "alpha");
-    run_sparse_update<T>(c, 2, [&] { return gradient_descent_rule<T>{ref_data<T>(c, 0), alpha}; });
+    run_update<T>(c, 2, [&] { return gradient_descent_rule<T>{ref_data<T>(c, 0), alpha}; });
   }
 };
 
-template <class T> struct sparse_apply_momentum_gpu {
+template <class T> struct apply_momentum_gpu {
   static void run(kernel_context& c) {
     const T* lr = scalar_input<T>(c, 2, "lr");
     const T* momentum = scalar_input<T>(c, 4, "momentum");
     const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
-    run_sparse_update<T>(c, 3, [&] {
+    run_update<T>(c, 3, [&] {
       return momentum_rule<T>{ref_data<T>(c, 0), ref_data<T>(c, 1), lr, momentum, nesterov};
     });
   }
 };
 
-template <class T> struct sparse_apply_adagrad_gpu {
+template <class T> struct apply_adagrad_gpu {
   static void run(kernel_context& c) {
     const T* lr = scalar_input<T>(c, 2, "lr");
-    run_sparse_update<T>(c, 3, [&] {
-      return adagrad_rule<T>{ref_data<T>(c, 0), ref_data<T>(c, 1), lr};
-    });
+    run_update<T>(c, 3, [&] { return adagrad_rule<T>{ref_data<T>(c, 0), ref_data<T>(c, 1), lr}; });
   }
 };
 
-// TF's LazyAdam: m and v of the rows a step touches only (the CPU's sparse Adam).
-template <class T> struct sparse_apply_adam_gpu {
+// Sparse: TF's LazyAdam (m and v of the rows a step touches only), as on the CPU.
+template <class T> struct apply_adam_gpu {
   static void run(kernel_context& c) {
     const adam_params p{scalar_input<T>(c, 3, "beta1_power"), scalar_input<T>(c, 4, "beta2_power"),
                         scalar_input<T>(c, 5, "lr"),          scalar_input<T>(c, 6, "beta1"),
                         scalar_input<T>(c, 7, "beta2"),       scalar_input<T>(c, 8, "epsilon")};
     const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
-    run_sparse_update<T>(c, 9, [&] {
+    run_update<T>(c, 9, [&] {
       return adam_rule<T>{ref_data<T>(c, 0), ref_data<T>(c, 1), ref_data<T>(c, 2), p, nesterov};
     });
   }
 };
 
-template <class T> struct sparse_apply_rms_prop_gpu {
+template <class T> struct apply_rms_prop_gpu {
   static void run(kernel_context& c) {
     const T* lr = scalar_input<T>(c, 3, "lr");
     const T* rho = scalar_input<T>(c, 4, "rho");
     const T* momentum = scalar_input<T>(c, 5, "momentum");
     const T* epsilon = scalar_input<T>(c, 6, "epsilon");
-    run_sparse_update<T>(c, 7, [&] {
+    run_update<T>(c, 7, [&] {
       return rms_prop_rule<T>{
           ref_data<T>(c, 0), ref_data<T>(c, 1), ref_data<T>(c, 2), lr, rho, momentum, epsilon};
     });
@@ -481,43 +334,26 @@ template <class T> struct apply_ftrl_gpu {
     const T* l2 = scalar_input<T>(c, 6, "l2");
     const T* shrinkage = scalar_input<T>(c, 7, "l2_shrinkage");
     const T* lr_power = scalar_input<T>(c, 8, "lr_power");
-    const auto make = [&] {
+    run_update<T>(c, 3, [&] {
       return ftrl_rule<T>{ref_data<T>(c, 0), ref_data<T>(c, 1), ref_data<T>(c, 2), lr, l1, l2,
                           shrinkage,         lr_power};
-    };
-    if (c.node.op == "sparse_apply_ftrl") {
-      run_sparse_update<T>(c, 3, make);
-      return;
-    }
-    const any_tensor& grad = c.input(3);
-    const apply_locks lock = begin_update(c, grad);
-    const gpu_context& g = gpu_of(c);
-    if (const std::int64_t n = elements<T>(c); n > 0) {
-      dense_rule_kernel<T>
-          <<<grid_for(n), block_threads, 0, g.stream>>>(make(), grad.template device_data<T>(), n);
-      check_launch();
-    }
-    c.output = c.refs[0]->value;
+    });
   }
 };
 
+// Registers `Kernel` for the dense op and its sparse twin (run_update tells them apart).
+template <template <class> class Kernel> void register_update_gpu(const char* op) {
+  register_kernels<Kernel>(op, floating_types{}, device_gpu);
+  register_kernels<Kernel>(loom::detail::sparse_apply_op(op), floating_types{}, device_gpu);
+}
+
 inline bool register_training_gpu() {
-  register_kernels<apply_gradient_descent_gpu>("apply_gradient_descent", floating_types{},
-                                               device_gpu);
-  register_kernels<apply_momentum_gpu>("apply_momentum", floating_types{}, device_gpu);
-  register_kernels<apply_adagrad_gpu>("apply_adagrad", floating_types{}, device_gpu);
-  register_kernels<apply_adam_gpu>("apply_adam", floating_types{}, device_gpu);
-  register_kernels<apply_rms_prop_gpu>("apply_rms_prop", floating_types{}, device_gpu);
-  register_kernels<apply_ftrl_gpu>("apply_ftrl", floating_types{}, device_gpu);
-  register_kernels<sparse_apply_gradient_descent_gpu>("sparse_apply_gradient_descent",
-                                                      floating_types{}, device_gpu);
-  register_kernels<sparse_apply_momentum_gpu>("sparse_apply_momentum", floating_types{},
-                                              device_gpu);
-  register_kernels<sparse_apply_adagrad_gpu>("sparse_apply_adagrad", floating_types{}, device_gpu);
-  register_kernels<sparse_apply_adam_gpu>("sparse_apply_adam", floating_types{}, device_gpu);
-  register_kernels<sparse_apply_rms_prop_gpu>("sparse_apply_rms_prop", floating_types{},
-                                              device_gpu);
-  register_kernels<apply_ftrl_gpu>("sparse_apply_ftrl", floating_types{}, device_gpu);
+  register_update_gpu<apply_gradient_descent_gpu>("apply_gradient_descent");
+  register_update_gpu<apply_momentum_gpu>("apply_momentum");
+  register_update_gpu<apply_adagrad_gpu>("apply_adagrad");
+  register_update_gpu<apply_adam_gpu>("apply_adam");
+  register_update_gpu<apply_rms_prop_gpu>("apply_rms_prop");
+  register_update_gpu<apply_ftrl_gpu>("apply_ftrl");
   return true;
 }
 
