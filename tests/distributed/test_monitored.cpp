@@ -403,3 +403,102 @@ TEST_CASE("a closing chief waits for a worker that still works, and no longer th
   CHECK_MESSAGE(!contains(text, "shutting down anyway"), text);
   CHECK_MESSAGE(contains(text, "final global step 2"), text);
 }
+
+namespace {
+
+// Fails the steps it is told to with aborted, as a step that lost its ps does.
+struct failing_hook : loom::session_run_hook {
+  std::function<bool(int)> fails; // by the count of after_run calls so far
+  int calls = 0;
+  explicit failing_hook(std::function<bool(int)> f) : fails(std::move(f)) {}
+  void after_run(loom::run_context&, std::span<const loom::any_tensor>) override {
+    if (fails(calls++))
+      throw loom::aborted_error("failing_hook: the ps went away");
+  }
+};
+
+int count_of(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))
+    ++n;
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("recovery has no lifetime cap: 15 failed steps, 15 recoveries, each logged once, and "
+          "training goes on") {
+  local_cluster c(1, 1);
+  regression m;
+  std::FILE* log = std::tmpfile();
+  REQUIRE(log);
+  auto o = options(c, 0, log);
+  o.recovery_wait = 1ms;
+  o.hooks = {std::make_shared<failing_hook>([](int call) { return call % 2 == 0 && call < 30; })};
+  loom::monitored_training_session s(m.g, o);
+  for (int i = 0; i < 20; ++i)
+    s.run(*m.train, m.feeds(1.0f));
+  s.close();
+  const std::string text = text_of(log);
+  CHECK_MESSAGE(count_of(text, "recreating the session") == 15, text);
+  CHECK_MESSAGE(contains(text,
+                         "step failed (aborted: failing_hook: the ps went away); recreating the "
+                         "session (recovery 15)"),
+                text);
+  CHECK_FALSE(contains(text, "failed again"));
+}
+
+TEST_CASE("one recovery goes on until recovery_deadline, waiting longer each attempt, logged at "
+          "its start and after 2, 4, 8 ... attempts") {
+  local_cluster c(1, 1);
+  regression m;
+  std::FILE* log = std::tmpfile();
+  REQUIRE(log);
+  auto o = options(c, 0, log);
+  o.recovery_wait = 10ms;
+  o.max_recovery_wait = 80ms;
+  o.recovery_deadline = 1s;
+  o.hooks = {std::make_shared<failing_hook>([](int) { return true; })};
+  loom::monitored_training_session s(m.g, o);
+  const auto begin = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(s.run(*m.train, m.feeds(1.0f)), loom::aborted_error);
+  const auto took = std::chrono::steady_clock::now() - begin;
+  CHECK(took >= 1s);
+  CHECK(took < 10s);
+  const std::string text = text_of(log);
+  CHECK_MESSAGE(count_of(text, "recreating the session (recovery 1)") == 1, text);
+  // 10 + 20 + 40 + 80 + 80 ... ms: about 15 attempts in 1 s, logged at 2, 4 and 8.
+  CHECK_MESSAGE(count_of(text, "failed again") == 3, text);
+  CHECK_MESSAGE(contains(text, "recovery 1 goes on (8 attempts in "), text);
+  CHECK_MESSAGE(contains(text, "recovery 1 did not succeed within recovery_deadline (1000 ms)"),
+                text);
+}
+
+TEST_CASE("a restarted chief joins the variables the ps holds instead of rolling them back to its "
+          "checkpoint") {
+  local_cluster c(1, 1);
+  temp_dir dir;
+  {
+    regression m;
+    auto o = options(c, 0, null_log());
+    o.checkpoint_dir = dir.path.string();
+    o.save_checkpoint_secs = 0;
+    o.save_checkpoint_steps = 0; // only the one at the start, at step 0
+    loom::monitored_training_session s(m.g, o);
+    for (int i = 0; i < 7; ++i)
+      s.run(*m.train, m.feeds(1.0f));
+    // killed: no close()
+  }
+  regression m;
+  std::FILE* log = std::tmpfile();
+  REQUIRE(log);
+  auto o = options(c, 0, log);
+  o.checkpoint_dir = dir.path.string();
+  loom::monitored_training_session s(m.g, o);
+  CHECK(s.global_step() == 7);
+  const std::string text = text_of(log);
+  CHECK_MESSAGE(contains(text, "every global variable is initialized on the ps tasks (global step "
+                               "7): joining them"),
+                text);
+  CHECK_FALSE(contains(text, "restored"));
+}

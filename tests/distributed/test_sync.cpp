@@ -364,3 +364,121 @@ TEST_CASE("sync_replicas_optimizer with an embedding: gradients of rows accumula
   CHECK(s0.run(*r0.step) == 1);
   chief.stop(&s0);
 }
+
+namespace {
+
+// Two replicas of one sync model (w on ps 0), each a graph of its own as between-graph
+// replication builds them, worker k's ops on /job:worker/task:k.
+struct sync_replica {
+  loom::graph g;
+  loom::placeholder<float, 1> target{g, loom::shape{2}, "target"};
+  loom::gradient_descent_optimizer sgd{0.5};
+  loom::sync_replicas_optimizer sync;
+  std::optional<loom::variable<std::int64_t, 0>> step;
+  std::optional<loom::operation> train;
+  sync_replica(int task, std::chrono::milliseconds barrier_timeout)
+      : sync(sgd, {.replicas_to_aggregate = 2, .barrier_timeout = barrier_timeout}) {
+    auto _ = g.device(loom::replica_device_setter(
+        {.ps_tasks = 1, .worker_device = "/job:worker/task:" + std::to_string(task)}));
+    step.emplace(loom::create_global_step(g));
+    loom::variable<float, 1> w(g, "w", loom::shape{2}, loom::zeros_initializer{});
+    train = sync.minimize(loom::reduce_sum(loom::square(w - target)), *step);
+  }
+  void run_step(loom::session& s) {
+    s.run_nodes({}, {train->id()},
+                {{target.id(), loom::any_tensor::from_vector<float>(loom::shape{2}, {1, 1})}});
+  }
+  std::string failed_step(loom::session& s) {
+    return loom::testing::message_of<loom::error>([&] { run_step(s); });
+  }
+};
+
+// Sessions of both replicas on worker 0's and 1's servers, initialized, each
+// worker's local step set.
+struct two_replicas {
+  local_cluster c{1, 2};
+  sync_replica r0, r1;
+  loom::session s0, s1;
+  explicit two_replicas(std::chrono::milliseconds barrier_timeout)
+      : r0(0, barrier_timeout), r1(1, barrier_timeout), s0(r0.g, c.worker(0).target(), quiet()),
+        s1(r1.g, c.worker(1).target(), quiet()) {
+    s0.run(loom::global_variables_initializer(r0.g));
+    s0.run(loom::local_variables_initializer(r0.g));
+    s1.run(loom::local_variables_initializer(r1.g));
+    s0.run(r0.sync.reset_op());
+    s0.run(r0.sync.local_step_init_op());
+    s1.run(r1.sync.local_step_init_op());
+  }
+  // Both replicas run one step together.
+  void step_together() {
+    auto other = std::async(std::launch::async, [&] { r1.run_step(s1); });
+    r0.run_step(s0);
+    other.get();
+  }
+};
+
+} // namespace
+
+TEST_CASE("a barrier's timeout names what the update waits for: how many gradients arrived, and "
+          "which workers have not sent") {
+  two_replicas t(400ms);
+  {
+    loom::sync_replicas_chief chief(t.r0.sync, t.r0.g, t.c.worker(0).target(), quiet());
+    t.step_together(); // both workers reached the barrier once: their names are known
+    // Worker 1 died: worker 0's gradient is alone, and the chief's update loop waits for the other.
+    const std::string what = t.r0.failed_step(t.s0);
+    CHECK_MESSAGE(contains(what,
+                           "waited 400 ms for the update of step 1: the gradients of 1 of "
+                           "the 2 replica(s) it aggregates arrived (from /job:worker/task:0); "
+                           "not sent: /job:worker/task:1 (is it running?)"),
+                  what);
+    CHECK_FALSE(contains(what, "is the chief running?"));
+    chief.stop(&t.s0);
+  }
+  // No update loop (the chief is gone): every gradient arrived, and the message blames the chief.
+  t.s0.run(t.r0.sync.reset_op()); // stop() released the barrier for good
+  t.s0.run(t.r0.sync.local_step_init_op());
+  t.s1.run(t.r1.sync.local_step_init_op());
+  auto other = std::async(std::launch::async, [&] { return t.r1.failed_step(t.s1); });
+  const std::string what = t.r0.failed_step(t.s0);
+  CHECK_MESSAGE(contains(what, "the gradients of 2 of the 2 replica(s) it aggregates arrived (from "
+                               "/job:worker/task:0, /job:worker/task:1), and the chief's update "
+                               "loop has not applied them (is the chief running?)"),
+                what);
+  CHECK(contains(other.get(), "is the chief running?"));
+}
+
+TEST_CASE(
+    "reset_op: a worker waiting at the barrier fails with aborted, the accumulators drop what "
+    "they held, and the workers go on from the chief's step") {
+  two_replicas t(20s);
+  loom::sync_replicas_chief chief(t.r0.sync, t.r0.g, t.c.worker(0).target(), quiet());
+  t.step_together();
+  // Worker 1 sends its gradient of step 1 and waits; a restarted chief resets. Its reset
+  // also ends the take the old update loop still waits in (as one of a chief that died).
+  auto waiting = std::async(std::launch::async, [&] { return t.r1.failed_step(t.s1); });
+  CHECK(waiting.wait_for(300ms) == std::future_status::timeout);
+  t.s0.run(t.r0.sync.reset_op());
+  REQUIRE(waiting.wait_for(10s) == std::future_status::ready);
+  const std::string what = waiting.get();
+  CHECK_MESSAGE(contains(what, "the chief reset the update barrier to step 1"), what);
+  // The old loop's take ended (stop without a session would wait for it for ever).
+  auto stopped = std::async(std::launch::async, [&] {
+    try {
+      chief.stop(nullptr);
+    } catch (const loom::cancelled_error&) { // the take's, when the loop saw it before stop
+    }
+  });
+  REQUIRE(stopped.wait_for(10s) == std::future_status::ready);
+  stopped.get();
+  // A session that began before the reset fails at the barrier too, at once.
+  CHECK(contains(t.r1.failed_step(t.s1), "the chief reset the update barrier"));
+  // The stale gradient was dropped: with the local steps set again, the next update averages the
+  // two fresh gradients of step 1, and the global step counts it.
+  t.s0.run(t.r0.sync.local_step_init_op());
+  t.s1.run(t.r1.sync.local_step_init_op());
+  loom::sync_replicas_chief restarted(t.r0.sync, t.r0.g, t.c.worker(0).target(), quiet());
+  t.step_together();
+  CHECK(as_int(t.s0.run_nodes({t.r0.step->id()}, {})[0]) == 2);
+  restarted.stop(&t.s0);
+}

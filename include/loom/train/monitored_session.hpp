@@ -1,18 +1,27 @@
 // monitored_training_session: TF's tf.train.MonitoredTrainingSession (and the
 // Supervisor before it) for between-graph replication.
 //
-//   - The chief restores the latest checkpoint of checkpoint_dir, or runs the
-//     initializers; the others wait, saying what they wait for, until every
-//     global variable is initialized.
+//   - The chief joins the variables the ps tasks hold where every one is
+//     initialized (a restarted chief, TF's SessionManager finding the model
+//     ready), else restores the latest checkpoint of checkpoint_dir, or runs
+//     the initializers; the others wait, saying what they wait for, until
+//     every global variable is initialized.
 //   - Every worker then initializes its local variables; with synchronous
-//     replicas, its local step, and the chief starts the update loop.
+//     replicas the chief resets the accumulators and the barrier to the global
+//     step (sync_replicas_optimizer::reset_op), every worker sets its local
+//     step, and the chief starts the update loop.
 //   - run() runs one step plus what the hooks ask for; the global step is
 //     fetched with every step. stop_at_step, logging, checkpoints (chief) and
 //     the NaN guard are hooks.
-//   - A step, or the creation of the session, that fails with aborted or
-//     unavailable (a ps task restarted) makes the session recreate itself: the
-//     chief restores the last checkpoint, the others wait for it, and the step
-//     is retried (TF's _RecoverableSession), at most max_recoveries times.
+//   - A step, the creation of the session (restore, readiness wait) or a stage
+//     of close() that fails with aborted or unavailable (a ps task restarted,
+//     a call in flight lost its connection) makes the session recreate itself:
+//     the chief restores the last checkpoint, the others wait for it, and the
+//     step is retried (TF's _RecoverableSession). Attempts wait recovery_wait,
+//     doubling up to max_recovery_wait; they go on for as long as
+//     recovery_deadline allows (by default without end, as TF's). Each
+//     recovery is logged once when it begins (and again after 2, 4, 8, ...
+//     failed attempts).
 //   - close(): the hooks' end (the chief's final checkpoint); each worker
 //     counts itself done on the global step's task; the chief waits for the
 //     others, then tells the cluster to shut down, so every ps task's join()
@@ -21,7 +30,7 @@
 //     answers (each has exited, finished or not), one that never said done
 //     never will.
 //   - A chief that fails for good (a sync barrier's deadline passed because a
-//     worker died, recoveries ran out, a hook refused a step) tells the ps
+//     worker died, a recovery passed its deadline, a hook refused a step) tells the ps
 //     tasks to shut down before the error reaches its caller, or, with
 //     shutdown_cluster = false, says that they still serve and how to stop
 //     them: no ps is left serving a job that has ended.
@@ -65,12 +74,16 @@ struct monitored_session_options {
   std::vector<std::shared_ptr<session_run_hook>> chief_only_hooks{};
   sync_replicas_optimizer* sync_replicas = nullptr;
   cluster_session_options config{};
-  // Between readiness checks of a waiting worker, and between recoveries.
+  // Between readiness checks of a waiting worker, and before the first
+  // attempt of a recovery; later attempts wait twice as long as the one
+  // before, at most max_recovery_wait.
   std::chrono::milliseconds recovery_wait{1000};
+  std::chrono::milliseconds max_recovery_wait{std::chrono::seconds(30)};
+  // How long one recovery (from the failure to the next step that succeeds)
+  // may go on before the error is thrown; 0: without end.
+  std::chrono::milliseconds recovery_deadline{0};
   // How long a worker waits for the chief to initialize the variables.
   std::chrono::milliseconds ready_timeout{std::chrono::minutes(10)};
-  // Recreations of the session after aborted or unavailable steps.
-  int max_recoveries = 10;
   // How long the chief waits in close() for the other workers to finish, at
   // most (a worker that is gone is not waited for).
   std::chrono::milliseconds shutdown_wait{std::chrono::minutes(2)};
@@ -160,7 +173,7 @@ public:
       extra.insert(extra.end(), ids.begin(), ids.end());
     }
     first.push_back(extra.size());
-    for (int attempt = 0;; ++attempt) {
+    for (;;) {
       try {
         auto [result, values] = session_->run_with_extra(fetch, feeds, extra);
         run_context ctx{*values[0].template data<std::int64_t>(), [this] {
@@ -173,6 +186,7 @@ public:
           hooks_[k]->after_run(
               ctx, std::span<const any_tensor>(values).subspan(first[k], first[k + 1] - first[k]));
         should_stop_ = should_stop_ || ctx.stop_requested;
+        recovered();
         return result;
       } catch (const error& e) {
         prepare_recovery(e, "step");
@@ -187,23 +201,30 @@ public:
   session& raw_session() { return *session_; }
 
   // Ends training: hooks' end, the chief's update loop, then the shutdown
-  // handshake (see the top of this file). Idempotent.
+  // handshake (see the top of this file). Idempotent. Each stage recovers as
+  // a step does; a session recreated while closing starts no update loop.
   void close() {
     if (closed_)
       return;
     closed_ = true;
-    for (auto& h : hooks_)
-      h->end(*session_, global_step_value_);
-    if (chief_loop_) {
-      auto loop = std::move(chief_loop_);
-      loop->stop(session_.get());
-    }
-    session_->run_nodes({}, {done_});
+    closing_ = true;
+    recovering("closing (the hooks' end)", [&] {
+      for (auto& h : hooks_)
+        h->end(*session_, global_step_value_);
+    });
+    recovering("closing (stopping the update loop)", [&] {
+      if (auto loop = std::move(chief_loop_))
+        loop->stop(session_.get());
+    });
+    recovering("closing (counting this worker done)", [&] { session_->run_nodes({}, {done_}); });
     if (!o_.is_chief || !o_.shutdown_cluster)
       return;
     if (o_.num_workers > 1)
-      wait_for_other_workers();
-    const auto final_step = *session_->run_nodes({global_step_}, {}).front().data<std::int64_t>();
+      recovering("closing (waiting for the other workers)", [&] { wait_for_other_workers(); });
+    std::int64_t final_step = 0;
+    recovering("closing (reading the final global step)", [&] {
+      final_step = *session_->run_nodes({global_step_}, {}).front().data<std::int64_t>();
+    });
     std::fprintf(o_.log, "%s: final global step %lld; shutting the ps tasks down\n",
                  o_.label.c_str(), static_cast<long long>(final_step));
     std::fflush(o_.log);
@@ -296,22 +317,67 @@ private:
     return e.code() == error_code::aborted || e.code() == error_code::unavailable;
   }
 
-  // Called in a handler of e: rethrows e unless it is recoverable and
-  // recoveries are left, else says so and waits before the next attempt.
+  // Called in a handler of e: rethrows e unless it is recoverable and the
+  // recovery's deadline (if any) has not passed, else says so (once per
+  // recovery, and again after 2, 4, 8, ... failed attempts) and waits before
+  // the next attempt: recovery_wait, doubling, at most max_recovery_wait.
   void prepare_recovery(const error& e, const char* what) {
-    if (!recoverable(e) || recoveries_ >= o_.max_recoveries) {
+    using clock = std::chrono::steady_clock;
+    const auto now = clock::now();
+    if (attempts_ == 0)
+      recovering_since_ = now;
+    if (!recoverable(e) ||
+        (o_.recovery_deadline.count() > 0 && now - recovering_since_ >= o_.recovery_deadline)) {
+      if (recoverable(e)) {
+        std::fprintf(o_.log, "%s: recovery %d did not succeed within recovery_deadline (%lld ms)\n",
+                     o_.label.c_str(), recoveries_,
+                     static_cast<long long>(o_.recovery_deadline.count()));
+        std::fflush(o_.log);
+      }
       give_up(e, what);
       throw;
     }
-    ++recoveries_;
-    std::fprintf(o_.log, "%s: %s failed (%s); recreating the session (%d of %d)\n",
-                 o_.label.c_str(), what, e.what(), recoveries_, o_.max_recoveries);
-    std::fflush(o_.log);
-    std::this_thread::sleep_for(o_.recovery_wait);
+    ++attempts_;
+    auto wait = o_.recovery_wait;
+    for (int i = 1; i < attempts_ && wait < o_.max_recovery_wait; ++i)
+      wait *= 2;
+    wait = std::min(wait, std::max(o_.max_recovery_wait, o_.recovery_wait));
+    if (attempts_ == 1) {
+      ++recoveries_;
+      std::fprintf(o_.log, "%s: %s failed (%s); recreating the session (recovery %d)\n",
+                   o_.label.c_str(), what, e.what(), recoveries_);
+      std::fflush(o_.log);
+    } else if ((attempts_ & (attempts_ - 1)) == 0) {
+      std::fprintf(o_.log,
+                   "%s: %s failed again (%s); recovery %d goes on (%d attempts in %.0f s, the "
+                   "next in %lld ms)\n",
+                   o_.label.c_str(), what, e.what(), recoveries_, attempts_,
+                   std::chrono::duration<double>(now - recovering_since_).count(),
+                   static_cast<long long>(wait.count()));
+      std::fflush(o_.log);
+    }
+    std::this_thread::sleep_for(wait);
+  }
+
+  // A step (or a stage of close()) succeeded: the recovery, if any, is over.
+  void recovered() noexcept { attempts_ = 0; }
+
+  // Runs f, recovering from its failures as a step does (close()'s stages).
+  template <class F> void recovering(const char* what, F&& f) {
+    for (;;) {
+      try {
+        f();
+        recovered();
+        return;
+      } catch (const error& e) {
+        prepare_recovery(e, what);
+        create_session_recovering();
+      }
+    }
   }
 
   // The chief fails for good (a sync barrier passed its deadline because a
-  // worker died, recoveries ran out, a hook refused a step): nothing else
+  // worker died, a recovery passed its deadline, a hook refused a step): nothing else
   // would tell the ps tasks to stop, so it tells them, or says that they
   // still serve and how to stop them. Never throws: e is what the caller sees.
   void give_up(const error& e, const char* what) noexcept {
@@ -376,8 +442,15 @@ private:
       wait_until_ready();
     session_->run_nodes({}, {local_init_});
     if (o_.sync_replicas) {
+      // The chief's reset comes first, so that its own local step and epoch
+      // are the new ones. While closing, the loop is not started again, and
+      // workers still waiting for an update are released instead.
+      if (o_.is_chief && !closing_)
+        session_->run_nodes({}, {o_.sync_replicas->reset_op().id()});
       session_->run_nodes({}, {o_.sync_replicas->local_step_init_op().id()});
-      if (o_.is_chief)
+      if (o_.is_chief && closing_)
+        session_->run_nodes({}, {o_.sync_replicas->release_all_op().id()});
+      else if (o_.is_chief)
         chief_loop_ = std::make_unique<sync_replicas_chief>(*o_.sync_replicas, graph_,
                                                             session_target{o_.master}, o_.config);
     }
@@ -386,10 +459,23 @@ private:
       h->after_create_session(*session_, global_step_value_);
   }
 
-  // The chief: restore the latest checkpoint, else initialize. A damaged
+  // The chief: join the variables where the ps tasks hold every one
+  // initialized (a restarted chief: rolling them back to a checkpoint would
+  // lose the steps since it, and a restore is no safer than what the ps
+  // holds); else restore the latest checkpoint, else initialize. A damaged
   // state file falls back on the newest intact checkpoint in the directory,
   // which the state file then names again (find_checkpoint_to_restore).
   void prepare() {
+    if (uninitialized_variables().empty()) {
+      std::fprintf(o_.log,
+                   "%s: every global variable is initialized on the ps tasks (global step %lld): "
+                   "joining them, not restoring or initializing\n",
+                   o_.label.c_str(),
+                   static_cast<long long>(
+                       *session_->run_nodes({global_step_}, {}).front().data<std::int64_t>()));
+      std::fflush(o_.log);
+      return;
+    }
     if (saver_) {
       const checkpoint_to_restore found =
           find_checkpoint_to_restore(o_.checkpoint_dir, o_.initialize_over_damaged_checkpoints);
@@ -413,15 +499,21 @@ private:
     std::fflush(o_.log);
   }
 
+  // The names of the global variables not initialized on the ps tasks.
+  std::vector<std::string> uninitialized_variables() {
+    std::vector<any_tensor> ready = session_->run_nodes(ready_checks_, {});
+    std::vector<std::string> missing;
+    for (std::size_t i = 0; i < ready.size(); ++i)
+      if (!*ready[i].data<bool>())
+        missing.push_back(graph_.node(ready_vars_[i]).name);
+    return missing;
+  }
+
   // The others: wait until the chief has initialized every global variable.
   void wait_until_ready() {
     const auto deadline = std::chrono::steady_clock::now() + o_.ready_timeout;
     for (;;) {
-      std::vector<any_tensor> ready = session_->run_nodes(ready_checks_, {});
-      std::vector<std::string> missing;
-      for (std::size_t i = 0; i < ready.size(); ++i)
-        if (!*ready[i].data<bool>())
-          missing.push_back(graph_.node(ready_vars_[i]).name);
+      const std::vector<std::string> missing = uninitialized_variables();
       if (missing.empty())
         return;
       if (std::chrono::steady_clock::now() >= deadline)
@@ -451,8 +543,10 @@ private:
   std::unique_ptr<session> session_;
   std::unique_ptr<sync_replicas_chief> chief_loop_;
   std::int64_t global_step_value_ = 0;
-  bool should_stop_ = false, closed_ = false;
-  int recoveries_ = 0;
+  bool should_stop_ = false, closed_ = false, closing_ = false;
+  int recoveries_ = 0; // recoveries begun in the session's life, for logs
+  int attempts_ = 0;   // failed attempts of the recovery under way; 0: none
+  std::chrono::steady_clock::time_point recovering_since_{};
 };
 
 } // namespace loom

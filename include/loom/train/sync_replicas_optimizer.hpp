@@ -4,9 +4,10 @@
 //
 //   worker step (train_op):  for each variable, accumulate_gradient(var, grad,
 //     local_step) on the variable's task (a gradient older than the variable's
-//     accumulator is stale and dropped); then counter_wait(global_step,
-//     local_step) on the global step's task, which returns when the update of
-//     this step has been applied; local_step = that new global step.
+//     accumulator is stale and dropped); then barrier_wait(global_step,
+//     local_step, local_epoch) on the global step's task, which returns when
+//     the update of this step has been applied; local_step = that new global
+//     step.
 //   chief update (chief_update_op, run in a loop by sync_replicas_chief):
 //     for each variable, take_gradient waits for replicas_to_aggregate fresh
 //     gradients and returns their mean (for a gradient of rows, an embedding's,
@@ -16,12 +17,22 @@
 //     means; global_step += 1; counter_raise(global_step, new step) releases
 //     every worker waiting in that step.
 //
+//   chief start (reset_op, run by the chief before its update loop starts):
+//     every accumulator drops what it holds and takes gradients of the global
+//     step only; the barrier is set to the global step and begins a new epoch.
+//     A chief that restarts, or restores a checkpoint older than what the ps
+//     tasks hold, so leaves no accumulator or barrier at another step: the
+//     workers' waits of the old epoch fail with aborted, and their monitored
+//     sessions start again from the chief's step (local_step_init_op reads the
+//     global step and the new epoch).
+//
 // No worker runs ahead: it waits until its step's update is applied. With
 // replicas_to_aggregate < total_num_replicas the slowest workers are backups:
 // their late gradients are dropped and their wait returns at once. A worker
-// that waits longer than barrier_timeout fails with deadline_exceeded (a dead
-// replica must not hang the others forever); the wait also ends when the step
-// is aborted or the ps task stops.
+// that waits longer than barrier_timeout fails with deadline_exceeded, naming
+// how many of the gradients arrived and which workers have not sent theirs (a
+// dead replica must not hang the others forever); the wait also ends when the
+// step is aborted or the ps task stops.
 #pragma once
 
 #include <loom/graph/ops/array.hpp>
@@ -99,14 +110,24 @@ public:
     // The worker's own step counter lives on the worker (where the device
     // scope puts ops that are not variables), not on a ps: each worker has one.
     const std::string worker_device = g.node(no_op(g, "local_anchor").id()).requested_device;
-    std::optional<variable<std::int64_t, 0>> local_step;
+    // Beside it, the barrier's epoch its session began in.
+    std::optional<variable<std::int64_t, 0>> local_step, local_epoch;
     {
       auto on_worker = g.device(worker_device);
       local_step.emplace(g, "local_step", shape{}, zeros_initializer{},
                          variable_options{.trainable = false, .local = true});
+      local_epoch.emplace(g, "local_epoch", shape{}, zeros_initializer{},
+                          variable_options{.trainable = false, .local = true});
     }
-    local_step_init_ = {
-        g, g.add_node("assign", {local_step->id(), global_step.id()}, {}, "local_step_init")};
+    const attr_map barrier_attrs{{"counter", token}};
+    local_step_init_ =
+        group(g,
+              {g.add_node("assign", {local_step->id(), global_step.id()}, {}, "local_step_init"),
+               g.add_node("assign",
+                          {local_epoch->id(), g.add_node("barrier_epoch", {global_step.id()},
+                                                         barrier_attrs, "barrier_epoch")},
+                          {}, "local_epoch_init")},
+              "local_init");
 
     // Worker: gradients into the accumulators, then wait for the update.
     // A gradient of rows (an embedding's) goes to a sparse accumulator: only
@@ -124,19 +145,20 @@ public:
     node_id released;
     {
       auto after = g.control_dependencies(accumulated);
-      released = g.add_node("counter_wait", {global_step.id(), local_step->id()},
-                            {{"counter", token},
-                             {"timeout_ms", static_cast<std::int64_t>(o_.barrier_timeout.count())},
-                             {"waiting_for", std::string("the chief's update loop (is the chief "
-                                                         "running?): the global step")}},
-                            "wait_for_update");
+      released = g.add_node(
+          "barrier_wait", {global_step.id(), local_step->id(), local_epoch->id()},
+          {{"counter", token},
+           {"timeout_ms", static_cast<std::int64_t>(o_.barrier_timeout.count())},
+           {"replica", worker_device},
+           {"replicas_to_aggregate", static_cast<std::int64_t>(o_.replicas_to_aggregate)}},
+          "wait_for_update");
     }
     train_op_ = {g, g.add_node("assign", {local_step->id(), released}, {}, "train_op")};
     g.add_to_collection(collection::train_op, train_op_->id());
 
     // Chief: the means of the fresh gradients, applied; then release.
     std::vector<grad_and_var> means;
-    std::vector<node_id> closes;
+    std::vector<node_id> closes, resets;
     const attr_map take_attrs{
         {"accumulator", acc},
         {"num_required", static_cast<std::int64_t>(o_.replicas_to_aggregate)}};
@@ -157,11 +179,19 @@ public:
       }
       closes.push_back(
           g.add_node("close_accumulator", {gv.var}, {{"accumulator", acc}, {"sparse", sparse}}));
+      resets.push_back(g.add_node("reset_accumulator", {gv.var, global_step.id()},
+                                  {{"accumulator", acc}, {"sparse", sparse}}));
     }
     operation applied = opt_.apply_gradients(g, means, global_step, "apply");
     chief_update_ = {g, g.add_node("counter_raise", {global_step.id(), applied.id()},
                                    {{"counter", token}}, "release")};
     close_ = group(g, closes, "close_accumulators");
+    {
+      // The accumulators first: a worker that reads the new epoch finds them reset.
+      auto after = g.control_dependencies(resets);
+      reset_ = {g, g.add_node("barrier_reset", {global_step.id(), global_step.id()}, barrier_attrs,
+                              "reset_barrier")};
+    }
     release_all_ = {
         g, g.add_node("counter_raise",
                       {global_step.id(), scalar_node(g, std::numeric_limits<std::int64_t>::max())},
@@ -176,6 +206,10 @@ public:
   // What each worker runs once the global step is initialized or restored
   // (TF's local_step_init_op): its local step starts at the global step.
   operation local_step_init_op() const { return checked(local_step_init_, "local_step_init_op"); }
+  // What the chief runs once the global step is initialized, restored or
+  // joined, before its update loop starts: the accumulators and the barrier
+  // at the global step, and a new barrier epoch (see the top of this file).
+  operation reset_op() const { return checked(reset_, "reset_op"); }
   // Wakes a chief update waiting for gradients (to stop the chief's loop).
   operation close_op() const { return checked(close_, "close_op"); }
   // Releases every worker still waiting for an update (backups waiting for
@@ -192,7 +226,7 @@ private:
 
   optimizer& opt_;
   sync_replicas_options o_;
-  std::optional<operation> train_op_, chief_update_, local_step_init_, close_, release_all_;
+  std::optional<operation> train_op_, chief_update_, local_step_init_, reset_, close_, release_all_;
 };
 
 // Runs the chief update op in a loop on its own session (TF's chief queue

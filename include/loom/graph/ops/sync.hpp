@@ -10,6 +10,8 @@
 //   take_gradient(var, global_step)               waits for num_required fresh
 //                                                 gradients, returns their mean
 //   close_accumulator(var)                        wakes a waiting take_gradient
+//   reset_accumulator(var, step)                  drops what it holds; fresh
+//                                                 gradients are of `step` now
 //
 // and their sparse twins for gradients of rows (TF's SparseConditional-
 // Accumulator), whose rows travel as rows and ids, never as the dense table:
@@ -22,6 +24,15 @@
 //   counter_raise(var, value) -> value'           value' = max(value', value)
 //   counter_add(var, delta) -> value'
 //   counter_wait(var, above) -> value'            waits until value' > above
+//
+// and the update barrier of synchronous replicas, a counter with an epoch that
+// each reset advances (a worker that joined before a reset must not wait on it):
+//
+//   barrier_wait(var, local_step, epoch) -> value'  waits until value' >
+//                                                 local_step; aborted once the
+//                                                 barrier's epoch is not `epoch`
+//   barrier_reset(var, value) -> epoch'           value' = value, a new epoch
+//   barrier_epoch(var) -> epoch
 //   is_variable_initialized(var) -> bool
 #pragma once
 
@@ -167,6 +178,60 @@ inline bool register_sync_ops() {
          .stateful = true,
          .ref_inputs = 1u,
          .no_output = true,
+         .type_input = -1});
+  // Inputs (var, step): the step whose gradients are fresh from now on.
+  // Attr "sparse" as close_accumulator's.
+  r.add({.name = "reset_accumulator",
+         .num_inputs = 2,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               attach_to_variable(n, *in[0], n.attr_or<std::string>("accumulator", "accumulator"));
+               require_int64_scalar(n, *in[1], "the step");
+               n.type = in[0]->type;
+               n.shape = {};
+             },
+         .stateful = true,
+         .ref_inputs = 1u,
+         .no_output = true,
+         .type_input = -1});
+  // Attrs of barrier_wait: "counter", "timeout_ms", and for its errors
+  // "replica" (the waiting worker's task) and "replicas_to_aggregate".
+  r.add({.name = "barrier_wait",
+         .num_inputs = 3,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               attach_to_variable(n, *in[0], n.attr<std::string>("counter"));
+               require_int64_scalar(n, *in[1], "the local step");
+               require_int64_scalar(n, *in[2], "the barrier's epoch");
+               n.type = dtype::i64;
+               n.shape = {};
+             },
+         .stateful = true,
+         .ref_inputs = 1u,
+         .type_input = -1,
+         .blocking = true});
+  r.add({.name = "barrier_reset",
+         .num_inputs = 2,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               attach_to_variable(n, *in[0], n.attr<std::string>("counter"));
+               require_int64_scalar(n, *in[1], "the value");
+               n.type = dtype::i64;
+               n.shape = {};
+             },
+         .stateful = true,
+         .ref_inputs = 1u,
+         .type_input = -1});
+  r.add({.name = "barrier_epoch",
+         .num_inputs = 1,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               attach_to_variable(n, *in[0], n.attr<std::string>("counter"));
+               n.type = dtype::i64;
+               n.shape = {};
+             },
+         .stateful = true,
+         .ref_inputs = 1u,
          .type_input = -1});
   for (const char* name : {"counter_raise", "counter_add", "counter_wait"})
     r.add({.name = name,

@@ -13,11 +13,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace loom::detail {
@@ -33,11 +36,15 @@ struct accumulator_state : resource_base {
   std::int64_t step = 0;    // gradients of local steps below this are stale
   std::int64_t dropped = 0; // stale gradients seen, for logs and tests
   std::uint64_t closes = 0; // close_accumulator calls: wake the waiting take
+  // Since a reset_accumulator, whose step is the chief's global step, only
+  // that step's gradients are fresh: a later one was computed before the reset
+  // (variables restored to an older step), its worker's barrier_wait fails.
+  bool reset = false;
 
   // Under mu: whether a gradient of local_step counts (a stale one is
   // counted as dropped).
   bool fresh(std::int64_t local_step) {
-    if (local_step >= step)
+    if (local_step == step || (local_step > step && !reset))
       return true;
     ++dropped;
     return false;
@@ -53,6 +60,7 @@ struct accumulator_state : resource_base {
 // Sums dense gradients (TF's ConditionalAccumulator).
 struct gradient_accumulator : accumulator_state {
   any_tensor sum;
+  void clear() { sum = {}; }
 };
 
 // Sums gradients of rows (TF's SparseConditionalAccumulator): per id, the sum
@@ -67,6 +75,13 @@ template <class T> struct sparse_gradient_accumulator : accumulator_state {
   std::vector<T> rows;
   std::int64_t width = 0;              // elements per row (the variable's)
   std::vector<std::int64_t> taken_ids; // of the last take, for sparse_gradient_indices
+  void clear() {
+    slot_of.clear();
+    ids.clear();
+    touches.clear();
+    last_touch.clear();
+    rows.clear();
+  }
 };
 
 // An int64 that steps raise and wait on: the barrier of synchronous replicas
@@ -75,6 +90,19 @@ struct step_counter : resource_base {
   std::mutex mu;
   std::condition_variable cv;
   std::int64_t value = 0;
+  // As a barrier: barrier_reset calls so far; a worker's wait of another
+  // epoch began before the chief reset the barrier and the accumulators.
+  std::int64_t epoch = 0;
+  // The workers that reached the barrier at each local step not yet passed
+  // (a worker waits once its step's gradients are sent; unnamed ones are
+  // counted), and every worker that ever reached it: what a barrier's
+  // timeout names as missing.
+  struct arrivals {
+    std::int64_t unnamed = 0;
+    std::set<std::string> named;
+  };
+  std::map<std::int64_t, arrivals> arrived;
+  std::set<std::string> seen;
 };
 
 // Registers for the step's abort while a kernel waits on (mu, cv). Construct
@@ -110,21 +138,22 @@ private:
 };
 
 // Waits under `lock` until ready() holds; throws if the step is aborted or the
-// node's timeout_ms passes first. `what` says what it waits for, for errors.
-template <class Ready>
+// node's timeout_ms passes first. what() says what it waits for, for errors
+// (called under `lock` when one is thrown, so it may say how far things got).
+template <class Ready, class What>
 void wait_for(kernel_context& c, const abort_watch& watch, std::unique_lock<std::mutex>& lock,
-              std::condition_variable& cv, Ready ready, const std::string& what) {
+              std::condition_variable& cv, Ready ready, What what) {
   const auto timeout = std::chrono::milliseconds(c.node.attr_or<std::int64_t>("timeout_ms", 0));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!ready()) {
     if (watch.reason())
-      throw aborted_error("node " + c.node.describe() + " stopped waiting for " + what + ": " +
+      throw aborted_error("node " + c.node.describe() + " stopped waiting for " + what() + ": " +
                           *watch.reason());
     if (timeout.count() <= 0) {
       cv.wait(lock);
     } else if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !ready()) {
       throw deadline_exceeded_error("node " + c.node.describe() + " waited " +
-                                    std::to_string(timeout.count()) + " ms for " + what);
+                                    std::to_string(timeout.count()) + " ms for " + what());
     }
   }
 }
@@ -143,8 +172,10 @@ inline void await_gradients(kernel_context& c, const abort_watch& watch,
   const std::uint64_t closes = acc.closes;
   wait_for(
       c, watch, lock, acc.cv, [&] { return acc.count >= required || acc.closes != closes; },
-      std::to_string(required) + " " + kind + " of step " + std::to_string(acc.step) +
-          " for variable '" + c.node.attr_or<std::string>("_ref_name_0", "?") + "'");
+      [&] {
+        return std::to_string(required) + " " + kind + " of step " + std::to_string(acc.step) +
+               " for variable '" + c.node.attr_or<std::string>("_ref_name_0", "?") + "'";
+      });
   if (acc.count < required)
     throw cancelled_error("node " + c.node.describe() + ": the accumulator was closed");
 }
@@ -186,7 +217,7 @@ template <class T> struct take_gradient_cpu {
       const auto n = static_cast<Eigen::DenseIndex>(mean.num_elements());
       chunk_map<T>(mean.data<T>(), n) =
           chunk_map<T>(mean.data<T>(), n) / static_cast<T>(acc->count);
-      acc->sum = {};
+      acc->clear();
       acc->taken(global_step);
       c.output = std::move(mean);
     }
@@ -306,11 +337,7 @@ template <class T> struct take_sparse_gradient_cpu {
       for (std::size_t j = 0; j < width; ++j)
         out[k * width + j] = src[j] / touches;
     }
-    acc->slot_of.clear();
-    acc->ids.clear();
-    acc->touches.clear();
-    acc->last_touch.clear();
-    acc->rows.clear();
+    acc->clear();
     acc->taken(global_step);
     c.output = std::move(mean);
   }
@@ -341,6 +368,113 @@ template <class T> struct close_accumulator_cpu {
   }
 };
 
+template <class T> struct reset_accumulator_cpu {
+  static void run(kernel_context& c) {
+    const std::int64_t step = *c.input(1).data<std::int64_t>();
+    const auto reset = [&](auto& acc) {
+      {
+        std::lock_guard lock(acc.mu);
+        acc.clear();
+        acc.count = 0;
+        acc.step = step;
+        acc.reset = true;
+        ++acc.closes; // a take still waiting (its chief is gone) ends
+      }
+      acc.cv.notify_all();
+    };
+    if (c.node.attr_or<bool>("sparse", false))
+      reset(*attached_resource<sparse_gradient_accumulator<T>>(c));
+    else
+      reset(*attached_resource<gradient_accumulator>(c));
+  }
+};
+
+// The update barrier of synchronous replicas (step_counter as a barrier).
+template <class T> struct barrier_cpu {
+  static void run(kernel_context& c) {
+    auto barrier = attached_resource<step_counter>(c);
+    const std::string& op = c.node.op;
+    std::int64_t out;
+    if (op == "barrier_wait") {
+      out = wait(c, *barrier);
+    } else if (op == "barrier_reset") {
+      {
+        std::lock_guard lock(barrier->mu);
+        barrier->value = *c.input(1).data<std::int64_t>();
+        barrier->arrived.clear();
+        out = ++barrier->epoch;
+      }
+      barrier->cv.notify_all(); // every waiter of the old epoch fails
+    } else {
+      std::lock_guard lock(barrier->mu);
+      out = barrier->epoch;
+    }
+    c.output = any_tensor::scalar(out);
+  }
+
+  static std::int64_t wait(kernel_context& c, step_counter& b) {
+    const std::int64_t local_step = *c.input(1).data<std::int64_t>();
+    const std::int64_t epoch = *c.input(2).data<std::int64_t>();
+    const auto replica = c.node.attr_or<std::string>("replica", "");
+    abort_watch watch(c, b.mu, b.cv);
+    std::unique_lock lock(b.mu);
+    const auto reset_since = [&] {
+      return aborted_error(
+          "node " + c.node.describe() + ": the chief reset the update barrier to step " +
+          std::to_string(b.value) + " (it restarted or restored a checkpoint) after this " +
+          "worker's session began (barrier epoch " + std::to_string(epoch) + ", now " +
+          std::to_string(b.epoch) + "): the gradients of its step " + std::to_string(local_step) +
+          " may be lost; the session starts again from the chief's step");
+    };
+    if (b.epoch != epoch)
+      throw reset_since();
+    b.arrived.erase(b.arrived.begin(), b.arrived.lower_bound(b.value)); // steps passed
+    if (replica.empty()) {
+      ++b.arrived[local_step].unnamed;
+    } else {
+      b.arrived[local_step].named.insert(replica);
+      b.seen.insert(replica);
+    }
+    wait_for(
+        c, watch, lock, b.cv, [&] { return b.value > local_step || b.epoch != epoch; },
+        [&] { return missing_for(c, b, local_step); });
+    if (b.epoch != epoch)
+      throw reset_since();
+    return b.value;
+  }
+
+  // Under b.mu: what the update of `step` still waits for. The workers that
+  // reached the barrier at `step` have sent its gradients; the others that
+  // ever reached it have not (one that never did has no name here).
+  static std::string missing_for(kernel_context& c, const step_counter& b, std::int64_t step) {
+    const auto required = c.node.attr_or<std::int64_t>("replicas_to_aggregate", 1);
+    const auto at = b.arrived.find(step);
+    const std::set<std::string> sent =
+        at == b.arrived.end() ? std::set<std::string>{} : at->second.named;
+    const std::int64_t arrived =
+        static_cast<std::int64_t>(sent.size()) + (at == b.arrived.end() ? 0 : at->second.unnamed);
+    const auto list = [](const std::set<std::string>& names) {
+      std::string out;
+      for (const auto& n : names)
+        out += (out.empty() ? "" : ", ") + n;
+      return out;
+    };
+    std::string what = "the update of step " + std::to_string(step) + ": the gradients of " +
+                       std::to_string(arrived) + " of the " + std::to_string(required) +
+                       " replica(s) it aggregates arrived" +
+                       (sent.empty() ? "" : " (from " + list(sent) + ")");
+    if (arrived >= required)
+      return what + ", and the chief's update loop has not applied them (is the chief running?)";
+    std::set<std::string> not_sent;
+    for (const auto& w : b.seen)
+      if (!sent.count(w))
+        not_sent.insert(w);
+    if (!not_sent.empty())
+      return what + "; not sent: " + list(not_sent) + " (is it running?)";
+    return what + "; no other worker has reached this barrier yet (is each running?)";
+  }
+};
+
 template <class T> struct counter_cpu {
   static void run(kernel_context& c) {
     auto counter = attached_resource<step_counter>(c);
@@ -352,9 +486,10 @@ template <class T> struct counter_cpu {
       std::unique_lock lock(counter->mu);
       wait_for(
           c, watch, lock, counter->cv, [&] { return counter->value > v; },
-          c.node.attr_or<std::string>(
-              "waiting_for", "counter '" + c.node.attr<std::string>("resource_name") + "'") +
-              " to pass " + std::to_string(v) + " (it is " + std::to_string(counter->value) + ")");
+          [&] {
+            return "counter '" + c.node.attr<std::string>("resource_name") + "' to pass " +
+                   std::to_string(v) + " (it is " + std::to_string(counter->value) + ")";
+          });
       now = counter->value;
     } else {
       {
@@ -383,8 +518,11 @@ inline bool register_sync_kernels() {
   register_kernels<accumulate_sparse_gradient_cpu>("accumulate_sparse_gradient", floating_types{});
   register_kernels<take_sparse_gradient_cpu>("take_sparse_gradient", floating_types{});
   register_kernels<sparse_gradient_indices_cpu>("sparse_gradient_indices", floating_types{});
+  register_kernels<reset_accumulator_cpu>("reset_accumulator", floating_types{});
   for (const char* op : {"counter_raise", "counter_add", "counter_wait"})
     register_kernels<counter_cpu>(op, type_list<std::int64_t>{});
+  for (const char* op : {"barrier_wait", "barrier_reset", "barrier_epoch"})
+    register_kernels<barrier_cpu>(op, type_list<std::int64_t>{});
   register_kernels<is_variable_initialized_cpu>("is_variable_initialized", type_list<bool>{});
   return true;
 }
