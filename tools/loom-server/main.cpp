@@ -5,13 +5,19 @@
 //   loom-server --ps_hosts=h1:2222 --worker_hosts=h2:2222,h3:2222 --job_name=ps --task_index=0
 //   TF_CONFIG='{"cluster": {...}, "task": {"type": "ps", "index": 0}}' loom-server
 //
+// Flags such as --max_connections and --max_pending_bytes set what its peers may hold
+// (loom::server_limits; docs/wire-protocol.md, "Hostile peers").
+//
 // It serves until a client shuts the cluster down (session::shutdown_cluster)
 // and then exits 0.
 #include <loom/loom.hpp>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <string>
 
 int main(int argc, char** argv) try {
   loom::flags flags("Serves one task of a loom cluster until the cluster is shut down.");
@@ -20,8 +26,59 @@ int main(int argc, char** argv) try {
       .define_string("job_name", "", "The job of this task (ps, worker, ...)")
       .define_int("task_index", 0, "The index of this task within its job")
       .define_int("intra_op_threads", 0, "Threads for kernels (0: one per core)");
+  // What peers may hold (loom::server_limits; docs/wire-protocol.md, "Hostile peers").
+  const loom::server_limits defaults;
+  flags
+      .define_int("max_pending_bytes_per_connection",
+                  static_cast<std::int64_t>(defaults.max_pending_bytes_per_connection),
+                  "Bytes one connection may hold for a frame not yet received in full")
+      .define_int("max_pending_bytes", static_cast<std::int64_t>(defaults.max_pending_bytes),
+                  "Bytes all connections together may hold for frames not yet received")
+      .define_int("max_handshaking_connections",
+                  static_cast<std::int64_t>(defaults.max_handshaking_connections),
+                  "Connections in their handshake; past it the oldest is closed")
+      .define_int("handshake_timeout_ms", defaults.handshake_timeout.count(),
+                  "A connection that has not finished its handshake by then is closed")
+      .define_int("max_connections", static_cast<std::int64_t>(defaults.max_connections),
+                  "Connections past the handshake (two per client); past it the idlest "
+                  "client gives way, or a newcomer is refused")
+      .define_int("idle_eviction_grace_ms", defaults.idle_eviction_grace.count(),
+                  "How long a client must have sent nothing before it may give way")
+      .define_int("accept_backoff_ms", defaults.accept_backoff.count(),
+                  "The pause after a failed accept (out of descriptors), doubling")
+      .define_int("max_accept_backoff_ms", defaults.max_accept_backoff.count(),
+                  "The longest pause after failed accepts");
   if (!flags.parse(argc, argv))
     return 0;
+  // Each limit is a count or a duration of at least 1: a zero would refuse every peer.
+  const auto limit = [&](const char* name) {
+    const std::int64_t v = flags.get_int(name);
+    if (v < 1)
+      throw loom::invalid_argument_error("--" + std::string(name) + " must be at least 1, not " +
+                                         std::to_string(v));
+    return v;
+  };
+  loom::server_options options;
+  try {
+    auto& l = options.limits;
+    l.max_pending_bytes_per_connection =
+        static_cast<std::uint64_t>(limit("max_pending_bytes_per_connection"));
+    l.max_pending_bytes = static_cast<std::uint64_t>(limit("max_pending_bytes"));
+    l.max_handshaking_connections = static_cast<std::size_t>(limit("max_handshaking_connections"));
+    l.handshake_timeout = std::chrono::milliseconds(limit("handshake_timeout_ms"));
+    l.max_connections = static_cast<std::size_t>(limit("max_connections"));
+    l.idle_eviction_grace = std::chrono::milliseconds(limit("idle_eviction_grace_ms"));
+    l.accept_backoff = std::chrono::milliseconds(limit("accept_backoff_ms"));
+    l.max_accept_backoff = std::chrono::milliseconds(limit("max_accept_backoff_ms"));
+    if (l.accept_backoff > l.max_accept_backoff)
+      throw loom::invalid_argument_error("--accept_backoff_ms (" +
+                                         std::to_string(l.accept_backoff.count()) +
+                                         ") exceeds --max_accept_backoff_ms (" +
+                                         std::to_string(l.max_accept_backoff.count()) + ")");
+  } catch (const loom::invalid_argument_error& e) {
+    std::cerr << "loom-server: " << e.message() << "\n";
+    return 2;
+  }
 
   loom::cluster_spec cluster;
   std::string job = flags.get_string("job_name");
@@ -43,7 +100,6 @@ int main(int argc, char** argv) try {
     std::cerr << "loom-server: --job_name is required\n";
     return 2;
   }
-  loom::server_options options;
   options.intra_op_threads = static_cast<int>(flags.get_int("intra_op_threads"));
   loom::server server(cluster, job, task, options);
   std::printf("loom-server: serving /job:%s/task:%d at %s\n", job.c_str(), task,

@@ -16,6 +16,7 @@
 #include <loom/graph/graph.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <iostream>
@@ -93,6 +94,33 @@ struct session_target {
   session_target(const char* a) : address(a) {}
 };
 
+// What a task's server lets its peers hold (docs/wire-protocol.md, "Hostile peers"): the
+// message layer's limits (net::rpc_server_options, whose defaults these are), for the
+// operator of a ps shared by many clients or reachable by untrusted ones. Every count and
+// duration must be at least 1; the server refuses others, naming the limit.
+struct server_limits {
+  // Memory held for frames not yet received in full, charged as the bytes arrive. A
+  // message that would hold more than the first on one connection is refused; a read that
+  // would pass the second evicts peers stalled in the middle of a frame, else closes its
+  // own connection; each with resource_exhausted naming the limit.
+  std::uint64_t max_pending_bytes_per_connection = std::uint64_t{2} << 30; // 2 GiB
+  std::uint64_t max_pending_bytes = std::uint64_t{4} << 30;                // 4 GiB
+  // Connections accepted whose handshake has not finished; past this many the oldest is
+  // closed. A handshake not finished within handshake_timeout is closed too.
+  std::size_t max_handshaking_connections = 128;
+  std::chrono::milliseconds handshake_timeout{10000};
+  // Connections past the handshake (a client holds two: control and bulk). At the cap the
+  // client idle the longest (nothing received for idle_eviction_grace, no request
+  // unanswered) is closed to make room; failing that a newcomer is refused with
+  // resource_exhausted naming max_connections.
+  std::size_t max_connections = 4096;
+  std::chrono::milliseconds idle_eviction_grace{5000};
+  // After a failed accept (out of file descriptors) the next waits accept_backoff,
+  // doubling up to max_accept_backoff.
+  std::chrono::milliseconds accept_backoff{10};
+  std::chrono::milliseconds max_accept_backoff{1000};
+};
+
 struct server_options {
   // The cluster token; nullopt: LOOM_CLUSTER_TOKEN or LOOM_CLUSTER_TOKEN_FILE.
   std::optional<std::string> token{};
@@ -102,6 +130,8 @@ struct server_options {
   int intra_op_threads = 0;
   // Where the task's log lines go; empty: stderr.
   std::function<void(std::string_view)> log{};
+  // What the task's peers may hold: memory, connections, the pace of accepting.
+  server_limits limits{};
 };
 
 // The seams themselves: the runtime's, not the user's.

@@ -50,7 +50,7 @@ public:
         device_(&pool_, detail::intra_op_threads(options_.intra_op_threads)) {
     const std::string& address = cluster.task_address(job_, task_);
     host_port hp = parse_host_port(address);
-    net::rpc_server_options so;
+    net::rpc_server_options so = rpc_options(options_.limits);
     so.host = hp.host;
     so.port = hp.port;
     so.token = options_.token;
@@ -224,6 +224,46 @@ private:
   };
 
   std::string describe() const { return detail::task_name(job_, task_); }
+
+  // The message layer's options carrying `limits`; invalid_argument_error naming the limit
+  // and this task where one is below 1 or accept_backoff exceeds max_accept_backoff (a
+  // zero would refuse every peer, or re-arm accept without pause).
+  net::rpc_server_options rpc_options(const server_limits& limits) const {
+    const auto at_least_one = [&](const char* name, auto value) {
+      if (value < decltype(value){1})
+        throw invalid_argument_error("server_options.limits." + std::string(name) + " of " +
+                                     describe() + " must be at least 1, not 0");
+    };
+    at_least_one("max_pending_bytes_per_connection", limits.max_pending_bytes_per_connection);
+    at_least_one("max_pending_bytes", limits.max_pending_bytes);
+    at_least_one("max_handshaking_connections", limits.max_handshaking_connections);
+    at_least_one("max_connections", limits.max_connections);
+    const auto at_least_one_ms = [&](const char* name, std::chrono::milliseconds value) {
+      if (value.count() < 1)
+        throw invalid_argument_error("server_options.limits." + std::string(name) + " of " +
+                                     describe() + " must be at least 1 ms, not " +
+                                     std::to_string(value.count()) + " ms");
+    };
+    at_least_one_ms("handshake_timeout", limits.handshake_timeout);
+    at_least_one_ms("idle_eviction_grace", limits.idle_eviction_grace);
+    at_least_one_ms("accept_backoff", limits.accept_backoff);
+    at_least_one_ms("max_accept_backoff", limits.max_accept_backoff);
+    if (limits.accept_backoff > limits.max_accept_backoff)
+      throw invalid_argument_error("server_options.limits.accept_backoff of " + describe() + " (" +
+                                   std::to_string(limits.accept_backoff.count()) +
+                                   " ms) exceeds its max_accept_backoff (" +
+                                   std::to_string(limits.max_accept_backoff.count()) + " ms)");
+    net::rpc_server_options so;
+    so.max_pending_bytes_per_connection = limits.max_pending_bytes_per_connection;
+    so.max_pending_bytes = limits.max_pending_bytes;
+    so.max_handshaking_connections = limits.max_handshaking_connections;
+    so.handshake_timeout = limits.handshake_timeout;
+    so.max_connections = limits.max_connections;
+    so.idle_eviction_grace = limits.idle_eviction_grace;
+    so.accept_backoff = limits.accept_backoff;
+    so.max_accept_backoff = limits.max_accept_backoff;
+    return so;
+  }
 
   void install_handlers() {
     rpc_->handle(protocol::cluster_info,
