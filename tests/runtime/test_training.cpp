@@ -488,9 +488,11 @@ TEST_CASE("sync replicas, 2 ps: the chief and the ps of half the variables kille
   require_prerequisites();
   cluster_flags cf(2, 2);
   temp_dir dir;
+  // A barrier left at ps 0's step would stall every worker: let that fail in 30 s, not 120.
   auto flags = [&](int task) {
     return args(cf.task("worker", task), common(dir, "600"), "--sync_replicas",
-                "--save_checkpoint_steps=100", "--save_checkpoint_secs=0", "--log_every=20");
+                "--save_checkpoint_steps=100", "--save_checkpoint_secs=0", "--log_every=20",
+                "--barrier_timeout_secs=30");
   };
   lt::child ps0(replica(), cf.task("ps", 0));
   std::optional<lt::child> ps1(std::in_place, replica(), cf.task("ps", 1));
