@@ -4,6 +4,7 @@
 // hostile byte stream gives a data_loss_error, never a crash.
 #pragma once
 
+#include <loom/core/bounded_archive.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/graph/graph.hpp>
@@ -57,8 +58,24 @@ template <class Archive> void load(Archive& ar, any_tensor& t) {
   if (static_cast<unsigned>(d) > static_cast<unsigned>(dtype::string))
     throw data_loss_error("serialized tensor has an unknown dtype tag " +
                           std::to_string(static_cast<unsigned>(d)));
-  if (!s.fully_defined() || s.num_elements() > (std::int64_t{1} << 31))
-    throw data_loss_error("serialized tensor has an invalid shape " + s.to_string());
+  // The element count, checked as it grows (a product of hostile dimensions
+  // must not overflow), then against the bytes left where the archive knows
+  // them: the tensor is allocated before its elements are read.
+  std::uint64_t count = 1;
+  for (auto dim : s.dims()) {
+    if (dim < 0 || (dim != 0 && count > (std::uint64_t{1} << 31) / static_cast<std::uint64_t>(dim)))
+      throw data_loss_error("serialized tensor has an invalid shape " + s.to_string());
+    count *= static_cast<std::uint64_t>(dim);
+  }
+  if constexpr (std::is_same_v<Archive, bounded_input_archive>) {
+    // A string element takes its 8-byte length at least; the others their size.
+    const std::size_t min_bytes = d == dtype::string ? 8 : size_of(d);
+    if (count > ar.remaining() / min_bytes)
+      throw data_loss_error("serialized tensor " + std::string(to_string(d)) + s.to_string() +
+                            " of " + std::to_string(count) + " elements, to start at offset " +
+                            std::to_string(ar.offset()) + ", but only " +
+                            std::to_string(ar.remaining()) + " bytes follow");
+  }
   any_tensor out(d, s);
   visit_dtype(d, [&]<class T>() {
     for (T& v : out.flat<T>())
@@ -200,11 +217,12 @@ inline std::string serialize_graph(const graph& g) {
   return os.str();
 }
 
-inline graph deserialize_graph(const std::string& bytes) {
-  std::istringstream is(bytes);
+// Reads with bounded_input_archive: the bytes may come from a peer
+// (register_graph), whose declared sizes must not allocate past what it sent.
+inline graph deserialize_graph(std::string_view bytes) {
   detail::graph_image img;
   try {
-    cereal::PortableBinaryInputArchive ar(is);
+    bounded_input_archive ar(bytes);
     ar(img);
   } catch (const error&) {
     throw;

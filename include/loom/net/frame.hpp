@@ -33,6 +33,7 @@
 // invalid_argument_error, and a descriptor naming dtype string is data loss.
 #pragma once
 
+#include <loom/core/bounded_archive.hpp>
 #include <loom/core/dtype.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/shape.hpp>
@@ -47,7 +48,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <istream>
 #include <limits>
 #include <ostream>
 #include <span>
@@ -298,15 +298,6 @@ private:
   std::string& s_;
 };
 
-// A read-only streambuf over a byte range.
-class span_reader : public std::streambuf {
-public:
-  explicit span_reader(std::string_view s) {
-    char* p = const_cast<char*>(s.data());
-    setg(p, p, p + s.size());
-  }
-};
-
 } // namespace detail
 
 // No metadata: zero bytes on the wire, no cereal involved.
@@ -338,11 +329,11 @@ template <class T> T decode_metadata(std::string_view bytes, const std::string& 
   if constexpr (std::is_same_v<T, empty>) {
     return T{};
   } else {
-    detail::span_reader buf(bytes);
-    std::istream is(&buf);
+    // bounded_input_archive, not cereal's PortableBinaryInputArchive: a peer's
+    // declared sizes must not allocate more than the bytes it sent can fill.
     T value{};
     try {
-      cereal::PortableBinaryInputArchive ar(is);
+      bounded_input_archive ar(bytes);
       ar(value);
     } catch (const std::exception& e) {
       throw invalid_argument_error("cannot decode the metadata of " + what + " (" +
