@@ -2,8 +2,8 @@
 // header, envelope, payload descriptors, payload bytes and the handshake
 // records. Every input must either decode or throw a loom::error; anything
 // else (a crash, another exception, an oversized allocation, an ASan report)
-// is a bug. Build: cmake -DCMAKE_CXX_COMPILER=clang++ ..., target frame_decoder_fuzz;
-// run: ./frame_decoder_fuzz -max_len=4096 corpus/
+// is a bug. Built with ASan and UBSan by a clang build (fuzz/CMakeLists.txt); corpus:
+// fuzz/corpus/frame_decoder_fuzz; how to run it: docs/wire-protocol.md, "Fuzzing".
 #include <loom/net/auth.hpp>
 #include <loom/net/frame.hpp>
 
