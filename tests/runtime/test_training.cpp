@@ -355,7 +355,7 @@ std::vector<long long> kill_ps_repeatedly(const cluster_flags& cf, std::unique_p
       long long logged = 0;
       for (long long g : captured_from(out, r == std::string::npos ? 0 : r, "global step ([0-9]+)"))
         logged = std::max(logged, g);
-      if (logged >= from + interval + (37 * k) % (interval * 9 / 10)) // lost: at most 0.9 + lag
+      if (logged >= from + interval + (37 * k) % (interval * 8 / 10)) // lost: at most 0.8 + lag
         break;
       REQUIRE_MESSAGE(chief.running(), "training ended before kill " << k << " of " << n
                                                                      << ": raise train_steps\n"
