@@ -224,8 +224,11 @@ inline graph deserialize_graph(std::string_view bytes) {
   try {
     bounded_input_archive ar(bytes);
     ar(img);
-  } catch (const error&) {
-    throw;
+  } catch (const error& e) {
+    // The graph's own checks name the graph; the archive's name only the offset.
+    if (e.message().find("serialized") != std::string::npos)
+      throw;
+    throw data_loss_error("serialized graph is corrupt: " + e.message());
   } catch (const std::exception& e) {
     throw data_loss_error(std::string("serialized graph is corrupt: ") + e.what());
   }
