@@ -21,14 +21,17 @@
 // and freed, so the kernel's own allocation reuses it and an element it never
 // writes fails the comparison. The CPU kernels register from
 // tests/gpu/cpu_kernels.cpp (a g++ unit), which also holds the end-to-end
-// session test of an MLP placed on /gpu:0.
+// session test of an MLP placed on /gpu:0; the GPU kernels and the backend from
+// loom::cuda_kernels' objects (cmake/loom_cuda_kernels.cu), as in a program.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <loom/graph/lower.hpp>
 #include <loom/graph/op_registry.hpp>
 #include <loom/graph/variables.hpp>
-#include <loom/kernels/cuda/cuda.cuh>
+#include <loom/kernels/cuda/backend.hpp>
+#include <loom/kernels/checks/array.hpp> // with_ids
+#include <loom/kernels/cuda/random.cuh> // uniform_in, checked on the host
 #include <loom/kernels/fused.hpp> // what lowering a tree instantiates (graph/lower.hpp)
 #include <loom/runtime/executor.hpp>
 
