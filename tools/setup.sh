@@ -20,6 +20,8 @@ packages=(
   zlib1g-dev
   libssl-dev
   libfarmhash-dev
+  libboost-dev
+  python3-venv
   libbenchmark-dev
   clang-format
   ccache

@@ -25,6 +25,7 @@
 #include <loom/graph/ops/nn.hpp>
 #include <loom/graph/ops/scatter.hpp>
 #include <loom/graph/ops/string.hpp>
+#include <loom/graph/ops/summary.hpp>
 #include <loom/graph/output.hpp>
 #include <loom/graph/partitioned_variable.hpp>
 #include <loom/graph/sparse_tensor.hpp>

@@ -40,6 +40,7 @@
 #include <loom/train/global_step.hpp>
 #include <loom/train/hooks.hpp>
 #include <loom/train/saver.hpp>
+#include <loom/train/summary_saver_hook.hpp>
 #include <loom/train/sync_replicas_optimizer.hpp>
 
 #include <algorithm>
@@ -70,6 +71,12 @@ struct monitored_session_options {
   // Each ps task writes its own variables' shard of every checkpoint (saver_options::sharded;
   // the tasks and the chief must see checkpoint_dir at the same path).
   bool sharded_checkpoints = false;
+  // Where the chief writes the graph's summaries (merge_all_summaries) for
+  // TensorBoard, by a summary_saver_hook; empty: checkpoint_dir, as TF's.
+  // Nothing is written where the graph has no summary.
+  std::string summary_dir{};
+  std::int64_t save_summaries_steps = 100; // 0: not by steps
+  double save_summaries_secs = 0;          // 0: not by time
   std::vector<std::shared_ptr<session_run_hook>> hooks{};
   std::vector<std::shared_ptr<session_run_hook>> chief_only_hooks{};
   sync_replicas_optimizer* sync_replicas = nullptr;
@@ -122,6 +129,13 @@ public:
                                         .steps = o_.save_checkpoint_steps,
                                         .log = o_.log}));
       }
+      const std::string& summary_dir = o_.summary_dir.empty() ? o_.checkpoint_dir : o_.summary_dir;
+      if (!summary_dir.empty() && !g.collection(collection::summaries).empty() &&
+          (o_.save_summaries_steps > 0 || o_.save_summaries_secs > 0))
+        hooks_.push_back(std::make_shared<summary_saver_hook>(
+            summary_saver_options{.logdir = summary_dir,
+                                  .every_n_steps = o_.save_summaries_steps,
+                                  .every_n_secs = o_.save_summaries_secs}));
     }
     for (auto& h : hooks_)
       h->begin(g);

@@ -13,4 +13,6 @@
 #include <loom/train/optimizer.hpp>
 #include <loom/train/rmsprop.hpp>
 #include <loom/train/saver.hpp>
+#include <loom/train/summary_saver_hook.hpp>
+#include <loom/train/summary_writer.hpp>
 #include <loom/train/sync_replicas_optimizer.hpp>

@@ -12,5 +12,6 @@
 #include <loom/kernels/cpu/scatter.hpp>
 #include <loom/kernels/cpu/state.hpp>
 #include <loom/kernels/cpu/string.hpp>
+#include <loom/kernels/cpu/summary.hpp>
 #include <loom/kernels/cpu/sync.hpp>
 #include <loom/kernels/cpu/training.hpp>

@@ -1,0 +1,189 @@
+// The records of TensorBoard's event files, encoded with the field numbers of
+// TensorFlow's protos (core/util/event.proto, core/framework/summary.proto):
+//
+//   Event          { double wall_time = 1; int64 step = 2;
+//                    oneof { string file_version = 3; Summary summary = 5;
+//                            SessionLog session_log = 7; } }
+//   SessionLog     { SessionStatus status = 1; }             START = 1
+//   Summary        { repeated Value value = 1; }
+//   Summary.Value  { string tag = 1; float simple_value = 2; HistogramProto histo = 5; }
+//   HistogramProto { double min = 1; max = 2; num = 3; sum = 4; sum_squares = 5;
+//                    repeated double bucket_limit = 6 [packed]; repeated double bucket = 7
+//                    [packed]; }
+//
+// A serialized Summary is a sequence of field-1 Values, so the concatenation of
+// two is their merge (protobuf's rule for repeated fields): merge_summary and
+// an event's summary need no decoding. Here in core/ so that the summary
+// kernels (kernels/cpu/summary.hpp) and the writer (train/summary_writer.hpp)
+// share one encoding.
+#pragma once
+
+#include <loom/core/error.hpp>
+#include <loom/core/protobuf_wire.hpp>
+
+#include <algorithm>
+#include <cfloat>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace loom::summary_format {
+
+// Field numbers (the protos above).
+namespace event_field {
+inline constexpr std::uint32_t wall_time = 1, step = 2, file_version = 3, summary = 5,
+                               session_log = 7;
+}
+namespace value_field {
+inline constexpr std::uint32_t tag = 1, simple_value = 2, histo = 5;
+}
+namespace histogram_field {
+inline constexpr std::uint32_t min = 1, max = 2, num = 3, sum = 4, sum_squares = 5,
+                               bucket_limit = 6, bucket = 7;
+}
+inline constexpr std::uint32_t summary_value_field = 1;
+inline constexpr std::uint32_t session_log_status_field = 1;
+inline constexpr std::uint64_t session_log_start = 1;
+
+// What the first record of every event file says (TF's EventsWriter).
+inline constexpr std::string_view file_version = "brain.Event:2";
+
+// TF's histogram (core/lib/histogram/histogram.cc) with its default buckets:
+// limits growing by 10% from 1e-12 to 1e20, mirrored below 0, with 0 and
+// +-DBL_MAX; a value v counts in the first bucket whose limit is above v. The
+// same limits as TF's, so TensorBoard draws a loom histogram as TF's.
+class histogram {
+public:
+  histogram() : counts_(limits().size(), 0.0) {}
+
+  static const std::vector<double>& limits() {
+    static const std::vector<double> l = [] {
+      std::vector<double> pos;
+      for (double v = 1.0e-12; v < 1.0e20; v *= 1.1)
+        pos.push_back(v);
+      pos.push_back(DBL_MAX);
+      std::vector<double> all;
+      for (auto it = pos.rbegin(); it != pos.rend(); ++it)
+        all.push_back(-*it);
+      all.push_back(0.0);
+      all.insert(all.end(), pos.begin(), pos.end());
+      return all;
+    }();
+    return l;
+  }
+
+  // A finite value (the caller refuses NaN and infinities, as TF's kernel does).
+  void add(double v) {
+    const auto& l = limits();
+    auto b = static_cast<std::size_t>(std::upper_bound(l.begin(), l.end(), v) - l.begin());
+    counts_[std::min(b, counts_.size() - 1)] += 1.0;
+    min_ = std::min(min_, v);
+    max_ = std::max(max_, v);
+    num_ += 1.0;
+    sum_ += v;
+    sum_squares_ += v * v;
+  }
+
+  double count() const noexcept { return num_; }
+
+  // A HistogramProto, runs of empty buckets collapsed into their last limit
+  // (TF's EncodeToProto with preserve_zero_buckets = false).
+  protobuf::writer encode() const {
+    std::vector<double> limit, count;
+    const auto& l = limits();
+    for (std::size_t i = 0; i < counts_.size();) {
+      double end = l[i], c = counts_[i];
+      ++i;
+      if (c <= 0.0)
+        while (i < counts_.size() && counts_[i] <= 0.0) {
+          end = l[i];
+          c = counts_[i];
+          ++i;
+        }
+      limit.push_back(end);
+      count.push_back(c);
+    }
+    protobuf::writer h;
+    h.float64(histogram_field::min, min_)
+        .float64(histogram_field::max, max_)
+        .float64(histogram_field::num, num_)
+        .float64(histogram_field::sum, sum_)
+        .float64(histogram_field::sum_squares, sum_squares_)
+        .packed_float64(histogram_field::bucket_limit, limit)
+        .packed_float64(histogram_field::bucket, count);
+    return h;
+  }
+
+private:
+  std::vector<double> counts_;
+  double min_ = DBL_MAX, max_ = -DBL_MAX, num_ = 0, sum_ = 0, sum_squares_ = 0;
+};
+
+// A Summary of one scalar value (tf.summary.scalar's), serialized.
+inline std::string scalar_summary(std::string_view tag, float value) {
+  protobuf::writer v;
+  v.bytes(value_field::tag, tag).float32(value_field::simple_value, value);
+  return std::move(protobuf::writer{}.message(summary_value_field, v)).bytes();
+}
+
+// A Summary of one histogram (tf.summary.histogram's), serialized.
+inline std::string histogram_summary(std::string_view tag, const histogram& h) {
+  protobuf::writer v;
+  v.bytes(value_field::tag, tag).message(value_field::histo, h.encode());
+  return std::move(protobuf::writer{}.message(summary_value_field, v)).bytes();
+}
+
+// The tags of a serialized Summary's values, in order; `what` names it in
+// errors (data_loss_error where it is not a Summary).
+inline std::vector<std::string> summary_tags(std::string_view summary, const std::string& what) {
+  std::vector<std::string> tags;
+  protobuf::reader r(summary, what);
+  while (!r.done()) {
+    const protobuf::field f = r.next();
+    if (f.number != summary_value_field || f.type != protobuf::wire_type::length_delimited)
+      throw data_loss_error("malformed " + what + ": field " + std::to_string(f.number) +
+                            " is not a Summary's value");
+    protobuf::reader value(f.bytes, what + " value");
+    std::string tag;
+    while (!value.done()) {
+      const protobuf::field g = value.next();
+      if (g.number == value_field::tag && g.type == protobuf::wire_type::length_delimited)
+        tag = std::string(g.bytes);
+    }
+    tags.push_back(std::move(tag));
+  }
+  return tags;
+}
+
+// Events, serialized (the data of one TFRecord each).
+inline std::string file_version_event(double wall_time) {
+  protobuf::writer e;
+  e.float64(event_field::wall_time, wall_time)
+      .bytes(event_field::file_version, summary_format::file_version);
+  return std::move(e).bytes();
+}
+
+inline std::string summary_event(double wall_time, std::int64_t step,
+                                 std::string_view serialized_summary) {
+  protobuf::writer e;
+  e.float64(event_field::wall_time, wall_time)
+      .int64(event_field::step, step)
+      .bytes(event_field::summary, serialized_summary);
+  return std::move(e).bytes();
+}
+
+// SessionLog START: TensorBoard drops the events of a run's earlier life past
+// this step (a job restarted from a checkpoint), as after TF's SummarySaverHook.
+inline std::string session_start_event(double wall_time, std::int64_t step) {
+  protobuf::writer log;
+  log.varint(session_log_status_field, session_log_start);
+  protobuf::writer e;
+  e.float64(event_field::wall_time, wall_time)
+      .int64(event_field::step, step)
+      .message(event_field::session_log, log);
+  return std::move(e).bytes();
+}
+
+} // namespace loom::summary_format
