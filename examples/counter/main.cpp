@@ -17,19 +17,18 @@
 
 int main(int argc, char** argv) try {
   loom::flags flags("Seed 000: a worker increments a counter that lives on a ps.");
-  flags.define_string("ps_hosts", "127.0.0.1:1057", "Comma-separated host:port of the ps tasks")
-      .define_string("worker_hosts", "127.0.0.1:1829", "Comma-separated host:port of the workers")
-      .define_string("job_name", "worker", "ps or worker")
-      .define_int("task_index", 0, "Index of the task within its job")
-      .define_int("max_steps", 0, "Increments before the worker stops (0: forever)")
+  loom::define_cluster_flags(
+      flags,
+      {.ps_hosts = "127.0.0.1:1057", .worker_hosts = "127.0.0.1:1829", .job_name = "worker"});
+  flags.define_int("max_steps", 0, "Increments before the worker stops (0: forever)")
       .define_int("sleep_ms", 0, "Pause between increments (the seed sleeps 1000)");
   if (!flags.parse(argc, argv))
     return 0;
 
-  const auto cluster = loom::cluster_spec::from_flags(flags.get_string("ps_hosts"),
-                                                      flags.get_string("worker_hosts"));
-  const std::string job = flags.get_string("job_name");
-  const int task = static_cast<int>(flags.get_int("task_index"));
+  const auto role = loom::resolve_cluster(flags).require_task();
+  const auto& cluster = role.cluster;
+  const std::string& job = role.job_name;
+  const int task = role.task_index;
   loom::server server(cluster, job, task);
   if (job == "ps") {
     server.join();

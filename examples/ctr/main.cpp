@@ -74,10 +74,10 @@ std::pair<double, double> evaluate(loom::session& s, const ctr::wide_deep& model
 int main(int argc, char** argv) try {
   loom::flags flags("examples/ctr: a wide & deep click model with sharded embeddings, trained "
                     "with sparse updates on generated click logs.");
+  loom::define_cluster_flags(flags, {.ps_hosts = "127.0.0.1:2222",
+                                     .worker_hosts = "127.0.0.1:2223,127.0.0.1:2224",
+                                     .task_index = -1});
   flags
-      .define_int("task_index", -1,
-                  "Worker task index, should be >= 0. task_index=0 is the master worker task "
-                  "that performs the variable initialization")
       .define_int("replicas_to_aggregate", 0,
                   "Number of replicas to aggregate before parameter update is applied (For "
                   "sync_replicas mode only; default: num_workers)")
@@ -87,10 +87,6 @@ int main(int argc, char** argv) try {
       .define_bool("sync_replicas", false,
                    "Use the sync_replicas (synchronized replicas) mode, wherein the parameter "
                    "updates from workers are aggregated before applied to avoid stale gradients")
-      .define_string("ps_hosts", "127.0.0.1:2222", "Comma-separated list of hostname:port pairs")
-      .define_string("worker_hosts", "127.0.0.1:2223,127.0.0.1:2224",
-                     "Comma-separated list of hostname:port pairs")
-      .define_string("job_name", "", "job name: worker or ps")
       .define_string("checkpoint_dir", "",
                      "Where the chief saves and restores checkpoints (default: a new temporary "
                      "directory)")
@@ -164,14 +160,10 @@ int main(int argc, char** argv) try {
     return 0;
   }
 
-  const std::string job = flags.get_string("job_name");
-  const auto task_index = flags.get_int("task_index");
-  if (job.empty())
-    throw loom::invalid_argument_error("Must specify an explicit `job_name`");
-  if (task_index < 0)
-    throw loom::invalid_argument_error("Must specify an explicit `task_index`");
-  const auto cluster = loom::cluster_spec::from_flags(flags.get_string("ps_hosts"),
-                                                      flags.get_string("worker_hosts"));
+  const auto role = loom::resolve_cluster(flags).require_task();
+  const std::string job = role.job_name;
+  const std::int64_t task_index = role.task_index;
+  const auto& cluster = role.cluster;
   const int num_workers = cluster.num_tasks("worker");
   loom::server server(cluster, job, static_cast<int>(task_index));
   if (job == "ps") {

@@ -106,18 +106,17 @@ void composed_model(const std::string& target, int task, int ps_tasks, std::int6
 
 int main(int argc, char** argv) try {
   loom::flags flags("Seed 004: user-defined and composed placement policies on a cluster.");
-  flags.define_string("ps_hosts", "127.0.0.1:2222,127.0.0.1:2223", "Comma-separated ps tasks")
-      .define_string("worker_hosts", "127.0.0.1:2224", "Comma-separated workers")
-      .define_string("job_name", "worker", "ps or worker")
-      .define_int("task_index", 0, "Index of the task within its job")
-      .define_int("big_bytes", 512, "Variables larger than this are spread over the ps tasks");
+  loom::define_cluster_flags(flags, {.ps_hosts = "127.0.0.1:2222,127.0.0.1:2223",
+                                     .worker_hosts = "127.0.0.1:2224",
+                                     .job_name = "worker"});
+  flags.define_int("big_bytes", 512, "Variables larger than this are spread over the ps tasks");
   if (!flags.parse(argc, argv))
     return 0;
 
-  const auto cluster = loom::cluster_spec::from_flags(flags.get_string("ps_hosts"),
-                                                      flags.get_string("worker_hosts"));
-  const std::string job = flags.get_string("job_name");
-  const int task = static_cast<int>(flags.get_int("task_index"));
+  const auto role = loom::resolve_cluster(flags).require_task();
+  const auto& cluster = role.cluster;
+  const std::string& job = role.job_name;
+  const int task = role.task_index;
   loom::server server(cluster, job, task);
   if (job != "worker") {
     server.join();

@@ -7,7 +7,8 @@
 //   mnist_replica ... --job_name=worker --task_index=0 --train_steps=2000 [--sync_replicas]
 //   mnist_replica ... --job_name=worker --task_index=1 --train_steps=2000 [--sync_replicas]
 //
-// or all at once: loom-launch --ps 1 --workers 2 -- mnist_replica --train_steps=2000.
+// or all at once: loom-launch --ps 1 --workers 2 -- mnist_replica --train_steps=2000,
+// or under Slurm: srun -n 3 mnist_replica --jobs=ps:1,worker:2 (docs/deploying.md).
 // Variables live on the ps tasks (replica_device_setter), each worker computes
 // gradients on its own batches; worker 0 is the chief: it initializes or
 // restores, saves checkpoints, and when training ends shuts the cluster down,
@@ -28,12 +29,12 @@
 
 int main(int argc, char** argv) try {
   loom::flags flags("Seed 002: distributed training of the seed's MLP on Fashion-MNIST.");
+  loom::define_cluster_flags(flags, {.ps_hosts = "127.0.0.1:2222",
+                                     .worker_hosts = "127.0.0.1:2223,127.0.0.1:2224",
+                                     .task_index = -1});
   flags
       .define_string("data_dir", std::string(loom::data::default_fashion_mnist_dir),
                      "Directory with the (Fashion-)MNIST IDX files")
-      .define_int("task_index", -1,
-                  "Worker task index, should be >= 0. task_index=0 is the master worker task "
-                  "that performs the variable initialization")
       .define_int("replicas_to_aggregate", 0,
                   "Number of replicas to aggregate before parameter update is applied (For "
                   "sync_replicas mode only; default: num_workers)")
@@ -47,10 +48,6 @@ int main(int argc, char** argv) try {
       .define_bool("sync_replicas", false,
                    "Use the sync_replicas (synchronized replicas) mode, wherein the parameter "
                    "updates from workers are aggregated before applied to avoid stale gradients")
-      .define_string("ps_hosts", "127.0.0.1:2222", "Comma-separated list of hostname:port pairs")
-      .define_string("worker_hosts", "127.0.0.1:2223,127.0.0.1:2224",
-                     "Comma-separated list of hostname:port pairs")
-      .define_string("job_name", "", "job name: worker or ps")
       .define_string("checkpoint_dir", "",
                      "Where the chief saves and restores checkpoints (default: a new "
                      "temporary directory, as the seed's tempfile.mkdtemp())")
@@ -66,18 +63,16 @@ int main(int argc, char** argv) try {
   if (!flags.parse(argc, argv))
     return 0;
 
-  const std::string job = flags.get_string("job_name");
-  const auto task_index = flags.get_int("task_index");
-  if (job.empty())
-    throw loom::invalid_argument_error("Must specify an explicit `job_name`");
-  if (task_index < 0)
-    throw loom::invalid_argument_error("Must specify an explicit `task_index`");
+  // The cluster and this task: flags, TF_CONFIG, srun or mpirun
+  // (loom/cluster/cluster_resolver.hpp).
+  const auto role = loom::resolve_cluster(flags).require_task();
+  const std::string job = role.job_name;
+  const std::int64_t task_index = role.task_index;
   std::printf("job name = %s\ntask index = %lld\n", job.c_str(),
               static_cast<long long>(task_index));
   std::fflush(stdout);
 
-  const auto cluster = loom::cluster_spec::from_flags(flags.get_string("ps_hosts"),
-                                                      flags.get_string("worker_hosts"));
+  const auto& cluster = role.cluster;
   const int num_workers = cluster.num_tasks("worker");
   loom::server server(cluster, job, static_cast<int>(task_index));
   if (job == "ps") {

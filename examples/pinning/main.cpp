@@ -23,18 +23,17 @@
 
 namespace {
 
-// "127.0.0.1:p1,127.0.0.1:p2,..." with n ports that are free now: every
-// acceptor stays open until all are chosen, so no port comes twice.
-std::string free_loopback_hosts(int n) {
+// "127.0.0.1:p" for n ports that are free now: every acceptor stays open until
+// all are chosen, so no port comes twice.
+std::vector<std::string> free_loopback_addresses(int n) {
   asio::io_context io;
   std::vector<asio::ip::tcp::acceptor> open;
-  std::string hosts;
+  std::vector<std::string> addresses;
   for (int i = 0; i < n; ++i) {
     open.emplace_back(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-    hosts +=
-        (i ? ",127.0.0.1:" : "127.0.0.1:") + std::to_string(open.back().local_endpoint().port());
+    addresses.push_back("127.0.0.1:" + std::to_string(open.back().local_endpoint().port()));
   }
-  return hosts;
+  return addresses;
 }
 
 double value(float v) {
@@ -107,31 +106,23 @@ void client(const loom::cluster_spec& cluster) {
 int main(int argc, char** argv) try {
   loom::flags flags("Seed 001: a local server, then pinning ops across a 2 ps + 3 worker "
                     "cluster.");
-  flags
-      .define_string("ps_hosts", "",
-                     "Comma-separated host:port of the 2 ps tasks (empty: free "
-                     "loopback ports)")
-      .define_string("worker_hosts", "",
-                     "Comma-separated host:port of the 3 workers (empty: "
-                     "free loopback ports)")
-      .define_string("job_name", "",
-                     "ps or worker: serve that one task; client: drive a cluster "
-                     "served elsewhere; empty: run every task in this process")
-      .define_int("task_index", 0, "Index of the task within its job");
+  // No hosts: free loopback ports for the 2 ps tasks and 3 workers.
+  loom::define_cluster_flags(
+      flags, {.job_name_help = "ps or worker: serve that one task; client: drive a cluster "
+                               "served elsewhere; empty: run every task in this process"});
   if (!flags.parse(argc, argv))
     return 0;
 
-  const std::string job = flags.get_string("job_name");
-  std::string ps_hosts = flags.get_string("ps_hosts");
-  std::string worker_hosts = flags.get_string("worker_hosts");
-  if (job.empty() && ps_hosts.empty())
-    ps_hosts = free_loopback_hosts(2);
-  if (job.empty() && worker_hosts.empty())
-    worker_hosts = free_loopback_hosts(3);
-  const auto cluster = loom::cluster_spec::from_flags(ps_hosts, worker_hosts);
+  const auto role = loom::resolve_cluster(flags);
+  const std::string& job = role.job_name;
+  auto cluster = role.cluster;
+  if (job.empty() && !cluster.has_job("ps"))
+    cluster.add_job("ps", free_loopback_addresses(2));
+  if (job.empty() && !cluster.has_job("worker"))
+    cluster.add_job("worker", free_loopback_addresses(3));
 
   if (job == "ps" || job == "worker") {
-    loom::server server(cluster, job, static_cast<int>(flags.get_int("task_index")));
+    loom::server server(cluster, job, role.task_index);
     std::printf("serving /job:%s/task:%d at %s\n", job.c_str(), server.task_index(),
                 server.target().c_str());
     std::fflush(stdout);

@@ -95,11 +95,9 @@ void demo() {
 
 int main(int argc, char** argv) try {
   loom::flags flags("Seed 003: a variable on the ps, shared by clients of different servers.");
-  flags.define_string("ps_hosts", "", "Comma-separated host:port of the ps task")
-      .define_string("worker_hosts", "", "Comma-separated host:port of the workers (A, B)")
-      .define_string("job_name", "", "ps or worker: serve that task")
-      .define_int("task_index", 0, "Index of the task within its job")
-      .define_string("target", "", "Run the client through this server (\"loom://host:port\")")
+  loom::define_cluster_flags(flags, {.job_name_help = "ps or worker: serve that task; empty: "
+                                                      "a client (--target) or the demo"});
+  flags.define_string("target", "", "Run the client through this server (\"loom://host:port\")")
       .define_bool("init", false, "Client: run x's initializer first")
       .define_string("problem", "problem1", "Client: the variable scope of x")
       .define_string("container", "", "Client: the resource container of x")
@@ -108,12 +106,11 @@ int main(int argc, char** argv) try {
   if (!flags.parse(argc, argv))
     return 0;
 
-  const std::string job = flags.get_string("job_name");
+  const auto role = loom::resolve_cluster(flags);
+  const std::string& job = role.job_name;
   const std::string target = flags.get_string("target");
   if (!job.empty()) {
-    const auto cluster = loom::cluster_spec::from_flags(flags.get_string("ps_hosts"),
-                                                        flags.get_string("worker_hosts"));
-    loom::server server(cluster, job, static_cast<int>(flags.get_int("task_index")));
+    loom::server server(role.cluster, job, role.task_index);
     std::printf("serving /job:%s/task:%d at %s\n", job.c_str(), server.task_index(),
                 server.target().c_str());
     std::fflush(stdout);

@@ -4,6 +4,8 @@
 //
 //   loom-server --ps_hosts=h1:2222 --worker_hosts=h2:2222,h3:2222 --job_name=ps --task_index=0
 //   TF_CONFIG='{"cluster": {...}, "task": {"type": "ps", "index": 0}}' loom-server
+//   srun -n 3 loom-server --jobs=ps:1,worker:2 --port_base=2222
+// (the cluster resolver, loom/cluster/cluster_resolver.hpp; docs/deploying.md).
 //
 // Flags such as --max_connections and --max_pending_bytes set what its peers may hold
 // (loom::server_limits; docs/wire-protocol.md, "Hostile peers").
@@ -21,11 +23,8 @@
 
 int main(int argc, char** argv) try {
   loom::flags flags("Serves one task of a loom cluster until the cluster is shut down.");
-  flags.define_string("ps_hosts", "", "Comma-separated host:port of the ps tasks")
-      .define_string("worker_hosts", "", "Comma-separated host:port of the worker tasks")
-      .define_string("job_name", "", "The job of this task (ps, worker, ...)")
-      .define_int("task_index", 0, "The index of this task within its job")
-      .define_int("intra_op_threads", 0, "Threads for kernels (0: one per core)");
+  loom::define_cluster_flags(flags, {.job_name_help = "The job of this task (ps, worker, ...)"});
+  flags.define_int("intra_op_threads", 0, "Threads for kernels (0: one per core)");
   // What peers may hold (loom::server_limits; docs/wire-protocol.md, "Hostile peers").
   const loom::server_limits defaults;
   flags
@@ -80,26 +79,19 @@ int main(int argc, char** argv) try {
     return 2;
   }
 
-  loom::cluster_spec cluster;
-  std::string job = flags.get_string("job_name");
-  int task = static_cast<int>(flags.get_int("task_index"));
-  if (!flags.get_string("ps_hosts").empty() || !flags.get_string("worker_hosts").empty()) {
-    cluster = loom::cluster_spec::from_flags(flags.get_string("ps_hosts"),
-                                             flags.get_string("worker_hosts"));
-  } else if (const auto config = loom::tf_config_from_env()) {
-    cluster = config->cluster;
-    if (job.empty()) {
-      job = config->task_type;
-      task = config->task_index;
-    }
-  } else {
-    std::cerr << "loom-server: give the cluster with --ps_hosts/--worker_hosts or TF_CONFIG\n";
+  const auto role = loom::resolve_cluster(flags);
+  if (role.cluster.empty()) {
+    std::cerr << "loom-server: give the cluster with --ps_hosts/--worker_hosts, TF_CONFIG, or "
+                 "start it under srun or mpirun with --jobs\n";
     return 2;
   }
-  if (job.empty()) {
+  if (role.job_name.empty()) {
     std::cerr << "loom-server: --job_name is required\n";
     return 2;
   }
+  const std::string& job = role.job_name;
+  const int task = role.task_index;
+  const auto& cluster = role.cluster;
   options.intra_op_threads = static_cast<int>(flags.get_int("intra_op_threads"));
   loom::server server(cluster, job, task, options);
   std::printf("loom-server: serving /job:%s/task:%d at %s\n", job.c_str(), task,
