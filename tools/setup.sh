@@ -21,6 +21,7 @@ packages=(
   libssl-dev
   libfarmhash-dev
   libboost-dev
+  libspdlog-dev
   python3-venv
   libbenchmark-dev
   clang-format
