@@ -21,7 +21,6 @@ packages=(
   libssl-dev
   libfarmhash-dev
   libboost-dev
-  libspdlog-dev
   python3-venv
   libbenchmark-dev
   clang-format

@@ -14,11 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <memory>
-#include <optional>
-#include <regex>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace {
@@ -108,42 +104,4 @@ TEST_CASE("mnist_replica under srun: 1 ps + 2 workers from Slurm's variables and
   CHECK_MESSAGE(w1.output().find("job name = worker\ntask index = 1\n") != std::string::npos,
                 w1.report());
   CHECK_MESSAGE(w1.output().find("Worker 1: test accuracy = ") != std::string::npos, w1.report());
-}
-
-TEST_CASE("a task's log lines carry a timestamp, the level and the task; LOOM_LOG_LEVEL "
-          "filters them" *
-          lt::needs_examples()) {
-  const std::string replica = lt::example("mnist_replica");
-  // A ps without a token on loopback warns once that any local user can reach it.
-  const auto serve_ps = [&](std::optional<std::string> level) {
-    const auto ports = lt::free_ports(2);
-    return std::make_unique<lt::child>(
-        replica,
-        std::vector<std::string>{"--ps_hosts=127.0.0.1:" + std::to_string(ports[0]),
-                                 "--worker_hosts=127.0.0.1:" + std::to_string(ports[1]),
-                                 "--job_name=ps", "--task_index=0"},
-        lt::env_overrides{{"LOOM_LOG_LEVEL", level},
-                          {"LOOM_CLUSTER_TOKEN", std::nullopt},
-                          {"LOOM_CLUSTER_TOKEN_FILE", std::nullopt},
-                          {"LOOM_ALLOW_INSECURE", std::nullopt},
-                          {"TF_CONFIG", std::nullopt},
-                          {"SLURM_PROCID", std::nullopt},
-                          {"OMPI_COMM_WORLD_RANK", std::nullopt},
-                          {"PMI_RANK", std::nullopt}});
-  };
-  auto ps = serve_ps(std::nullopt);
-  REQUIRE_MESSAGE(ps->wait_for_output("without a cluster token", 60s), ps->report());
-  CHECK_MESSAGE(
-      std::regex_search(ps->output(), std::regex(R"((^|\n)[0-9]{4}-[0-9]{2}-[0-9]{2} )"
-                                                 R"([0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3} warning )"
-                                                 R"(/job:ps/task:0 loom: serving 127\.0\.0\.1:)")),
-      ps->report());
-  ps->kill();
-
-  auto quiet = serve_ps("error");
-  // The task serves (its progress line is on stdout) but says nothing at warning level.
-  REQUIRE_MESSAGE(quiet->wait_for_output("task index = 0", 60s), quiet->report());
-  std::this_thread::sleep_for(500ms); // the warning comes as the server starts
-  CHECK_MESSAGE(quiet->output().find("without a cluster token") == std::string::npos,
-                quiet->report());
 }

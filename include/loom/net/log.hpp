@@ -2,10 +2,9 @@
 // them (a peer that fails the same way a thousand times a second) to a few.
 #pragma once
 
-#include <loom/core/log.hpp>
-
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -17,17 +16,14 @@
 namespace loom::net {
 
 // Receives the layer's log lines ("waiting for ps task 0 at ...", rejected
-// clients, bad frames). Empty: the library's logger (core/log.hpp), at `level`.
+// clients, bad frames). Empty: print to stderr.
 using log_fn = std::function<void(std::string_view)>;
 
-// Most of the layer's lines report something gone wrong (a rejected peer, a failed
-// handshake or accept, a bad frame): warnings unless the caller says otherwise.
-inline void log_line(const log_fn& log, std::string_view msg,
-                     loom::logging::level level = loom::logging::level::warning) {
+inline void log_line(const log_fn& log, std::string_view msg) {
   if (log)
     log(msg);
   else
-    loom::logging::write(level, msg);
+    std::fprintf(stderr, "loom: %.*s\n", static_cast<int>(msg.size()), msg.data());
 }
 
 // Logs a line at once, and a line like it (the same text but for its numbers: a peer's

@@ -5,13 +5,13 @@
 // or <loom/loom.hpp>'s in a program built without it.
 #pragma once
 
-#include <loom/core/log.hpp>
 #include <loom/runtime/interfaces.hpp>
 #include <loom/runtime/local_master.hpp>
 #include <loom/runtime/master.hpp>
 #include <loom/runtime/task_server.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,12 +45,13 @@ public:
     shutdown_report report =
         loom::detail::cluster_master(target, std::move(o)).shutdown_cluster(jobs, deadline);
     if (!quiet && !report.all_stopped()) {
-      std::string line = "shutdown_cluster: " + std::to_string(report.unreachable.size()) +
+      std::string line = "loom: shutdown_cluster: " + std::to_string(report.unreachable.size()) +
                          " task(s) not reached, gone already or cut off (if one still runs, "
                          "stop it by hand): ";
       for (std::size_t i = 0; i < report.unreachable.size(); ++i)
         line += (i ? "; " : "") + report.unreachable[i];
-      loom::logging::write(loom::logging::level::warning, line);
+      std::fprintf(stderr, "%s\n", line.c_str());
+      std::fflush(stderr);
     }
     return report;
   }
