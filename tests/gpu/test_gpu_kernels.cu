@@ -89,6 +89,16 @@ const std::set<std::string>& cpu_only_ops() {
       "counter_raise",
       "counter_add",
       "counter_wait",
+      "reset_accumulator",
+      // The barrier of synchronous replicas: host state a worker waits on.
+      "barrier_wait",
+      "barrier_reset",
+      "barrier_epoch",
+      // Summaries: their output is a serialized Summary in a string, which
+      // lives on the host, as TF's summary ops run on the CPU.
+      "scalar_summary",
+      "histogram_summary",
+      "merge_summary",
       // Strings live on the host (a GPU tensor holds numbers): the features are
       // hashed to ids on the CPU, as TF's StringToHashBucketFast is.
       "string_to_hash_bucket_fast",
