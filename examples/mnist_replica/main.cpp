@@ -53,6 +53,10 @@ int main(int argc, char** argv) try {
                      "temporary directory, as the seed's tempfile.mkdtemp())")
       .define_float("save_checkpoint_secs", 60, "Seconds between checkpoints (0: not by time)")
       .define_int("save_checkpoint_steps", 0, "Global steps between checkpoints (0: not by steps)")
+      .define_string("logdir", "",
+                     "Where the chief writes TensorBoard summaries (loss, accuracy, weight "
+                     "histograms; default: --checkpoint_dir)")
+      .define_int("save_summaries_steps", 100, "Global steps between summaries (0: none)")
       .define_int("log_every", 100, "Print progress every this many local steps")
       .define_int("seed", 1, "Graph-level random seed (initial weights); batches use seed+task")
       .define_int("shutdown_wait_secs", 120,
@@ -126,6 +130,12 @@ int main(int argc, char** argv) try {
     train_step = adam.minimize(cross_entropy, global_step);
   }
 
+  // What the chief's summary_saver_hook writes for TensorBoard (merge_all_summaries).
+  loom::scalar_summary("loss", cross_entropy);
+  loom::scalar_summary("accuracy", accuracy);
+  loom::histogram_summary("hid_w", model.hid_w);
+  loom::histogram_summary("sm_w", model.sm_w);
+
   std::string checkpoint_dir = flags.get_string("checkpoint_dir");
   if (checkpoint_dir.empty() && is_chief) {
     auto dir =
@@ -143,6 +153,8 @@ int main(int argc, char** argv) try {
       .checkpoint_dir = checkpoint_dir,
       .save_checkpoint_secs = flags.get_float("save_checkpoint_secs"),
       .save_checkpoint_steps = flags.get_int("save_checkpoint_steps"),
+      .summary_dir = flags.get_string("logdir"),
+      .save_summaries_steps = flags.get_int("save_summaries_steps"),
       .hooks = {std::make_shared<loom::stop_at_step_hook>(flags.get_int("train_steps")),
                 std::make_shared<loom::nan_guard_hook>(loss_id),
                 std::make_shared<loom::logging_hook>(

@@ -20,6 +20,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <regex>
 #include <string>
@@ -151,6 +153,17 @@ TEST_CASE("async, 1 ps + 2 workers: a non-chief waits for the chief, both train,
   CHECK(final_global_step(w0.output()) >= 1500);
   CHECK(test_accuracy(w0.output()) >= 0.80);
   CHECK(test_accuracy(w1.output()) >= 0.80);
+  // The chief's summaries for TensorBoard, in --checkpoint_dir (no --logdir given): one event
+  // file holding the example's tags (the records' format: tests/train/test_summary.cpp).
+  std::vector<std::filesystem::path> events;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path))
+    if (e.path().filename().string().starts_with("events.out.tfevents."))
+      events.push_back(e.path());
+  REQUIRE(events.size() == 1);
+  std::ifstream in(events.front(), std::ios::binary);
+  const std::string bytes{std::istreambuf_iterator<char>(in), {}};
+  for (const char* tag : {"loss", "accuracy", "hid_w", "sm_w"})
+    CHECK_MESSAGE(bytes.find(tag) != std::string::npos, "no summary tagged " << tag);
 }
 
 TEST_CASE("sync replicas, 1 ps + 2 workers: one global step per aggregated update, no worker "
