@@ -29,10 +29,10 @@
 #include <loom/graph/lower.hpp>
 #include <loom/graph/op_registry.hpp>
 #include <loom/graph/variables.hpp>
-#include <loom/kernels/cuda/backend.hpp>
 #include <loom/kernels/checks/array.hpp> // with_ids
+#include <loom/kernels/cuda/backend.hpp>
 #include <loom/kernels/cuda/random.cuh> // uniform_in, checked on the host
-#include <loom/kernels/fused.hpp> // what lowering a tree instantiates (graph/lower.hpp)
+#include <loom/kernels/fused.hpp>       // what lowering a tree instantiates (graph/lower.hpp)
 #include <loom/runtime/executor.hpp>
 
 #include <algorithm>
