@@ -417,18 +417,19 @@ void report_kills(const char* run, const std::vector<long long>& lost, long long
 
 } // namespace
 
-TEST_CASE("async, 1 ps + 2 workers: the ps killed and restarted again and again, training "
-          "finishes, each kill loses at most a checkpoint interval, every checkpoint is intact" *
-          lt::needs_examples()) {
-  require_prerequisites();
-  const int n = kills(3, 20);
+// 1 ps + 2 workers training while the ps is SIGKILLed and restarted on its port n times:
+// training finishes, every process exits 0, each kill loses at most a checkpoint interval,
+// and every checkpoint is intact.
+static void train_through_ps_kills(const char* mode, int n, std::vector<std::string> extra_flags) {
   constexpr long long interval = 100;
   cluster_flags cf(1, 2);
   temp_dir dir;
   const auto began = std::chrono::steady_clock::now();
+  extra_flags.insert(extra_flags.end(),
+                     {"--save_checkpoint_steps=100", "--save_checkpoint_secs=0", "--log_every=20"});
   auto flags = [&](int task) {
-    return args(cf.task("worker", task), common(dir, std::to_string((2 * n + 4) * interval)),
-                "--save_checkpoint_steps=100", "--save_checkpoint_secs=0", "--log_every=20");
+    return args(args(cf.task("worker", task), common(dir, std::to_string((2 * n + 4) * interval))),
+                extra_flags);
   };
   auto ps = std::make_unique<lt::child>(replica(), cf.task("ps", 0));
   lt::child w0(replica(), flags(0));
@@ -437,35 +438,23 @@ TEST_CASE("async, 1 ps + 2 workers: the ps killed and restarted again and again,
   expect_exit(w0, 0, 300s);
   expect_exit(w1, 0, 60s);
   expect_exit(*ps, 0, 60s);
-  report_kills("async", lost, interval, began);
+  report_kills(mode, lost, interval, began);
   CHECK(final_global_step(w0.output()) >= (2 * n + 4) * interval);
   check_every_checkpoint_intact(dir);
+}
+
+TEST_CASE("async, 1 ps + 2 workers: the ps killed and restarted again and again, training "
+          "finishes, each kill loses at most a checkpoint interval, every checkpoint is intact" *
+          lt::needs_examples()) {
+  require_prerequisites();
+  train_through_ps_kills("async", kills(3, 20), {});
 }
 
 TEST_CASE("sync replicas, 1 ps + 2 workers: the ps killed and restarted again and again, "
           "training finishes, each kill loses at most a checkpoint interval" *
           lt::needs_examples()) {
   require_prerequisites();
-  const int n = kills(2, 10);
-  constexpr long long interval = 100;
-  cluster_flags cf(1, 2);
-  temp_dir dir;
-  const auto began = std::chrono::steady_clock::now();
-  auto flags = [&](int task) {
-    return args(cf.task("worker", task), common(dir, std::to_string((2 * n + 4) * interval)),
-                "--sync_replicas", "--save_checkpoint_steps=100", "--save_checkpoint_secs=0",
-                "--log_every=20");
-  };
-  auto ps = std::make_unique<lt::child>(replica(), cf.task("ps", 0));
-  lt::child w0(replica(), flags(0));
-  lt::child w1(replica(), flags(1));
-  const auto lost = kill_ps_repeatedly(cf, ps, w0, n, interval);
-  expect_exit(w0, 0, 300s);
-  expect_exit(w1, 0, 60s);
-  expect_exit(*ps, 0, 60s);
-  report_kills("sync", lost, interval, began);
-  CHECK(final_global_step(w0.output()) >= (2 * n + 4) * interval);
-  check_every_checkpoint_intact(dir);
+  train_through_ps_kills("sync", kills(2, 10), {"--sync_replicas"});
 }
 
 TEST_CASE("sync replicas: the chief killed and restarted with the same flags joins the variables "
