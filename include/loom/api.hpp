@@ -35,4 +35,5 @@
 #include <loom/placement/placement.hpp>
 #include <loom/runtime/server.hpp>
 #include <loom/runtime/session.hpp>
+#include <loom/runtime/timeline.hpp>
 #include <loom/train/train.hpp>

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <loom/runtime/plan.hpp>
+#include <loom/runtime/step_tracer.hpp>
 
 #include <algorithm>
 #include <condition_variable>
@@ -68,10 +69,12 @@ public:
   // Runs the plan on the calling thread, which waits there for its recvs.
   // `values` is indexed by node id and holds the fed values on entry; on
   // return it holds the fetched ones. A plan with _send or _recv nodes needs a
-  // rendezvous.
+  // rendezvous. A tracer, where given, records every step it runs.
   void run(const graph& g, std::vector<any_tensor>& values, const cpu_device& device,
-           resource_access& resources, step_rendezvous* rendezvous = nullptr) const {
-    auto st = std::make_shared<execution>(p_, g, std::move(values), device, resources, rendezvous);
+           resource_access& resources, step_rendezvous* rendezvous = nullptr,
+           step_tracer* tracer = nullptr) const {
+    auto st = std::make_shared<execution>(p_, g, std::move(values), device, resources, rendezvous,
+                                          tracer);
     while (!advance(st)) {
       std::unique_lock lock(st->mu);
       st->cv.wait(lock, [&] { return !st->arrived.empty(); });
@@ -88,10 +91,12 @@ public:
   // g, device, resources and rendezvous must outlive the step: `done` is the
   // place to release them.
   void start(const graph& g, std::vector<any_tensor> values, const cpu_device& device,
-             resource_access& resources, step_rendezvous& rendezvous, done_fn done) const {
+             resource_access& resources, step_rendezvous& rendezvous, done_fn done,
+             step_tracer* tracer = nullptr) const {
     if (p_.blocks_)
       throw internal_error("executor: a plan with blocking kernels cannot run as continuations");
-    auto st = std::make_shared<execution>(p_, g, std::move(values), device, resources, &rendezvous);
+    auto st = std::make_shared<execution>(p_, g, std::move(values), device, resources, &rendezvous,
+                                          tracer);
     st->on_done = std::move(done);
     drive(st);
   }
@@ -102,8 +107,8 @@ private:
   // (the step failed while a recv was outstanding).
   struct execution {
     execution(const plan& p, const graph& g, std::vector<any_tensor> fed, const cpu_device& d,
-              resource_access& r, step_rendezvous* rv)
-        : g(g), values(std::move(fed)), device(d), resources(r), rendezvous(rv),
+              resource_access& r, step_rendezvous* rv, step_tracer* t)
+        : g(g), values(std::move(fed)), device(d), resources(r), rendezvous(rv), tracer(t),
           pending(p.pending_), readers(p.readers_), elsewhere(p.on_gpu_ ? values.size() : 0) {
       for (std::size_t k = 0; k < p.steps_.size(); ++k)
         if (pending[k] == 0)
@@ -114,6 +119,7 @@ private:
     const cpu_device& device;
     resource_access& resources;
     step_rendezvous* rendezvous;
+    step_tracer* tracer;      // null: not traced
     std::vector<int> pending; // per step: inputs not yet computed
     std::vector<int> readers; // per node id: steps yet to read it
     std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
@@ -124,7 +130,8 @@ private:
 
     std::mutex mu; // guards what follows: recv callbacks come from other threads
     std::condition_variable cv;
-    std::deque<std::tuple<std::size_t, any_tensor, std::exception_ptr>> arrived;
+    // Each: the recv's step, its value or error, and when it arrived (traced only).
+    std::deque<std::tuple<std::size_t, any_tensor, std::exception_ptr, std::int64_t>> arrived;
     bool suspended = false; // started, and no thread runs it: an arrival resumes it
     bool ended = false;     // started, and done was called: arrivals are dropped
     done_fn on_done;        // set: started (start()), else run()
@@ -140,7 +147,7 @@ private:
         if (x.waiting == 0)
           throw internal_error("executor: no step is ready and none is waiting (a cycle?)");
         x.rendezvous->flush();
-        std::deque<std::tuple<std::size_t, any_tensor, std::exception_ptr>> items;
+        std::deque<std::tuple<std::size_t, any_tensor, std::exception_ptr, std::int64_t>> items;
         {
           std::lock_guard lock(x.mu);
           if (x.arrived.empty()) {
@@ -149,11 +156,14 @@ private:
           }
           items.swap(x.arrived);
         }
-        for (auto& [k, value, error] : items) {
+        for (auto& [k, value, error, arrived_at] : items) {
           --x.waiting;
           if (error)
             std::rethrow_exception(error);
+          const std::int64_t taken = x.tracer ? steady_now_ns() : 0;
           x.values[static_cast<std::size_t>(p_.steps_[k].id)] = std::move(value);
+          if (x.tracer)
+            x.tracer->ran(x.g, p_.steps_[k], taken, steady_now_ns(), arrived_at);
           finish(x, k);
         }
         continue;
@@ -161,19 +171,23 @@ private:
       const std::size_t k = x.ready.top();
       x.ready.pop();
       const step& s = p_.steps_[k];
+      const std::int64_t started = x.tracer ? steady_now_ns() : 0;
       switch (s.k) {
       case step::kind::recv:
         if (!x.rendezvous)
           throw internal_error("executor: a _recv node without a rendezvous");
         ++x.waiting;
+        if (x.tracer)
+          x.tracer->requested(s.id, started);
         // The plan, not this execution object (a caller's temporary), outlives the step.
         x.rendezvous->recv(x.g.node(s.id), [plan = &p_, st, k](any_tensor v, std::exception_ptr e) {
+          const std::int64_t arrived_at = st->tracer ? steady_now_ns() : 0;
           bool resume = false;
           {
             std::lock_guard lock(st->mu);
             if (st->ended)
               return;
-            st->arrived.emplace_back(k, std::move(v), std::move(e));
+            st->arrived.emplace_back(k, std::move(v), std::move(e), arrived_at);
             resume = std::exchange(st->suspended, false);
             if (!st->on_done)
               st->cv.notify_one();
@@ -215,6 +229,8 @@ private:
         break;
       }
       }
+      if (x.tracer)
+        x.tracer->ran(x.g, s, started, steady_now_ns());
       finish(x, k);
     }
     if (x.rendezvous)
@@ -387,8 +403,8 @@ private:
 // fetched ones. A plan with _send or _recv nodes needs a rendezvous.
 inline void run_plan(const plan& p, const graph& g, std::vector<any_tensor>& values,
                      const cpu_device& device, resource_access& resources,
-                     step_rendezvous* rendezvous = nullptr) {
-  detail::plan_execution(p).run(g, values, device, resources, rendezvous);
+                     step_rendezvous* rendezvous = nullptr, step_tracer* tracer = nullptr) {
+  detail::plan_execution(p).run(g, values, device, resources, rendezvous, tracer);
 }
 
 // Runs `p` on the calling thread until it waits for a recv, then returns; the
@@ -398,9 +414,10 @@ inline void run_plan(const plan& p, const graph& g, std::vector<any_tensor>& val
 // outlive the step: `done` is the place to release them.
 inline void start_plan(const plan& p, const graph& g, std::vector<any_tensor> values,
                        const cpu_device& device, resource_access& resources,
-                       step_rendezvous& rendezvous, plan_done_fn done) {
+                       step_rendezvous& rendezvous, plan_done_fn done,
+                       step_tracer* tracer = nullptr) {
   detail::plan_execution(p).start(g, std::move(values), device, resources, rendezvous,
-                                  std::move(done));
+                                  std::move(done), tracer);
 }
 
 } // namespace loom::detail

@@ -15,6 +15,7 @@
 #include <loom/core/tensor.hpp>
 #include <loom/graph/graph.hpp>
 
+#include <loom/runtime/step_stats.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -163,8 +164,10 @@ class master_interface {
 public:
   virtual ~master_interface() = default;
   // Runs `req` on `g`. `values` has one slot per node of g; the fed ones hold
-  // their values, and the fetched ones hold theirs afterwards.
-  virtual void run(const graph& g, const run_request& req, std::vector<any_tensor>& values) = 0;
+  // their values, and the fetched ones hold theirs afterwards. `trace`, where
+  // given, receives the step's stats (run_options' trace_level::full).
+  virtual void run(const graph& g, const run_request& req, std::vector<any_tensor>& values,
+                   step_stats* trace) = 0;
 };
 
 // A cluster task serving (TF's ServerInterface); loom::server holds one.

@@ -8,6 +8,7 @@
 #include <loom/runtime/interfaces.hpp>
 #include <loom/runtime/partition.hpp>
 #include <loom/runtime/resource_manager.hpp>
+#include <loom/runtime/step_tracer.hpp>
 
 #include <algorithm>
 #include <map>
@@ -30,11 +31,23 @@ public:
             session_placement(o.allow_soft_placement, o.log_device_placement, {}, local_cpu)),
         placement_log_(*o.placement_log) {}
 
-  void run(const graph& g, const run_request& req, std::vector<any_tensor>& values) override {
-    run_plan(plan_for(g, req), g, values, device_, resources_);
+  void run(const graph& g, const run_request& req, std::vector<any_tensor>& values,
+           step_stats* trace) override {
+    const plan& p = plan_for(g, req);
+    if (!trace) {
+      run_plan(p, g, values, device_, resources_);
+      return;
+    }
+    // One task, on the client's own clock.
+    step_tracer tracer;
+    const std::int64_t start = steady_now_ns();
+    run_plan(p, g, values, device_, resources_, nullptr, &tracer);
+    *trace = step_stats{++traced_steps_, start, steady_now_ns(), {}};
+    trace->tasks.push_back({local_task, tracer.finish().nodes, 0, 0, 0, true});
   }
 
 private:
+  static constexpr const char* local_task = "/job:localhost/replica:0/task:0";
   static constexpr const char* local_cpu = "/job:localhost/replica:0/task:0/device:CPU:0";
 
   const plan& plan_for(const graph& g, const run_request& req) {
@@ -72,6 +85,7 @@ private:
   std::map<std::string, std::unique_ptr<plan>> plans_;
   std::uint64_t planned_version_ = 0;
   bool allow_fusion_ = true;
+  std::uint64_t traced_steps_ = 0; // a local step's id in its trace
   placer_options placement_;
   mutable placement_log placement_log_; // each node's line once for the session's graph
 };

@@ -10,6 +10,8 @@
 #include <loom/runtime/partition.hpp>
 #include <loom/runtime/protocol.hpp>
 #include <loom/runtime/remote_worker.hpp>
+#include <loom/runtime/step_tracer.hpp>
+#include <loom/runtime/trace_alignment.hpp>
 #include <loom/runtime/worker_interface.hpp>
 
 #include <algorithm>
@@ -100,8 +102,11 @@ public:
   // Runs one step. `values` holds the fed values by node id; on return it
   // holds the fetched ones. The other tasks' partitions start first; the
   // target's own, when the target serves in this process, then runs on this
-  // thread, its feeds and fetches handed over in memory.
-  void run(const graph& g, const run_request& req, std::vector<any_tensor>& values) override {
+  // thread, its feeds and fetches handed over in memory. A traced step
+  // (`trace` given) asks every task for its trace and puts them on this
+  // process's clock (trace_alignment.hpp).
+  void run(const graph& g, const run_request& req, std::vector<any_tensor>& values,
+           step_stats* trace) override {
     const std::shared_ptr<registered> reg = registration(g, req);
     const registered& r = *reg;
     std::uint64_t step;
@@ -120,11 +125,22 @@ public:
       });
     };
     for (std::size_t i = 0; i < r.parts.size(); ++i) {
+    // A traced step: each task's trace, and when its request went and its answer came.
+    std::vector<timed_task_trace> traces(trace ? r.parts.size() : 0);
+    const std::int64_t start = trace ? steady_now_ns() : 0;
       const part_handle& p = r.parts[i];
       std::vector<any_tensor> feeds;
       for (node_id src : p.fed_sources)
         feeds.push_back(values[static_cast<std::size_t>(src)]);
-      runs[i] = worker(p.task).run_graph(p.handle, step, std::move(feeds), ro);
+      if (!trace) {
+        runs[i] = worker(p.task).run_graph(p.handle, step, std::move(feeds), ro);
+        continue;
+      }
+      run_graph_options traced = ro;
+      traced.trace = &traces[i].trace;
+      traces[i].task = p.task;
+      traces[i].sent_ns = steady_now_ns();
+      runs[i] = worker(p.task).run_graph(p.handle, step, std::move(feeds), traced);
     }
     std::exception_ptr first;
     bool aborted = false;
@@ -133,6 +149,11 @@ public:
         std::vector<any_tensor> out = runs[i].get();
         const part_handle& p = r.parts[i];
         if (out.size() != p.fetch_sources.size())
+        if (trace) {
+          traces[i].answer_ns = steady_now_ns();
+          if (traces[i].trace.answered_ns == 0)
+            throw internal_error(p.task + " answered a traced step without its trace");
+        }
           throw internal_error(p.task + " returned " + std::to_string(out.size()) +
                                " fetches, expected " + std::to_string(p.fetch_sources.size()));
         for (std::size_t k = 0; k < p.fetch_sources.size(); ++k)
@@ -165,6 +186,8 @@ public:
       std::rethrow_exception(first);
     }
   }
+    if (trace)
+      *trace = align_step_trace(step, start, steady_now_ns(), std::move(traces));
 
   // Clears resource containers on every task (TF's Session.reset), all asked
   // at once; throws the first failure, naming every task not reset.

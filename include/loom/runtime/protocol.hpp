@@ -8,6 +8,7 @@
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/graph/serialize.hpp>
+#include <loom/runtime/step_stats.hpp>
 
 #include <cereal/types/map.hpp>
 #include <cereal/types/string.hpp>
@@ -141,12 +142,14 @@ struct run_graph_request {
   std::uint64_t handle = 0;
   std::uint64_t step_id = 0;
   string_values strings{}; // the fed string tensors
-  template <class A> void serialize(A& ar) { ar(handle, step_id, strings); }
+  bool trace = false;      // run_options' trace_level::full: answer with the step's trace
+  template <class A> void serialize(A& ar) { ar(handle, step_id, strings, trace); }
 };
 
 struct run_graph_reply {
-  string_values strings{}; // the fetched string tensors
-  template <class A> void serialize(A& ar) { ar(strings); }
+  string_values strings{};               // the fetched string tensors
+  std::vector<detail::task_trace> trace; // a traced step's: one, on the task's clock
+  template <class A> void serialize(A& ar) { ar(strings, trace); }
 };
 
 // The values of a burst of _sends to one task, for the _recvs with the same

@@ -77,11 +77,12 @@ public:
                         const run_graph_options& o) override {
     protocol::run_graph_request m{handle, step};
     m.strings = protocol::string_values::take(feeds);
+    m.trace = o.trace != nullptr;
     net::call_options co;
     if (o.timeout.count() > 0)
       co.timeout = o.timeout;
     return pending_run(std::make_unique<pending_call>(
-        channel_.call_async(protocol::run_graph, std::move(m), std::move(feeds), co)));
+        channel_.call_async(protocol::run_graph, std::move(m), std::move(feeds), co), o.trace));
   }
 
   // Dials a task never reached (it may wait for a tensor of the step), but not
@@ -122,14 +123,18 @@ private:
   }
 
   struct pending_call final : pending_run::state {
-    explicit pending_call(net::call_handle c) : call(std::move(c)) {}
+    pending_call(net::call_handle c, task_trace* t) : call(std::move(c)), trace(t) {}
     std::vector<any_tensor> get() override {
       net::response res = call.get();
-      std::move(res.metadata<protocol::run_graph_reply>().strings).restore(res.payloads);
+      auto reply = res.metadata<protocol::run_graph_reply>();
+      std::move(reply.strings).restore(res.payloads);
+      if (trace && !reply.trace.empty())
+        *trace = std::move(reply.trace.front());
       return std::move(res.payloads);
     }
     bool failed() override { return call.failed(); }
     net::call_handle call;
+    task_trace* trace; // null: not traced
   };
 
   net::channel channel_;

@@ -123,6 +123,18 @@ public:
     return finish(values);
   }
 
+  // TF's sess.run(fetches, feed_dict, options, run_metadata): with
+  // options.trace_level = trace_level::full the step is traced on every task
+  // it runs on, into metadata->step_stats (runtime/step_stats.hpp; written
+  // out by loom::timeline, runtime/timeline.hpp).
+  template <class F>
+  auto run(const F& fetch, const feed_dict& feeds, const run_options& options,
+           run_metadata* metadata) {
+    auto [req, finish] = resolve_all(fetch);
+    std::vector<any_tensor> values = execute(req, feeds, nullptr, trace_into(options, metadata));
+    return finish(values);
+  }
+
   // sess.run({a, b}): a compile error that names loom::fetches(a, b) (the
   // conversion's static_assert); never runs.
   void run(detail::braced_fetches, const feed_dict& = {}) {}
@@ -130,11 +142,12 @@ public:
   // The same step also fetches `extra` nodes, returned untyped and in order
   // (for hooks that watch a training loop: monitored_training_session).
   template <class F>
-  auto run_with_extra(const F& fetch, const feed_dict& feeds, const std::vector<node_id>& extra) {
+  auto run_with_extra(const F& fetch, const feed_dict& feeds, const std::vector<node_id>& extra,
+                      const run_options& options = {}, run_metadata* metadata = nullptr) {
     auto [req, finish] = resolve_all(fetch);
     for (node_id id : extra)
       add_once(req.fetches, id);
-    std::vector<any_tensor> values = execute(req, feeds);
+    std::vector<any_tensor> values = execute(req, feeds, nullptr, trace_into(options, metadata));
     std::vector<any_tensor> extra_values;
     extra_values.reserve(extra.size());
     for (node_id id : extra)
@@ -217,6 +230,19 @@ private:
     return v.sole_owner() ? v : v.clone();
   }
 
+  // Where a run with `options` leaves its trace: nowhere unless traced.
+  // A failed step leaves it empty.
+  static step_stats* trace_into(const run_options& options, run_metadata* metadata) {
+    if (metadata)
+      metadata->step_stats = {};
+    if (options.trace_level == trace_level::none)
+      return nullptr;
+    if (!metadata)
+      throw invalid_argument_error("session::run: run_options asks for a trace "
+                                   "(trace_level::full) but no run_metadata was given to hold it");
+    return &metadata->step_stats;
+  }
+
   void check_graph(const graph& g) const {
     if (!(g == graph_))
       throw invalid_argument_error("a fetch belongs to another graph than the session's");
@@ -224,7 +250,8 @@ private:
 
   std::vector<any_tensor>
   execute(detail::run_request& req, const feed_dict& feeds,
-          const std::vector<std::pair<node_id, any_tensor>>* raw_feeds = nullptr) {
+          const std::vector<std::pair<node_id, any_tensor>>* raw_feeds = nullptr,
+          step_stats* trace = nullptr) {
     std::vector<any_tensor> values(graph_.size());
     auto add_feed = [&](node_id id, const any_tensor& v) {
       check_feed(id, v);
@@ -241,7 +268,7 @@ private:
         add_feed(id, v);
 
     std::sort(req.fed.begin(), req.fed.end());
-    master_->run(graph_, req, values);
+    master_->run(graph_, req, values, trace);
     return values;
   }
 

@@ -14,6 +14,7 @@
 #include <loom/runtime/rendezvous.hpp>
 #include <loom/runtime/resource_manager.hpp>
 #include <loom/runtime/step_runners.hpp>
+#include <loom/runtime/step_tracer.hpp>
 #include <loom/runtime/step_transfers.hpp>
 #include <loom/runtime/step_watchdog.hpp>
 #include <loom/runtime/worker_interface.hpp>
@@ -194,7 +195,7 @@ private:
       std::vector<any_tensor> get() override {
         std::shared_lock lock(worker.mu_);
         return worker.live().run_in_process(handle, step, std::move(feeds), options.timeout,
-                                            options.others_failed);
+                                            options.others_failed, options.trace);
       }
       bool runs_on_caller() const noexcept override { return true; }
 
@@ -284,6 +285,8 @@ private:
       auto m = req.metadata<protocol::run_graph_request>();
       std::move(m.strings).restore(req.payloads());
       std::shared_ptr<partition> part = find_partition(m.handle, req.payloads().size());
+      // A traced step's clock starts before anything of it runs here.
+      auto tracer = m.trace ? std::make_shared<step_tracer>() : nullptr;
       const auto timeout = req.timeout();
       const auto deadline = timeout.count() > 0 ? clock::now() + timeout : clock::time_point::max();
       // A partition without blocking kernels runs here until it waits for a
@@ -297,27 +300,29 @@ private:
               "the client that started the step disconnected");
         auto transfers =
             std::make_shared<detail::step_transfers>(table_, *peers_, runners_, m.step_id);
-        start(*part, std::move(req.payloads()), *transfers,
-              [this, part, transfers, responder, watched, step = m.step_id](plan_end end) {
-                // Ending waits for the sends' acknowledgements: where it would,
-                // on a runner thread, not on the io thread that may be here.
-                const bool here = end.error || transfers->sends_delivered();
-                std::function<void()> answer = [this, part, transfers, responder, watched, step,
-                                                end = std::move(end)]() mutable {
-                  std::vector<any_tensor> out;
-                  std::exception_ptr error;
-                  try {
-                    out = end_started(*part, step, *transfers, end);
-                  } catch (...) {
-                    error = std::current_exception();
-                  }
-                  if (watched)
-                    watchdog_.unwatch(step);
-                  reply(*responder, std::move(out), error);
-                };
-                if (here || !runners_.submit(answer))
-                  answer();
-              });
+        start(
+            *part, std::move(req.payloads()), *transfers,
+            [this, part, transfers, responder, watched, tracer, step = m.step_id](plan_end end) {
+              // Ending waits for the sends' acknowledgements: where it would,
+              // on a runner thread, not on the io thread that may be here.
+              const bool here = end.error || transfers->sends_delivered();
+              std::function<void()> answer = [this, part, transfers, responder, watched, tracer,
+                                              step, end = std::move(end)]() mutable {
+                std::vector<any_tensor> out;
+                std::exception_ptr error;
+                try {
+                  out = end_started(*part, step, *transfers, end);
+                } catch (...) {
+                  error = std::current_exception();
+                }
+                if (watched)
+                  watchdog_.unwatch(step);
+                reply(*responder, std::move(out), error, tracer.get());
+              };
+              if (here || !runners_.submit(answer))
+                answer();
+            },
+            tracer.get());
         return;
       }
       // One with blocking kernels must not wait on an io thread: what it waits
@@ -328,8 +333,9 @@ private:
       watchdog_.watch(
           m.step_id, deadline, [job] { return std::get<1>(*job).peer_connected(); },
           "the client that started the step disconnected");
-      if (!runners_.submit([this, part, step = m.step_id, job] {
-            run_partition(*part, step, std::move(std::get<0>(*job)), std::get<1>(*job));
+      if (!runners_.submit([this, part, step = m.step_id, job, tracer] {
+            run_partition(*part, step, std::move(std::get<0>(*job)), std::get<1>(*job),
+                          tracer.get());
             watchdog_.unwatch(step);
           })) {
         watchdog_.unwatch(m.step_id);
@@ -456,11 +462,21 @@ private:
   // nobody else would tell it.
   std::vector<any_tensor> run_in_process(std::uint64_t handle, std::uint64_t step,
                                          std::vector<any_tensor> feeds,
+  // `trace`, where given, receives the step's trace.
                                          std::chrono::milliseconds timeout,
-                                         const std::function<bool()>& others_failed) {
+                                         const std::function<bool()>& others_failed,
+                                         task_trace* trace) {
+    std::optional<step_tracer> tracer;
+    if (trace)
+      tracer.emplace();
+    step_tracer* const traced = tracer ? &*tracer : nullptr;
     std::shared_ptr<partition> part = find_partition(handle, feeds.size());
-    if (!part->may_wait)
-      return execute(*part, step, std::move(feeds));
+    if (!part->may_wait) {
+      auto out = execute(*part, step, std::move(feeds), traced);
+      if (trace)
+        *trace = tracer->finish();
+      return out;
+    }
     const auto deadline = timeout.count() > 0 ? clock::now() + timeout : clock::time_point::max();
     watchdog_.watch(
         step, deadline, [&others_failed] { return !others_failed(); },
@@ -468,21 +484,24 @@ private:
     try {
       std::vector<any_tensor> out;
       if (part->p->blocks()) {
-        out = execute(*part, step, std::move(feeds));
+        out = execute(*part, step, std::move(feeds), traced);
       } else {
         // Its kernels run where its tensors arrive (start()); this thread
         // waits for the plan's end and ends the step itself.
         detail::step_transfers transfers(table_, *peers_, runners_, step);
         auto ended = std::make_shared<std::promise<plan_end>>();
         auto plan_ended = ended->get_future();
-        start(*part, std::move(feeds), transfers,
-              [ended](plan_end end) { ended->set_value(std::move(end)); });
+        start(
+            *part, std::move(feeds), transfers,
+            [ended](plan_end end) { ended->set_value(std::move(end)); }, traced);
         plan_end end = plan_ended.get();
         out = end_started(*part, step, transfers, end);
       }
       watchdog_.unwatch(step);
       return out;
     } catch (const aborted_error& e) {
+      if (trace)
+        *trace = tracer->finish();
       watchdog_.unwatch(step);
       if (timeout.count() <= 0 || clock::now() < deadline)
         throw;
@@ -495,18 +514,21 @@ private:
   }
 
   void run_partition(partition& part, std::uint64_t step, std::vector<any_tensor> feeds,
-                     net::responder& r) {
+                     net::responder& r, step_tracer* tracer) {
     std::vector<any_tensor> out;
     std::exception_ptr error;
     try {
-      out = execute(part, step, std::move(feeds));
+      out = execute(part, step, std::move(feeds), tracer);
     } catch (...) {
       error = std::current_exception();
     }
-    reply(r, std::move(out), error);
+    reply(r, std::move(out), error, tracer);
   }
 
-  static void reply(net::responder& r, std::vector<any_tensor> out, std::exception_ptr failure) {
+  // Answers a run_graph request: the fetches, and a traced step's trace, taken
+  // last so that the step's every node is inside its time here.
+  static void reply(net::responder& r, std::vector<any_tensor> out, std::exception_ptr failure,
+                    step_tracer* tracer) {
     if (failure) {
       try {
         std::rethrow_exception(failure);
@@ -519,15 +541,17 @@ private:
     fetched.strings = protocol::string_values::take(out);
     r.reply(std::move(fetched), std::move(out));
   }
+    if (tracer)
+      fetched.trace.push_back(tracer->finish());
 
   // Runs one step of `part` on this thread; returns its fetches. On failure
   // the step is aborted here and on its peers, and the error names this task.
   std::vector<any_tensor> execute(partition& part, std::uint64_t step,
-                                  std::vector<any_tensor> feeds) {
+                                  std::vector<any_tensor> feeds, step_tracer* tracer) {
     detail::step_transfers transfers(table_, *peers_, runners_, step);
     try {
       std::vector<any_tensor> values = fed_values(part, std::move(feeds));
-      run_plan(*part.p, part.g, values, device_, resources_, &transfers);
+      run_plan(*part.p, part.g, values, device_, resources_, &transfers, tracer);
       return end_step(part, step, transfers, values);
     } catch (...) {
       std::rethrow_exception(step_failed(part, step, transfers, std::current_exception()));
@@ -546,12 +570,14 @@ private:
   // last, often an io thread, which must not wait: end_started() then ends the
   // step on a thread that may.
   void start(const partition& part, std::vector<any_tensor> feeds,
-             detail::step_transfers& transfers, std::function<void(plan_end)> ended) {
+             detail::step_transfers& transfers, std::function<void(plan_end)> ended,
+             step_tracer* tracer) {
     start_plan(
         *part.p, part.g, fed_values(part, std::move(feeds)), device_, resources_, transfers,
         [ended = std::move(ended)](std::vector<any_tensor>& values, std::exception_ptr error) {
           ended({std::move(values), error});
-        });
+        },
+        tracer);
   }
 
   // Ends a started step as execute() would: returns its fetches or throws the

@@ -60,6 +60,9 @@ struct run_graph_options {
   // true when another task's part of the step failed (nobody else would tell
   // the caller's thread to stop waiting).
   std::function<bool()> others_failed{};
+  // Where given, the task traces the step (run_options' trace_level::full) and
+  // get() leaves its trace here.
+  task_trace* trace = nullptr;
 };
 
 class worker_interface {
