@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -58,6 +59,12 @@ int main(int argc, char** argv) try {
                      "histograms; default: --checkpoint_dir)")
       .define_int("save_summaries_steps", 100, "Global steps between summaries (0: none)")
       .define_int("log_every", 100, "Print progress every this many local steps")
+      .define_int("trace_step", 0,
+                  "Trace this worker's local step N (from 1) on every task it runs on and write "
+                  "it in Chrome's trace format (TF's FULL_TRACE and timeline; 0: none)")
+      .define_string("trace_file", "",
+                     "Where --trace_step's trace goes (default: "
+                     "timeline-worker<task>-step<N>.json in --logdir, else here)")
       .define_int("seed", 1, "Graph-level random seed (initial weights); batches use seed+task")
       .define_int("shutdown_wait_secs", 120,
                   "How long the chief waits, at most, for the other workers to finish before it "
@@ -185,10 +192,32 @@ int main(int argc, char** argv) try {
               std::chrono::duration<double>(begin.time_since_epoch()).count());
   std::fflush(stdout);
   std::int64_t local_step = 0;
+  const std::int64_t trace_step = flags.get_int("trace_step");
   while (!sess.should_stop()) {
     auto b = batches.next_batch();
-    sess.run(*train_step, {{x, b.images}, {y_, b.labels_one_hot}});
-    ++local_step;
+    if (++local_step != trace_step) {
+      sess.run(*train_step, {{x, b.images}, {y_, b.labels_one_hot}});
+      continue;
+    }
+    loom::run_metadata trace;
+    sess.run(*train_step, {{x, b.images}, {y_, b.labels_one_hot}},
+             {.trace_level = loom::trace_level::full}, &trace);
+    std::string path = flags.get_string("trace_file");
+    if (path.empty()) {
+      const std::string name = "timeline-worker" + std::to_string(task_index) + "-step" +
+                               std::to_string(trace_step) + ".json";
+      const std::string logdir = flags.get_string("logdir");
+      if (!logdir.empty())
+        std::filesystem::create_directories(logdir);
+      path = logdir.empty() ? name : (std::filesystem::path(logdir) / name).string();
+    }
+    std::ofstream out(path);
+    out << loom::timeline(trace).chrome_trace_json();
+    out.close();
+    if (!out)
+      throw loom::failed_precondition_error("--trace_step: cannot write " + path);
+    std::printf("%s: wrote the trace of local step %lld to %s\n", label.c_str(),
+                static_cast<long long>(trace_step), path.c_str());
   }
   const double secs = std::chrono::duration<double>(clock::now() - begin).count();
   std::printf("%s: Training ends: %lld local steps, global step %lld\n", label.c_str(),

@@ -175,8 +175,12 @@ public:
   }
 
   // One step: the fetches (an expression, an operation or fetches(...)) with
-  // the feeds, plus the global step and the hooks' requests.
-  template <class F> auto run(const F& fetch, const feed_dict& feeds = {}) {
+  // the feeds, plus the global step and the hooks' requests; traced into
+  // `metadata` with options.trace_level = trace_level::full (TF's
+  // MonitoredSession.run(fetches, feed_dict, options, run_metadata)).
+  template <class F>
+  auto run(const F& fetch, const feed_dict& feeds = {}, const run_options& options = {},
+           run_metadata* metadata = nullptr) {
     if (should_stop_)
       throw failed_precondition_error("monitored_training_session: run after should_stop()");
     std::vector<node_id> extra{global_step_};
@@ -189,7 +193,7 @@ public:
     first.push_back(extra.size());
     for (;;) {
       try {
-        auto [result, values] = session_->run_with_extra(fetch, feeds, extra);
+        auto [result, values] = session_->run_with_extra(fetch, feeds, extra, options, metadata);
         run_context ctx{*values[0].template data<std::int64_t>(), [this] {
                           return global_step_value_ = *session_->run_nodes({global_step_}, {})
                                                            .front()
