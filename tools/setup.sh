@@ -17,6 +17,7 @@ packages=(
   libasio-dev
   libcereal-dev
   doctest-dev
+  rapidjson-dev
   zlib1g-dev
   libssl-dev
   libfarmhash-dev
