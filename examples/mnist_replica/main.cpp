@@ -55,8 +55,8 @@ int main(int argc, char** argv) try {
       .define_float("save_checkpoint_secs", 60, "Seconds between checkpoints (0: not by time)")
       .define_int("save_checkpoint_steps", 0, "Global steps between checkpoints (0: not by steps)")
       .define_string("logdir", "",
-                     "Where the chief writes TensorBoard summaries (loss, accuracy, weight "
-                     "histograms; default: --checkpoint_dir)")
+                     "Where the chief writes TensorBoard summaries (loss, accuracy, examples/s, "
+                     "weight histograms; default: --checkpoint_dir)")
       .define_int("save_summaries_steps", 100, "Global steps between summaries (0: none)")
       .define_int("log_every", 100, "Print progress every this many local steps")
       .define_int("trace_step", 0,
@@ -137,7 +137,8 @@ int main(int argc, char** argv) try {
     train_step = adam.minimize(cross_entropy, global_step);
   }
 
-  // What the chief's summary_saver_hook writes for TensorBoard (merge_all_summaries).
+  // What the chief's summary_saver_hook writes for TensorBoard (merge_all_summaries), with
+  // examples/s (monitored_session_options::examples_per_global_step).
   loom::scalar_summary("loss", cross_entropy);
   loom::scalar_summary("accuracy", accuracy);
   loom::histogram_summary("hid_w", model.hid_w);
@@ -162,6 +163,7 @@ int main(int argc, char** argv) try {
       .save_checkpoint_steps = flags.get_int("save_checkpoint_steps"),
       .summary_dir = flags.get_string("logdir"),
       .save_summaries_steps = flags.get_int("save_summaries_steps"),
+      .examples_per_global_step = batch_size * replicas_to_aggregate,
       .hooks = {std::make_shared<loom::stop_at_step_hook>(flags.get_int("train_steps")),
                 std::make_shared<loom::nan_guard_hook>(loss_id),
                 std::make_shared<loom::logging_hook>(

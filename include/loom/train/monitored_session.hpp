@@ -77,6 +77,10 @@ struct monitored_session_options {
   std::string summary_dir{};
   std::int64_t save_summaries_steps = 100; // 0: not by steps
   double save_summaries_secs = 0;          // 0: not by time
+  // Examples a global step trains on (the batch, times replicas_to_aggregate
+  // with sync replicas); > 0: those summaries add the cluster's examples/s
+  // (summary_saver_options::examples_per_global_step).
+  std::int64_t examples_per_global_step = 0;
   std::vector<std::shared_ptr<session_run_hook>> hooks{};
   std::vector<std::shared_ptr<session_run_hook>> chief_only_hooks{};
   sync_replicas_optimizer* sync_replicas = nullptr;
@@ -135,7 +139,8 @@ public:
         hooks_.push_back(std::make_shared<summary_saver_hook>(
             summary_saver_options{.logdir = summary_dir,
                                   .every_n_steps = o_.save_summaries_steps,
-                                  .every_n_secs = o_.save_summaries_secs}));
+                                  .every_n_secs = o_.save_summaries_secs,
+                                  .examples_per_global_step = o_.examples_per_global_step}));
     }
     for (auto& h : hooks_)
       h->begin(g);

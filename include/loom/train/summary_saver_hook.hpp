@@ -5,6 +5,10 @@
 // one on the chief where summary_dir is set (save_summaries_steps/_secs), as
 // TF's MonitoredTrainingSession: one writer per cluster. Put in hooks (not
 // chief_only_hooks) it runs on every worker, each needing its own logdir.
+// Given the examples a global step trains on, it also writes the cluster's
+// "examples/s" with every save after the first: a host-side value, measured
+// between saves, as TF's StepCounterHook writes global_step/sec beside the
+// summaries (which would be a second hook sharing the writer).
 #pragma once
 
 #include <loom/graph/ops/summary.hpp>
@@ -27,6 +31,11 @@ struct summary_saver_options {
   double every_n_secs = 0;          // 0: not by time
   // The summary to write; none: merge_all_summaries of the graph at begin().
   std::optional<node_id> summary_op{};
+  // > 0: each save after the first adds "examples/s", the global steps since
+  // the save before times this, over the seconds since then (the cluster's
+  // rate: every worker's steps advance the global step). With sync replicas a
+  // global step is replicas_to_aggregate batches.
+  std::int64_t examples_per_global_step = 0;
   summary_writer_options writer{};
 };
 
@@ -38,6 +47,9 @@ public:
                                    "are 0: it would never save)");
     if (o_.every_n_steps < 0 || o_.every_n_secs < 0)
       throw invalid_argument_error("summary_saver_hook: every_n_steps and every_n_secs must not be "
+                                   "negative");
+    if (o_.examples_per_global_step < 0)
+      throw invalid_argument_error("summary_saver_hook: examples_per_global_step must not be "
                                    "negative");
   }
 
@@ -67,9 +79,16 @@ public:
     if (!next_step_)
       writer_->add_session_start(step);
     if (request_) {
-      last_step_ = step;
-      last_time_ = clock::now();
+      const auto now = clock::now();
       writer_->add_summary(v[0], step);
+      if (o_.examples_per_global_step > 0 && last_step_ && step > *last_step_ && now > last_time_) {
+        const double secs = std::chrono::duration<double>(now - last_time_).count();
+        writer_->add_scalar(
+            "examples/s",
+            static_cast<double>((step - *last_step_) * o_.examples_per_global_step) / secs, step);
+      }
+      last_step_ = step;
+      last_time_ = now;
     }
     next_step_ = step + 1;
   }
