@@ -1,5 +1,5 @@
 # Thin wrapper over CMake presets. `make test` is all CI runs (.ci/run).
-#   make setup | build | test | demo | bench | format | clean
+#   make setup | build | test | demo | bench | plots | format | clean
 # PRESET=clang or PRESET=debug selects another preset (build dirs build-clang/, build-debug/).
 
 PRESET ?= default
@@ -23,7 +23,7 @@ DEMO_TRAIN_ARGS := --data_dir /usr/share/datasets/fashion-mnist --train_steps 12
   --learning_rate 0.001 --log_every 1000
 DEMO_CTR_ARGS := --train_steps 3000 --log_every 500
 
-.PHONY: all setup configure build test demo bench format clean
+.PHONY: all setup configure build test demo bench plots format clean
 
 all: build
 
@@ -56,6 +56,12 @@ bench: build
 	  fi; \
 	done; \
 	if [ $$found -eq 0 ]; then echo "bench: no benchmark executables in $(BUILD_DIR)/benchmarks/"; fi
+
+# The PNGs of docs/images/ from the benchmarks' output saved in docs/data/ (docs/data/README.md
+# says how each was made). Debian's interpreter, where Debian's python3-matplotlib is.
+plots:
+	bash tools/setup.sh --plots
+	/usr/bin/python3 tools/plots.py all
 
 format:
 	@find $(FORMAT_DIRS) -type f \( -name '*.hpp' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) \

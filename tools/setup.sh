@@ -28,6 +28,11 @@ packages=(
   ccache
   dataset-fashion-mnist
 )
+# `tools/setup.sh --plots` (run by `make plots`) adds what tools/plots.py draws with;
+# `make test` and `make demo` do not need it.
+if [[ "${1:-}" == "--plots" ]]; then
+  packages+=(python3-matplotlib)
+fi
 
 if [[ "${LOOM_SKIP_SETUP:-0}" == "1" ]]; then
   echo "setup: skipped (LOOM_SKIP_SETUP=1)"

@@ -446,9 +446,11 @@ int main(int argc, char** argv) try {
   // ================= 4. ps-lite test_benchmark goodput =================
   if (want(4)) {
     std::printf("\n4. ps-lite test_benchmark goodput: 8 * len * keys * rounds / elapsed_ns Gbit/s, "
-                "keys = 4 variables over 2 ps tasks, one worker session; median of 3 chunks\n");
-    std::printf("%-8s %10s %8s %10s %8s %10s %8s\n", "len", "push", "rounds", "pull", "rounds",
-                "push-pull", "rounds");
+                "keys = 4 variables over 2 ps tasks, one worker session; median of 3 chunks;\n"
+                "   raw: raw TCP moving len * keys bytes one way (1 B back), raw-echo: each way "
+                "(counted once, as push-pull), in the same run\n");
+    std::printf("%-8s %10s %8s %10s %8s %10s %8s %10s %10s\n", "len", "push", "rounds", "pull",
+                "rounds", "push-pull", "rounds", "raw", "raw-echo");
     const double budget = smoke ? 0 : quick ? 0.1 : 0.6; // 0: one calibration round
     const std::vector<std::int64_t> lens =
         smoke
@@ -466,13 +468,24 @@ int main(int argc, char** argv) try {
       const auto push = timed_rounds([&] { sess.run_nodes({}, kv.pushes, feeds); }, budget);
       const auto pull = timed_rounds([&] { (void)sess.run_nodes(kv.vars, {}); }, budget);
       const auto both = timed_rounds([&] { (void)sess.run_nodes(kv.pushes, {}, feeds); }, budget);
+      const auto raw_bytes = static_cast<std::size_t>(len) * keys;
+      chunked_rounds raw, raw_echo;
+      {
+        loom::bench::raw::exchange one_way(raw_bytes, 1);
+        raw = timed_rounds([&] { one_way.once(); }, budget);
+      }
+      {
+        loom::bench::raw::exchange echo(raw_bytes, raw_bytes);
+        raw_echo = timed_rounds([&] { echo.once(); }, budget);
+      }
       const auto gbit = [&](const chunked_rounds& r) {
         return 8.0 * static_cast<double>(len) * keys * static_cast<double>(r.rounds) / r.ns;
       };
       const std::string name =
           len >= (1 << 20) ? std::to_string(len >> 20) + " MB" : std::to_string(len >> 10) + " KB";
-      std::printf("%-8s %10.3f %8ld %10.3f %8ld %10.3f %8ld\n", name.c_str(), gbit(push),
-                  3 * push.rounds, gbit(pull), 3 * pull.rounds, gbit(both), 3 * both.rounds);
+      std::printf("%-8s %10.3f %8ld %10.3f %8ld %10.3f %8ld %10.3f %10.3f\n", name.c_str(),
+                  gbit(push), 3 * push.rounds, gbit(pull), 3 * pull.rounds, gbit(both),
+                  3 * both.rounds, gbit(raw), gbit(raw_echo));
     }
     std::printf("raw TCP 64 MB one way in the same run: %.3f Gbit/s (ps-lite counts push-pull "
                 "bytes once)\n",

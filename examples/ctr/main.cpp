@@ -69,6 +69,21 @@ std::pair<double, double> evaluate(loom::session& s, const ctr::wide_deep& model
   return {ctr::auc(scores, labels), ctr::auc(teacher, labels)};
 }
 
+// The AUC of the batch the step trains on (the Mann-Whitney statistic, ties
+// counted half, as ctr::auc): the share of the batch's (click, no click) pairs
+// that the model scores in the right order. In the graph, so that only the
+// steps that write a summary compute it ([batch, batch] comparisons); NaN for a
+// batch without a click or without a miss (a summary writes NaN as it is).
+loom::output<float, 0> batch_auc(const ctr::wide_deep& m) {
+  const auto p_row = loom::reshape(m.probability, {1, -1}); // [1, batch]
+  const auto clicked_row = loom::reshape(m.label, {1, -1});
+  // [batch, batch]: 1 where example i was clicked and example j was not.
+  const auto pairs = loom::lower(m.label * (1.0f - clicked_row));
+  const auto ordered = loom::cast<float>(m.probability > p_row) +
+                       0.5f * loom::cast<float>(loom::equal(m.probability, p_row));
+  return loom::named(loom::reduce_sum(pairs * ordered) / loom::reduce_sum(pairs), "batch_auc");
+}
+
 } // namespace
 
 int main(int argc, char** argv) try {
@@ -91,6 +106,11 @@ int main(int argc, char** argv) try {
                      "Where the chief saves and restores checkpoints (default: a new temporary "
                      "directory)")
       .define_float("save_checkpoint_secs", 60, "Seconds between checkpoints (0: not by time)")
+      .define_string("logdir", "",
+                     "Where the chief writes TensorBoard summaries (loss, the batch's AUC, "
+                     "examples/s, histograms of the looked-up embeddings and of the weights; "
+                     "default: --checkpoint_dir)")
+      .define_int("save_summaries_steps", 100, "Global steps between summaries (0: none)")
       .define_bool("sharded_checkpoints", true,
                    "Each ps task writes its own tables' shard of a checkpoint (every task must "
                    "see --checkpoint_dir at the same path); false: the chief writes one file")
@@ -222,6 +242,19 @@ int main(int argc, char** argv) try {
     train_step = adagrad.minimize(model.loss, global_step);
   }
 
+  // What the chief's summary_saver_hook writes for TensorBoard (merge_all_summaries), with
+  // examples/s (monitored_session_options::examples_per_global_step). The histograms are of
+  // what the step has on the worker anyway: the rows the batch looked up (a table whole would
+  // cross the network and be bucketed at every summary: 66 M floats at --max_vocab 10^6) and
+  // the dense weights.
+  loom::scalar_summary("loss", model.loss);
+  loom::scalar_summary("auc", batch_auc(model));
+  loom::histogram_summary("embeddings/deep", loom::concat(model.deep_embedded, 1));
+  loom::histogram_summary("embeddings/wide", loom::concat(model.wide_embedded, 1));
+  for (std::size_t k = 0; k < model.dnn_kernels.size(); ++k)
+    loom::histogram_summary("dnn/layer_" + std::to_string(k) + "/kernel", model.dnn_kernels[k]);
+  loom::histogram_summary("linear/dense_weights", *model.dense_weights);
+
   std::string checkpoint_dir = flags.get_string("checkpoint_dir");
   if (checkpoint_dir.empty() && is_chief) {
     auto dir = std::filesystem::temp_directory_path() / ("ctr-" + std::to_string(::getpid()));
@@ -236,6 +269,9 @@ int main(int argc, char** argv) try {
       .checkpoint_dir = checkpoint_dir,
       .save_checkpoint_secs = flags.get_float("save_checkpoint_secs"),
       .sharded_checkpoints = flags.get_bool("sharded_checkpoints"),
+      .summary_dir = flags.get_string("logdir"),
+      .save_summaries_steps = flags.get_int("save_summaries_steps"),
+      .examples_per_global_step = batch_size * replicas_to_aggregate,
       .hooks = {std::make_shared<loom::stop_at_step_hook>(flags.get_int("train_steps")),
                 std::make_shared<loom::nan_guard_hook>(model.loss.id()),
                 std::make_shared<loom::logging_hook>(

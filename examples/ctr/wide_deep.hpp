@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,11 @@ struct wide_deep {
   loom::placeholder<float, 2> label; // [batch, 1]
   std::vector<loom::partitioned_variable<float, 2>> deep_tables, wide_tables;
   std::vector<loom::hash_embedding<float>> deep_hashed, wide_hashed; // with hash_tables
+  // Per field, what the batch looked up: its deep embedding [batch, dim] and its wide weight
+  // [batch, 1] (a multi-hot field's combined: the mean, the sum); examples/ctr summarizes them.
+  std::vector<loom::output<float, 2>> deep_embedded, wide_embedded;
+  std::vector<loom::variable<float, 2>> dnn_kernels;     // the deep part's layers, input first
+  std::optional<loom::variable<float, 2>> dense_weights; // the wide part's dense features
   loom::output<float, 2> logit;
   loom::output<float, 2> probability;
   loom::output<float, 0> loss; // the mean over the batch
@@ -168,6 +174,8 @@ private:
                                                         loom::combiner::sum));
       }
     }
+    deep_embedded = deep_in;
+    wide_embedded = wide_in;
     deep_in.push_back(dense);
     loom::output<float, 2> h = loom::concat(deep_in, 1);
     std::int64_t width = static_cast<std::int64_t>(num_fields) * o.embedding_dim + num_dense;
@@ -178,6 +186,7 @@ private:
           g, name + "/kernel", loom::shape{width, out},
           loom::glorot_uniform_initializer{.seed = o.seed * 1000 + 100 + layer});
       loom::variable<float, 1> b(g, name + "/bias", loom::shape{out}, loom::zeros_initializer{});
+      dnn_kernels.push_back(w);
       ++layer;
       width = out;
       return relu ? loom::lower(loom::relu(loom::xw_plus_b(h, w, b)))
@@ -187,10 +196,10 @@ private:
       h = dense_layer(units, true);
     const auto deep_logit = dense_layer(1, false);
 
-    loom::variable<float, 2> dense_w(g, "linear/dense_weights", loom::shape{num_dense, 1},
-                                     loom::zeros_initializer{});
+    dense_weights.emplace(g, "linear/dense_weights", loom::shape{num_dense, 1},
+                          loom::zeros_initializer{});
     loom::variable<float, 1> bias(g, "linear/bias", loom::shape{1}, loom::zeros_initializer{});
-    wide_in.push_back(loom::lower(loom::xw_plus_b(dense, dense_w, bias)));
+    wide_in.push_back(loom::lower(loom::xw_plus_b(dense, *dense_weights, bias)));
     loom::output<float, 2> wide_logit = wide_in.front();
     for (std::size_t k = 1; k < wide_in.size(); ++k)
       wide_logit = loom::lower(wide_logit + wide_in[k]);

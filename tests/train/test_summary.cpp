@@ -481,6 +481,55 @@ TEST_CASE("monitored_training_session's chief saves summaries every N steps with
   CHECK(steps == std::vector<std::int64_t>{1, 4, 7});
 }
 
+TEST_CASE("with examples_per_global_step the chief's summaries add examples/s from the second "
+          "save on, the rate since the save before") {
+  loom::testing::local_cluster c(1, 1);
+  temp_dir dir;
+  regression m;
+  loom::scalar_summary("loss", *m.loss);
+  std::ostringstream sink;
+  loom::monitored_session_options o;
+  o.master = c.worker(0).target();
+  o.config.placement_log = &sink;
+  o.shutdown_cluster = false;
+  o.log = std::fopen("/dev/null", "w");
+  o.summary_dir = (dir.path / "logs").string();
+  o.save_summaries_steps = 3;
+  o.examples_per_global_step = 50;
+  o.hooks = {std::make_shared<loom::stop_at_step_hook>(8)};
+  constexpr auto pause = std::chrono::milliseconds(20);
+  {
+    loom::monitored_training_session s(m.g, o);
+    while (!s.should_stop()) {
+      s.run(*m.train, m.feeds());
+      std::this_thread::sleep_for(pause); // 3 steps between saves: at least 60 ms
+    }
+    s.close();
+  }
+  std::fclose(o.log);
+  const auto records = records_of(file_bytes(only_event_file(dir.path / "logs")));
+  std::map<std::int64_t, float> rate_at;
+  std::vector<std::int64_t> loss_steps;
+  for (std::size_t i = 2; i < records.size(); ++i) {
+    const fields e = decode(records[i]);
+    REQUIRE(e.has(5));
+    for (const fields& v : values_of(e.str(5))) {
+      if (v.str(1) == "examples/s")
+        rate_at[e.i64(2)] = v.f32(2);
+      else
+        loss_steps.push_back(e.i64(2));
+    }
+  }
+  CHECK(loss_steps == std::vector<std::int64_t>{1, 4, 7});
+  REQUIRE(rate_at.size() == 2); // none with the first save: no save before it
+  for (std::int64_t step : {4, 7}) {
+    REQUIRE(rate_at.count(step) == 1);
+    // 3 global steps of 50 examples in at least 3 pauses.
+    CHECK(rate_at[step] > 0);
+    CHECK(rate_at[step] <= 3 * 50 / (3 * std::chrono::duration<double>(pause).count()));
+  }
+}
+
 TEST_CASE("no event file where the graph has no summary") {
   loom::testing::local_cluster c(1, 1);
   temp_dir dir;
