@@ -146,6 +146,10 @@ TEST_CASE("a traced step on 1 ps + 2 workers: every planned node once, inside th
       CHECK(n.start_ns <= n.end_ns);
       CHECK(n.end_ns <= st.end_ns);
       CHECK(n.thread_id > 0);
+      // Named by what ran it: a task's io or runner threads, or the session's own.
+      REQUIRE(t.thread_roles.count(n.thread_id) == 1);
+      const std::string& role = t.thread_roles.at(n.thread_id);
+      CHECK((role == "io" || role == "runner" || role == "client"));
       if (n.is_send())
         CHECK(sends.emplace(n.transfer_key, &n).second);
       if (n.is_recv()) {
@@ -187,6 +191,10 @@ TEST_CASE("a traced step on 1 ps + 2 workers: every planned node once, inside th
     const int pid = e["pid"].GetInt();
     if (ph == "M" && std::string(e["name"].GetString()) == "process_name")
       process[pid] = e["args"]["name"].GetString();
+    if (ph == "M" && std::string(e["name"].GetString()) == "thread_name") {
+      const std::string name = e["args"]["name"].GetString();
+      CHECK(name.ends_with(" thread " + std::to_string(e["tid"].GetInt64())));
+    }
   }
   for (const auto& e : doc["traceEvents"].GetArray()) {
     const std::string ph = e["ph"].GetString();

@@ -14,8 +14,8 @@
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/graph/graph.hpp>
-
 #include <loom/runtime/step_stats.hpp>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>

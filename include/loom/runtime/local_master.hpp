@@ -39,11 +39,14 @@ public:
       return;
     }
     // One task, on the client's own clock.
+    this_thread_role() = "client";
     step_tracer tracer;
     const std::int64_t start = steady_now_ns();
     run_plan(p, g, values, device_, resources_, nullptr, &tracer);
     *trace = step_stats{++traced_steps_, start, steady_now_ns(), {}};
-    trace->tasks.push_back({local_task, tracer.finish().nodes, 0, 0, 0, true});
+    task_trace t = tracer.finish();
+    trace->tasks.push_back(
+        {local_task, std::move(t.nodes), std::move(t.thread_roles), 0, 0, 0, true});
   }
 
 private:

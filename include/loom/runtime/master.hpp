@@ -124,10 +124,10 @@ public:
         return p.valid() && !p.runs_on_caller() && p.failed();
       });
     };
-    for (std::size_t i = 0; i < r.parts.size(); ++i) {
     // A traced step: each task's trace, and when its request went and its answer came.
     std::vector<timed_task_trace> traces(trace ? r.parts.size() : 0);
     const std::int64_t start = trace ? steady_now_ns() : 0;
+    for (std::size_t i = 0; i < r.parts.size(); ++i) {
       const part_handle& p = r.parts[i];
       std::vector<any_tensor> feeds;
       for (node_id src : p.fed_sources)
@@ -148,12 +148,12 @@ public:
       try {
         std::vector<any_tensor> out = runs[i].get();
         const part_handle& p = r.parts[i];
-        if (out.size() != p.fetch_sources.size())
         if (trace) {
           traces[i].answer_ns = steady_now_ns();
           if (traces[i].trace.answered_ns == 0)
             throw internal_error(p.task + " answered a traced step without its trace");
         }
+        if (out.size() != p.fetch_sources.size())
           throw internal_error(p.task + " returned " + std::to_string(out.size()) +
                                " fetches, expected " + std::to_string(p.fetch_sources.size()));
         for (std::size_t k = 0; k < p.fetch_sources.size(); ++k)
@@ -185,9 +185,9 @@ public:
         forget_registrations();
       std::rethrow_exception(first);
     }
-  }
     if (trace)
       *trace = align_step_trace(step, start, steady_now_ns(), std::move(traces));
+  }
 
   // Clears resource containers on every task (TF's Session.reset), all asked
   // at once; throws the first failure, naming every task not reset.

@@ -2,6 +2,8 @@
 // io threads never wait, so what could is handed to these.
 #pragma once
 
+#include <loom/runtime/thread_role.hpp>
+
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -50,6 +52,7 @@ public:
 
 private:
   void loop() {
+    this_thread_role() = "runner";
     std::unique_lock lock(mu_);
     for (;;) {
       ++idle_;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,8 @@ struct node_exec_stats {
 struct task_step_stats {
   std::string task; // "/job:ps/replica:0/task:0"
   std::vector<node_exec_stats> node_stats;
+  // What each thread that ran a node is: "io", "runner", "client" (runtime/thread_role.hpp).
+  std::map<std::int64_t, std::string> thread_roles;
   // The task's steady clock + clock_offset_ns = the client's. The run_graph
   // round trip allows offsets in [offset_min_ns, offset_max_ns];
   // same_clock: the task's own clock lay within them and was taken as is.
@@ -85,7 +88,8 @@ namespace detail {
 struct task_trace {
   std::int64_t received_ns = 0, answered_ns = 0;
   std::vector<node_exec_stats> nodes;
-  template <class A> void serialize(A& ar) { ar(received_ns, answered_ns, nodes); }
+  std::map<std::int64_t, std::string> thread_roles;
+  template <class A> void serialize(A& ar) { ar(received_ns, answered_ns, nodes, thread_roles); }
 };
 
 } // namespace detail

@@ -8,6 +8,7 @@
 #include <loom/graph/graph.hpp>
 #include <loom/runtime/plan.hpp>
 #include <loom/runtime/step_stats.hpp>
+#include <loom/runtime/thread_role.hpp>
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -57,6 +58,7 @@ public:
     st.start_ns = start;
     st.end_ns = end;
     st.thread_id = this_thread_os_id();
+    trace_.thread_roles.try_emplace(st.thread_id, this_thread_role());
     if (s.k == plan::step::kind::fused)
       for (const plan::step& f : s.fallback)
         if (f.id != s.id)

@@ -283,10 +283,11 @@ private:
     });
     rpc_->handle(protocol::run_graph, [this](net::request req, net::responder r) {
       auto m = req.metadata<protocol::run_graph_request>();
-      std::move(m.strings).restore(req.payloads());
-      std::shared_ptr<partition> part = find_partition(m.handle, req.payloads().size());
       // A traced step's clock starts before anything of it runs here.
       auto tracer = m.trace ? std::make_shared<step_tracer>() : nullptr;
+      this_thread_role() = "io";
+      std::move(m.strings).restore(req.payloads());
+      std::shared_ptr<partition> part = find_partition(m.handle, req.payloads().size());
       const auto timeout = req.timeout();
       const auto deadline = timeout.count() > 0 ? clock::now() + timeout : clock::time_point::max();
       // A partition without blocking kernels runs here until it waits for a
@@ -354,6 +355,7 @@ private:
                               " keys, " + std::to_string(carried) + " of them with values, and " +
                               std::to_string(values.size()) + " values");
       received_messages_.fetch_add(1, std::memory_order_relaxed);
+      this_thread_role() = "io"; // a step waiting for these values goes on here
       received_tensors_.fetch_add(m.keys.size(), std::memory_order_relaxed);
       // Acknowledged first: a put may run the rest of a step here (start()),
       // and the sender need not wait for that.
@@ -460,15 +462,17 @@ private:
   // as a remote call past its deadline does) or when `others_failed` says
   // another task's part of the step failed: this thread is the client's, so
   // nobody else would tell it.
+  // `trace`, where given, receives the step's trace.
   std::vector<any_tensor> run_in_process(std::uint64_t handle, std::uint64_t step,
                                          std::vector<any_tensor> feeds,
-  // `trace`, where given, receives the step's trace.
                                          std::chrono::milliseconds timeout,
                                          const std::function<bool()>& others_failed,
                                          task_trace* trace) {
     std::optional<step_tracer> tracer;
-    if (trace)
+    if (trace) {
       tracer.emplace();
+      this_thread_role() = "client";
+    }
     step_tracer* const traced = tracer ? &*tracer : nullptr;
     std::shared_ptr<partition> part = find_partition(handle, feeds.size());
     if (!part->may_wait) {
@@ -498,10 +502,10 @@ private:
         out = end_started(*part, step, transfers, end);
       }
       watchdog_.unwatch(step);
-      return out;
-    } catch (const aborted_error& e) {
       if (trace)
         *trace = tracer->finish();
+      return out;
+    } catch (const aborted_error& e) {
       watchdog_.unwatch(step);
       if (timeout.count() <= 0 || clock::now() < deadline)
         throw;
@@ -539,10 +543,10 @@ private:
     }
     protocol::run_graph_reply fetched;
     fetched.strings = protocol::string_values::take(out);
-    r.reply(std::move(fetched), std::move(out));
-  }
     if (tracer)
       fetched.trace.push_back(tracer->finish());
+    r.reply(std::move(fetched), std::move(out));
+  }
 
   // Runs one step of `part` on this thread; returns its fetches. On failure
   // the step is aborted here and on its peers, and the error names this task.

@@ -7,8 +7,8 @@
 //   std::ofstream("step.trace.json") << loom::timeline(md).chrome_trace_json();
 //
 // One process per task (in the order the master started them), one thread per
-// OS thread that ran the task's nodes; each node a complete event ("X") named
-// by its op, its node name in args.name; each tensor sent between tasks a flow
+// OS thread that ran the task's nodes, named by its role ("io thread 4242"); each node a complete
+// event ("X") named by its op, its node name in args.name; each tensor sent between tasks a flow
 // arrow from its _send to its _recv ("s" to "f", category "transfer", named by
 // its rendezvous key); each _recv's wait, from when the executor asked for the
 // value to its arrival, an async span ("b"/"e", category "recv wait"). Times
@@ -55,9 +55,14 @@ public:
       std::set<std::int64_t> threads;
       for (const node_exec_stats& n : t.node_stats)
         threads.insert(n.thread_id);
-      for (const std::int64_t tid : threads)
+      for (const std::int64_t tid : threads) {
+        const auto role = t.thread_roles.find(tid);
         event(R"({"name":"thread_name","ph":"M","pid":)" + p + R"(,"tid":)" + std::to_string(tid) +
-              R"(,"args":{"name":"thread )" + std::to_string(tid) + "\"}}");
+              R"(,"args":{"name":)" +
+              quoted((role == t.thread_roles.end() ? std::string("thread") : role->second) +
+                     " thread " + std::to_string(tid)) +
+              "}}");
+      }
       for (const node_exec_stats& n : t.node_stats) {
         std::string args = R"("name":)" + quoted(n.node_name) + R"(,"op":)" + quoted(n.op);
         if (!n.fused_nodes.empty()) {

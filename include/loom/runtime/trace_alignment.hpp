@@ -111,6 +111,7 @@ inline step_stats align_step_trace(std::uint64_t step_id, std::int64_t start_ns,
     ts.offset_max_ns = hi[i];
     ts.same_clock = same[i];
     ts.node_stats = std::move(tasks[i].trace.nodes);
+    ts.thread_roles = std::move(tasks[i].trace.thread_roles);
     for (node_exec_stats& ns : ts.node_stats) {
       ns.start_ns += offset[i];
       ns.end_ns += offset[i];
