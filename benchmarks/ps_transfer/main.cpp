@@ -13,7 +13,9 @@
 //      replica_device_setter, each step pushing and pulling all 8; aggregate
 //      bytes/s against part 2's raw TCP echo (one connection).
 //   4. ps-lite's test_benchmark goodput, 8 * len * keys * rounds / ns Gbit/s,
-//      for push, pull and push-pull, 4 keys over 2 ps tasks.
+//      for push, pull and push-pull, 4 keys over 2 ps tasks, beside raw TCP
+//      moving len * keys bytes one way and echoed at each size (tools/plots.py
+//      draws the table: docs/benchmarks.md, Plots).
 //
 // `ps_transfer --quick` runs fewer repetitions; `--smoke` runs every part once
 // at its smallest size (1 MB variables in 3, 4 KB in 4) with the fewest warm-up
