@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <optional>
 #include <regex>
@@ -126,6 +127,20 @@ std::vector<std::string> common(const temp_dir& d, const std::string& steps,
           "--checkpoint_dir=" + d.path.string(), "--shutdown_wait_secs=" + shutdown_wait_secs};
 }
 
+// The chief's summaries: one event file in `d` (the examples' --logdir defaults to their
+// --checkpoint_dir) holding every tag (the records' format: tests/train/test_summary.cpp).
+void check_event_file_tags(const temp_dir& d, std::initializer_list<const char*> tags) {
+  std::vector<std::filesystem::path> events;
+  for (const auto& e : std::filesystem::directory_iterator(d.path))
+    if (e.path().filename().string().starts_with("events.out.tfevents."))
+      events.push_back(e.path());
+  REQUIRE(events.size() == 1);
+  std::ifstream in(events.front(), std::ios::binary);
+  const std::string bytes{std::istreambuf_iterator<char>(in), {}};
+  for (const char* tag : tags)
+    CHECK_MESSAGE(bytes.find(tag) != std::string::npos, "no summary tagged " << tag);
+}
+
 template <class... S>
 std::vector<std::string> args(std::vector<std::string> a, const std::vector<std::string>& b,
                               S... more) {
@@ -153,17 +168,8 @@ TEST_CASE("async, 1 ps + 2 workers: a non-chief waits for the chief, both train,
   CHECK(final_global_step(w0.output()) >= 1500);
   CHECK(test_accuracy(w0.output()) >= 0.80);
   CHECK(test_accuracy(w1.output()) >= 0.80);
-  // The chief's summaries for TensorBoard, in --checkpoint_dir (no --logdir given): one event
-  // file holding the example's tags (the records' format: tests/train/test_summary.cpp).
-  std::vector<std::filesystem::path> events;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path))
-    if (e.path().filename().string().starts_with("events.out.tfevents."))
-      events.push_back(e.path());
-  REQUIRE(events.size() == 1);
-  std::ifstream in(events.front(), std::ios::binary);
-  const std::string bytes{std::istreambuf_iterator<char>(in), {}};
-  for (const char* tag : {"loss", "accuracy", "hid_w", "sm_w"})
-    CHECK_MESSAGE(bytes.find(tag) != std::string::npos, "no summary tagged " << tag);
+  // The chief's summaries for TensorBoard, in --checkpoint_dir (no --logdir given).
+  check_event_file_tags(dir, {"loss", "accuracy", "examples/s", "hid_w", "sm_w"});
 }
 
 TEST_CASE("sync replicas, 1 ps + 2 workers: one global step per aggregated update, no worker "
@@ -572,6 +578,8 @@ TEST_CASE("examples/ctr, async, 1 ps + 2 workers: partitioned tables trained wit
     CHECK(model > 0.8);
     CHECK(model >= teacher - 0.03);
   }
+  check_event_file_tags(dir, {"loss", "auc", "examples/s", "embeddings/deep", "embeddings/wide",
+                              "dnn/layer_0/kernel", "linear/dense_weights"});
   // ctr saves sharded by default: the ps task wrote the tables' shard of the final checkpoint.
   const auto latest = loom::latest_checkpoint(dir.path.string());
   REQUIRE(latest);
