@@ -5,6 +5,7 @@
     tools/plots.py scalars LOGDIR OUT    a run's scalar summaries (its event files) as a TSV
     tools/plots.py gantt TRACE OUT       a Chrome trace (JSON) as a Gantt chart PNG
     tools/plots.py architecture OUT      the layers and a step crossing tasks, as a PNG
+    tools/plots.py check                 parses every input of `all` without drawing (a test)
 
 Inputs (docs/data/, each a benchmark's output as it printed it, under one provenance line
 "# <date> | <machine> | <command>" that every parser skips; docs/data/README.md says how each
@@ -27,11 +28,23 @@ import re
 import struct
 import sys
 
-import matplotlib
+# matplotlib, loaded by load_matplotlib() for the commands that draw (`check` only parses).
+plt = FancyArrowPatch = FancyBboxPatch = None
 
-matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
+
+def load_matplotlib():
+    global plt, FancyArrowPatch, FancyBboxPatch
+    try:
+        import matplotlib
+    except ImportError:
+        raise InputError("matplotlib is missing: install Debian's python3-matplotlib "
+                         "(tools/setup.sh --plots) and run this with /usr/bin/python3") from None
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot
+    import matplotlib.patches
+    plt = matplotlib.pyplot
+    FancyArrowPatch = matplotlib.patches.FancyArrowPatch
+    FancyBboxPatch = matplotlib.patches.FancyBboxPatch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "docs", "data")
@@ -712,20 +725,81 @@ def make_all():
         print(f"{trace}: not there yet; no Gantt chart")
 
 
+def check_inputs():
+    """Reads every input of `all` with the parsers that draw it and checks that each holds
+    what its plot shows; an InputError names the file and what is missing."""
+    d = lambda name: need(os.path.join(DATA, name))  # noqa: E731
+    for mode in ("async", "sync"):
+        path = d(f"mnist_replica_{mode}.tsv")
+        provenance(path)
+        runs = read_scalars(path)
+        for tag in ("loss", "accuracy", "examples/s"):
+            if len(runs.get(tag, [])) < 2:
+                raise InputError(f"{path}: fewer than 2 scalars tagged {tag!r}")
+    path = d("train_throughput.txt")
+    provenance(path)
+    rows = parse_train_throughput(path)
+    names = [r[0] for r in rows]
+    for wanted in ("single-process loom (session)", "1 ps + 1 worker",
+                   "1 ps + 2 workers, async", "1 ps + 2 workers, sync_replicas"):
+        if wanted not in names:
+            raise InputError(f"{path}: no row {wanted!r} in its table (rows: {names})")
+    path = d("ps_transfer.txt")
+    provenance(path)
+    cols = parse_ps_transfer(path)
+    sizes = None
+    for name in ("push", "pull", "push-pull", "raw", "raw-echo"):
+        points = cols.get(name)
+        if not points:
+            raise InputError(f"{path}: part 4's table has no column {name!r}")
+        if sizes is not None and [p[0] for p in points] != sizes:
+            raise InputError(f"{path}: column {name!r} has other sizes than 'push'")
+        sizes = [p[0] for p in points]
+    path = d("sparse_step.txt")
+    provenance(path)
+    parts = parse_sparse_step(path)
+    for part in ("1a", "1b"):
+        if len(parts.get(part, [])) < 2:
+            raise InputError(f"{path}: part {part} has fewer than 2 table sizes")
+    traces = [os.path.join(DATA, "gantt_example.trace.json"),
+              os.path.join(IMAGES, "mnist_replica_step.trace.json")]
+    for path in traces:
+        if not os.path.exists(path):
+            continue
+        slices, flows, _, pnames, _, _, _ = read_trace(path)
+        lanes = {(sl[0], sl[1]) for sl in slices}
+        if not flows:
+            raise InputError(f"{path}: no flow from a send to its receive")
+        for start, end in flows:
+            for pid, tid, _ in (start, end):
+                if (pid, tid) not in lanes:
+                    raise InputError(f"{path}: a flow starts or ends on pid {pid} tid {tid}, "
+                                     "where no slice ran")
+        if len(pnames) < 2:
+            raise InputError(f"{path}: fewer than 2 named processes (tasks)")
+    print("plots: every input parses")
+
+
 def main(argv):
     usage = __doc__.split("\n\n")[1]
+    command = argv[1] if len(argv) > 1 else "all"
+    arity = {"all": 0, "check": 0, "scalars": 2, "gantt": 2, "architecture": 1}
+    if command not in arity or len(argv) - 2 != arity[command] and len(argv) > 1:
+        print(usage, file=sys.stderr)
+        return 2
     try:
-        if len(argv) <= 1 or argv[1] == "all":
-            make_all()
-        elif argv[1] == "scalars" and len(argv) == 4:
+        if command == "check":
+            check_inputs()
+        elif command == "scalars":
             write_scalars(argv[2], argv[3])
-        elif argv[1] == "gantt" and len(argv) == 4:
-            plot_gantt(argv[2], argv[3])
-        elif argv[1] == "architecture" and len(argv) == 3:
-            plot_architecture(argv[2])
         else:
-            print(usage, file=sys.stderr)
-            return 2
+            load_matplotlib()
+            if command == "all":
+                make_all()
+            elif command == "gantt":
+                plot_gantt(argv[2], argv[3])
+            else:
+                plot_architecture(argv[2])
     except (InputError, OSError) as e:
         print(f"plots: {e}", file=sys.stderr)
         return 1
