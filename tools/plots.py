@@ -661,9 +661,9 @@ def plot_architecture(out):
     _box(ax, 0.5, 7.7, 8.4, 1.4, "cluster_master (runtime/master.hpp)\nonce per request: place "
          "(placer), partition (_send/_recv pairs),\nregister_graph with each task; each step: "
          "run_graph", "#fde2c8", bold_first=True)
-    _box(ax, 0.5, 4.3, 4.5, 2.7, "worker partition\n(in_process_worker: the executor\non the "
-         "calling thread)\n_recv w, b -> forward, backward\n-> _send grads", "#dbe9f6",
-         bold_first=True)
+    _box(ax, 0.5, 4.3, 4.5, 2.7, "worker partition\n(in_process_worker: starts on the\n"
+         "session's thread, goes on on the io\nthread that delivers what it waits for)\n"
+         "_recv w, b -> forward, backward\n-> _send grads", "#dbe9f6", bold_first=True)
     _box(ax, 5.4, 4.3, 3.5, 2.7, "rendezvous_table\n(step id, key) -> a tensor,\nor a _recv "
          "waiting\nfor it", "#eeeeee", bold_first=True)
     _box(ax, 0.5, 1.0, 8.4, 2.6, "task_server + net (rpc_server, channel)\none connection pair "
@@ -671,9 +671,9 @@ def plot_architecture(out):
          "written from and read into tensor buffers", "#fde2c8", bold_first=True)
 
     _box(ax, 11.3, 7.7, 4.3, 1.4, "task_server\nrun_graph handler", "#fde2c8", bold_first=True)
-    _box(ax, 11.3, 4.3, 4.3, 2.7, "ps partition\n(executor; continuations\non io threads)\n"
-         "read w, b -> _send;\n_recv grads (its own\nrendezvous_table) -> Adam", "#dbe9f6",
-         bold_first=True)
+    _box(ax, 11.3, 4.3, 4.3, 2.7, "ps partition\n(started by run_graph on an io\nthread, "
+         "goes on where its\ntensors arrive)\nread w, b -> _send;\n_recv grads (its own\n"
+         "rendezvous_table) -> Adam", "#dbe9f6", bold_first=True)
     _box(ax, 11.3, 1.0, 4.3, 2.6, "resource container\nvariables w, b, Adam slots,\nglobal_step "
          "(shared by every\nsession on the cluster)", "#eeeeee", bold_first=True)
 
