@@ -6,9 +6,6 @@
 
 #include <doctest/doctest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,46 +14,13 @@
 #include <string>
 #include <vector>
 
-namespace {
-
 namespace lt = loom::testing;
 using namespace std::chrono_literals;
-
-// The first of n consecutive loopback ports that were all free a moment ago (Slurm's
-// tasks on one node listen on --port_base plus their local index). Each try holds a
-// port the OS chose and checks that the n - 1 after it are free too.
-std::uint16_t free_port_run(int n) {
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    const std::uint16_t first = lt::free_ports(1)[0];
-    if (first + n - 1 > 65535)
-      continue;
-    std::vector<int> fds;
-    bool all_free = true;
-    for (int i = 0; i < n && all_free; ++i) {
-      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      REQUIRE(fd >= 0);
-      fds.push_back(fd);
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      addr.sin_port = htons(static_cast<std::uint16_t>(first + i));
-      all_free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    }
-    for (int fd : fds)
-      ::close(fd);
-    if (all_free)
-      return first;
-  }
-  FAIL("no run of " << n << " free loopback ports in 100 tries");
-  return 0;
-}
-
-} // namespace
 
 TEST_CASE("mnist_replica under srun: 1 ps + 2 workers from Slurm's variables and --jobs alone" *
           lt::needs_examples()) {
   const std::string replica = lt::example("mnist_replica");
-  const std::uint16_t port_base = free_port_run(3);
+  const std::uint16_t port_base = lt::free_port_run(3);
   const auto dir =
       std::filesystem::temp_directory_path() / ("loom-cluster-slurm-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

@@ -80,6 +80,39 @@ inline std::vector<std::uint16_t> free_ports(std::size_t n) {
   return ports;
 }
 
+// The first of n consecutive loopback ports that were all free a moment ago (a rank
+// launcher's tasks on one host listen on --port_base plus their index on the host).
+// Each try holds a port the OS chose and checks that the n - 1 after it are free too.
+inline std::uint16_t free_port_run(int n) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const std::uint16_t first = free_ports(1)[0];
+    if (first + n - 1 > 65535)
+      continue;
+    std::vector<int> fds;
+    bool all_free = true;
+    for (int i = 0; i < n && all_free; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) {
+        for (int f : fds)
+          ::close(f);
+        throw sys_error("free_port_run: socket");
+      }
+      fds.push_back(fd);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<std::uint16_t>(first + i));
+      all_free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    }
+    for (int fd : fds)
+      ::close(fd);
+    if (all_free)
+      return first;
+  }
+  throw std::runtime_error("free_port_run: no run of " + std::to_string(n) +
+                           " free loopback ports in 100 tries");
+}
+
 // "127.0.0.1:p1,127.0.0.1:p2" for --ps_hosts / --worker_hosts.
 inline std::string loopback_hosts(const std::vector<std::uint16_t>& ports) {
   std::string out;
