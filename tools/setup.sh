@@ -27,6 +27,14 @@ packages=(
   clang-format
   ccache
   dataset-fashion-mnist
+  # ctest slurm, mpirun and netns (tests/cluster): a single-node Slurm the test starts
+  # itself, mpirun, network namespaces and tc (26 packages, 9.9 MB to download)
+  slurmctld
+  slurmd
+  slurm-client
+  munge
+  openmpi-bin
+  iproute2
 )
 # `tools/setup.sh --plots` (run by `make plots`) adds what tools/plots.py draws with;
 # `make test` and `make demo` do not need it.
