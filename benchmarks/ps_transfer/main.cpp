@@ -9,6 +9,9 @@
 //      Target: (a) <= 2.0 x raw.
 //   2. 64 MB: push (assign from a placeholder on the ps), pull (fetch), and
 //      both, vs raw TCP 64 MB one way / echoed. Target: >= 0.9 x raw bytes/s.
+//      The same push, pull and round trip on a second cluster (a ps and a worker)
+//      whose connections use TLS keyed by the cluster token (net/tls.hpp), beside
+//      plain TCP: what encryption costs.
 //   3. 4 workers x 8 variables (1 MB, 16 MB) over 2 ps tasks with
 //      replica_device_setter, each step pushing and pulling all 8; aggregate
 //      bytes/s against part 2's raw TCP echo (one connection).
@@ -231,6 +234,18 @@ int main(int argc, char** argv) try {
   for (int t = 0; t < 4; ++t)
     workers.push_back(std::make_unique<loom::server>(cluster, "worker", t));
   const std::string ps0 = "/job:ps/task:0";
+  // The TLS cluster of part 2: a ps and a worker, TLS keyed by a token of this run.
+  const std::string tls_token = "ps_transfer-tls-token";
+  std::vector<std::unique_ptr<loom::server>> tls_tasks;
+  if (want(2)) {
+    const auto tls_addrs = loom::bench::raw::free_addresses(2);
+    const auto tls_cluster = loom::cluster_spec::from_flags(tls_addrs[0], tls_addrs[1]);
+    loom::server_options o;
+    o.token = tls_token;
+    o.tls = loom::tls_settings::keyed_by_token();
+    tls_tasks.push_back(std::make_unique<loom::server>(tls_cluster, "ps", 0, o));
+    tls_tasks.push_back(std::make_unique<loom::server>(tls_cluster, "worker", 0, o));
+  }
   std::printf("loom ps_transfer: in-process cluster ps=%s worker=%s, loopback TCP, %u hardware "
               "threads\n",
               join(addrs, 0, 2).c_str(), join(addrs, 2, 6).c_str(),
@@ -326,6 +341,7 @@ int main(int argc, char** argv) try {
   }
   if (want(2)) {
     double push_s = 0, pull_s = 0, rt_s = 0, pushpull_s = 0;
+    double tls_push_s = 0, tls_pull_s = 0, tls_rt_s = 0;
     {
       loom::graph g;
       auto _ = g.device(ps0);
@@ -334,16 +350,27 @@ int main(int argc, char** argv) try {
       loom::placeholder<float, 1> ph(g, loom::shape{big_elems}, "big_in");
       auto push = v.assign(ph);
       loom::session sess(g, workers[0]->target());
+      loom::cluster_session_options tls_options;
+      tls_options.token = tls_token;
+      tls_options.tls = loom::tls_settings::keyed_by_token();
+      loom::session tls_sess(g, tls_tasks[1]->target(), tls_options);
       const loom::tensor<float, 1> data =
           loom::tensor<float, 1>::from(pattern(big_elems, 0.5f), "64 MB source");
       const auto push_once = [&] { sess.run(loom::as_operation(push), {loom::feed(ph, data)}); };
       const auto pull_once = [&] { return sess.run(v); };
+      const auto tls_push_once = [&] {
+        tls_sess.run(loom::as_operation(push), {loom::feed(ph, data)});
+      };
+      const auto tls_pull_once = [&] { return tls_sess.run(v); };
       push_once();
-      if (!same_bytes(pull_once().value(), data.value())) {
+      tls_push_once();
+      if (!same_bytes(pull_once().value(), data.value()) ||
+          !same_bytes(tls_pull_once().value(), data.value())) {
         std::fprintf(stderr, "ps_transfer: the 64 MB read back differs from what was written\n");
         return 1;
       }
-      std::printf("\n64 MB read-back check: the bytes fetched equal the bytes assigned\n");
+      std::printf("\n64 MB read-back check: the bytes fetched equal the bytes assigned (plain "
+                  "and TLS)\n");
       const auto m = interleaved_medians({raw_one_case,
                                           raw_echo_case,
                                           {push_once},
@@ -352,7 +379,13 @@ int main(int argc, char** argv) try {
                                             push_once();
                                             (void)pull_once();
                                           }},
-                                          {[&] { (void)sess.run(push, {loom::feed(ph, data)}); }}},
+                                          {[&] { (void)sess.run(push, {loom::feed(ph, data)}); }},
+                                          {tls_push_once},
+                                          {[&] { (void)tls_pull_once(); }},
+                                          {[&] {
+                                            tls_push_once();
+                                            (void)tls_pull_once();
+                                          }}},
                                          bulk_reps);
       raw_one = m[0];
       raw_echo = m[1];
@@ -360,6 +393,9 @@ int main(int argc, char** argv) try {
       pull_s = m[3];
       rt_s = m[4];
       pushpull_s = m[5];
+      tls_push_s = m[6];
+      tls_pull_s = m[7];
+      tls_rt_s = m[8];
     }
     loom::session::reset(workers[0]->target());
     print_tput("2. 64 MB float tensor, client <-> variable on /job:ps/task:0",
@@ -368,12 +404,18 @@ int main(int argc, char** argv) try {
                 {"push: assign from a placeholder on the ps", push_s, big_bytes},
                 {"pull: fetch the variable", pull_s, big_bytes},
                 {"round trip: push, then pull", rt_s, 2 * big_bytes},
-                {"push-pull in one run: fetch the assign", pushpull_s, 2 * big_bytes}},
-               {0, 1, 0, 0, 1, 1});
+                {"push-pull in one run: fetch the assign", pushpull_s, 2 * big_bytes},
+                {"TLS push (keyed by the cluster token)", tls_push_s, big_bytes},
+                {"TLS pull", tls_pull_s, big_bytes},
+                {"TLS round trip: push, then pull", tls_rt_s, 2 * big_bytes}},
+               {0, 1, 0, 0, 1, 1, 0, 0, 1});
     const double worst = std::min({raw_one / push_s, raw_one / pull_s, raw_echo / rt_s});
     std::printf("target >= 0.9 x raw bytes/s: push %.2f, pull %.2f, round trip %.2f -> %s\n",
                 raw_one / push_s, raw_one / pull_s, raw_echo / rt_s,
                 worst >= 0.9 ? "met" : "MISSED");
+    std::printf("TLS / plain TCP bytes/s (same run, interleaved): push %.3f, pull %.3f, round "
+                "trip %.3f\n",
+                push_s / tls_push_s, pull_s / tls_pull_s, rt_s / tls_rt_s);
   }
 
   bulk_one.reset(); // 384 MB of raw buffers
@@ -495,6 +537,8 @@ int main(int argc, char** argv) try {
   }
 
   loom::session::shutdown_cluster(workers[0]->target());
+  for (auto& s : tls_tasks) // stopped here: the TLS cluster had its own sessions only
+    s->stop();
   for (auto& s : ps)
     s->join();
   for (auto& s : workers)

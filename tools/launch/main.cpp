@@ -16,7 +16,10 @@
 // LOOM_CLUSTER_TOKEN_FILE (then theirs is kept) or gave --no_token, loom-launch generates a
 // random token and puts it in every task's environment as LOOM_CLUSTER_TOKEN, never on a
 // command line (which any local user can read in /proc/PID/cmdline), so other users of the
-// machine cannot connect to the tasks' ports.
+// machine cannot connect to the tasks' ports. With --tls the tasks also encrypt their
+// connections with TLS keyed by that token (LOOM_TLS=1 in their environment; TLS with
+// certificates comes from the user's own LOOM_TLS_CERT, LOOM_TLS_KEY and LOOM_TLS_CA, which
+// the tasks inherit).
 //
 // POSIX (Linux) only; it includes no loom header but the flag parser, and OpenSSL for the
 // token's random bytes.
@@ -60,7 +63,7 @@ constexpr std::int64_t max_tasks = 1000;
 
 constexpr std::string_view usage_text =
     R"(usage: loom-launch [--ps N] [--workers N] [--host ADDR] [--grace_secs S] [--no_token]
-                   -- BINARY [ARGS...]
+                   [--tls] -- BINARY [ARGS...]
 
 Starts a local cluster of BINARY: N ps tasks and N worker tasks on free ports of ADDR, each
 run as  BINARY ARGS... --ps_hosts=h:p,... --worker_hosts=h:p,... --job_name=ps|worker
@@ -75,6 +78,10 @@ job and task in front, "[ps:0] ..." or "[worker:1] ..." (stdout to stdout, stder
                   (default 10)
   --no_token      start the cluster without a cluster token (any local user can then
                   connect to its tasks and run requests)
+  --tls           encrypt the tasks' connections with TLS keyed by the cluster token
+                  (LOOM_TLS=1 in each task's environment; for clusters whose traffic
+                  crosses networks others can read). For TLS with certificates, set
+                  LOOM_TLS_CERT, LOOM_TLS_KEY and LOOM_TLS_CA: the tasks inherit them
   --help          this text
 
 The cluster is authenticated: every task gets a random cluster token, generated for this
@@ -730,7 +737,8 @@ int main(int argc, char** argv) {
       .define_int("workers", 1, "worker tasks (worker 0 is the chief)")
       .define_string("host", "127.0.0.1", "the address the tasks listen on")
       .define_float("grace_secs", 10, "seconds between SIGTERM and SIGKILL")
-      .define_bool("no_token", false, "start the cluster without a cluster token");
+      .define_bool("no_token", false, "start the cluster without a cluster token")
+      .define_bool("tls", false, "encrypt the tasks' connections (TLS keyed by the token)");
   try {
     std::vector<const char*> own(argv, argv + split);
     flags.parse(static_cast<int>(own.size()), own.data());
@@ -777,6 +785,19 @@ int main(int argc, char** argv) {
   const auto token_note = arrange_token(flags.get_bool("no_token"));
   if (!token_note)
     return exit_usage;
+  std::string tls_note;
+  if (flags.get_bool("tls")) {
+    if (flags.get_bool("no_token"))
+      return usage_error("--tls keys TLS by the cluster token, and --no_token leaves the cluster "
+                         "without one: drop one of them");
+    if (::setenv("LOOM_TLS", "1", 1) != 0) {
+      say(std::string("cannot set LOOM_TLS: ") + std::strerror(errno));
+      return exit_usage;
+    }
+    tls_note = ", encrypted with TLS keyed by that token (LOOM_TLS=1)";
+  }
+  if (env_set("LOOM_TLS_CERT")) // certificates win over the token's key (tls_settings.hpp)
+    tls_note = ", encrypted with TLS and your certificates (LOOM_TLS_CERT)";
 
   install_signal_handlers();
   const auto ports = free_ports(host, static_cast<std::size_t>(n_ps + n_workers));
@@ -787,7 +808,7 @@ int main(int argc, char** argv) {
   }
   say("starting " + std::to_string(n_ps) + " ps and " + std::to_string(n_workers) +
       " worker task(s) of " + binary + " with --ps_hosts=" + ps_hosts +
-      " --worker_hosts=" + worker_hosts + "; the cluster is " + *token_note);
+      " --worker_hosts=" + worker_hosts + "; the cluster is " + *token_note + tls_note);
 
   launcher l(binary, *path, std::move(args), grace);
   l.start(ps_hosts, worker_hosts, n_ps, n_workers);

@@ -7,6 +7,9 @@
 //   srun -n 3 loom-server --jobs=ps:1,worker:2 --port_base=2222
 // (the cluster resolver, loom/cluster/cluster_resolver.hpp; docs/deploying.md).
 //
+// --tls (TLS keyed by the cluster token) or --tls_cert/--tls_key/--tls_ca (TLS with
+// certificates) encrypt its connections, as every cluster program's (docs/deploying.md).
+//
 // Flags such as --max_connections and --max_pending_bytes set what its peers may hold
 // (loom::server_limits; docs/wire-protocol.md, "Hostile peers").
 //
@@ -94,8 +97,9 @@ int main(int argc, char** argv) try {
   const auto& cluster = role.cluster;
   options.intra_op_threads = static_cast<int>(flags.get_int("intra_op_threads"));
   loom::server server(cluster, job, task, options);
-  std::printf("loom-server: serving /job:%s/task:%d at %s\n", job.c_str(), task,
-              server.target().c_str());
+  const loom::tls_settings tls = loom::tls_settings_from_environment(); // what the server uses
+  std::printf("loom-server: serving /job:%s/task:%d at %s%s\n", job.c_str(), task,
+              server.target().c_str(), tls.enabled() ? (" (" + tls.describe() + ")").c_str() : "");
   std::fflush(stdout);
   server.join();
   return 0;

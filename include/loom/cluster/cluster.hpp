@@ -5,6 +5,8 @@
 
 #include <loom/cluster/cluster_resolver.hpp>
 #include <loom/cluster/cluster_spec.hpp>
+#include <loom/cluster/environment.hpp>
 #include <loom/cluster/replica_device_setter.hpp>
 #include <loom/cluster/slurm_lists.hpp>
 #include <loom/cluster/tf_config.hpp>
+#include <loom/cluster/tls_settings.hpp>

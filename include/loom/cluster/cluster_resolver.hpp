@@ -34,11 +34,22 @@
 // and the task Slurm or mpirun gives), and flags that only one source reads
 // (--jobs, --port_base, --hosts, --hostfile) are errors when another source wins.
 // Every error is an invalid_argument_error naming the flag or variable and its value.
+//
+// The same flags carry the cluster's TLS settings (cluster/tls_settings.hpp): --tls (TLS
+// keyed by the cluster token), --tls_cert, --tls_key, --tls_ca (TLS with certificates).
+// They are a spelling of LOOM_TLS, LOOM_TLS_CERT, LOOM_TLS_KEY and LOOM_TLS_CA:
+// resolve_cluster sets those variables from the flags given (a flag wins over the
+// variable), so that every server and session the program makes, and every process it
+// starts, reads the same settings, as they read the cluster token from LOOM_CLUSTER_TOKEN.
+// Call it before starting threads (setenv is not thread-safe): every program calls it
+// first thing in main.
 #pragma once
 
 #include <loom/cluster/cluster_spec.hpp>
+#include <loom/cluster/environment.hpp>
 #include <loom/cluster/slurm_lists.hpp>
 #include <loom/cluster/tf_config.hpp>
+#include <loom/cluster/tls_settings.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/flags.hpp>
 
@@ -65,7 +76,8 @@ struct cluster_flag_defaults {
 };
 
 // Defines the flags resolve_cluster reads: --ps_hosts, --worker_hosts, --job_name,
-// --task_index, --jobs, --port_base, --hosts, --hostfile.
+// --task_index, --jobs, --port_base, --hosts, --hostfile, and the TLS flags --tls,
+// --tls_cert, --tls_key, --tls_ca.
 inline flags& define_cluster_flags(flags& f, const cluster_flag_defaults& defaults = {}) {
   return f.define_string("ps_hosts", defaults.ps_hosts, "Comma-separated host:port of the ps tasks")
       .define_string("worker_hosts", defaults.worker_hosts,
@@ -80,7 +92,17 @@ inline flags& define_cluster_flags(flags& f, const cluster_flag_defaults& defaul
       .define_string("hosts", "",
                      "Under mpirun: the hosts and their slots, as mpirun's --host: a:2,b:2")
       .define_string("hostfile", "",
-                     "Under mpirun: the hostfile given to mpirun (host slots=N a line)");
+                     "Under mpirun: the hostfile given to mpirun (host slots=N a line)")
+      .define_bool("tls", false,
+                   "Encrypt the cluster's connections with TLS 1.3 keyed by the cluster token "
+                   "(LOOM_TLS=1; every task and client alike)")
+      .define_string("tls_cert", "",
+                     "TLS with certificates: this task's certificate (chain), PEM "
+                     "(LOOM_TLS_CERT; with --tls_key and --tls_ca)")
+      .define_string("tls_key", "", "TLS with certificates: its private key, PEM (LOOM_TLS_KEY)")
+      .define_string("tls_ca", "",
+                     "TLS with certificates: the CA that signed every task's certificate, PEM "
+                     "(LOOM_TLS_CA)");
 }
 
 // This process's place in its cluster.
@@ -107,17 +129,6 @@ struct cluster_role {
     return *this;
   }
 };
-
-// Reads an environment variable; nullopt when unset. Tests pass their own.
-using environment = std::function<std::optional<std::string>(const std::string&)>;
-
-inline environment process_environment() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    if (const char* v = std::getenv(name.c_str()))
-      return std::string(v);
-    return std::nullopt;
-  };
-}
 
 namespace detail::resolver_impl {
 
@@ -349,6 +360,29 @@ inline std::vector<host_slots> read_hostfile(const std::string& path) {
   return out;
 }
 
+// Sets LOOM_TLS, LOOM_TLS_CERT, LOOM_TLS_KEY and LOOM_TLS_CA from the TLS flags given, and
+// checks the settings they make (tls_settings_from_environment's errors name the flags).
+inline void export_tls_flags(const flags& f) {
+  struct flag_variable {
+    const char* flag;
+    const char* variable;
+  };
+  bool any = false;
+  for (const auto [flag, variable] :
+       {flag_variable{"tls", "LOOM_TLS"}, flag_variable{"tls_cert", "LOOM_TLS_CERT"},
+        flag_variable{"tls_key", "LOOM_TLS_KEY"}, flag_variable{"tls_ca", "LOOM_TLS_CA"}}) {
+    if (!f.is_set(flag))
+      continue;
+    any = true;
+    const std::string value =
+        std::string(flag) == "tls" ? (f.get_bool(flag) ? "1" : "0") : f.get_string(flag);
+    if (::setenv(variable, value.c_str(), 1) != 0)
+      fail("cannot set " + std::string(variable) + " from --" + flag);
+  }
+  if (any)
+    (void)tls_settings_from_environment();
+}
+
 // Whether a source other than Slurm or mpirun left their flags set.
 inline void reject_rank_flags(const flags& f, const std::string& winner) {
   for (const char* name : {"jobs", "port_base", "hosts", "hostfile"})
@@ -450,6 +484,7 @@ inline cluster_role from_mpi(const flags& f, const environment& env, bool open_m
 inline cluster_role resolve_cluster(const flags& f,
                                     const environment& env = process_environment()) {
   namespace impl = detail::resolver_impl;
+  impl::export_tls_flags(f);
   const bool hosts_given = f.is_set("ps_hosts") || f.is_set("worker_hosts");
   std::optional<tf_config> tf;
   if (const auto text = env("TF_CONFIG");

@@ -4,6 +4,9 @@
 //   peer: control (small frames) and bulk (frames with at least bulk_threshold
 //   payload bytes, in both directions), so a large transfer never stalls a
 //   small call behind it.
+// - With TLS (channel_options::tls, else LOOM_TLS...) both connections are encrypted
+//   (tls.hpp); a server that does not use TLS the same way fails the connect with an
+//   error that says so, naming the server.
 // - connect() (or the first call) retries with exponential backoff up to
 //   connect_timeout, logging whom it waits for. After a connection is lost,
 //   calls in flight fail with unavailable_error and the next call reconnects
@@ -18,6 +21,7 @@
 #include <loom/net/connection.hpp>
 #include <loom/net/frame.hpp>
 #include <loom/net/handshake.hpp>
+#include <loom/net/tls.hpp>
 
 #include <asio/connect.hpp>
 #include <asio/ip/address.hpp>
@@ -49,6 +53,8 @@ struct channel_options {
   int threads = 1; // io threads
   // The cluster token. nullopt: LOOM_CLUSTER_TOKEN / LOOM_CLUSTER_TOKEN_FILE; "": none.
   std::optional<std::string> token{};
+  // TLS (cluster/tls_settings.hpp). nullopt: LOOM_TLS / LOOM_TLS_CERT, _KEY, _CA.
+  std::optional<tls_settings> tls{};
   std::chrono::milliseconds connect_timeout{30000};  // first connect, all retries included
   std::chrono::milliseconds reconnect_timeout{1000}; // after a loss, all retries included
   std::chrono::milliseconds initial_backoff{50};
@@ -147,6 +153,7 @@ public:
       opts_.peer_name = "peer";
     peer_ = std::make_shared<const std::string>(opts_.peer_name + " at " + address_);
     token_ = resolve_token(opts_.token);
+    tls_ = make_tls_context(resolve_tls(opts_.tls), token_, tls_role::client);
     client_id_ = random_u64();
     // One io thread (the default): its context is driven on demand, by the
     // caller waiting for a reply when there is one (io_runtime, lead()).
@@ -447,6 +454,8 @@ private:
     }
     auto c = std::make_shared<connection>(rt_, opts_.limits, opts_.log);
     c->set_peer(address_);
+    if (tls_)
+      c->use_tls(tls_);
     {
       std::lock_guard lk(mu_);
       if (stopped_)
@@ -542,6 +551,7 @@ private:
   channel_options opts_;
   std::shared_ptr<const std::string> peer_;
   std::optional<std::string> token_;
+  std::shared_ptr<tls_context> tls_; // null: no TLS
   std::uint64_t client_id_ = 0;
   std::atomic<std::uint64_t> next_id_{1};
   std::shared_ptr<io_runtime> rt_;

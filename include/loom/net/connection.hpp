@@ -1,14 +1,14 @@
-// One framed TCP connection of loom's message layer, and the io thread pool
-// that drives it. Used by net::rpc_server and net::channel (rpc.hpp); most
-// users never touch it directly.
+// One framed connection of loom's message layer, over TCP or TLS (its transport,
+// transport.hpp). Used by net::rpc_server and net::channel (rpc.hpp); most users never
+// touch it directly.
 //
 // Threading: every socket operation runs on the connection's strand. Reading is
 // a loop (header, metadata, payloads straight into the destination tensors,
 // then the next header). Writing is thread-safe: send() first tries a
 // non-blocking sendmsg() of the whole frame from the calling thread (no thread
-// hop for small frames), and hands whatever did not fit to an async_write on
-// the strand; frames queued meanwhile are written in order, several per
-// scatter-gather call.
+// hop for small frames; plain TCP only), and hands whatever did not fit to an
+// async_write on the strand; frames queued meanwhile are written in order, several
+// per scatter-gather call.
 //
 // Memory: a frame's metadata buffer grows as its bytes arrive (a header that declares
 // 64 MiB costs 4 KiB until the bytes come), and a tensor the layer allocates is written
@@ -25,6 +25,8 @@
 #include <loom/net/io_runtime.hpp>
 #include <loom/net/log.hpp>
 #include <loom/net/receive_budget.hpp>
+#include <loom/net/tls.hpp>
+#include <loom/net/transport.hpp>
 
 #include <asio/bind_executor.hpp>
 #include <asio/buffer.hpp>
@@ -120,12 +122,12 @@ public:
   using once_fn = std::function<void(std::exception_ptr, incoming_frame&&)>;
 
   connection(std::shared_ptr<detail::io_runtime> rt, const frame_limits& limits, log_fn log)
-      : rt_(std::move(rt)), strand_(asio::make_strand(rt_->next_context())), sock_(strand_),
+      : rt_(std::move(rt)), strand_(asio::make_strand(rt_->next_context())), io_(strand_),
         timer_(strand_), limits_(limits), log_(std::move(log)) {}
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
 
-  tcp::socket& socket() noexcept { return sock_; }
+  tcp::socket& socket() noexcept { return io_.socket(); }
   const strand_type& strand() const noexcept { return strand_; }
   const std::string& peer() const noexcept { return peer_; }
   void set_peer(std::string p) { peer_ = std::move(p); }
@@ -153,10 +155,11 @@ public:
   // After connect/accept: TCP_NODELAY (control messages are latency bound).
   void configure_socket() {
     std::error_code ec;
-    sock_.set_option(tcp::no_delay(true), ec);
-    sock_.non_blocking(true, ec); // read_rest() reads without blocking
+    auto& sock = io_.socket();
+    sock.set_option(tcp::no_delay(true), ec);
+    sock.non_blocking(true, ec); // read_rest() reads without blocking
     if (peer_.empty()) {
-      const auto ep = sock_.remote_endpoint(ec);
+      const auto ep = sock.remote_endpoint(ec);
       if (!ec)
         peer_ = to_string(ep);
     }
@@ -200,6 +203,37 @@ public:
     read_header();
   }
 
+  // ---- TLS (handshake.hpp; strand only, before the connection's first frame) ----
+  bool secure() const noexcept { return io_.secure(); }
+  // From now on the connection speaks TLS with ctx.
+  void use_tls(std::shared_ptr<tls_context> ctx) { io_.use_tls(std::move(ctx)); }
+  // The TLS handshake; done gets its error (the meaning: explain_tls_failure).
+  void tls_handshake(std::function<void(std::error_code)> done) {
+    io_.async_handshake(
+        [self = shared_from_this(), done = std::move(done)](std::error_code ec) { done(ec); });
+  }
+  tls_failure explain_tls(const std::error_code& ec) {
+    return explain_tls_failure(ec, io_.tls_handle(),
+                               io_.tls() ? io_.tls()->settings().mode : tls_mode::off);
+  }
+  // The first byte the peer sent, without consuming it (a server telling a TLS client from
+  // a plain one): cb gets it, or the error (eof: the peer closed first).
+  void peek_first_byte(std::function<void(std::error_code, unsigned char)> cb) {
+    io_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), cb = std::move(cb)](
+                                                        std::error_code ec) mutable {
+      unsigned char b = 0;
+      if (!ec) {
+        const std::size_t n =
+            self->io_.socket().receive(asio::buffer(&b, 1), tcp::socket::message_peek, ec);
+        if (ec == asio::error::would_block || ec == asio::error::try_again)
+          return self->peek_first_byte(std::move(cb)); // a spurious wake-up
+        if (!ec && n == 0)
+          ec = asio::error::eof;
+      }
+      cb(ec, b);
+    });
+  }
+
   // Starts the read loop: every frame goes to the sink until the connection closes.
   void start(std::shared_ptr<frame_sink> sink) {
     run([self = shared_from_this(), sink = std::move(sink)]() mutable {
@@ -219,7 +253,7 @@ public:
       return false;
     if (!writing_) {
 #ifdef LOOM_NET_DIRECT_SEND
-      if (direct_send(f))
+      if (!io_.secure() && direct_send(f))
         return true;
 #endif
       writing_ = true;
@@ -283,6 +317,8 @@ private:
   void on_header(std::error_code ec) {
     if (ec)
       return read_failed(ec);
+    if (once_ && !io_.secure() && looks_like_tls(hdr_))
+      return refuse_tls_client();
     try {
       h_ = parse_header(hdr_, limits_);
       const bool handshake = is_handshake_kind(h_.kind);
@@ -320,7 +356,7 @@ private:
     std::size_t want = std::max(2 * have, metadata_step);
     if (declared > want) {
       std::error_code ec;
-      const std::size_t ready = sock_.available(ec);
+      const std::size_t ready = io_.available(ec);
       if (!ec)
         want = std::max(want, have + ready);
     }
@@ -340,14 +376,14 @@ private:
 
   // Reads in_bufs_ completely, then calls (this->*next)(ec). What the socket
   // already holds is read at once on this strand (no trip through the
-  // scheduler), at most sync_read_limit bytes per turn so a big payload that
-  // arrives as fast as it is read cannot hold this thread; the rest is read as
-  // it arrives (read_async).
+  // scheduler; under TLS what is already decrypted, transport.hpp), at most
+  // sync_read_limit bytes per turn so a big payload that arrives as fast as it is
+  // read cannot hold this thread; the rest is read as it arrives (read_async).
   void read_rest(void (connection::*next)(std::error_code)) {
     std::error_code ec;
     std::size_t budget = sync_read_limit;
     while (!in_bufs_.empty() && budget > 0) {
-      const std::size_t n = sock_.read_some(in_bufs_, ec);
+      const std::size_t n = io_.read_ready(in_bufs_, ec);
       if (ec)
         break;
       if (!received(n))
@@ -366,8 +402,8 @@ private:
   // charging each read as it completes, so a peer that stalls halfway holds only what it
   // sent; a charge the budget refuses ends the read there, and the connection closes.
   void read_async(void (connection::*next)(std::error_code)) {
-    asio::async_read(
-        sock_, in_bufs_,
+    io_.async_read(
+        in_bufs_,
         [this, done = std::size_t{0}](const std::error_code& ec,
                                       std::size_t total) mutable -> std::size_t {
           const std::size_t n = total - done;
@@ -675,9 +711,17 @@ private:
 
   void read_failed(std::error_code ec) {
     std::string why;
-    if (ec == asio::error::eof)
+    // Under TLS a peer that closes without close_notify reads as stream_truncated: the
+    // same close (transport.hpp).
+    if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated)
       why = "the peer closed the connection";
-    else if (ec == asio::error::operation_aborted)
+    else if (io_.secure() && ec.category() == asio::error::get_ssl_category()) {
+      // A TLS alert: under TLS 1.3 a client learns that the server refused its certificate
+      // only when it reads after its own handshake completed, as here. Said as what it
+      // means, with its code (unauthenticated is not retried as unavailable is).
+      const auto f = explain_tls(ec);
+      return do_close("the TLS session with " + peer_ + " failed: " + f.why, f.code);
+    } else if (ec == asio::error::operation_aborted)
       why = "the connection was closed";
     else
       why = ec.message();
@@ -688,6 +732,19 @@ private:
   // frame, then close; past the handshake, lingering (linger_then_close).
   void bad_frame(const loom::error& e) {
     refuse(e, static_cast<bool>(sink_));
+  }
+
+  // A client that opened with a TLS handshake, on a connection without TLS. Its TLS
+  // engine will read this reply as a record that is not TLS and say so (the peer "answered
+  // in plain text", explain_tls_failure), rather than wait; lingering, as the rest of its
+  // ClientHello is unread.
+  void refuse_tls_client() {
+    const std::string msg = "a TLS handshake from " + peer_ + ", but this server does not use TLS";
+    log_line(log_, msg + "; closing that connection");
+    send(out_frame(encode(
+        auth_result_msg{status_of(error_code::failed_precondition),
+                        "this server does not use TLS, and the client connected with TLS"})));
+    close_after_flush(msg, true);
   }
 
   void refuse(const loom::error& e, bool linger) {
@@ -715,8 +772,7 @@ private:
   // stop sending, read and discard what comes (into a small scratch buffer: nothing is
   // held) until the peer closes or linger_time passes, then close.
   void linger_then_close(std::string reason) { // strand only
-    std::error_code ec;
-    sock_.shutdown(tcp::socket::shutdown_send, ec);
+    io_.shutdown_send();
     timer_.expires_after(linger_time);
     timer_.async_wait([self = shared_from_this(), reason](std::error_code e) {
       if (!e)
@@ -726,12 +782,12 @@ private:
     drain(std::move(reason));
   }
   void drain(std::string reason) {
-    sock_.async_read_some(asio::buffer(drain_.get(), drain_bytes),
-                          [self = shared_from_this(), reason](std::error_code ec, std::size_t) {
-                            if (ec)
-                              return self->do_close(reason);
-                            self->drain(reason);
-                          });
+    io_.async_discard(asio::buffer(drain_.get(), drain_bytes),
+                      [self = shared_from_this(), reason](std::error_code ec, std::size_t) {
+                        if (ec)
+                          return self->do_close(reason);
+                        self->drain(reason);
+                      });
   }
 
   // ---- writing ----
@@ -739,7 +795,7 @@ private:
   // Under wmu_: writes as much of f as the socket takes without blocking.
   // True when all of it went out.
   bool direct_send(out_frame& f) {
-    const auto fd = sock_.native_handle();
+    const auto fd = io_.socket().native_handle();
     const std::size_t total = f.bytes();
     while (f.offset < total) {
       iovec iov[64];
@@ -809,9 +865,9 @@ private:
       ++batch_;
     }
     lk.unlock();
-    asio::async_write(
-        sock_, out_bufs_,
-        [self = shared_from_this()](std::error_code ec, std::size_t) { self->on_written(ec); });
+    io_.async_write(out_bufs_, [self = shared_from_this()](std::error_code ec, std::size_t) {
+      self->on_written(ec);
+    });
   }
 
   void on_written(std::error_code ec) {
@@ -829,16 +885,15 @@ private:
     write_next();
   }
 
-  void do_close(const std::string& reason) { // strand only
+  // strand only; `code`: the error the pending handshake read (if any) fails with.
+  void do_close(const std::string& reason, error_code code = error_code::unavailable) {
     {
       std::lock_guard lk(wmu_);
       if (closed_)
         return;
       closed_ = true;
     }
-    std::error_code ec;
-    sock_.shutdown(tcp::socket::shutdown_both, ec);
-    sock_.close(ec); // cancels the pending operations: nothing touches the buffers after this
+    io_.close(); // cancels the pending operations: nothing touches the buffers after this
     timer_.cancel();
     // What the unfinished message held goes now, not when the last reference to this
     // connection does.
@@ -859,7 +914,7 @@ private:
     auto once = std::move(once_);
     once_ = nullptr;
     if (once)
-      once(make_error(error_code::unavailable, reason), incoming_frame{});
+      once(make_error(code, reason), incoming_frame{});
     if (sink)
       sink->on_closed(self, reason);
   }
@@ -879,7 +934,7 @@ private:
 
   std::shared_ptr<detail::io_runtime> rt_; // first: destroyed last
   strand_type strand_;
-  tcp::socket sock_;
+  transport io_;
   asio::steady_timer timer_;
   frame_limits limits_;
   log_fn log_;

@@ -5,6 +5,13 @@
 // with `done(nullptr)` or `done(error)`, the server's by admitting the
 // connection (its frames then go to the sink `admit` returns) or by refusing it
 // with an auth_result that says why.
+//
+// With TLS (tls.hpp) the TLS handshake comes first and the token handshake runs inside
+// it. A TLS server looks at the first byte a client sends: a TLS record starts its TLS
+// handshake; the first byte of a loom frame means a client without TLS, whose hello is
+// read and answered, in plain text, with an auth_result saying that this server requires
+// TLS. (A plain server answers a TLS ClientHello in plain text too: connection.hpp.) So a
+// mismatch is one clear error on the client, naming the server, never a hang.
 #pragma once
 
 #include <loom/core/error.hpp>
@@ -12,6 +19,7 @@
 #include <loom/net/connection.hpp>
 #include <loom/net/frame.hpp>
 #include <loom/net/log.hpp>
+#include <loom/net/tls.hpp>
 
 #include <chrono>
 #include <exception>
@@ -43,6 +51,18 @@ public:
       : c_(std::move(c)), who_(std::move(who)), peer_(std::move(peer)), done_(std::move(done)) {}
 
   void start() {
+    if (!c_->secure())
+      return send_hello();
+    c_->tls_handshake([self = shared_from_this()](std::error_code ec) {
+      if (!ec)
+        return self->send_hello();
+      const auto f = self->c_->explain_tls(ec);
+      self->fail(make_error(f.code, "the TLS handshake with " + self->peer_ + " failed: " + f.why));
+    });
+  }
+
+private:
+  void send_hello() {
     try {
       c_->send(out_frame(
           encode(hello_msg{who_.role, who_.token.has_value(), who_.client_id, client_nonce_})));
@@ -54,7 +74,6 @@ public:
     }
   }
 
-private:
   void on_challenge(std::exception_ptr err, incoming_frame&& f) {
     try {
       if (err)
@@ -138,12 +157,39 @@ public:
   using drop_fn = std::function<void(const std::shared_ptr<connection>&)>;
 
   server_handshake(std::shared_ptr<connection> c, std::optional<std::string> token,
-                   std::string address, log_fn log, admit_fn admit, drop_fn drop)
-      : c_(std::move(c)), token_(std::move(token)), address_(std::move(address)),
-        log_(std::move(log)), admit_(std::move(admit)), drop_(std::move(drop)) {}
+                   std::shared_ptr<tls_context> tls, std::string address, log_fn log,
+                   admit_fn admit, drop_fn drop)
+      : c_(std::move(c)), token_(std::move(token)), tls_(std::move(tls)),
+        address_(std::move(address)), log_(std::move(log)), admit_(std::move(admit)),
+        drop_(std::move(drop)) {}
 
   void start(std::chrono::steady_clock::time_point deadline) {
     c_->arm_deadline(deadline, "waiting for the handshake of " + c_->peer());
+    if (!tls_)
+      return read_hello();
+    c_->peek_first_byte([self = shared_from_this()](std::error_code ec, unsigned char first) {
+      if (ec)
+        return self->drop_(self->c_);
+      if (first == static_cast<unsigned char>(frame_magic[0]))
+        return self->read_hello(); // a client without TLS: refused on its hello
+      self->c_->use_tls(self->tls_);
+      self->c_->tls_handshake([self](std::error_code e) {
+        if (!e)
+          return self->read_hello();
+        if (!self->c_->closed()) { // not the deadline's or the server's own close
+          log_line(self->log_, "the TLS handshake with " + self->c_->peer() +
+                                   " failed: " + self->c_->explain_tls(e).why);
+          // Lingering: the client may have sent more behind its handshake, and closing
+          // with it unread would reset the connection over the alert that says why.
+          self->c_->close_after_flush("the TLS handshake failed", true);
+        }
+        self->drop_(self->c_);
+      });
+    });
+  }
+
+private:
+  void read_hello() {
     c_->read_one([self = shared_from_this()](std::exception_ptr err, incoming_frame&& f) {
       if (err)
         return self->drop_(self->c_);
@@ -151,7 +197,6 @@ public:
     });
   }
 
-private:
   // Runs a step; a loom::error it throws refuses the connection with that error.
   template <class F> void guarded(F&& step) {
     try {
@@ -166,6 +211,14 @@ private:
     if (f.header.kind != frame_kind::hello)
       throw data_loss_error("expected a hello frame, got " + std::string(to_string(f.header.kind)));
     hello_ = decode_hello(f.metadata_bytes());
+    if (tls_ && !c_->secure()) {
+      log_line(log_, "rejected a connection from " + c_->peer() + ": it does not use TLS");
+      return refuse(error_code::failed_precondition,
+                    "the server at " + address_ + " requires " + tls_->settings().describe() +
+                        ", and this client connected without TLS; give every task and client "
+                        "the same TLS settings (LOOM_TLS, or LOOM_TLS_CERT, LOOM_TLS_KEY and "
+                        "LOOM_TLS_CA; the flags --tls, --tls_cert, --tls_key, --tls_ca)");
+    }
     c_->role = hello_.role;
     c_->client_id = hello_.client_id;
     challenge_.token_required = token_.has_value();
@@ -224,6 +277,7 @@ private:
 
   std::shared_ptr<connection> c_;
   std::optional<std::string> token_;
+  std::shared_ptr<tls_context> tls_; // null: no TLS
   std::string address_;
   log_fn log_;
   admit_fn admit_;
@@ -234,9 +288,10 @@ private:
 
 } // namespace detail
 
-// Client side, on c's strand once its TCP connect succeeded. `done` gets
-// nullptr once the server has admitted this client (and, with a token, proven
-// that it knows it), else the error, with c closed.
+// Client side, on c's strand once its TCP connect succeeded (a connection given TLS,
+// connection::use_tls, completes its TLS handshake first). `done` gets nullptr once the
+// server has admitted this client (and, with a token, proven that it knows it), else the
+// error, with c closed.
 inline void start_client_handshake(std::shared_ptr<connection> c, client_identity who,
                                    std::string peer, std::function<void(std::exception_ptr)> done) {
   std::make_shared<detail::client_handshake>(std::move(c), std::move(who), std::move(peer),
@@ -244,17 +299,19 @@ inline void start_client_handshake(std::shared_ptr<connection> c, client_identit
       ->start();
 }
 
-// Server side, on c's strand once it was accepted. A client that proves itself
-// (or needs not: no token on either side) is handed to `admit`, which returns
-// the sink for its frames (null: the server is stopping and closes c itself);
-// one that fails, times out at `deadline` or closes is handed to `drop`.
+// Server side, on c's strand once it was accepted; with `tls` (null: none) the client must
+// complete a TLS handshake first. A client that proves itself (or needs not: no token on
+// either side) is handed to `admit`, which returns the sink for its frames (null: the
+// server is stopping and closes c itself); one that fails, times out at `deadline` or
+// closes is handed to `drop`.
 inline void start_server_handshake(std::shared_ptr<connection> c, std::optional<std::string> token,
-                                   std::string address, log_fn log,
-                                   std::chrono::steady_clock::time_point deadline,
+                                   std::shared_ptr<tls_context> tls, std::string address,
+                                   log_fn log, std::chrono::steady_clock::time_point deadline,
                                    detail::server_handshake::admit_fn admit,
                                    detail::server_handshake::drop_fn drop) {
-  std::make_shared<detail::server_handshake>(std::move(c), std::move(token), std::move(address),
-                                             std::move(log), std::move(admit), std::move(drop))
+  std::make_shared<detail::server_handshake>(std::move(c), std::move(token), std::move(tls),
+                                             std::move(address), std::move(log), std::move(admit),
+                                             std::move(drop))
       ->start(deadline);
 }
 

@@ -1,8 +1,12 @@
 // net::rpc_server: serves requests on host:port, dispatching each by its method
 // name to a registered handler. See rpc.hpp for an example.
 //
-// - Binding beyond loopback requires a cluster token (auth.hpp) unless insecure
-//   mode is requested (rpc_server_options::allow_insecure or LOOM_ALLOW_INSECURE=1).
+// - Binding beyond loopback requires a cluster token (auth.hpp) or TLS with
+//   certificates (tls.hpp: its peers are then authenticated by their certificates),
+//   unless insecure mode is requested (rpc_server_options::allow_insecure or
+//   LOOM_ALLOW_INSECURE=1).
+// - With TLS (rpc_server_options::tls, else LOOM_TLS...) every connection is encrypted,
+//   and a client without TLS is refused with an error that says so (handshake.hpp).
 //   A server without a token says so once when it starts listening (unless the program
 //   chose none itself, token = ""): any local user can connect to it.
 // - Handlers run on the io threads, on the strand of the connection the request
@@ -29,6 +33,7 @@
 #include <loom/net/handshake.hpp>
 #include <loom/net/log.hpp>
 #include <loom/net/receive_budget.hpp>
+#include <loom/net/tls.hpp>
 
 #include <asio/ip/address.hpp>
 #include <asio/ip/tcp.hpp>
@@ -69,6 +74,8 @@ struct rpc_server_options {
   std::optional<std::string> token{};
   // Serve beyond loopback without a token (also LOOM_ALLOW_INSECURE=1).
   bool allow_insecure = false;
+  // TLS (cluster/tls_settings.hpp). nullopt: LOOM_TLS / LOOM_TLS_CERT, _KEY, _CA.
+  std::optional<tls_settings> tls{};
   frame_limits limits{};
   std::chrono::milliseconds handshake_timeout{10000};
   std::size_t dedupe_window = 1u << 16; // (client, request id) pairs remembered
@@ -267,6 +274,10 @@ public:
 
   void start() {
     token_ = resolve_token(opts_.token);
+    const tls_settings tls = resolve_tls(opts_.tls);
+    tls_ = make_tls_context(tls, token_, tls_role::server); // before any socket: files, token
+    // Peers with a certificate the CA signed are authenticated as much as with a token.
+    const bool authenticated = token_ || tls.mode == tls_mode::certificates;
     const bool insecure = opts_.allow_insecure || insecure_from_environment();
     const std::string requested = join_address(opts_.host, opts_.port);
 
@@ -283,12 +294,13 @@ public:
                                 opts_.host + "'" + (ec ? ": " + ec.message() : ""));
       addr = r.begin()->endpoint().address();
     }
-    if (!token_ && !is_loopback_host(addr) && !insecure)
+    if (!authenticated && !is_loopback_host(addr) && !insecure)
       throw failed_precondition_error(
           "refusing to serve on " + requested +
           " without a cluster token: anyone who can reach that address could run requests. "
-          "Set LOOM_CLUSTER_TOKEN (or LOOM_CLUSTER_TOKEN_FILE) for every task, or opt into "
-          "insecure mode (rpc_server_options::allow_insecure or LOOM_ALLOW_INSECURE=1)");
+          "Set LOOM_CLUSTER_TOKEN (or LOOM_CLUSTER_TOKEN_FILE) for every task, use TLS with "
+          "certificates (LOOM_TLS_CERT, LOOM_TLS_KEY, LOOM_TLS_CA), or opt into insecure mode "
+          "(rpc_server_options::allow_insecure or LOOM_ALLOW_INSECURE=1)");
 
     rt_ = std::make_shared<io_runtime>(opts_.threads, opts_.log);
     limiter_ = std::make_shared<log_limiter>(opts_.log, opts_.log_interval);
@@ -318,7 +330,7 @@ public:
     address_ = join_address(opts_.host, port_);
     // Said once, so that whoever runs a tokenless task learns that others can reach it;
     // not when the program chose no token itself (token = "": a test, a deliberate setup).
-    if (!token_ && !opts_.token)
+    if (!authenticated && !opts_.token)
       log_line(opts_.log,
                "serving " + address_ + " without a cluster token: " +
                    (is_loopback_host(addr) ? "any local user" : "anyone who can reach it") +
@@ -723,13 +735,14 @@ private:
   void handshake(const std::shared_ptr<connection>& c) {
     auto self = shared_from_this();
     start_server_handshake(
-        c, token_, address_, log_, std::chrono::steady_clock::now() + opts_.handshake_timeout,
+        c, token_, tls_, address_, log_, std::chrono::steady_clock::now() + opts_.handshake_timeout,
         [self](const std::shared_ptr<connection>& admitted) { return self->admit(admitted); },
         [self](const std::shared_ptr<connection>& dropped) { self->untrack(dropped); });
   }
 
   rpc_server_options opts_;
   std::optional<std::string> token_;
+  std::shared_ptr<tls_context> tls_; // null: no TLS
   std::shared_ptr<io_runtime> rt_;
   std::shared_ptr<log_limiter> limiter_;
   log_fn log_; // through limiter_: the lines about peers, which a flood would repeat

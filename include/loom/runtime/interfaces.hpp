@@ -11,6 +11,7 @@
 #pragma once
 
 #include <loom/cluster/cluster_spec.hpp>
+#include <loom/cluster/tls_settings.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/graph/graph.hpp>
@@ -58,6 +59,8 @@ struct cluster_session_options {
   bool log_device_placement = false;
   std::vector<std::string> device_filters{};
   std::optional<std::string> token{};
+  // TLS to the cluster's tasks (cluster/tls_settings.hpp); nullopt: LOOM_TLS, LOOM_TLS_CERT...
+  std::optional<tls_settings> tls{};
   // How long to wait for the target and the other tasks to come up; for reset
   // and shutdown_cluster, the deadline of the whole call.
   std::chrono::milliseconds connect_timeout{30000};
@@ -127,6 +130,9 @@ struct server_options {
   std::optional<std::string> token{};
   // Serve beyond loopback without a token (also LOOM_ALLOW_INSECURE=1).
   bool allow_insecure = false;
+  // TLS for the task's connections, served and made (cluster/tls_settings.hpp); nullopt:
+  // LOOM_TLS, LOOM_TLS_CERT... (which the cluster flags --tls, --tls_cert... set).
+  std::optional<tls_settings> tls{};
   // Threads of the intra-op pool that kernels use; 0: one per hardware thread.
   int intra_op_threads = 0;
   // Where the task's log lines go; empty: stderr.

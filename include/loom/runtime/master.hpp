@@ -67,6 +67,7 @@ public:
       : target_(std::move(target)), options_(std::move(o)) {
     net::channel_options co;
     co.token = options_.token;
+    co.tls = options_.tls;
     co.connect_timeout = options_.connect_timeout;
     if (options_.quiet)
       co.log = [](std::string_view) {};

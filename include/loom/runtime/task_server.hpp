@@ -55,6 +55,7 @@ public:
     so.host = hp.host;
     so.port = hp.port;
     so.token = options_.token;
+    so.tls = options_.tls;
     so.allow_insecure = options_.allow_insecure;
     so.log = options_.log;
     so.threads = 2;
@@ -73,6 +74,7 @@ public:
     cluster_ = std::move(cluster);
     net::channel_options peer_options;
     peer_options.token = options_.token;
+    peer_options.tls = options_.tls;
     peer_options.log = options_.log;
     peers_ = std::make_unique<worker_cache>(cluster_, peer_options);
     std::random_device rd;
