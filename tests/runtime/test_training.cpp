@@ -159,10 +159,23 @@ TEST_CASE("async, 1 ps + 2 workers: a non-chief waits for the chief, both train,
   lt::child ps(replica(), cf.task("ps", 0));
   lt::child w1(replica(), args(cf.task("worker", 1), common(dir, "1500")));
   REQUIRE_MESSAGE(w1.wait_for_output("waiting for the chief to initialize", 60s), w1.report());
-  lt::child w0(replica(), args(cf.task("worker", 0), common(dir, "1500")));
+  // The chief traces its step 50 (--trace_step): its Chrome trace holds the ps's and its own
+  // task, and the tensors between them (tests/runtime/test_timeline.cpp checks a trace in full).
+  const std::string trace = (dir.path / "step50.trace.json").string();
+  lt::child w0(replica(), args(cf.task("worker", 0), common(dir, "1500"), "--trace_step=50",
+                               "--trace_file=" + trace));
   expect_exit(w0, 0, 300s);
   expect_exit(w1, 0, 60s);
   expect_exit(ps, 0, 60s);
+  CHECK(contains(w0.output(), "wrote the trace of local step 50 to " + trace));
+  {
+    std::ifstream in(trace);
+    const std::string json{std::istreambuf_iterator<char>(in), {}};
+    CHECK(contains(json, R"("args":{"name":"/job:ps/replica:0/task:0"})"));
+    CHECK(contains(json, R"("args":{"name":"/job:worker/replica:0/task:0"})"));
+    CHECK(contains(json, R"("cat":"transfer","ph":"s")"));
+    CHECK(contains(json, R"("cat":"transfer","ph":"f")"));
+  }
   // Async: every worker step adds one to the global step.
   CHECK(final_global_step(w0.output()) == local_steps(w0.output()) + local_steps(w1.output()));
   CHECK(final_global_step(w0.output()) >= 1500);
