@@ -597,6 +597,32 @@ TEST_CASE("loom-launch: the user's token or token file is kept; --no_token start
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("loom-launch --tls: LOOM_TLS=1 beside the token in every task's environment") {
+  auto args = launch_args(1, 2, 1, {"--forever"});
+  args.insert(args.begin(), "--tls");
+  lt::child launch(launch_bin, args, without_token({{"LOOM_TLS", std::nullopt}}));
+  wait_ready(launch, names(1, 2));
+  INFO(launch.output());
+  CHECK(contains(launch.output(), "encrypted with TLS keyed by that token (LOOM_TLS=1)"));
+  const auto pids = task_pids(launch.output());
+  for (const auto& t : names(1, 2)) {
+    REQUIRE_MESSAGE(pids.count(t), t << " printed no pid");
+    CHECK_MESSAGE(env_of(pids.at(t), "LOOM_TLS") == std::optional<std::string>("1"), t);
+    CHECK_MESSAGE(env_of(pids.at(t), "LOOM_CLUSTER_TOKEN").has_value(), t);
+  }
+  REQUIRE(::kill(launch.pid(), SIGTERM) == 0);
+  expect_exit(launch, 143);
+  expect_all_gone(launch.output(), names(1, 2));
+
+  // TLS keyed by the token without a token is a contradiction: a usage error, no task.
+  args = launch_args(1, 1, 1, {});
+  args.insert(args.begin(), {"--tls", "--no_token"});
+  lt::child both(launch_bin, args, without_token());
+  expect_exit(both, 2, 30s);
+  CHECK(contains(both.output(), "--tls keys TLS by the cluster token, and --no_token"));
+  CHECK(task_pids(both.output()).empty());
+}
+
 TEST_CASE("loom-launch: a launched cluster refuses a client without its token") {
   lt::child launch(launch_bin,
                    {"--ps", "1", "--workers", "1", "--grace_secs", "5", "--", server_bin},
