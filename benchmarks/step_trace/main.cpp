@@ -12,6 +12,11 @@
 // alone; it prints the median step of each kind and their ratio, and the time
 // loom::timeline takes to write the traced step's Chrome trace.
 //
+// Compiled with -DLOOM_STEP_TRACE_UNTRACED_ONLY it runs untraced steps alone
+// (rounds x steps of them), so that it also compiles against headers from
+// before tracing: the before and after of the untraced step (docs/benchmarks.md,
+// "Tracing a step", has the commands).
+//
 //   step_trace [--rounds=50] [--steps=10]
 //   step_trace --smoke     one round of two steps each: a test that it still runs
 //                          (ctest bench_step_trace_smoke); its figures mean nothing
@@ -82,7 +87,16 @@ result measure(loom::session& s, const model& m, int rounds, int steps) {
   const auto feeds = m.feeds();
   for (int i = 0; i < 5; ++i) // warm-up: registration, plans, first allocations
     s.run(*m.train, feeds);
-  std::vector<double> untraced, traced, timeline;
+  std::vector<double> untraced;
+#ifdef LOOM_STEP_TRACE_UNTRACED_ONLY
+  for (int r = 0; r < rounds * steps; ++r) {
+    const auto a = clock::now();
+    s.run(*m.train, feeds);
+    untraced.push_back(std::chrono::duration<double>(clock::now() - a).count());
+  }
+  return {median(untraced), 0, 0, 0};
+#else
+  std::vector<double> traced, timeline;
   loom::run_metadata md;
   for (int r = 0; r < rounds; ++r) {
     for (int i = 0; i < steps; ++i) {
@@ -103,11 +117,15 @@ result measure(loom::session& s, const model& m, int rounds, int steps) {
   for (const auto& t : md.step_stats.tasks)
     out.nodes += t.node_stats.size();
   return out;
+#endif
 }
 
 void print(const char* what, const result& r) {
-  std::printf("%-8s %14.1f %14.1f %10.3f %12.1f %8zu\n", what, r.untraced * 1e6, r.traced * 1e6,
-              r.traced / r.untraced, r.timeline * 1e6, r.nodes);
+  if (r.traced == 0) // untraced only
+    std::printf("%-8s %14.1f\n", what, r.untraced * 1e6);
+  else
+    std::printf("%-8s %14.1f %14.1f %10.3f %12.1f %8zu\n", what, r.untraced * 1e6, r.traced * 1e6,
+                r.traced / r.untraced, r.timeline * 1e6, r.nodes);
 }
 
 } // namespace
