@@ -77,7 +77,8 @@ TEST_CASE("mpirun -np 3: mnist_replica's 1 ps + 2 workers from Open MPI's ranks,
       CHECK(lt::has_line_starting(out, tag(rank) + "job name = " + job + "\n"));
       CHECK(lt::has_line_starting(out, tag(rank) + "task index = " + std::to_string(index) + "\n"));
     }
-    for (const auto& [rank, worker] : {std::pair{1, "Worker 0"}, std::pair{2, "Worker 1"}}) {
+    for (int rank : {1, 2}) {
+      const std::string worker = "Worker " + std::to_string(rank - 1);
       const auto acc = accuracy_after(out, tag(rank) + worker + ": test accuracy = ");
       REQUIRE_MESSAGE(acc.has_value(), worker << " printed no test accuracy");
       CHECK(*acc > 0.5); // 300 async steps of the seed's MLP: about 0.8
