@@ -4,6 +4,7 @@
 #include <loom/graph/ops/elementwise.hpp>
 #include <loom/graph/variables.hpp>
 #include <loom/placement/placer.hpp>
+#include <support/messages.hpp>
 
 #include <doctest/doctest.h>
 
@@ -28,9 +29,7 @@ template <class E = loom::error> std::string error_of(const std::function<void()
   return "<no error of the expected type>";
 }
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using loom::testing::contains;
 
 // Seed 001's cluster.
 cluster_spec seed_cluster() {

@@ -1,5 +1,6 @@
 // TF_CONFIG: parsing, TF's is_chief rule and every error path.
 #include <loom/cluster/tf_config.hpp>
+#include <support/messages.hpp>
 
 #include <doctest/doctest.h>
 
@@ -18,9 +19,7 @@ std::string error_of(std::string_view json) {
   return "<no invalid_argument_error>";
 }
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using loom::testing::contains;
 
 constexpr const char* full_cluster =
     R"({"chief": ["c0:2222"], "worker": ["w0:2222", "w1:2222"], "ps": ["p0:2222"],)"

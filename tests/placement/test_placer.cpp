@@ -6,6 +6,7 @@
 #include <loom/graph/ops/training.hpp>
 #include <loom/graph/variables.hpp>
 #include <loom/placement/placement.hpp>
+#include <support/messages.hpp>
 
 #include <doctest/doctest.h>
 
@@ -46,7 +47,7 @@ node_def make_node(loom::node_id id, std::string name, std::string op, std::stri
   return n;
 }
 
-std::string error_of(const std::function<void()>& f) {
+std::string invalid_argument_message(const std::function<void()>& f) {
   try {
     f();
   } catch (const loom::invalid_argument_error& e) {
@@ -55,9 +56,7 @@ std::string error_of(const std::function<void()>& f) {
   return "<no invalid_argument_error>";
 }
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using loom::testing::contains;
 
 } // namespace
 
@@ -153,7 +152,7 @@ TEST_CASE("a device that does not exist: an error without soft placement, a logg
   std::vector<node_def> nodes{make_node(0, "hid/matmul", "matmul", "/job:worker/task:0/gpu:0"),
                               make_node(1, "v9", "variable", "/job:ps/task:5", "v9")};
   SUBCASE("without soft placement") {
-    const std::string e = error_of([&] { loom::place(nodes, small_cluster()); });
+    const std::string e = invalid_argument_message([&] { loom::place(nodes, small_cluster()); });
     CHECK(contains(e, "Cannot assign a device for operation 'hid/matmul' (matmul)"));
     CHECK(contains(e, "explicitly assigned to /job:worker/task:0/device:GPU:0"));
     CHECK(contains(e, "available devices are [ /job:ps/replica:0/task:0/device:CPU:0, "
@@ -163,7 +162,7 @@ TEST_CASE("a device that does not exist: an error without soft placement, a logg
                       "/job:worker/replica:0/task:1/device:GPU:0 ]"));
     CHECK(contains(e, "allow_soft_placement"));
     std::vector<node_def> only_v{nodes[1]};
-    CHECK(contains(error_of([&] { loom::place(only_v, small_cluster()); }),
+    CHECK(contains(invalid_argument_message([&] { loom::place(only_v, small_cluster()); }),
                    "'v9' (variable): it was explicitly assigned to /job:ps/task:5"));
   }
   SUBCASE("with soft placement") {
@@ -191,7 +190,7 @@ TEST_CASE("kernels: a GPU request without a GPU kernel") {
                               make_node(1, "str", "string_join", "/job:worker/task:1/gpu:0")};
   nodes[1].type = loom::dtype::string;
   const std::string e =
-      error_of([&] { loom::place(nodes, small_cluster(), {.has_kernel = has_kernel}); });
+      invalid_argument_message([&] { loom::place(nodes, small_cluster(), {.has_kernel = has_kernel}); });
   CHECK(contains(e, "Cannot assign a device for operation 'str' (string_join)"));
   CHECK(contains(e, "no kernel for 'str' (string_join) as string on the devices matching "
                     "/job:worker/task:1/device:GPU:0"));
@@ -204,7 +203,7 @@ TEST_CASE("kernels: a GPU request without a GPU kernel") {
   // An unconstrained node avoids a device without its kernel.
   std::vector<node_def> any{make_node(0, "s", "string_join", "/device:GPU:*")};
   any[0].type = loom::dtype::string;
-  CHECK(contains(error_of([&] { loom::place(any, small_cluster(), {.has_kernel = has_kernel}); }),
+  CHECK(contains(invalid_argument_message([&] { loom::place(any, small_cluster(), {.has_kernel = has_kernel}); }),
                  "no kernel"));
 }
 
@@ -225,16 +224,16 @@ TEST_CASE("device_filters hide devices (seed 002's session config)") {
   CHECK(nodes[1].assigned_device == "/job:ps/replica:0/task:0/device:CPU:0");
 
   std::vector<node_def> hidden{make_node(0, "c", "add", "/job:worker/task:0")};
-  const std::string e = error_of([&] { p.place(hidden); });
+  const std::string e = invalid_argument_message([&] { p.place(hidden); });
   CHECK(contains(e, "'c' (add): it was explicitly assigned to /job:worker/task:0"));
   CHECK_FALSE(contains(e, "/job:worker/replica:0/task:0/device:CPU:0")); // not listed: hidden
   CHECK(contains(e, "device_filters [\"/job:ps\", \"/job:worker/task:1\"] hide the devices that "
                     "match it"));
 
   CHECK(
-      contains(error_of([] { loom::placer(small_cluster(), {.device_filters = {"/job:chief"}}); }),
+      contains(invalid_argument_message([] { loom::placer(small_cluster(), {.device_filters = {"/job:chief"}}); }),
                "device_filters [\"/job:chief\"] match none of the available devices"));
-  CHECK(contains(error_of([] { loom::placer(small_cluster(), {.device_filters = {"/jb:ps"}}); }),
+  CHECK(contains(invalid_argument_message([] { loom::placer(small_cluster(), {.device_filters = {"/jb:ps"}}); }),
                  "device filter \"/jb:ps\""));
 }
 
@@ -248,11 +247,11 @@ TEST_CASE("log_device_placement prints TF's line per node") {
 }
 
 TEST_CASE("placer input errors") {
-  CHECK(contains(error_of([] { loom::placer(devices({"/job:ps/task:0/cpu:0"})); }),
+  CHECK(contains(invalid_argument_message([] { loom::placer(devices({"/job:ps/task:0/cpu:0"})); }),
                  "available device '/job:ps/task:0/device:CPU:0' is not fully specified"));
-  CHECK(contains(error_of([] { loom::placer(std::vector<device_spec>{}); }), "no devices"));
-  CHECK(contains(error_of([] { loom::placer(small_cluster(), {.default_device = "/job"}); }),
+  CHECK(contains(invalid_argument_message([] { loom::placer(std::vector<device_spec>{}); }), "no devices"));
+  CHECK(contains(invalid_argument_message([] { loom::placer(small_cluster(), {.default_device = "/job"}); }),
                  "default_device"));
   std::vector<node_def> bad{make_node(0, "n", "add", "/job:ps/tsk:1")};
-  CHECK(contains(error_of([&] { loom::place(bad, small_cluster()); }), "node 'n' (add)"));
+  CHECK(contains(invalid_argument_message([&] { loom::place(bad, small_cluster()); }), "node 'n' (add)"));
 }

@@ -134,7 +134,7 @@ bool gpu_declines(const loom::detail::gpu_context&, std::span<const loom::any_te
   return false;
 }
 
-loom::session_options opts() {
+loom::session_options two_intra_op_threads() {
   return {.intra_op_threads = 2};
 }
 
@@ -164,7 +164,7 @@ TEST_CASE("nodes on /gpu:0 run their GPU kernels; each value is copied once per 
     return std::pair{sq, loom::lower(sq + sq)};
   }();
   auto on_cpu = loom::lower(squared * 3.0f); // no request: the CPU
-  loom::session s(g, opts());
+  loom::session s(g, two_intra_op_threads());
   const auto in = tensor<float, 1>(shape{3}, {1, -2, 3});
   auto [sq, tw, cpu] = s.run(loom::fetches(squared, twice, on_cpu), {{x, in}});
   CHECK(sq(1) == 4.0f);
@@ -183,7 +183,7 @@ TEST_CASE("on<gpu>(expression) lowers it on the GPU of the scopes' task; on<cpu>
   auto back = loom::on<loom::cpu>(loom::square(sq));
   CHECK(g.node(sq.id()).requested_device == "/device:GPU:0");
   CHECK(g.node(back.id()).requested_device == "/device:CPU:0");
-  loom::session s(g, opts());
+  loom::session s(g, two_intra_op_threads());
   CHECK(s.run(back, {{x, tensor<float, 1>(shape{2}, {2, -3})}})(1) == 81.0f);
   CHECK(r.gpu.kernels == 1);
 }
@@ -199,14 +199,14 @@ TEST_CASE(
   }();
   const auto in = tensor<float, 1>(shape{2}, {0, 0});
   SUBCASE("without soft placement") {
-    loom::session s(g, opts());
+    loom::session s(g, two_intra_op_threads());
     const auto msg = message_of<loom::invalid_argument_error>([&] { s.run(e, {{x, in}}); });
     CHECK(contains(msg, e.name()));
     CHECK(contains(msg, "GPU"));
   }
   SUBCASE("with soft placement") {
     std::ostringstream log;
-    auto o = opts();
+    auto o = two_intra_op_threads();
     o.allow_soft_placement = true;
     o.placement_log = &log;
     loom::session s(g, o);
@@ -221,7 +221,7 @@ TEST_CASE(
       auto _ = h.device("/gpu:1");
       return loom::lower(loom::square(hx));
     }();
-    loom::session s(h, opts());
+    loom::session s(h, two_intra_op_threads());
     const auto msg = message_of<loom::invalid_argument_error>([&] { s.run(far, {{hx, in}}); });
     CHECK(contains(msg, "/job:localhost/replica:0/task:0/device:GPU:0"));
   }
@@ -236,7 +236,7 @@ TEST_CASE("a fused CPU region reads GPU values on the host") {
     return loom::lower(loom::square(x));
   }();
   auto fused = loom::lower(loom::relu(sq * 2.0f - 5.0f) + sq); // one elementwise region
-  loom::session s(g, opts());
+  loom::session s(g, two_intra_op_threads());
   const auto out = s.run(fused, {{x, tensor<float, 1>(shape{4}, {1, 2, 3, -4})}});
   CHECK(out(0) == 1.0f);  // relu(2 - 5) + 1
   CHECK(out(2) == 22.0f); // relu(18 - 5) + 9
@@ -252,7 +252,7 @@ TEST_CASE("a region on /gpu:0 runs as one GPU kernel where the process has the r
                                                       &gpu_square_plus);
   // Written outside any scope: on<gpu> puts the tree's nodes on GPU 0.
   auto y = loom::on<loom::gpu>(tree);
-  loom::session s(g, opts());
+  loom::session s(g, two_intra_op_threads());
   const auto out = s.run(y, {{x, tensor<float, 1>(shape{3}, {1, -2, 3})}});
   CHECK(out(0) == 2.0f);
   CHECK(out(1) == 2.0f);
@@ -277,7 +277,7 @@ TEST_CASE("a region on /gpu:0 runs as its primitive GPU kernels where the fused 
     auto _ = g.device("/gpu:0");
     return loom::lower(x + loom::square(x)); // written inside the scope
   }();
-  loom::session s(g, opts());
+  loom::session s(g, two_intra_op_threads());
   const auto feed = tensor<float, 1>(shape{3}, {1, -2, 3});
   const auto out = s.run(y, {{x, feed}});
   CHECK(out(0) == 2.0f);
@@ -301,7 +301,7 @@ TEST_CASE("a constant on /gpu:0 is made once per plan, not once per step") {
     auto c = loom::constant(g, tensor<float, 1>(shape{3}, {10, 20, 30}), "c");
     return loom::lower(c + loom::square(x)); // a region without a GPU fused kernel
   }();
-  loom::session s(g, opts());
+  loom::session s(g, two_intra_op_threads());
   gpu_constants_made = 0;
   for (float step = 1; step <= 3; ++step) {
     const auto out = s.run(y, {{x, tensor<float, 1>(shape{3}, {step, 0, -1})}});

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <loom/loom.hpp>
+#include <support/messages.hpp>
 #include <loom/runtime/resource_manager.hpp> // the kernels' resource containers, used directly
 
 #include <algorithm>
@@ -25,9 +26,7 @@ using loom::tensor;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using loom::testing::contains;
 
 loom::session_options opts() {
   return {.intra_op_threads = 2};
