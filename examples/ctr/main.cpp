@@ -114,6 +114,9 @@ int main(int argc, char** argv) try {
       .define_bool("sharded_checkpoints", true,
                    "Each ps task writes its own tables' shard of a checkpoint (every task must "
                    "see --checkpoint_dir at the same path); false: the chief writes one file")
+      .define_int("intra_op_threads", 0,
+                  "Threads of this task's kernels (TF's intra_op_parallelism_threads; 0: one "
+                  "per core)")
       .define_int("log_every", 200, "Print progress every this many local steps")
       .define_int("seed", 1, "Seed of the data, the teacher and the initial weights")
       .define_int("min_vocab", 1000, "Rows of the smallest field's tables")
@@ -185,7 +188,8 @@ int main(int argc, char** argv) try {
   const std::int64_t task_index = role.task_index;
   const auto& cluster = role.cluster;
   const int num_workers = cluster.num_tasks("worker");
-  loom::server server(cluster, job, static_cast<int>(task_index));
+  loom::server server(cluster, job, static_cast<int>(task_index),
+                      {.intra_op_threads = static_cast<int>(flags.get_int("intra_op_threads"))});
   if (job == "ps") {
     server.join();
     return 0;

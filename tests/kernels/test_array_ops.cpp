@@ -347,3 +347,50 @@ TEST_CASE("string_to_hash_bucket_fast refuses zero buckets and non-strings, nami
   });
   CHECK(contains(wrong, "hashes strings, not int64 'ids' (placeholder)"));
 }
+
+TEST_CASE("embedding_lookup over 1 to 5 shards, 'mod' and 'div', returns each id's row") {
+  // The shard routing (shard_ids, shard_positions) has a fast path for "mod"
+  // over a power-of-two count of shards: every count and both strategies must
+  // give the rows of the unsharded table, repeated ids included.
+  constexpr std::int64_t rows = 11, dim = 2;
+  const std::vector<std::int64_t> id_list{10, 0, 3, 3, 7, 1, 8, 2, 10, 5, 4, 9, 6};
+  for (std::int64_t n = 1; n <= 5; ++n)
+    for (const auto strategy : {loom::partition_strategy::mod, loom::partition_strategy::div}) {
+      const bool div = strategy == loom::partition_strategy::div;
+      INFO(n << " shard(s), " << (div ? "div" : "mod"));
+      graph g;
+      loom::placeholder<std::int64_t, 1> at(g, shape{-1}, "ids");
+      std::vector<loom::variable<float, 2>> shards;
+      std::vector<loom::output<float, 2>> fills;
+      for (std::int64_t p = 0; p < n; ++p) {
+        // Shard p holds the ids TF's strategy gives it; each row is (id, -id).
+        std::vector<float> v;
+        for (std::int64_t id = 0; id < rows; ++id)
+          if (loom::detail::route_id(id, n, rows, div).shard == p) {
+            v.push_back(static_cast<float>(id));
+            v.push_back(static_cast<float>(-id));
+          }
+        const auto count = static_cast<std::int64_t>(v.size()) / dim;
+        shards.emplace_back(g, "part_" + std::to_string(p), shape{count, dim},
+                            loom::zeros_initializer{});
+        fills.push_back(
+            shards.back().assign(loom::constant(g, tensor<float, 2>(shape{count, dim}, v))));
+      }
+      auto looked_up = loom::embedding_lookup(
+          std::vector<loom::output<float, 2>>(shards.begin(), shards.end()), at, strategy);
+      loom::session s(g);
+      for (std::size_t p = 0; p < shards.size(); ++p) {
+        s.run(shards[p].initializer());
+        s.run(fills[p]);
+      }
+      const auto got =
+          s.run(looked_up, {{at, tensor<std::int64_t, 1>(
+                                     shape{static_cast<std::int64_t>(id_list.size())}, id_list)}});
+      std::vector<float> want;
+      for (std::int64_t id : id_list) {
+        want.push_back(static_cast<float>(id));
+        want.push_back(static_cast<float>(-id));
+      }
+      CHECK(std::vector<float>(got.flat().begin(), got.flat().end()) == want);
+    }
+}

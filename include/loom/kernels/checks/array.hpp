@@ -9,6 +9,7 @@
 #include <loom/kernels/registry.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -270,14 +271,34 @@ template <class I> any_tensor route_to_shard(const node_def& node, const any_ten
   const bool positions = node.op == "shard_positions";
   std::vector<I> local;
   std::vector<std::int32_t> where;
-  for (std::int64_t k = 0; k < count; ++k) {
-    const shard_route r = route_id(static_cast<std::int64_t>(id[k]), n, rows, div);
-    if (r.shard != shard)
-      continue;
+  const auto expected = static_cast<std::size_t>(count / n + 16); // ids spread over the shards
+  if (positions)
+    where.reserve(expected);
+  else
+    local.reserve(expected);
+  const auto keep = [&](std::int64_t k, std::int64_t row) {
     if (positions)
       where.push_back(static_cast<std::int32_t>(k));
     else
-      local.push_back(static_cast<I>(r.row));
+      local.push_back(static_cast<I>(row));
+  };
+  if (!div && std::has_single_bit(static_cast<std::uint64_t>(n))) {
+    // "mod" over a power-of-two count of shards (the common 2, 4, 8): a mask
+    // and a shift instead of two 64-bit divisions per id, which were most of
+    // this kernel's time (every table of a step routes its ids once per shard).
+    const auto mask = static_cast<std::uint64_t>(n - 1);
+    const int shift = std::countr_zero(static_cast<std::uint64_t>(n));
+    for (std::int64_t k = 0; k < count; ++k) {
+      const auto v = static_cast<std::uint64_t>(id[k]); // checked: 0 <= id < rows
+      if (static_cast<std::int64_t>(v & mask) == shard)
+        keep(k, static_cast<std::int64_t>(v >> shift));
+    }
+  } else {
+    for (std::int64_t k = 0; k < count; ++k) {
+      const shard_route r = route_id(static_cast<std::int64_t>(id[k]), n, rows, div);
+      if (r.shard == shard)
+        keep(k, r.row);
+    }
   }
   if (positions)
     return any_tensor::from_vector(loom::shape{static_cast<std::int64_t>(where.size())}, where);
