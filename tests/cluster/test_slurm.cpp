@@ -18,6 +18,7 @@
 
 #include <doctest/doctest.h>
 
+#include <netdb.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -72,6 +73,13 @@ public:
       return "gethostname failed";
     node_ = host;
     node_ = node_.substr(0, node_.find('.')); // slurmd registers the short name
+    // The tasks' addresses are <node>:<port> (SLURM_STEP_NODELIST names the node).
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(node_.c_str(), nullptr, nullptr, &found) != 0)
+      return "this host's name \"" + node_ +
+             "\" does not resolve, and the tasks' addresses are <name>:<port> (add it to "
+             "/etc/hosts)";
+    ::freeaddrinfo(found);
 
     if (const std::string why = start_munged(); !why.empty())
       return why;
