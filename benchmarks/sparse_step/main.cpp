@@ -242,13 +242,17 @@ int compare_with_tensorflow(int rounds, int steps) {
     std::fprintf(stderr, "sparse_step --tf: ctr --write_data failed:\n%s", write.output.c_str());
     return 1;
   }
+  // Both without summaries: ctr_tf.py's MonitoredTrainingSession has
+  // save_summaries_steps=None, and ctr's chief would otherwise write histograms
+  // every 100 steps.
   std::vector<double> loom_rate, tf_rate, loom_auc, tf_auc;
   double teacher = 0;
   for (int round = 0; round < rounds; ++round) {
     const auto l = loom::bench::run_command(
         shell_quote(launch) + " --ps 1 --workers 2 -- " + shell_quote(ctr) +
         " --data_dir=" + shell_quote(data.string()) + common +
-        " --test_examples=20000 --checkpoint_dir=" + shell_quote((data / "ckpt").string()));
+        " --test_examples=20000 --save_summaries_steps=0 --checkpoint_dir=" +
+        shell_quote((data / "ckpt").string()));
     const auto t =
         loom::bench::run_command("TF_CPP_MIN_LOG_LEVEL=2 " + shell_quote(python) + " " +
                                  shell_quote(script) + " --data_dir " + shell_quote(data.string()) +
