@@ -28,7 +28,7 @@ using lt::contains;
 using lt::message_of;
 using namespace std::chrono_literals;
 
-const std::string server_bin = LOOM_SERVER_BIN;
+const std::string loom_server_bin = LOOM_SERVER_BIN;
 
 loom::cluster_spec one_ps() {
   return loom::cluster_spec{{"ps", loom::cluster_spec::job_def({"127.0.0.1:0"})}};
@@ -144,7 +144,7 @@ TEST_CASE("loom-server's limit flags reach its server") {
   const lt::env_overrides env{{"LOOM_CLUSTER_TOKEN", token},
                               {"LOOM_CLUSTER_TOKEN_FILE", std::nullopt}};
   SUBCASE("--max_connections=2 refuses the second client") {
-    lt::child ps(server_bin,
+    lt::child ps(loom_server_bin,
                  {"--ps_hosts=127.0.0.1:0", "--job_name=ps", "--max_connections=2",
                   "--idle_eviction_grace_ms=60000"},
                  env);
@@ -159,7 +159,7 @@ TEST_CASE("loom-server's limit flags reach its server") {
   }
   SUBCASE("--max_pending_bytes_per_connection=262144 refuses a session's 1 MiB feed") {
     lt::child ps(
-        server_bin,
+        loom_server_bin,
         {"--ps_hosts=127.0.0.1:0", "--job_name=ps", "--max_pending_bytes_per_connection=262144"},
         env);
     REQUIRE_MESSAGE(ps.wait_for_output("serving /job:ps/task:0 at ", 30s), ps.report());
@@ -184,7 +184,7 @@ TEST_CASE("loom-server's limit flags reach its server") {
     CHECK_MESSAGE(contains(refused, "max_pending_bytes_per_connection"), refused);
   }
   SUBCASE("a limit below 1 is a usage error naming the flag") {
-    lt::child ps(server_bin, {"--ps_hosts=127.0.0.1:0", "--job_name=ps", "--max_connections=0"},
+    lt::child ps(loom_server_bin, {"--ps_hosts=127.0.0.1:0", "--job_name=ps", "--max_connections=0"},
                  env);
     const auto st = ps.wait(30s);
     REQUIRE(st);
@@ -194,7 +194,7 @@ TEST_CASE("loom-server's limit flags reach its server") {
                   ps.output());
   }
   SUBCASE("--accept_backoff_ms above --max_accept_backoff_ms is a usage error") {
-    lt::child ps(server_bin,
+    lt::child ps(loom_server_bin,
                  {"--ps_hosts=127.0.0.1:0", "--job_name=ps", "--accept_backoff_ms=50",
                   "--max_accept_backoff_ms=20"},
                  env);
