@@ -32,14 +32,6 @@ namespace {
 namespace lt = loom::testing;
 using namespace std::chrono_literals;
 
-// The test accuracy a worker's tagged line gives.
-std::optional<double> accuracy_after(const std::string& text, const std::string& line) {
-  const auto at = text.find(line);
-  if (at == std::string::npos)
-    return std::nullopt;
-  return std::strtod(text.c_str() + at + line.size(), nullptr);
-}
-
 } // namespace
 
 TEST_CASE("mpirun -np 3: mnist_replica's 1 ps + 2 workers from Open MPI's ranks, --jobs and "
@@ -79,7 +71,7 @@ TEST_CASE("mpirun -np 3: mnist_replica's 1 ps + 2 workers from Open MPI's ranks,
     }
     for (int rank : {1, 2}) {
       const std::string worker = "Worker " + std::to_string(rank - 1);
-      const auto acc = accuracy_after(out, tag(rank) + worker + ": test accuracy = ");
+      const auto acc = lt::accuracy_after(out, tag(rank) + worker + ": test accuracy = ");
       REQUIRE_MESSAGE(acc.has_value(), worker << " printed no test accuracy");
       CHECK(*acc > 0.5); // 300 async steps of the seed's MLP: about 0.8
     }

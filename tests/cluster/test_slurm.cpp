@@ -195,14 +195,6 @@ private:
   std::optional<lt::child> munged_, slurmctld_, slurmd_;
 };
 
-// The test accuracy a worker's labelled line gives ("1: Worker 0: test accuracy = 0.7512").
-std::optional<double> accuracy_after(const std::string& text, const std::string& line) {
-  const auto at = text.find(line);
-  if (at == std::string::npos)
-    return std::nullopt;
-  return std::strtod(text.c_str() + at + line.size(), nullptr);
-}
-
 } // namespace
 
 TEST_CASE("srun -n 3 -O on a single-node Slurm: mnist_replica's 1 ps + 2 workers from "
@@ -242,7 +234,7 @@ TEST_CASE("srun -n 3 -O on a single-node Slurm: mnist_replica's 1 ps + 2 workers
     CHECK(lt::has_line_starting(out, "1: Worker 0: Initializing session..."));
     CHECK(lt::has_line_starting(out, "2: Worker 1: Waiting for session to be initialized..."));
     for (const std::string worker : {"1: Worker 0", "2: Worker 1"}) {
-      const auto acc = accuracy_after(out, worker + ": test accuracy = ");
+      const auto acc = lt::accuracy_after(out, worker + ": test accuracy = ");
       REQUIRE_MESSAGE(acc.has_value(), worker << " printed no test accuracy");
       CHECK(*acc > 0.5); // 300 async steps of the seed's MLP: about 0.8
     }

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -189,6 +190,15 @@ inline std::string last_lines(const std::string& text, std::size_t n) {
 // program's own words).
 inline bool has_line_starting(const std::string& text, const std::string& line) {
   return text.rfind(line, 0) == 0 || text.find("\n" + line) != std::string::npos;
+}
+
+// The number that follows `line` in a program's output (a worker's "test accuracy = "),
+// or nothing where the line is missing.
+inline std::optional<double> accuracy_after(const std::string& text, const std::string& line) {
+  const auto at = text.find(line);
+  if (at == std::string::npos)
+    return std::nullopt;
+  return std::strtod(text.c_str() + at + line.size(), nullptr);
 }
 
 } // namespace loom::testing
