@@ -1,6 +1,7 @@
 // Helpers shared by the net tests: log capture and a raw (unframed) client socket.
 #pragma once
 
+#include <loom/core/tensor.hpp>
 #include <loom/net/rpc.hpp>
 
 #include <asio/ip/tcp.hpp>
@@ -12,11 +13,19 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
 
 namespace loom::net::testing {
+
+// Whether two tensors hold the same dtype, shape and bytes (the tests' one copy of it:
+// a test binary's files share a unit).
+inline bool same_bytes(const any_tensor& a, const any_tensor& b) {
+  return a.type() == b.type() && a.shape() == b.shape() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()) == 0;
+}
 
 // Collects the layer's log lines (thread-safe).
 struct log_capture {

@@ -1,6 +1,8 @@
 // Frames, the pure decoder, handshake records and the auth helpers (no sockets).
 #include <doctest/doctest.h>
 
+#include "net_test_util.hpp"
+
 #include <loom/net/auth.hpp>
 #include <loom/net/connection.hpp>
 #include <loom/net/frame.hpp>
@@ -17,6 +19,7 @@
 
 using namespace loom;
 using namespace loom::net;
+using loom::net::testing::same_bytes;
 
 namespace {
 
@@ -40,11 +43,6 @@ std::vector<any_tensor> one_of_each() {
   v.push_back(any_tensor::from_vector<bool>(shape{4}, {true, false, false, true}));
   v.push_back(any_tensor(dtype::f32, shape{0, 5})); // empty
   return v;
-}
-
-bool same_bytes(const any_tensor& a, const any_tensor& b) {
-  return a.type() == b.type() && a.shape() == b.shape() &&
-         std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()) == 0;
 }
 
 std::string valid_frame() {

@@ -27,11 +27,6 @@ struct echo_meta {
   template <class A> void serialize(A& ar) { ar(text, ids); }
 };
 
-bool same_bytes(const any_tensor& a, const any_tensor& b) {
-  return a.type() == b.type() && a.shape() == b.shape() &&
-         std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()) == 0;
-}
-
 void add_echo(rpc_server& srv) {
   srv.handle("echo", [](request req, responder r) {
     auto m = req.metadata<echo_meta>();

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "net_test_util.hpp"
+#include <support/messages.hpp>
 
 #include <asio/ip/tcp.hpp>
 
@@ -31,9 +32,7 @@ std::uint16_t free_port() {
   return a.local_endpoint().port();
 }
 
-bool contains(const std::string& s, const std::string& needle) {
-  return s.find(needle) != std::string::npos;
-}
+using loom::testing::contains;
 
 } // namespace
 

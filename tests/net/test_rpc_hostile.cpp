@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include "net_test_util.hpp"
+#include <support/messages.hpp>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -183,7 +184,7 @@ template <class F> bool eventually(F&& done, std::chrono::milliseconds limit = 5
   return true;
 }
 
-void add_ping(rpc_server& srv) {
+void add_ping_echo_sink(rpc_server& srv) {
   srv.handle("ping", [](request, responder r) { r.reply(std::string("pong")); });
   srv.handle("echo", [](request req, responder r) {
     r.reply(req.metadata<std::string>(), std::move(req.payloads()));
@@ -191,9 +192,7 @@ void add_ping(rpc_server& srv) {
   srv.handle("sink", [](request, responder r) { r.reply(); });
 }
 
-bool contains(const std::string& s, const std::string& needle) {
-  return s.find(needle) != std::string::npos;
-}
+using loom::testing::contains;
 
 } // namespace
 
@@ -207,7 +206,7 @@ TEST_CASE("memory is bounded by the bytes received, not the bytes declared") {
           << ", dripping: " << n_drip);
   log_capture logs;
   rpc_server srv(local_server("", logs.fn()));
-  add_ping(srv);
+  add_ping_echo_sink(srv);
   channel good(local_address(srv), local_channel());
   // The legitimate client's calls: a ping, and 5 MiB of metadata with a 64 MiB tensor echoed
   // (once before measuring, so that the tensors' block cache holds its blocks already).
@@ -296,7 +295,7 @@ TEST_CASE("the budget of incomplete frames: per connection, and in total with st
   o.max_pending_bytes_per_connection = 4u << 20;
   o.max_pending_bytes = 8u << 20;
   rpc_server srv(o);
-  add_ping(srv);
+  add_ping_echo_sink(srv);
   any_tensor into(dtype::f32, shape{2 << 20}); // 8 MiB, a handler's own buffer
   srv.handle(
       "sink_into", [](request, responder r) { r.reply(); },
@@ -568,7 +567,7 @@ TEST_CASE("at max_connections the idlest client gives way; with none idle a newc
   o.max_connections = 4;
   o.idle_eviction_grace = 200ms;
   rpc_server srv(o);
-  add_ping(srv);
+  add_ping_echo_sink(srv);
   std::vector<responder> held;
   std::mutex m;
   srv.handle("hold", [&](request, responder r) {

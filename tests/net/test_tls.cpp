@@ -30,7 +30,7 @@ namespace {
 
 const std::string token = "tls-test-token";
 
-void add_echo(rpc_server& srv) {
+void add_string_echo(rpc_server& srv) {
   srv.handle("echo", [](request req, responder r) {
     r.reply(req.metadata<std::string>() + "!", std::move(req.payloads()));
   });
@@ -58,11 +58,6 @@ any_tensor marked(std::int64_t n) {
 }
 const std::string mark = "TLS!TLS!TLS!TLS!TLS!TLS!TLS!TLS!";
 
-bool same_bytes(const any_tensor& a, const any_tensor& b) {
-  return a.type() == b.type() && a.shape() == b.shape() &&
-         std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()) == 0;
-}
-
 // The error a first call on `ch` fails with: its type's code and what().
 struct failure {
   std::optional<error_code> code;
@@ -85,7 +80,7 @@ TEST_CASE("TLS keyed by the cluster token: calls, bulk and split messages cross 
   auto so = tls_server(tls_settings::keyed_by_token());
   so.limits = small;
   rpc_server srv(so);
-  add_echo(srv);
+  add_string_echo(srv);
   auto co = tls_channel(tls_settings::keyed_by_token());
   co.limits = small;
   channel ch(local_address(srv), co);
@@ -104,7 +99,7 @@ TEST_CASE("TLS keyed by the cluster token: calls, bulk and split messages cross 
 TEST_CASE("the wire is encrypted: a relay sees a tensor's bytes without TLS, never with it") {
   const auto seen_through_relay = [](std::optional<tls_settings> tls) {
     rpc_server srv(tls ? tls_server(*tls) : local_server(token));
-    add_echo(srv);
+    add_string_echo(srv);
     tcp_relay relay(srv.port());
     auto co = tls ? tls_channel(*tls) : local_channel(token, [](std::string_view) {});
     channel ch("127.0.0.1:" + std::to_string(relay.port()), co);
@@ -128,7 +123,7 @@ TEST_CASE("the wire is encrypted: a relay sees a tensor's bytes without TLS, nev
 TEST_CASE("a client without TLS against a TLS server fails at once, naming the server") {
   log_capture server_log;
   rpc_server srv(tls_server(tls_settings::keyed_by_token(), token, server_log.fn()));
-  add_echo(srv);
+  add_string_echo(srv);
   channel plain(local_address(srv), local_channel(token, [](std::string_view) {}));
   const auto f = first_call(plain);
   CHECK(f.code == error_code::failed_precondition); // not unavailable: no retry, no wait
@@ -145,7 +140,7 @@ TEST_CASE("a client without TLS against a TLS server fails at once, naming the s
 TEST_CASE("a TLS client against a server without TLS fails at once, naming the server") {
   log_capture server_log;
   rpc_server srv(local_server(token, server_log.fn()));
-  add_echo(srv);
+  add_string_echo(srv);
   channel ch(local_address(srv), tls_channel(tls_settings::keyed_by_token()));
   const auto f = first_call(ch);
   CHECK(f.code == error_code::failed_precondition);
@@ -161,7 +156,7 @@ TEST_CASE("a TLS client against a server without TLS fails at once, naming the s
 TEST_CASE("under TLS keyed by the token, a client with another token is refused") {
   log_capture server_log;
   rpc_server srv(tls_server(tls_settings::keyed_by_token(), token, server_log.fn()));
-  add_echo(srv);
+  add_string_echo(srv);
   channel ch(local_address(srv), tls_channel(tls_settings::keyed_by_token(), "another-token"));
   const auto f = first_call(ch);
   CHECK(f.code == error_code::unauthenticated);
@@ -183,7 +178,7 @@ TEST_CASE("TLS with certificates: each side verified against the CA, both direct
   log_capture server_log;
   // Without a token: the certificates authenticate the peers.
   rpc_server srv(tls_server(certs(server_cert, ca), "", server_log.fn()));
-  add_echo(srv);
+  add_string_echo(srv);
 
   SUBCASE("a client whose certificate the CA signed is served") {
     channel ch(local_address(srv), tls_channel(certs(client_cert, ca), ""));
@@ -201,7 +196,7 @@ TEST_CASE("TLS with certificates: each side verified against the CA, both direct
   }
   SUBCASE("a server whose certificate another CA signed is refused by the client") {
     rpc_server rogue(tls_server(certs(stranger, stranger_ca), "", [](std::string_view) {}));
-    add_echo(rogue);
+    add_string_echo(rogue);
     channel ch(local_address(rogue), tls_channel(certs(client_cert, ca), ""));
     const auto f = first_call(ch);
     CHECK(f.code == error_code::unauthenticated);
@@ -225,7 +220,7 @@ TEST_CASE("the cluster-token handshake still runs inside TLS with certificates")
   rpc_server srv(
       tls_server(tls_settings::with_certificates(server_cert.cert, server_cert.key, ca.cert), token,
                  [](std::string_view) {}));
-  add_echo(srv);
+  add_string_echo(srv);
   const auto client = tls_settings::with_certificates(client_cert.cert, client_cert.key, ca.cert);
   channel right(local_address(srv), tls_channel(client, token));
   CHECK(right.call("echo", std::string("a")).metadata<std::string>() == "a!");
