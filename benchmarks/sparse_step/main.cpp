@@ -242,7 +242,9 @@ int compare_with_tensorflow(int rounds, int steps) {
     std::fprintf(stderr, "sparse_step --tf: ctr --write_data failed:\n%s", write.output.c_str());
     return 1;
   }
-  // Both without summaries: ctr_tf.py's MonitoredTrainingSession has
+  // A checkpoint directory per round: one a round before wrote holds global
+  // step `steps`, and a chief restoring it trains one step, whose examples/s
+  // mean nothing. Both without summaries: ctr_tf.py's MonitoredTrainingSession has
   // save_summaries_steps=None, and ctr's chief would otherwise write histograms
   // every 100 steps.
   std::vector<double> loom_rate, tf_rate, loom_auc, tf_auc;
@@ -252,7 +254,7 @@ int compare_with_tensorflow(int rounds, int steps) {
         shell_quote(launch) + " --ps 1 --workers 2 -- " + shell_quote(ctr) +
         " --data_dir=" + shell_quote(data.string()) + common +
         " --test_examples=20000 --save_summaries_steps=0 --checkpoint_dir=" +
-        shell_quote((data / "ckpt").string()));
+        shell_quote((data / ("ckpt-" + std::to_string(round))).string()));
     const auto t =
         loom::bench::run_command("TF_CPP_MIN_LOG_LEVEL=2 " + shell_quote(python) + " " +
                                  shell_quote(script) + " --data_dir " + shell_quote(data.string()) +
