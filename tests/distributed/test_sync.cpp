@@ -421,14 +421,16 @@ struct two_replicas {
 
 TEST_CASE("a barrier's timeout names what the update waits for: how many gradients arrived, and "
           "which workers have not sent") {
-  two_replicas t(400ms);
+  // Long enough that the step both take first is applied under a loaded CTest (400 ms was
+  // not: the chief's update came late and that step timed out); each failure waits it once.
+  two_replicas t(1500ms);
   {
     loom::sync_replicas_chief chief(t.r0.sync, t.r0.g, t.c.worker(0).target(), quiet());
     t.step_together(); // both workers reached the barrier once: their names are known
     // Worker 1 died: worker 0's gradient is alone, and the chief's update loop waits for the other.
     const std::string what = t.r0.failed_step(t.s0);
     CHECK_MESSAGE(contains(what,
-                           "waited 400 ms for the update of step 1: the gradients of 1 of "
+                           "waited 1500 ms for the update of step 1: the gradients of 1 of "
                            "the 2 replica(s) it aggregates arrived (from /job:worker/task:0); "
                            "not sent: /job:worker/task:1 (is it running?)"),
                   what);
