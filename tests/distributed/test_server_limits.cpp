@@ -184,8 +184,8 @@ TEST_CASE("loom-server's limit flags reach its server") {
     CHECK_MESSAGE(contains(refused, "max_pending_bytes_per_connection"), refused);
   }
   SUBCASE("a limit below 1 is a usage error naming the flag") {
-    lt::child ps(loom_server_bin, {"--ps_hosts=127.0.0.1:0", "--job_name=ps", "--max_connections=0"},
-                 env);
+    lt::child ps(loom_server_bin,
+                 {"--ps_hosts=127.0.0.1:0", "--job_name=ps", "--max_connections=0"}, env);
     const auto st = ps.wait(30s);
     REQUIRE(st);
     CHECK(st->exited);

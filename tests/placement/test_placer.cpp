@@ -189,8 +189,8 @@ TEST_CASE("kernels: a GPU request without a GPU kernel") {
   std::vector<node_def> nodes{make_node(0, "mm", "matmul", "/job:worker/task:1/gpu:0"),
                               make_node(1, "str", "string_join", "/job:worker/task:1/gpu:0")};
   nodes[1].type = loom::dtype::string;
-  const std::string e =
-      invalid_argument_message([&] { loom::place(nodes, small_cluster(), {.has_kernel = has_kernel}); });
+  const std::string e = invalid_argument_message(
+      [&] { loom::place(nodes, small_cluster(), {.has_kernel = has_kernel}); });
   CHECK(contains(e, "Cannot assign a device for operation 'str' (string_join)"));
   CHECK(contains(e, "no kernel for 'str' (string_join) as string on the devices matching "
                     "/job:worker/task:1/device:GPU:0"));
@@ -203,7 +203,8 @@ TEST_CASE("kernels: a GPU request without a GPU kernel") {
   // An unconstrained node avoids a device without its kernel.
   std::vector<node_def> any{make_node(0, "s", "string_join", "/device:GPU:*")};
   any[0].type = loom::dtype::string;
-  CHECK(contains(invalid_argument_message([&] { loom::place(any, small_cluster(), {.has_kernel = has_kernel}); }),
+  CHECK(contains(invalid_argument_message(
+                     [&] { loom::place(any, small_cluster(), {.has_kernel = has_kernel}); }),
                  "no kernel"));
 }
 
@@ -230,10 +231,11 @@ TEST_CASE("device_filters hide devices (seed 002's session config)") {
   CHECK(contains(e, "device_filters [\"/job:ps\", \"/job:worker/task:1\"] hide the devices that "
                     "match it"));
 
-  CHECK(
-      contains(invalid_argument_message([] { loom::placer(small_cluster(), {.device_filters = {"/job:chief"}}); }),
-               "device_filters [\"/job:chief\"] match none of the available devices"));
-  CHECK(contains(invalid_argument_message([] { loom::placer(small_cluster(), {.device_filters = {"/jb:ps"}}); }),
+  CHECK(contains(invalid_argument_message(
+                     [] { loom::placer(small_cluster(), {.device_filters = {"/job:chief"}}); }),
+                 "device_filters [\"/job:chief\"] match none of the available devices"));
+  CHECK(contains(invalid_argument_message(
+                     [] { loom::placer(small_cluster(), {.device_filters = {"/jb:ps"}}); }),
                  "device filter \"/jb:ps\""));
 }
 
@@ -249,9 +251,12 @@ TEST_CASE("log_device_placement prints TF's line per node") {
 TEST_CASE("placer input errors") {
   CHECK(contains(invalid_argument_message([] { loom::placer(devices({"/job:ps/task:0/cpu:0"})); }),
                  "available device '/job:ps/task:0/device:CPU:0' is not fully specified"));
-  CHECK(contains(invalid_argument_message([] { loom::placer(std::vector<device_spec>{}); }), "no devices"));
-  CHECK(contains(invalid_argument_message([] { loom::placer(small_cluster(), {.default_device = "/job"}); }),
-                 "default_device"));
+  CHECK(contains(invalid_argument_message([] { loom::placer(std::vector<device_spec>{}); }),
+                 "no devices"));
+  CHECK(contains(
+      invalid_argument_message([] { loom::placer(small_cluster(), {.default_device = "/job"}); }),
+      "default_device"));
   std::vector<node_def> bad{make_node(0, "n", "add", "/job:ps/tsk:1")};
-  CHECK(contains(invalid_argument_message([&] { loom::place(bad, small_cluster()); }), "node 'n' (add)"));
+  CHECK(contains(invalid_argument_message([&] { loom::place(bad, small_cluster()); }),
+                 "node 'n' (add)"));
 }

@@ -7,8 +7,8 @@
 #include <doctest/doctest.h>
 
 #include <loom/loom.hpp>
-#include <support/messages.hpp>
 #include <loom/runtime/resource_manager.hpp> // the kernels' resource containers, used directly
+#include <support/messages.hpp>
 
 #include <algorithm>
 #include <cmath>
