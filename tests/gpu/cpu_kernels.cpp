@@ -5,9 +5,10 @@
 // /gpu:0 and once on the CPU, trained for five steps through loom::session on the same batches from
 // the same initial weights.
 //
-// The weights' truncated_normal initializers stay on the CPU in both graphs:
-// the GPU's random numbers follow the same distribution but are other
-// numbers, and the two runs must start from the same weights to be compared.
+// The weights' truncated_normal initializers run where their variables live (they are
+// colocated, as in TF), and the GPU's random numbers follow the same distribution but are
+// other numbers: so the GPU run starts from the CPU run's initial weights, assigned from
+// placeholders after the initializer.
 #include <doctest/doctest.h>
 
 #include <loom/api.hpp>
@@ -34,13 +35,11 @@ loom::cpu_device& host_device() {
 
 namespace {
 
-// Every node on /gpu:0 (or every node on the CPU), the random initializers on the CPU.
+// Every node on /gpu:0, or every node on the CPU.
 struct mlp_placement {
   bool gpu;
-  loom::device_spec operator()(const loom::node_def& n, const loom::device_spec&) const {
-    const bool random =
-        n.op == "truncated_normal" || n.op == "random_normal" || n.op == "random_uniform";
-    return loom::device_spec::from_string(gpu && !random ? "/gpu:0" : "/cpu:0");
+  loom::device_spec operator()(const loom::node_def&, const loom::device_spec&) const {
+    return loom::device_spec::from_string(gpu ? "/gpu:0" : "/cpu:0");
   }
 };
 
@@ -61,6 +60,11 @@ struct mlp_graph {
   loom::examples::seed_mlp model;
   loom::adam_optimizer opt{0.001};
   loom::operation train;
+  // Sets the random weights to given values (the other run's), after the initializer.
+  loom::placeholder<float, 2> hid_w0{g, loom::shape{784, 64}, "hid_w0"};
+  loom::placeholder<float, 2> sm_w0{g, loom::shape{64, 10}, "sm_w0"};
+  loom::operation load_weights{
+      loom::group(g, model.hid_w.assign(hid_w0), model.sm_w.assign(sm_w0))};
 
   explicit mlp_graph(bool gpu)
       : g(seeded_graph()), global_step(placed(g, gpu, [&] { return loom::create_global_step(g); })),
@@ -83,26 +87,41 @@ loom::tensor<float, 2> batch(std::mt19937& rng, std::int64_t rows, std::int64_t 
   return t;
 }
 
+// What the checks compare, step by step, so that a difference says where it began: the
+// initial weights, the first batch's loss before any update, then each step's loss and
+// weights after it.
 struct training_run {
+  loom::tensor<float, 2> initial_hid_w, initial_sm_w;
+  float forward_loss = 0;
+  loom::tensor<float, 2> forward_y; // the softmax of the first batch, before any update
   std::vector<float> losses;
-  loom::tensor<float, 2> hid_w, sm_w;
+  std::vector<loom::tensor<float, 2>> hid_w, sm_w; // after each step
 };
 
-training_run train_mlp(bool gpu, std::uint32_t data_seed) {
+// Trains from the initializer's weights, or from `start`'s initial weights where given.
+training_run train_mlp(bool gpu, std::uint32_t data_seed, const training_run* start = nullptr) {
   mlp_graph m(gpu);
   loom::session sess(m.g);
   sess.run(loom::global_variables_initializer(m.g));
+  if (start)
+    sess.run(m.load_weights, {{m.hid_w0, start->initial_hid_w}, {m.sm_w0, start->initial_sm_w}});
   std::mt19937 rng(data_seed);
   training_run out;
+  out.initial_hid_w = sess.run(m.model.hid_w);
+  out.initial_sm_w = sess.run(m.model.sm_w);
   for (int step = 0; step < 5; ++step) {
     const auto x = batch(rng, 32, 784, false);
     const auto y = batch(rng, 32, 10, true);
+    if (step == 0) {
+      out.forward_y = sess.run(m.model.y, {{m.model.x, x}});
+      out.forward_loss = sess.run(m.model.cross_entropy, {{m.model.x, x}, {m.model.y_, y}});
+    }
     auto [_, loss] =
         sess.run(loom::fetches(m.train, m.model.cross_entropy), {{m.model.x, x}, {m.model.y_, y}});
     out.losses.push_back(loss);
+    out.hid_w.push_back(sess.run(m.model.hid_w));
+    out.sm_w.push_back(sess.run(m.model.sm_w));
   }
-  out.hid_w = sess.run(m.model.hid_w);
-  out.sm_w = sess.run(m.model.sm_w);
   return out;
 }
 
@@ -143,6 +162,17 @@ TEST_SUITE("cuda_host") {
     CHECK(gpu_nodes > 50);
   }
 
+  // What the device case below relies on: a run starts from the weights it is given, not
+  // from its initializer's (negated here, so that the two differ).
+  TEST_CASE("an MLP run starts from given initial weights") {
+    training_run given = train_mlp(false, 1);
+    for (float& w : given.initial_hid_w.flat())
+      w = -w;
+    const training_run run = train_mlp(false, 1, &given);
+    CHECK(relative_l2(given.initial_hid_w, run.initial_hid_w) == 0);
+    CHECK(relative_l2(given.initial_sm_w, run.initial_sm_w) == 0);
+  }
+
 } // TEST_SUITE
 
 TEST_SUITE("cuda_device" * doctest::skip(loom::gpu_count() == 0)) {
@@ -151,15 +181,23 @@ TEST_SUITE("cuda_device" * doctest::skip(loom::gpu_count() == 0)) {
     const auto seed = std::random_device{}();
     INFO("data seed " << seed);
     const training_run cpu = train_mlp(false, seed);
-    const training_run gpu = train_mlp(true, seed);
+    const training_run gpu = train_mlp(true, seed, &cpu);
+    REQUIRE(relative_l2(cpu.initial_hid_w, gpu.initial_hid_w) == 0);
+    REQUIRE(relative_l2(cpu.initial_sm_w, gpu.initial_sm_w) == 0);
+    INFO("forward loss: cpu " << cpu.forward_loss << ", gpu " << gpu.forward_loss
+                              << "; softmax off by " << relative_l2(cpu.forward_y, gpu.forward_y));
+    CHECK(relative_l2(cpu.forward_y, gpu.forward_y) <= 1e-5);
+    CHECK(std::abs(gpu.forward_loss - cpu.forward_loss) <= 1e-4 * std::abs(cpu.forward_loss));
     REQUIRE(cpu.losses.size() == gpu.losses.size());
     for (std::size_t i = 0; i < cpu.losses.size(); ++i) {
-      INFO("step " << i << ": cpu " << cpu.losses[i] << ", gpu " << gpu.losses[i]);
+      INFO("step " << i << ": cpu loss " << cpu.losses[i] << ", gpu " << gpu.losses[i]
+                   << "; hid_w after it off by " << relative_l2(cpu.hid_w[i], gpu.hid_w[i])
+                   << ", sm_w by " << relative_l2(cpu.sm_w[i], gpu.sm_w[i]));
       CHECK(std::isfinite(gpu.losses[i]));
       CHECK(std::abs(gpu.losses[i] - cpu.losses[i]) <= 1e-3 * std::abs(cpu.losses[i]));
+      CHECK(relative_l2(cpu.hid_w[i], gpu.hid_w[i]) <= 1e-3);
+      CHECK(relative_l2(cpu.sm_w[i], gpu.sm_w[i]) <= 1e-3);
     }
-    CHECK(relative_l2(cpu.hid_w, gpu.hid_w) <= 1e-3);
-    CHECK(relative_l2(cpu.sm_w, gpu.sm_w) <= 1e-3);
   }
 
 } // TEST_SUITE
