@@ -104,6 +104,8 @@ int main(int argc, char** argv) try {
   server.join();
   return 0;
 } catch (const loom::error& e) {
-  std::cerr << "loom-server: " << e.what() << "\n";
+  // A task that fails to start or to serve says so as a log line: with the time and, once
+  // its server named it, the task (core/log.hpp). Usage errors above are the command's own.
+  loom::logging::error(e.what());
   return 1;
 }

@@ -400,7 +400,8 @@ private:
         attempt_connect(limit);
         if (attempt > 1)
           log_line(opts_.log,
-                   "connected to " + *peer_ + " after " + std::to_string(attempt) + " attempts");
+                   "connected to " + *peer_ + " after " + std::to_string(attempt) + " attempts",
+                   logging::level::info);
         return;
       } catch (const unavailable_error& e) {
         why = e.message();
@@ -425,7 +426,8 @@ private:
                      "); retrying in " +
                      std::to_string(
                          std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()) +
-                     " ms");
+                     " ms",
+                 logging::level::info);
         wake_.wait_for(lk, wait, [&] { return stopped_; });
         if (stopped_)
           throw cancelled_error("the channel to " + *peer_ + " was stopped");

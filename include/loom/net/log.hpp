@@ -2,9 +2,10 @@
 // them (a peer that fails the same way a thousand times a second) to a few.
 #pragma once
 
+#include <loom/core/log.hpp>
+
 #include <chrono>
 #include <cstddef>
-#include <cstdio>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -16,14 +17,17 @@
 namespace loom::net {
 
 // Receives the layer's log lines ("waiting for ps task 0 at ...", rejected
-// clients, bad frames). Empty: print to stderr.
+// clients, bad frames). Empty: the library's logger (core/log.hpp), at `level`.
 using log_fn = std::function<void(std::string_view)>;
 
-inline void log_line(const log_fn& log, std::string_view msg) {
+// Most of the layer's lines say something went wrong (a rejected peer, a failed handshake
+// or accept, a bad frame): warnings unless the caller says otherwise.
+inline void log_line(const log_fn& log, std::string_view msg,
+                     logging::level level = logging::level::warn) {
   if (log)
     log(msg);
   else
-    std::fprintf(stderr, "loom: %.*s\n", static_cast<int>(msg.size()), msg.data());
+    logging::write(level, msg);
 }
 
 // Logs a line at once, and a line like it (the same text but for its numbers: a peer's

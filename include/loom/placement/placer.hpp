@@ -36,6 +36,7 @@
 #include <loom/core/device_spec.hpp>
 #include <loom/core/dtype.hpp>
 #include <loom/core/error.hpp>
+#include <loom/core/log.hpp>
 #include <loom/graph/graph.hpp>
 #include <loom/graph/node.hpp>
 #include <loom/graph/op_registry.hpp>
@@ -43,7 +44,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <functional>
-#include <iostream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -98,21 +98,29 @@ inline auto name_key(const device_spec& d) {
 
 } // namespace detail::placer_impl
 
-// Where the placer's lines go. Each distinct line is printed once over the
-// log's life; a line that changes (a node placed anew after its graph grew)
-// is printed again. Sessions place concurrently, hence the lock.
+// Where the placer's lines go: the library's logger (core/log.hpp) at `level`, or a
+// stream of the caller's. Each distinct line is printed once over the log's life; a line
+// that changes (a node placed anew after its graph grew) is printed again. Sessions place
+// concurrently, hence the lock.
 class placement_log {
 public:
-  explicit placement_log(std::ostream& out = std::cerr) : out_(&out) {}
+  placement_log() = default;
+  explicit placement_log(std::ostream& out) : out_(&out) {}
+  explicit placement_log(std::ostream* out) : out_(out) {} // null: the logger
 
-  void print(std::string line) {
+  // Where each node went is info, as TF's log_device_placement; a request not honoured warns.
+  void print(std::string line, logging::level level = logging::level::info) {
     std::lock_guard lock(mu_);
-    if (printed_.insert(line).second)
+    if (!printed_.insert(line).second)
+      return;
+    if (out_)
       *out_ << line << '\n';
+    else
+      logging::write(level, line);
   }
 
 private:
-  std::ostream* out_;
+  std::ostream* out_ = nullptr;
   std::mutex mu_;
   std::set<std::string> printed_;
 };
@@ -122,9 +130,12 @@ public:
   // Lines go to `log` (each distinct line once across the placements that share it).
   placer(std::vector<device_spec> devices, placer_options options, placement_log& log)
       : placer(std::move(devices), std::move(options), nullptr, &log) {}
+  // Lines go to the logger, every line of this placer's placements.
+  explicit placer(std::vector<device_spec> devices, placer_options options = {})
+      : placer(std::move(devices), std::move(options), std::make_unique<placement_log>(), nullptr) {
+  }
   // Lines go to `out`, every line of this placer's placements.
-  explicit placer(std::vector<device_spec> devices, placer_options options = {},
-                  std::ostream& out = std::cerr)
+  placer(std::vector<device_spec> devices, placer_options options, std::ostream& out)
       : placer(std::move(devices), std::move(options), std::make_unique<placement_log>(out),
                nullptr) {}
 
@@ -171,8 +182,9 @@ public:
           request = device_spec::merged(r, request);
         } else if (options_.log_device_placement) {
           log_->print("Ignoring device specification " + r.to_string() + " for node '" +
-                      nodes[m].name + "' because it is colocated with '" + nodes[anchor].name +
-                      "', which requests " + request.to_string());
+                          nodes[m].name + "' because it is colocated with '" + nodes[anchor].name +
+                          "', which requests " + request.to_string(),
+                      logging::level::warn);
         }
       }
       const device_spec chosen = choose(nodes, members, anchor, request);
@@ -350,7 +362,8 @@ private:
                                    missing_kernels(nodes, members, visible_) + " either");
     const device_spec chosen = best(fallback, task_only);
     log_->print("loom placer: soft placement of " + who + ": " + why + "; placed on " +
-                chosen.to_string());
+                    chosen.to_string(),
+                logging::level::warn);
     return chosen;
   }
 
@@ -392,11 +405,18 @@ inline void place(std::vector<node_def>& nodes, std::vector<device_spec> devices
   placer(std::move(devices), std::move(options), log).place(nodes);
 }
 inline void place(std::vector<node_def>& nodes, std::vector<device_spec> devices,
-                  placer_options options = {}, std::ostream& log = std::cerr) {
+                  placer_options options = {}) {
+  placer(std::move(devices), std::move(options)).place(nodes);
+}
+inline void place(std::vector<node_def>& nodes, std::vector<device_spec> devices,
+                  placer_options options, std::ostream& log) {
   placer(std::move(devices), std::move(options), log).place(nodes);
 }
-inline void place(graph& g, std::vector<device_spec> devices, placer_options options = {},
-                  std::ostream& log = std::cerr) {
+inline void place(graph& g, std::vector<device_spec> devices, placer_options options = {}) {
+  placer(std::move(devices), std::move(options)).place(g);
+}
+inline void place(graph& g, std::vector<device_spec> devices, placer_options options,
+                  std::ostream& log) {
   placer(std::move(devices), std::move(options), log).place(g);
 }
 

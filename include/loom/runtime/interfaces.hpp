@@ -49,7 +49,8 @@ struct session_options {
   // says so on placement_log. A node without a request runs on the CPU.
   bool allow_soft_placement = false;
   bool log_device_placement = false;
-  std::ostream* placement_log = &std::cerr;
+  // Where the placer's lines go; null: the library's logger (core/log.hpp).
+  std::ostream* placement_log = nullptr;
 };
 
 // The options of a session on a cluster, and of the calls a client makes of a
@@ -70,7 +71,8 @@ struct cluster_session_options {
   // shutdown_cluster about tasks it could not reach (its report still says).
   // Errors still say everything.
   bool quiet = false;
-  std::ostream* placement_log = &std::cerr;
+  // Where the placer's lines go; null: the library's logger (core/log.hpp).
+  std::ostream* placement_log = nullptr;
 };
 
 // What session::shutdown_cluster did: the tasks that were told to stop, and
@@ -135,7 +137,7 @@ struct server_options {
   std::optional<tls_settings> tls{};
   // Threads of the intra-op pool that kernels use; 0: one per hardware thread.
   int intra_op_threads = 0;
-  // Where the task's log lines go; empty: stderr.
+  // Where the task's log lines go; empty: the library's logger (core/log.hpp).
   std::function<void(std::string_view)> log{};
   // What the task's peers may hold: memory, connections, the pace of accepting.
   server_limits limits{};

@@ -8,10 +8,10 @@
 #include <loom/runtime/interfaces.hpp>
 #include <loom/runtime/local_master.hpp>
 #include <loom/runtime/master.hpp>
+#include <loom/runtime/spdlog_sink.hpp>
 #include <loom/runtime/task_server.hpp>
 
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,13 +45,12 @@ public:
     shutdown_report report =
         loom::detail::cluster_master(target, std::move(o)).shutdown_cluster(jobs, deadline);
     if (!quiet && !report.all_stopped()) {
-      std::string line = "loom: shutdown_cluster: " + std::to_string(report.unreachable.size()) +
+      std::string line = "shutdown_cluster: " + std::to_string(report.unreachable.size()) +
                          " task(s) not reached, gone already or cut off (if one still runs, "
                          "stop it by hand): ";
       for (std::size_t i = 0; i < report.unreachable.size(); ++i)
         line += (i ? "; " : "") + report.unreachable[i];
-      std::fprintf(stderr, "%s\n", line.c_str());
-      std::fflush(stderr);
+      logging::warn(line);
     }
     return report;
   }
@@ -62,6 +61,8 @@ public:
   }
 };
 
+// The logger's sink first: a line the runtime logs as it starts finds it installed.
+inline const bool log_sink_installed = spdlog_sink::install_from_environment();
 inline linked_runtime the_linked_runtime;
 inline const bool linked_runtime_installed = runtime_factory::install(the_linked_runtime);
 

@@ -29,7 +29,7 @@ public:
         allow_fusion_(!o.disable_fusion),
         placement_(
             session_placement(o.allow_soft_placement, o.log_device_placement, {}, local_cpu)),
-        placement_log_(*o.placement_log) {}
+        placement_log_(o.placement_log) {}
 
   void run(const graph& g, const run_request& req, std::vector<any_tensor>& values,
            step_stats* trace) override {

@@ -485,7 +485,7 @@ private:
 
   std::string target_;
   cluster_session_options options_;
-  placement_log placement_log_{*options_.placement_log}; // each line once for the graph
+  placement_log placement_log_{options_.placement_log}; // each line once for the graph
   std::string job_;
   int task_ = 0;
   int target_gpus_ = 0;

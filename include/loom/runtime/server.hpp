@@ -12,6 +12,7 @@
 #pragma once
 
 #include <loom/cluster/cluster_spec.hpp>
+#include <loom/core/log.hpp>
 #include <loom/runtime/interfaces.hpp>
 #include <loom/runtime/resource_manager.hpp>
 
@@ -29,8 +30,8 @@ public:
   // not_found_error (no such job or task) or failed_precondition_error (an
   // address beyond loopback without a token), each naming the task.
   server(cluster_spec cluster, std::string job, int task, server_options o = {})
-      : impl_(detail::runtime_factory::linked().server(std::move(cluster), std::move(job), task,
-                                                       std::move(o))) {}
+      : impl_(detail::runtime_factory::linked().server(
+            std::move(cluster), names_log_lines(std::move(job), task), task, std::move(o))) {}
 
   // A single-task server on 127.0.0.1, port chosen by the OS, under job
   // "localhost" (TF's tf.train.Server.create_local_server()).
@@ -62,6 +63,13 @@ public:
   void stop() { impl_->stop(); }
 
 private:
+  // The process's first server names its task on every log line (core/log.hpp), before
+  // it binds: the lines of its start carry it too.
+  static std::string names_log_lines(std::string job, int task) {
+    logging::set_task_if_unset("/job:" + job + "/task:" + std::to_string(task));
+    return job;
+  }
+
   std::unique_ptr<detail::server_interface> impl_;
 };
 

@@ -421,7 +421,7 @@ private:
   // Stops serving once join() sees it; `why` ends the line saying so (a task
   // that stops serving always tells who stopped it).
   void shut_down_as(const std::string& why) {
-    net::log_line(options_.log, describe() + ": shutting down, as " + why);
+    net::log_line(options_.log, describe() + ": shutting down, as " + why, logging::level::info);
     {
       std::lock_guard lock(mu_);
       stopping_ = true;
