@@ -22,6 +22,7 @@ packages=(
   libssl-dev
   libfarmhash-dev
   libboost-dev
+  libspdlog-dev
   python3-venv
   libbenchmark-dev
   clang-format
