@@ -8,7 +8,10 @@
 //   a worker without the token refuses to start, one with a wrong token is refused by the
 //   ps; worker 1's cable is pulled for 10 s in the middle of training (its port on the
 //   switch down) and the run must finish: worker 1 resumes, or fails with a clear error
-//   while the rest finishes.
+//   while the rest finishes; and the ps's cable pulled with default options: each worker's
+//   step fails with unavailable naming the ps ("stopped answering: no heartbeat for 6 s"),
+//   the seconds from the pull printed (#21's bar: 10 s), and once the cable is back the
+//   workers' monitored sessions recover and the run finishes.
 // - netns_netem (CTest, `--no-skip -tc='*tc netem*'`): training through tc netem's 2 ms
 //   delay and 1 % loss on every host's eth0. A kernel without sch_netem is a skip, with
 //   tc's error.
@@ -274,6 +277,14 @@ run_result train(const netns_lab& lab, const lt::temp_dir& dir, std::vector<std:
           w0.output(), w1.output()};
 }
 
+// The liveness case measures the default options: the test's own environment must not
+// change them.
+void env_must_not_set_liveness(const lt::env_overrides& env) {
+  REQUIRE_MESSAGE(std::getenv("LOOM_HEARTBEAT_TIMEOUT") == nullptr,
+                  "unset LOOM_HEARTBEAT_TIMEOUT: the case measures the default");
+  REQUIRE(env.count("LOOM_HEARTBEAT_TIMEOUT") == 0);
+}
+
 std::int64_t env_int(const char* name, std::int64_t fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::strtoll(v, nullptr, 10) : fallback;
@@ -334,6 +345,58 @@ TEST_CASE("network namespaces: the cluster token on real interfaces, and a worke
   }
   CHECK_MESSAGE(w0.output().find("Worker 0: test accuracy = ") != std::string::npos, w0.report());
   lt::expect_exit(ps, 0, 60s);
+}
+
+TEST_CASE("network namespaces: a ps's cable pulled: each worker's clear error within the "
+          "liveness timeout (default options), and the run finishes once it is back" *
+          lt::needs_examples()) {
+  netns_lab lab;
+  if (const std::string why = lab.create(); !why.empty())
+    return lt::skip_case("cannot make network namespaces: " + why);
+  const lt::temp_dir dir("loom-netns-psdown-");
+  replica_tasks tasks(lab, dir);
+  const auto env = tasks.with_token();
+  env_must_not_set_liveness(env);
+  const std::vector<std::string> extra{"--train_steps=3000"};
+  lt::child ps = tasks.start("ps", 0, env);
+  lt::child w0 = tasks.start("worker", 0, env, extra);
+  lt::child w1 = tasks.start("worker", 1, env, extra);
+  REQUIRE_MESSAGE(w0.wait_for_output("Training begins", 120s), w0.report());
+  REQUIRE_MESSAGE(w1.wait_for_output("Training begins", 120s), w1.report());
+  std::this_thread::sleep_for(1s);
+  const std::size_t seen0 = w0.output().size(), seen1 = w1.output().size();
+  lab.set_cable(0, false);
+  const auto pulled = clock_type::now();
+  // Each worker's first failed step after the pull: "Worker i: step failed (...)".
+  std::optional<double> failed0, failed1;
+  while ((!failed0 || !failed1) && clock_type::now() - pulled < 60s) {
+    for (auto [w, seen, failed] :
+         {std::tuple{&w0, seen0, &failed0}, std::tuple{&w1, seen1, &failed1}})
+      if (!*failed && w->output().find(": step failed (", seen) != std::string::npos)
+        *failed = std::chrono::duration<double>(clock_type::now() - pulled).count();
+    std::this_thread::sleep_for(50ms);
+  }
+  lab.set_cable(0, true);
+  for (auto [w, seen, failed, name] : {std::tuple{&w0, seen0, &failed0, "worker 0"},
+                                       std::tuple{&w1, seen1, &failed1, "worker 1"}}) {
+    const std::string out = w->output();
+    const auto at = out.find(": step failed (", seen);
+    REQUIRE_MESSAGE(at != std::string::npos, name << " said nothing within 60 s: " << w->report());
+    const std::string line =
+        out.substr(out.rfind('\n', at) + 1, out.find('\n', at) - out.rfind('\n', at) - 1);
+    std::cout << "ps cable pulled: " << name << "'s clear error " << **failed
+              << " s after the pull: " << line << std::endl;
+    CHECK_MESSAGE(line.find("(unavailable: ") != std::string::npos, line);
+    CHECK_MESSAGE(
+        line.find("ps task 0 at 192.0.2.1:2222 stopped answering: no heartbeat for 6 s") !=
+            std::string::npos,
+        line);
+  }
+  // Back on the wire: both recover (recreating their sessions) and the run ends.
+  lt::expect_exit(w0, 0, 180s);
+  lt::expect_exit(w1, 0, 60s);
+  lt::expect_exit(ps, 0, 60s);
+  CHECK_MESSAGE(w0.output().find("Worker 0: test accuracy = ") != std::string::npos, w0.report());
 }
 
 TEST_CASE("network namespaces: training through tc netem's 2 ms delay and 1 % loss" *

@@ -6,6 +6,7 @@
 #include <loom/cluster/cluster_resolver.hpp>
 #include <loom/cluster/cluster_spec.hpp>
 #include <loom/cluster/environment.hpp>
+#include <loom/cluster/liveness_settings.hpp>
 #include <loom/cluster/replica_device_setter.hpp>
 #include <loom/cluster/slurm_lists.hpp>
 #include <loom/cluster/tf_config.hpp>

@@ -43,10 +43,16 @@
 // starts, reads the same settings, as they read the cluster token from LOOM_CLUSTER_TOKEN.
 // Call it before starting threads (setenv is not thread-safe): every program calls it
 // first thing in main.
+//
+// So are --bind (LOOM_BIND: the address a task listens on, by default every interface
+// where the cluster is not all on this host's loopback; net/listen_address.hpp) and
+// --heartbeat_timeout (LOOM_HEARTBEAT_TIMEOUT, seconds: how soon a silent peer is declared
+// dead; cluster/liveness_settings.hpp).
 #pragma once
 
 #include <loom/cluster/cluster_spec.hpp>
 #include <loom/cluster/environment.hpp>
+#include <loom/cluster/liveness_settings.hpp>
 #include <loom/cluster/slurm_lists.hpp>
 #include <loom/cluster/tf_config.hpp>
 #include <loom/cluster/tls_settings.hpp>
@@ -76,8 +82,8 @@ struct cluster_flag_defaults {
 };
 
 // Defines the flags resolve_cluster reads: --ps_hosts, --worker_hosts, --job_name,
-// --task_index, --jobs, --port_base, --hosts, --hostfile, and the TLS flags --tls,
-// --tls_cert, --tls_key, --tls_ca.
+// --task_index, --jobs, --port_base, --hosts, --hostfile, the TLS flags --tls,
+// --tls_cert, --tls_key, --tls_ca, and --bind and --heartbeat_timeout.
 inline flags& define_cluster_flags(flags& f, const cluster_flag_defaults& defaults = {}) {
   return f.define_string("ps_hosts", defaults.ps_hosts, "Comma-separated host:port of the ps tasks")
       .define_string("worker_hosts", defaults.worker_hosts,
@@ -102,7 +108,15 @@ inline flags& define_cluster_flags(flags& f, const cluster_flag_defaults& defaul
       .define_string("tls_key", "", "TLS with certificates: its private key, PEM (LOOM_TLS_KEY)")
       .define_string("tls_ca", "",
                      "TLS with certificates: the CA that signed every task's certificate, PEM "
-                     "(LOOM_TLS_CA)");
+                     "(LOOM_TLS_CA)")
+      .define_string("bind", "",
+                     "The address this task listens on (LOOM_BIND; default: every interface, "
+                     "or its loopback address where the whole cluster is on this host's "
+                     "loopback); the others still reach it at its cluster-spec address")
+      .define_string("heartbeat_timeout", "",
+                     "Seconds without a byte from a peer with calls in flight before it is "
+                     "declared dead and the calls fail (LOOM_HEARTBEAT_TIMEOUT; default 6; 0: "
+                     "off)");
 }
 
 // This process's place in its cluster.
@@ -383,6 +397,20 @@ inline void export_tls_flags(const flags& f) {
     (void)tls_settings_from_environment();
 }
 
+// Sets LOOM_BIND and LOOM_HEARTBEAT_TIMEOUT from --bind and --heartbeat_timeout when given,
+// and checks the timeout (liveness_settings_from_environment's error names the flag).
+inline void export_listen_flags(const flags& f) {
+  for (const auto& [flag, variable] :
+       {std::pair{"bind", "LOOM_BIND"}, std::pair{"heartbeat_timeout", "LOOM_HEARTBEAT_TIMEOUT"}}) {
+    if (!f.is_set(flag))
+      continue;
+    if (::setenv(variable, f.get_string(flag).c_str(), 1) != 0)
+      fail("cannot set " + std::string(variable) + " from --" + flag);
+  }
+  if (f.is_set("heartbeat_timeout"))
+    (void)liveness_settings_from_environment();
+}
+
 // Whether a source other than Slurm or mpirun left their flags set.
 inline void reject_rank_flags(const flags& f, const std::string& winner) {
   for (const char* name : {"jobs", "port_base", "hosts", "hostfile"})
@@ -485,6 +513,7 @@ inline cluster_role resolve_cluster(const flags& f,
                                     const environment& env = process_environment()) {
   namespace impl = detail::resolver_impl;
   impl::export_tls_flags(f);
+  impl::export_listen_flags(f);
   const bool hosts_given = f.is_set("ps_hosts") || f.is_set("worker_hosts");
   std::optional<tf_config> tf;
   if (const auto text = env("TF_CONFIG");

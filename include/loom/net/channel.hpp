@@ -13,6 +13,13 @@
 //   (retrying for at most reconnect_timeout).
 // - Every call has a deadline (call_options::timeout or deadline, else the
 //   channel's default_timeout) and can be cancelled through its call_handle.
+// - Liveness (channel_options::liveness, else LOOM_HEARTBEAT_TIMEOUT;
+//   cluster/liveness_settings.hpp): while calls are in flight and nothing has come from the
+//   peer for the ping interval, the channel pings it on both connections (its io thread
+//   answers, whatever its handlers do); nothing at all for heartbeat_timeout and the peer
+//   is declared dead: the connections close and the calls in flight fail with
+//   unavailable_error ("ps task 0 at h:p stopped answering: no heartbeat for 6 s ...").
+//   Both connections use TCP keepalive.
 #pragma once
 
 #include <loom/core/error.hpp>
@@ -23,9 +30,12 @@
 #include <loom/net/handshake.hpp>
 #include <loom/net/tls.hpp>
 
+#include <asio/bind_executor.hpp>
 #include <asio/connect.hpp>
 #include <asio/ip/address.hpp>
 #include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -66,6 +76,8 @@ struct channel_options {
   std::size_t bulk_threshold = 256u << 10; // payload bytes that go over bulk
   frame_limits limits{};
   log_fn log{}; // empty: stderr
+  // How soon a silent peer is declared dead; nullopt: LOOM_HEARTBEAT_TIMEOUT, else 6 s.
+  std::optional<liveness_settings> liveness{};
 };
 
 struct call_options {
@@ -154,6 +166,7 @@ public:
     peer_ = std::make_shared<const std::string>(opts_.peer_name + " at " + address_);
     token_ = resolve_token(opts_.token);
     tls_ = make_tls_context(resolve_tls(opts_.tls), token_, tls_role::client);
+    live_ = resolve_liveness(opts_.liveness);
     client_id_ = random_u64();
     // One io thread (the default): its context is driven on demand, by the
     // caller waiting for a reply when there is one (io_runtime, lead()).
@@ -162,6 +175,8 @@ public:
     if (opts_.threads <= 1)
       on_demand = [this] { return busy(); };
     rt_ = std::make_shared<io_runtime>(opts_.threads, opts_.log, std::move(on_demand));
+    hb_strand_.emplace(asio::make_strand(rt_->context()));
+    hb_timer_.emplace(*hb_strand_);
   }
 
   const std::string& address() const noexcept { return address_; }
@@ -229,6 +244,8 @@ public:
                                                        st->describe() + " was in flight"));
     for (auto& c : conns)
       c->close("the channel is stopping");
+    // A heartbeat timer still armed would hold the io thread until it fires.
+    rt_->run_on(*hb_strand_, [self = shared_from_this()] { self->hb_timer_->cancel(); });
     std::lock_guard clk(connect_mu_); // a connect in progress has given up
     rt_->shutdown();
   }
@@ -237,6 +254,7 @@ public:
   void submit(const std::shared_ptr<call_state>& st, out_frame&& f, std::uint64_t payload_bytes) {
     std::shared_ptr<connection> c;
     std::vector<std::shared_ptr<call_state>> expired;
+    bool arm = false;
     {
       std::lock_guard lk(mu_);
       if (stopped_)
@@ -246,6 +264,10 @@ public:
       const auto now = clock::now();
       if (now >= min_deadline_)
         sweep(now, expired);
+      if (pending_.empty())
+        busy_since_ = now; // the peer's silence counts from here
+      if (live_.heartbeat() && !hb_armed_)
+        arm = hb_armed_ = true;
       if (!pending_.emplace(st->id, st).second)
         throw already_exists_error("request id " + std::to_string(st->id) +
                                    " is already in flight on the channel to " + *peer_);
@@ -254,6 +276,8 @@ public:
     }
     for (auto& e : expired)
       expire(*e);
+    if (arm)
+      rt_->run_on(*hb_strand_, [self = shared_from_this()] { self->arm_heartbeat(); });
     if (!c->send(std::move(f))) {
       remove(*st);
       throw unavailable_error(*peer_ + " is unavailable: the connection was lost before " +
@@ -346,10 +370,12 @@ public:
   void on_closed(const std::shared_ptr<connection>& c, const std::string& reason) override {
     std::vector<std::shared_ptr<call_state>> calls;
     std::shared_ptr<connection> other;
+    std::string silent; // why the peer was declared dead, if it was
     {
       std::lock_guard lk(mu_);
       if (c != control_ && c != bulk_)
         return; // an old connection
+      silent = std::exchange(declared_dead_, {});
       other = c == control_ ? bulk_ : control_;
       control_.reset();
       bulk_.reset();
@@ -362,9 +388,10 @@ public:
     if (other)
       other->close("its sibling connection closed");
     for (auto& st : calls)
-      st->finish(make_error(error_code::unavailable, "lost the connection to " + *peer_ +
-                                                         " while " + st->describe() +
-                                                         " was in flight: " + reason));
+      st->finish(make_error(error_code::unavailable,
+                            silent.empty() ? "lost the connection to " + *peer_ + " while " +
+                                                 st->describe() + " was in flight: " + reason
+                                           : silent + "; " + st->describe() + " was in flight"));
   }
 
 private:
@@ -375,6 +402,70 @@ private:
     std::lock_guard lk(mu_);
     return !pending_.empty() || !connecting_.empty() || (control_ && control_->writing()) ||
            (bulk_ && bulk_->writing());
+  }
+
+  // ---- liveness (heartbeat strand) ----
+
+  // Checks the peer every half ping interval while calls are in flight.
+  void arm_heartbeat() {
+    const auto tick = std::max(std::chrono::milliseconds(10), live_.ping_interval() / 2);
+    hb_timer_->expires_after(tick);
+    hb_timer_->async_wait(
+        asio::bind_executor(*hb_strand_, [self = shared_from_this()](std::error_code ec) {
+          if (!ec)
+            self->heartbeat_tick();
+        }));
+  }
+
+  // Pings a peer silent for the ping interval; declares one silent for heartbeat_timeout
+  // dead. Any byte received on either connection counts as life: a peer streaming a large
+  // reply, or answering pings while its handlers compute, is alive.
+  void heartbeat_tick() {
+    const auto now = clock::now();
+    std::shared_ptr<connection> ctrl, bulk;
+    clock::time_point last;
+    {
+      std::lock_guard lk(mu_);
+      if (stopped_ || pending_.empty() || !control_) {
+        hb_armed_ = false;
+        return;
+      }
+      ctrl = control_;
+      bulk = bulk_;
+      last = busy_since_;
+    }
+    last = std::max(last, ctrl->last_received());
+    if (bulk)
+      last = std::max(last, bulk->last_received());
+    const auto silence = now - last;
+    if (silence >= live_.heartbeat_timeout) {
+      const std::string why =
+          *peer_ + " stopped answering: no heartbeat for " + seconds_text(live_.heartbeat_timeout);
+      std::size_t calls = 0;
+      {
+        std::lock_guard lk(mu_);
+        hb_armed_ = false;
+        if (ctrl != control_) // reconnected meanwhile
+          return;
+        declared_dead_ = why;
+        calls = pending_.size();
+      }
+      log_line(opts_.log, why +
+                              " (heartbeat_timeout, LOOM_HEARTBEAT_TIMEOUT); closing its "
+                              "connections and failing the " +
+                              std::to_string(calls) + " call(s) in flight with unavailable");
+      ctrl->close(why);
+      if (bulk)
+        bulk->close(why);
+      return;
+    }
+    if (silence >= live_.ping_interval() && now - last_ping_ >= live_.ping_interval()) {
+      last_ping_ = now;
+      ctrl->send(out_frame(encode_heartbeat(frame_kind::ping)));
+      if (bulk) // its io thread may be another, free where the control's is busy
+        bulk->send(out_frame(encode_heartbeat(frame_kind::ping)));
+    }
+    arm_heartbeat();
   }
 
   void sweep(clock::time_point now, std::vector<std::shared_ptr<call_state>>& expired) {
@@ -497,6 +588,7 @@ private:
               return;
             }
             c->configure_socket();
+            c->enable_keepalive(self->live_);
             start_client_handshake(c, client_identity{role, self->token_, self->client_id_},
                                    *self->peer_, [at](std::exception_ptr e) {
                                      if (e)
@@ -554,6 +646,7 @@ private:
   std::shared_ptr<const std::string> peer_;
   std::optional<std::string> token_;
   std::shared_ptr<tls_context> tls_; // null: no TLS
+  liveness_settings live_;
   std::uint64_t client_id_ = 0;
   std::atomic<std::uint64_t> next_id_{1};
   std::shared_ptr<io_runtime> rt_;
@@ -569,6 +662,15 @@ private:
   std::unordered_set<std::shared_ptr<connection>> connecting_;
   std::unordered_map<std::uint64_t, std::shared_ptr<call_state>> pending_;
   clock::time_point min_deadline_ = clock::time_point::max();
+  // liveness: under mu_ (hb_armed_: a heartbeat check is scheduled; busy_since_: when the
+  // calls in flight began to be; declared_dead_: why the closing connections close)
+  bool hb_armed_ = false;
+  clock::time_point busy_since_{};
+  std::string declared_dead_;
+  // heartbeat strand only
+  std::optional<asio::strand<asio::io_context::executor_type>> hb_strand_;
+  std::optional<asio::steady_timer> hb_timer_;
+  clock::time_point last_ping_{};
 };
 
 } // namespace detail

@@ -17,6 +17,7 @@
 // as it arrives, and released when the message is delivered or the connection closes.
 #pragma once
 
+#include <loom/cluster/liveness_settings.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/net/address.hpp>
@@ -48,11 +49,17 @@
 #include <sys/uio.h>
 #define LOOM_NET_DIRECT_SEND 1
 #endif
+#ifdef __linux__
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#endif
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <deque>
 #include <exception>
@@ -187,6 +194,36 @@ public:
            std::chrono::steady_clock::duration(last_read_.load(std::memory_order_relaxed));
   }
 
+  // When this connection last received a byte (a frame's middle included). Thread-safe.
+  std::chrono::steady_clock::time_point last_received() const noexcept {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(last_read_.load(std::memory_order_relaxed)));
+  }
+
+  // TCP keepalive as `l` says (cluster/liveness_settings.hpp), after connect/accept: the
+  // kernel drops the connection when its peer's host stops answering probes, or when data
+  // stays unacknowledged as long (Linux; elsewhere SO_KEEPALIVE with the system's timing).
+  void enable_keepalive(const liveness_settings& l) {
+    if (l.keepalive_idle.count() <= 0)
+      return;
+    std::error_code ec;
+    auto& sock = io_.socket();
+    sock.set_option(asio::socket_base::keep_alive(true), ec);
+#ifdef __linux__
+    const int fd = sock.native_handle();
+    const auto secs = [](std::chrono::milliseconds d) {
+      return static_cast<int>(std::max<std::int64_t>(1, (d.count() + 999) / 1000));
+    };
+    const int idle = secs(l.keepalive_idle), interval = secs(l.keepalive_interval),
+              count = std::max(1, l.keepalive_count);
+    const unsigned user_timeout = static_cast<unsigned>(l.keepalive_total().count());
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+#endif
+  }
+
   // Handshake helpers (strand only): closes the connection at `deadline`.
   void arm_deadline(std::chrono::steady_clock::time_point deadline, std::string what) {
     timer_.expires_at(deadline);
@@ -195,7 +232,9 @@ public:
         self->do_close("timed out " + what);
     });
   }
-  void disarm_deadline() { timer_.cancel(); }
+  void disarm_deadline() {
+    timer_.cancel();
+  }
 
   // Reads exactly one handshake frame and hands it to cb (strand only).
   void read_one(once_fn cb) {
@@ -204,9 +243,13 @@ public:
   }
 
   // ---- TLS (handshake.hpp; strand only, before the connection's first frame) ----
-  bool secure() const noexcept { return io_.secure(); }
+  bool secure() const noexcept {
+    return io_.secure();
+  }
   // From now on the connection speaks TLS with ctx.
-  void use_tls(std::shared_ptr<tls_context> ctx) { io_.use_tls(std::move(ctx)); }
+  void use_tls(std::shared_ptr<tls_context> ctx) {
+    io_.use_tls(std::move(ctx));
+  }
   // The TLS handshake; done gets its error (the meaning: explain_tls_failure).
   void tls_handshake(std::function<void(std::error_code)> done) {
     io_.async_handshake(
@@ -341,6 +384,13 @@ private:
     } catch (const loom::error& e) {
       return bad_frame(e);
     }
+    // Liveness: answered here, on the io thread, whatever the handlers are doing; a pong
+    // (like every byte received) has already counted as life.
+    if (h_.kind == frame_kind::ping || h_.kind == frame_kind::pong) {
+      if (h_.kind == frame_kind::ping)
+        send(out_frame(encode_heartbeat(frame_kind::pong)));
+      return read_header();
+    }
     meta_.clear();
     read_metadata();
   }
@@ -412,7 +462,11 @@ private:
             return 0;
           return async_read_step;
         },
-        [self = shared_from_this(), next](std::error_code ec, std::size_t) {
+        [self = shared_from_this(), next](std::error_code ec, std::size_t total) {
+          // Asio calls the condition above only between reads, not after the read that
+          // fills the buffers: that read is life too (a pong is one such read).
+          if (total > 0)
+            self->last_read_.store(clock_now(), std::memory_order_relaxed);
           if (!self->refusal_.empty())
             return self->over_budget(self->refusal_);
           if (ec)

@@ -69,6 +69,11 @@ enum class frame_kind : std::uint8_t {
   request = 1,
   response = 2,
   cancel = 3,
+  // Liveness (cluster/liveness_settings.hpp): a header alone (request id 0, no metadata, no
+  // payloads), after the handshake. A ping is answered with a pong by the connection itself,
+  // on its io thread, never by a handler; both only show that the peer is alive.
+  ping = 4,
+  pong = 5,
   hello = 16,       // client -> server: role, client id, nonce
   challenge = 17,   // server -> client: nonce, server proof
   auth = 18,        // client -> server: client proof
@@ -86,7 +91,7 @@ inline constexpr std::uint16_t frame_flag_part = 0x2;
 inline constexpr std::uint64_t split_part_bytes = std::uint64_t{64} << 20;
 
 constexpr bool is_known_kind(std::uint8_t k) noexcept {
-  return k == 1 || k == 2 || k == 3 || (k >= 16 && k <= 19);
+  return (k >= 1 && k <= 5) || (k >= 16 && k <= 19);
 }
 constexpr bool is_handshake_kind(frame_kind k) noexcept {
   return static_cast<std::uint8_t>(k) >= 16;
@@ -97,6 +102,8 @@ constexpr std::string_view to_string(frame_kind k) noexcept {
   case frame_kind::request: return "request";
   case frame_kind::response: return "response";
   case frame_kind::cancel: return "cancel";
+  case frame_kind::ping: return "ping";
+  case frame_kind::pong: return "pong";
   case frame_kind::hello: return "hello";
   case frame_kind::challenge: return "challenge";
   case frame_kind::auth: return "auth";
@@ -393,6 +400,11 @@ inline frame_header parse_header(std::span<const std::byte> b, const frame_limit
       throw data_loss_error("a part frame declares " + std::to_string(h.payload_count) +
                             " payloads (must be 0)");
   }
+  if ((h.kind == frame_kind::ping || h.kind == frame_kind::pong) &&
+      (h.metadata_bytes != 0 || h.payload_count != 0))
+    throw data_loss_error("a " + std::string(to_string(h.kind)) + " frame declares " +
+                          std::to_string(h.metadata_bytes) + " metadata bytes and " +
+                          std::to_string(h.payload_count) + " payloads (must be 0 and 0)");
   if (is_handshake_kind(h.kind)) {
     if (h.payload_count != 0)
       throw data_loss_error("a " + std::string(to_string(h.kind)) + " frame declares " +
@@ -595,6 +607,13 @@ inline void begin_head(std::string& out, frame_kind kind, std::uint64_t request_
   detail::put_u64(out, request_id);
   detail::put_u32(out, 0); // metadata bytes, patched
   detail::put_u32(out, payload_count);
+}
+
+// A ping or pong frame: the header alone.
+inline std::string encode_heartbeat(frame_kind kind) {
+  std::string out;
+  begin_head(out, kind, 0, 0);
+  return out;
 }
 
 inline void finish_head(std::string& out, std::size_t start) {

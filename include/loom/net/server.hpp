@@ -67,15 +67,22 @@
 namespace loom::net {
 
 struct rpc_server_options {
-  std::string host = "127.0.0.1";
-  std::uint16_t port = 0; // 0: the OS chooses; see rpc_server::port()
-  int threads = 2;        // io threads (handlers run on them)
+  std::string host = "127.0.0.1"; // where it listens: an address, a name, 0.0.0.0 or ::
+  std::uint16_t port = 0;         // 0: the OS chooses; see rpc_server::port()
+  // Where clients reach it (a cluster task's cluster-spec host), as address() and the
+  // errors it sends say; empty: host.
+  std::string advertised_host{};
+  int threads = 2; // io threads (handlers run on them)
   // The cluster token. nullopt: LOOM_CLUSTER_TOKEN / LOOM_CLUSTER_TOKEN_FILE; "": none.
   std::optional<std::string> token{};
   // Serve beyond loopback without a token (also LOOM_ALLOW_INSECURE=1).
   bool allow_insecure = false;
   // TLS (cluster/tls_settings.hpp). nullopt: LOOM_TLS / LOOM_TLS_CERT, _KEY, _CA.
   std::optional<tls_settings> tls{};
+  // TCP keepalive on the connections accepted (cluster/liveness_settings.hpp: a client
+  // whose host vanished is let go of); nullopt: LOOM_HEARTBEAT_TIMEOUT's settings. Pings
+  // are answered whatever this says.
+  std::optional<liveness_settings> liveness{};
   frame_limits limits{};
   std::chrono::milliseconds handshake_timeout{10000};
   std::size_t dedupe_window = 1u << 16; // (client, request id) pairs remembered
@@ -276,6 +283,7 @@ public:
     token_ = resolve_token(opts_.token);
     const tls_settings tls = resolve_tls(opts_.tls);
     tls_ = make_tls_context(tls, token_, tls_role::server); // before any socket: files, token
+    live_ = resolve_liveness(opts_.liveness);
     // Peers with a certificate the CA signed are authenticated as much as with a token.
     const bool authenticated = token_ || tls.mode == tls_mode::certificates;
     const bool insecure = opts_.allow_insecure || insecure_from_environment();
@@ -297,6 +305,7 @@ public:
     if (!authenticated && !is_loopback_host(addr) && !insecure)
       throw failed_precondition_error(
           "refusing to serve on " + requested +
+          (addr.is_unspecified() ? " (every interface)" : "") +
           " without a cluster token: anyone who can reach that address could run requests. "
           "Set LOOM_CLUSTER_TOKEN (or LOOM_CLUSTER_TOKEN_FILE) for every task, use TLS with "
           "certificates (LOOM_TLS_CERT, LOOM_TLS_KEY, LOOM_TLS_CA), or opt into insecure mode "
@@ -327,7 +336,8 @@ public:
       throw unavailable_error("cannot listen on " + to_string(ep) + ": " + ec.message());
     }
     port_ = acceptor_->local_endpoint().port();
-    address_ = join_address(opts_.host, port_);
+    address_ =
+        join_address(opts_.advertised_host.empty() ? opts_.host : opts_.advertised_host, port_);
     // Said once, so that whoever runs a tokenless task learns that others can reach it;
     // not when the program chose no token itself (token = "": a test, a deliberate setup).
     if (!authenticated && !opts_.token)
@@ -600,6 +610,7 @@ private:
                       std::to_string(opts_.max_handshaking_connections) + ")");
     c->attach_budget(budget_);
     c->configure_socket();
+    c->enable_keepalive(live_);
     c->run([self = shared_from_this(), c] { self->handshake(c); });
   }
 
@@ -743,6 +754,7 @@ private:
   rpc_server_options opts_;
   std::optional<std::string> token_;
   std::shared_ptr<tls_context> tls_; // null: no TLS
+  liveness_settings live_;
   std::shared_ptr<io_runtime> rt_;
   std::shared_ptr<log_limiter> limiter_;
   log_fn log_; // through limiter_: the lines about peers, which a flood would repeat

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <loom/cluster/cluster_spec.hpp>
+#include <loom/cluster/liveness_settings.hpp>
 #include <loom/cluster/tls_settings.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
@@ -67,6 +68,9 @@ struct cluster_session_options {
   std::chrono::milliseconds connect_timeout{30000};
   // A step that takes longer fails with deadline_exceeded (0: no limit).
   std::chrono::milliseconds step_timeout{0};
+  // How soon a task that stopped answering fails the calls to it with unavailable
+  // (cluster/liveness_settings.hpp); nullopt: LOOM_HEARTBEAT_TIMEOUT, else 6 s.
+  std::optional<liveness_settings> liveness{};
   // No "waiting for <task>" lines while connecting, and no line from
   // shutdown_cluster about tasks it could not reach (its report still says).
   // Errors still say everything.
@@ -135,6 +139,17 @@ struct server_options {
   // TLS for the task's connections, served and made (cluster/tls_settings.hpp); nullopt:
   // LOOM_TLS, LOOM_TLS_CERT... (which the cluster flags --tls, --tls_cert... set).
   std::optional<tls_settings> tls{};
+  // The address to listen on (net/listen_address.hpp); nullopt: LOOM_BIND (--bind), else
+  // every interface, or the task's loopback address where the whole cluster is on this
+  // host's loopback. The others reach the task at its cluster-spec address either way.
+  std::optional<std::string> bind{};
+  // How long the task's own cluster-spec host name may take to resolve (a Kubernetes pod's
+  // name, published after the pod starts) before the server fails naming it.
+  std::chrono::milliseconds resolve_timeout{std::chrono::minutes(2)};
+  // How soon a peer that stopped answering fails the task's calls to it (its steps'
+  // transfers), and the keepalive on its connections (cluster/liveness_settings.hpp);
+  // nullopt: LOOM_HEARTBEAT_TIMEOUT, else 6 s.
+  std::optional<liveness_settings> liveness{};
   // Threads of the intra-op pool that kernels use; 0: one per hardware thread.
   int intra_op_threads = 0;
   // Where the task's log lines go; empty: the library's logger (core/log.hpp).

@@ -68,6 +68,7 @@ public:
     net::channel_options co;
     co.token = options_.token;
     co.tls = options_.tls;
+    co.liveness = options_.liveness;
     co.connect_timeout = options_.connect_timeout;
     if (options_.quiet)
       co.log = [](std::string_view) {};

@@ -6,6 +6,7 @@
 
 #include <loom/cluster/cluster_spec.hpp>
 #include <loom/graph/serialize.hpp>
+#include <loom/net/listen_address.hpp>
 #include <loom/net/rpc.hpp>
 #include <loom/runtime/executor.hpp>
 #include <loom/runtime/interfaces.hpp>
@@ -52,14 +53,17 @@ public:
     const std::string& address = cluster.task_address(job_, task_);
     host_port hp = parse_host_port(address);
     net::rpc_server_options so = rpc_options(options_.limits);
-    so.host = hp.host;
     so.port = hp.port;
+    so.advertised_host = hp.host; // how errors and logs name it: where the others reach it
     so.token = options_.token;
     so.tls = options_.tls;
+    so.liveness = options_.liveness;
     so.allow_insecure = options_.allow_insecure;
     so.log = options_.log;
     so.threads = 2;
     try {
+      so.host = net::choose_listen_host(cluster, job_, task_, options_.bind,
+                                        options_.resolve_timeout, options_.log);
       rpc_ = std::make_unique<net::rpc_server>(so);
     } catch (const error& e) {
       net::throw_error(e.code(),
@@ -75,6 +79,7 @@ public:
     net::channel_options peer_options;
     peer_options.token = options_.token;
     peer_options.tls = options_.tls;
+    peer_options.liveness = options_.liveness;
     peer_options.log = options_.log;
     peers_ = std::make_unique<worker_cache>(cluster_, peer_options);
     std::random_device rd;

@@ -19,7 +19,10 @@
 //     the chief restores the last checkpoint, the others wait for it, and the
 //     step is retried (TF's _RecoverableSession). Attempts wait recovery_wait,
 //     doubling up to max_recovery_wait; they go on for as long as
-//     recovery_deadline allows (by default without end, as TF's). Each
+//     recovery_deadline allows (10 minutes by default; TF's go on without end,
+//     and a worker cut off while the chief finished the run, its ps shut down,
+//     would retry for ever: with no task left to tell it, a bound is the only
+//     signal that can reach it). Each
 //     recovery is logged once when it begins (and again after 2, 4, 8, ...
 //     failed attempts).
 //   - close(): the hooks' end (the chief's final checkpoint); each worker
@@ -91,8 +94,10 @@ struct monitored_session_options {
   std::chrono::milliseconds recovery_wait{1000};
   std::chrono::milliseconds max_recovery_wait{std::chrono::seconds(30)};
   // How long one recovery (from the failure to the next step that succeeds)
-  // may go on before the error is thrown; 0: without end.
-  std::chrono::milliseconds recovery_deadline{0};
+  // may go on before the error is thrown; 0: without end (TF's). A ps gone for
+  // longer (a run that ended without this worker, a host that died) is a job
+  // to restart, which the error tells its scheduler.
+  std::chrono::milliseconds recovery_deadline{std::chrono::minutes(10)};
   // How long a worker waits for the chief to initialize the variables.
   std::chrono::milliseconds ready_timeout{std::chrono::minutes(10)};
   // How long the chief waits in close() for the other workers to finish, at
