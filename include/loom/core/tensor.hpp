@@ -6,6 +6,7 @@
 // buffer, as TF's Tensor does; clone() makes a deep copy.
 #pragma once
 
+#include <loom/core/block_cache.hpp>
 #include <loom/core/dtype.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/shape.hpp>
@@ -55,54 +56,6 @@ struct memory_location {
 };
 
 namespace detail {
-
-// Large blocks that tensors released, kept for the next tensor of the same
-// size. A ps that takes a 64 MB assign or sends a 64 MB variable every step
-// would otherwise pay a fresh mapping each time (an mmap, 16384 page faults,
-// an munmap: on loopback about as long as moving the bytes). Blocks under
-// min_bytes come from malloc's own free lists; at most max_idle_bytes wait.
-class block_cache {
-public:
-  static constexpr std::size_t alignment = 64;
-  static constexpr std::size_t min_bytes = 256u << 10;
-  static constexpr std::size_t max_idle_bytes = 512u << 20;
-
-  // Never destroyed: tensors in other static objects may outlive any order.
-  static block_cache& instance() {
-    static block_cache* c = new block_cache;
-    return *c;
-  }
-
-  void* allocate(std::size_t bytes) {
-    if (bytes >= min_bytes) {
-      std::lock_guard lock(mu_);
-      if (auto it = idle_.find(bytes); it != idle_.end()) {
-        void* p = it->second;
-        idle_.erase(it);
-        idle_bytes_ -= bytes;
-        return p;
-      }
-    }
-    return ::operator new (bytes, std::align_val_t{alignment});
-  }
-
-  void release(void* p, std::size_t bytes) noexcept {
-    if (bytes >= min_bytes) {
-      std::lock_guard lock(mu_);
-      if (idle_bytes_ + bytes <= max_idle_bytes) {
-        idle_.emplace(bytes, p);
-        idle_bytes_ += bytes;
-        return;
-      }
-    }
-    ::operator delete (p, std::align_val_t{alignment});
-  }
-
-private:
-  std::mutex mu_;
-  std::multimap<std::size_t, void*> idle_;
-  std::size_t idle_bytes_ = 0;
-};
 
 // An aligned allocation of n elements of one dtype. Strings are constructed and
 // destroyed; arithmetic elements are left uninitialised, because kernels

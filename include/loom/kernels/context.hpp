@@ -43,6 +43,13 @@ public:
   virtual ~resource_access() = default;
   // The variable a "variable" node names, created (uninitialised) if missing.
   virtual variable_resource& variable(const node_def& variable_node) = 0;
+  // Names the set of variables variable() hands out: while it is unchanged, a
+  // node's variable() is the same object, so a caller (the executor's plans)
+  // may keep what variable() returned instead of asking again (two attribute
+  // reads and two map finds by name a step per variable). It changes when the
+  // variables are replaced (reset()); no two sets ever share one, across
+  // objects too. 0: never keep.
+  virtual std::uint64_t generation() const noexcept { return 0; }
   // A random engine that lives as long as the variables do, one per node.
   virtual std::mt19937_64& random_engine(const node_def& node, std::uint64_t seed) = 0;
   // The resource (container, name), made by `make` if missing. Shared, so a

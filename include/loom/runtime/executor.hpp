@@ -10,6 +10,7 @@
 #include <loom/runtime/step_tracer.hpp>
 
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -56,6 +57,27 @@ inline int intra_op_threads(int requested) {
     return requested;
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
+
+// A kernel's input or ref pointers: on the stack up to 8 (nearly every
+// kernel), so running a node allocates nothing for them (a ctr worker's step
+// runs several nodes per table shard: routing, unique, gather, their gradients).
+template <class T> class pointer_list {
+public:
+  explicit pointer_list(std::size_t n) : n_(n) {
+    if (n_ > on_stack)
+      heap_.resize(n_);
+  }
+  T*& operator[](std::size_t i) { return n_ > on_stack ? heap_[i] : stack_[i]; }
+  std::span<T* const> span() const {
+    return n_ > on_stack ? std::span<T* const>(heap_) : std::span<T* const>(stack_.data(), n_);
+  }
+
+private:
+  static constexpr std::size_t on_stack = 8;
+  std::size_t n_;
+  std::array<T*, on_stack> stack_{};
+  std::vector<T*> heap_;
+};
 
 // One plan's steps in flight (run_plan, start_plan); the plan's private state
 // (its steps, their dependencies, the GPU constants it keeps) is read here.
@@ -216,13 +238,12 @@ private:
               !p_.keep_[static_cast<std::size_t>(in)])
             forwardable |= 1u << i;
         }
-        std::vector<const any_tensor*> inputs;
-        inputs.reserve(s.inputs.size());
-        for (node_id in : s.inputs)
-          inputs.push_back(in == no_node ? nullptr : &value_at(x, in, s.where));
+        pointer_list<const any_tensor> inputs(s.inputs.size());
+        for (std::size_t i = 0; i < s.inputs.size(); ++i)
+          inputs[i] = s.inputs[i] == no_node ? nullptr : &value_at(x, s.inputs[i], s.where);
         if (s.blocking && x.rendezvous)
           x.rendezvous->flush();
-        run_step(x.g, s, inputs, x.values, x.device, x.resources, forwardable,
+        run_step(x.g, s, inputs.span(), x.values, x.device, x.resources, forwardable,
                  x.rendezvous ? x.rendezvous->cancellation() : nullptr);
         if (s.kept)
           keep(x, s);
@@ -330,7 +351,7 @@ private:
       any_tensor& v = values[static_cast<std::size_t>(in)];
       if (v.empty())
         continue;
-      variable_resource& r = resources.variable(g.node(in));
+      variable_resource& r = variable_of(g, in, resources);
       std::lock_guard lock(r.mu);
       if (r.initialized) {
         read = read || !v.shares_buffer_with(r.value);
@@ -357,11 +378,10 @@ private:
       return;
     }
     for (const step& f : s.fallback) {
-      std::vector<const any_tensor*> inputs;
-      inputs.reserve(f.inputs.size());
-      for (node_id in : f.inputs)
-        inputs.push_back(in == no_node ? nullptr : &value_at(x, in, f.where));
-      run_step(x.g, f, inputs, x.values, x.device, x.resources);
+      pointer_list<const any_tensor> inputs(f.inputs.size());
+      for (std::size_t i = 0; i < f.inputs.size(); ++i)
+        inputs[i] = f.inputs[i] == no_node ? nullptr : &value_at(x, f.inputs[i], f.where);
+      run_step(x.g, f, inputs.span(), x.values, x.device, x.resources);
     }
     for (const step& f : s.fallback)
       if (f.id != s.id)
@@ -377,17 +397,41 @@ private:
     return *gpu;
   }
 
+  // The variable of the variable node `id`: what resources.variable() returns,
+  // kept by the plan while the resources' generation() stays the same (a
+  // lookup by name costs two attribute reads and two map finds; a ps step
+  // reads and updates hundreds of variables). A reset() of the resources
+  // changes the generation, and the next lookup asks them again.
+  variable_resource& variable_of(const graph& g, node_id id, resource_access& resources) const {
+    const std::uint64_t generation = resources.generation();
+    if (generation == 0)
+      return resources.variable(g.node(id));
+    std::lock_guard lock(p_.variables_mu_);
+    if (p_.variables_generation_ != generation) {
+      p_.variables_.assign(g.size(), nullptr);
+      p_.variables_generation_ = generation;
+    }
+    variable_resource*& v = p_.variables_[static_cast<std::size_t>(id)];
+    if (!v)
+      v = &resources.variable(g.node(id));
+    return *v;
+  }
+
   // Runs a kernel step on `inputs` (its data inputs, at the step's location).
-  static void run_step(const graph& g, const step& s, std::span<const any_tensor* const> inputs,
-                       std::vector<any_tensor>& values, const cpu_device& device,
-                       resource_access& resources, std::uint32_t forwardable = 0,
-                       step_cancellation* cancellation = nullptr) {
+  // Its refs are the variables of its ref inputs; a variable node's own
+  // variable is its one ref (variable_cpu reads it there).
+  void run_step(const graph& g, const step& s, std::span<const any_tensor* const> inputs,
+                std::vector<any_tensor>& values, const cpu_device& device,
+                resource_access& resources, std::uint32_t forwardable = 0,
+                step_cancellation* cancellation = nullptr) const {
     const node_def& n = g.node(s.id);
-    std::vector<variable_resource*> refs;
-    refs.reserve(s.refs.size());
-    for (node_id r : s.refs)
-      refs.push_back(&resources.variable(g.node(r)));
-    kernel_context ctx{n, inputs, refs, device, resources, {}, forwardable, cancellation};
+    const bool variable = p_.variable_read_[static_cast<std::size_t>(s.id)];
+    pointer_list<variable_resource> refs(variable ? 1 : s.refs.size());
+    if (variable)
+      refs[0] = &variable_of(g, s.id, resources);
+    for (std::size_t i = 0; !variable && i < s.refs.size(); ++i)
+      refs[i] = &variable_of(g, s.refs[i], resources);
+    kernel_context ctx{n, inputs, refs.span(), device, resources, {}, forwardable, cancellation};
     if (s.where.on_host())
       s.kernel(ctx);
     else

@@ -299,6 +299,12 @@ private:
   // them (shared by its concurrent steps).
   mutable std::mutex kept_mu_;
   mutable std::unordered_map<node_id, any_tensor> kept_;
+  // The variables of the steps' variable nodes and ref inputs, by node id, as
+  // resource_access::variable() returned them for `variables_generation_`
+  // (plan_execution::variable_of): looked up by name once, not every step.
+  mutable std::mutex variables_mu_;
+  mutable std::uint64_t variables_generation_ = 0;
+  mutable std::vector<variable_resource*> variables_;
 };
 
 } // namespace loom::detail

@@ -5,6 +5,7 @@
 
 #include <loom/kernels/registry.hpp>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -45,6 +46,10 @@ public:
   }
   using resource_access::resource;
 
+  std::uint64_t generation() const noexcept override {
+    return generation_.load(std::memory_order_acquire);
+  }
+
   // Names of the variables in a container that are not yet initialised.
   std::vector<std::string> uninitialized(const std::string& container,
                                          const std::vector<std::string>& names) {
@@ -71,6 +76,7 @@ public:
   // Clears the named containers (all when empty), TF's Session.reset.
   void reset(const std::vector<std::string>& containers = {}) {
     std::lock_guard lock(mu_);
+    generation_.store(next_generation(), std::memory_order_release);
     if (containers.empty()) {
       containers_.clear();
       others_.clear();
@@ -84,6 +90,13 @@ public:
   }
 
 private:
+  // Unique over the process's resource managers and their resets.
+  static std::uint64_t next_generation() noexcept {
+    static std::atomic<std::uint64_t> last{0};
+    return last.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+
+  std::atomic<std::uint64_t> generation_{next_generation()};
   std::mutex mu_;
   std::map<std::string, std::map<std::string, std::unique_ptr<variable_resource>>> containers_;
   std::map<std::string, std::map<std::string, std::shared_ptr<resource_base>>> others_;

@@ -16,10 +16,12 @@ template <class T> struct constant_cpu {
 };
 
 // Reading a variable shares its buffer; the executor clones a fetched
-// variable so that later updates never change a value already returned.
+// variable so that later updates never change a value already returned. The
+// executor hands the node's own variable as its one ref (looked up once per
+// plan, not by name every step); a caller without it, the lookup by name.
 template <class T> struct variable_cpu {
   static void run(kernel_context& c) {
-    variable_resource& v = c.resources.variable(c.node);
+    variable_resource& v = c.refs.empty() ? c.resources.variable(c.node) : *c.refs[0];
     std::lock_guard lock(v.mu);
     check_variable_initialized(c.node, v);
     c.output = v.value;

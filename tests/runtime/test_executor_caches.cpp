@@ -1,0 +1,125 @@
+// What the executor keeps between steps: a plan looks each of its variables
+// up by name once (resource_access::variable: two attribute reads and two map
+// finds) and keeps it while the resources' generation() is unchanged; after a
+// reset() it asks again, and never touches a variable the reset destroyed.
+#include <loom/api.hpp>
+#include <loom/runtime/executor.hpp>
+#include <loom/runtime/resource_manager.hpp>
+
+#include <doctest/doctest.h>
+#include <support/messages.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+using loom::testing::contains;
+
+// A resource_manager that counts the lookups of variables by name.
+class counting_resources final : public loom::detail::resource_access {
+public:
+  loom::detail::variable_resource& variable(const loom::node_def& n) override {
+    ++lookups;
+    return inner.variable(n);
+  }
+  std::mt19937_64& random_engine(const loom::node_def& n, std::uint64_t seed) override {
+    return inner.random_engine(n, seed);
+  }
+  std::shared_ptr<loom::detail::resource_base>
+  resource(const std::string& container, const std::string& name,
+           const std::function<std::shared_ptr<loom::detail::resource_base>()>& make) override {
+    return inner.resource(container, name, make);
+  }
+  using resource_access::resource;
+  std::uint64_t generation() const noexcept override { return inner.generation(); }
+
+  loom::detail::resource_manager inner;
+  int lookups = 0;
+};
+
+} // namespace
+
+TEST_CASE("a plan looks its variables up once per generation of the resources") {
+  loom::graph g;
+  loom::variable<float, 1> v(g, "v", loom::shape{2}, loom::ones_initializer{});
+  const auto doubled = loom::lower(v * 2.0f); // a step that reads v (reread_variables)
+  const loom::detail::plan init(g, {{}, {v.initializer().id()}, {}});
+  const loom::detail::plan read(g, {{doubled.id()}, {}, {}});
+  Eigen::ThreadPool pool(2);
+  const loom::cpu_device device(&pool, 2);
+  counting_resources resources;
+  auto run = [&](const loom::detail::plan& p) {
+    std::vector<loom::any_tensor> values(g.size());
+    loom::detail::run_plan(p, g, values, device, resources);
+    return values;
+  };
+
+  run(init);
+  CHECK(resources.lookups == 1); // the assign's ref
+  for (int step = 0; step < 3; ++step) {
+    const auto values = run(read);
+    CHECK(values[static_cast<std::size_t>(doubled.id())].data<float>()[1] == 2.0f);
+  }
+  CHECK(resources.lookups == 2); // v's own step, once; its reader and later steps kept it
+
+  // reset() destroys v's variable and changes the generation: the plan asks
+  // again and finds the new, uninitialised one (a kept pointer would read freed memory).
+  const std::uint64_t before = resources.generation();
+  resources.inner.reset();
+  CHECK(resources.generation() != before);
+  CHECK(resources.generation() != loom::detail::resource_manager().generation());
+  std::string error;
+  try {
+    run(read);
+  } catch (const loom::error& e) {
+    error = e.what();
+  }
+  CHECK(contains(error, "uninitialized"));
+  CHECK(resources.lookups == 3);
+  run(init);
+  CHECK(run(read)[static_cast<std::size_t>(doubled.id())].data<float>()[0] == 2.0f);
+  CHECK(resources.lookups == 4); // the init plan's cache was of the old generation too
+}
+
+// The tensors' block cache (core/block_cache.hpp): a released block serves the
+// next tensor of its size class, and never a block a live tensor holds.
+TEST_CASE("the block cache reuses a released tensor's memory and never a live one's") {
+  using loom::detail::block_cache;
+  if (!block_cache::keeps_blocks) {
+    MESSAGE("skipped: built with AddressSanitizer, the block cache keeps nothing");
+    return;
+  }
+  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{300}, std::int64_t{50'000},
+                               std::int64_t{100'003}}) { // 4 B to 400 KB (exact-size blocks)
+    CAPTURE(n);
+    const void* released = nullptr;
+    {
+      const loom::any_tensor a(loom::dtype::f32, loom::shape{n});
+      released = a.raw_data();
+    }
+    const loom::any_tensor b(loom::dtype::f32, loom::shape{n}); // takes the released block
+    CHECK(b.raw_data() == released);
+    const loom::any_tensor c(loom::dtype::f32, loom::shape{n}); // b still holds it
+    CHECK(c.raw_data() != b.raw_data());
+    const loom::any_tensor shared = b; // a copy shares b's buffer: b's block stays b's
+    CHECK(shared.raw_data() == b.raw_data());
+  }
+  // Sizes of one class share blocks; a block is at least what was asked for.
+  CHECK(block_cache::block_bytes(1000) == block_cache::block_bytes(1010));
+  for (std::size_t bytes = 1; bytes < block_cache::large_bytes; bytes += bytes / 7 + 1) {
+    CAPTURE(bytes);
+    CHECK(block_cache::block_bytes(bytes) >= bytes);
+    CHECK(block_cache::block_bytes(bytes) <= std::max<std::size_t>(64, bytes + bytes / 4));
+  }
+  const void* released = nullptr;
+  {
+    const loom::any_tensor a(loom::dtype::f32, loom::shape{250}); // 1000 bytes
+    released = a.raw_data();
+  }
+  const loom::any_tensor b(loom::dtype::f32, loom::shape{252}); // 1008 bytes, same class
+  CHECK(b.raw_data() == released);
+}
