@@ -16,9 +16,8 @@
 //   delay and 1 % loss on every host's eth0. A kernel without sch_netem is a skip, with
 //   tc's error.
 // - the figures (by hand: LOOM_NETNS_FIGURES=1 test_netns -tc='*figures*'): full runs
-//   with no netem, 2 ms delay, and 2 ms + 1 % loss (examples/s, test accuracy), and the
-//   time from pulling the ps's cable to each worker's error. LOOM_NETNS_TRAIN_STEPS
-//   (default 12000) and LOOM_NETNS_PS_DOWN_WAIT (seconds, default 420) size them.
+//   with no netem, 2 ms delay, and 2 ms + 1 % loss (examples/s, test accuracy);
+//   LOOM_NETNS_TRAIN_STEPS (default 12000) sizes them.
 //
 // Needs root and iproute2 (ip, tc); where a namespace cannot be made the case prints
 // "skipped: " and ip's error, which CTest reports as skipped. The namespaces carry this
@@ -418,8 +417,7 @@ TEST_CASE("network namespaces: training through tc netem's 2 ms delay and 1 % lo
   }
 }
 
-TEST_CASE("network namespaces, figures: full runs under delay and loss, and a ps's cable "
-          "pulled (LOOM_NETNS_FIGURES=1)" *
+TEST_CASE("network namespaces, figures: full runs under delay and loss (LOOM_NETNS_FIGURES=1)" *
           doctest::skip(std::getenv("LOOM_NETNS_FIGURES") == nullptr)) {
   if (lt::no_examples)
     return lt::skip_case("built without examples (LOOM_BUILD_EXAMPLES=OFF)");
@@ -444,39 +442,5 @@ TEST_CASE("network namespaces, figures: full runs under delay and loss, and a ps
               << number_after(r.w0, "Worker 0: test accuracy = ").value_or(-1) << " and "
               << number_after(r.w1, "Worker 1: test accuracy = ").value_or(-1) << ", " << r.seconds
               << " s from start to the last exit" << std::endl;
-  }
-
-  // The ps's cable pulled for good while both workers train: how long until each says so.
-  netns_lab lab;
-  REQUIRE(lab.create().empty());
-  const lt::temp_dir dir("loom-netns-psdown-");
-  replica_tasks tasks(lab, dir);
-  const auto env = tasks.with_token();
-  lt::child ps = tasks.start("ps", 0, env);
-  lt::child w0 = tasks.start("worker", 0, env, {"--train_steps=100000000"});
-  lt::child w1 = tasks.start("worker", 1, env, {"--train_steps=100000000"});
-  REQUIRE_MESSAGE(w0.wait_for_output("Training begins", 120s), w0.report());
-  REQUIRE_MESSAGE(w1.wait_for_output("Training begins", 120s), w1.report());
-  std::this_thread::sleep_for(2s);
-  lab.set_cable(0, false);
-  const auto pulled = clock_type::now();
-  const auto wait = std::chrono::seconds(env_int("LOOM_NETNS_PS_DOWN_WAIT", 420));
-  const std::size_t seen0 = w0.output().size(), seen1 = w1.output().size();
-  std::optional<double> gone0, gone1; // seconds from the pull to each worker's exit
-  while ((!gone0 || !gone1) && clock_type::now() - pulled < wait) {
-    for (auto [w, gone] : {std::pair{&w0, &gone0}, std::pair{&w1, &gone1}})
-      if (!*gone && !w->running())
-        *gone = std::chrono::duration<double>(clock_type::now() - pulled).count();
-    std::this_thread::sleep_for(100ms);
-  }
-  for (auto [w, gone, seen, name] :
-       {std::tuple{&w0, &gone0, seen0, "worker 0"}, std::tuple{&w1, &gone1, seen1, "worker 1"}}) {
-    if (*gone)
-      std::cout << "ps cable pulled: " << name << " exited (" << w->wait(1s)->to_string() << ") "
-                << **gone << " s later: " << error_line(w->output()) << "\n";
-    else
-      std::cout << "ps cable pulled: " << name << " still running, no error, "
-                << std::chrono::duration_cast<std::chrono::seconds>(wait).count() << " s later\n";
-    std::cout << "  what it printed after the pull:\n" << w->output().substr(seen) << std::flush;
   }
 }

@@ -8,10 +8,10 @@
 //     (never its handlers), and any byte received counts as life. Nothing for
 //     heartbeat_timeout: the peer is declared dead ("ps task 0 at h:p stopped answering:
 //     no heartbeat for 6 s"). It catches a frozen process, whose kernel still acknowledges.
-//   - TCP keepalive (Linux: TCP_KEEPIDLE/KEEPINTVL/KEEPCNT and TCP_USER_TIMEOUT): the
-//     kernel probes a connection idle for keepalive_idle and drops it after keepalive_count
-//     unanswered probes keepalive_interval apart, or after data stays unacknowledged that
-//     long; on both sides, so a server also lets go of a client whose host vanished.
+//   - TCP keepalive (Linux: TCP_KEEPIDLE/KEEPINTVL/KEEPCNT): the kernel probes a connection
+//     idle for keepalive_idle and drops it after keepalive_count unanswered probes
+//     keepalive_interval apart; on both sides, so a server also lets go of a client whose
+//     host vanished.
 //
 // A program takes the timeout from its environment, as it takes the cluster token:
 //
@@ -51,10 +51,6 @@ struct liveness_settings {
     if (heartbeat_interval.count() > 0)
       return heartbeat_interval;
     return std::max(std::chrono::milliseconds(1), heartbeat_timeout / 3);
-  }
-  // How long the kernel gives a dead connection: idle, then the unanswered probes.
-  std::chrono::milliseconds keepalive_total() const noexcept {
-    return keepalive_idle + keepalive_interval * std::max(keepalive_count, 0);
   }
 };
 

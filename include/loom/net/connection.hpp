@@ -201,8 +201,11 @@ public:
   }
 
   // TCP keepalive as `l` says (cluster/liveness_settings.hpp), after connect/accept: the
-  // kernel drops the connection when its peer's host stops answering probes, or when data
-  // stays unacknowledged as long (Linux; elsewhere SO_KEEPALIVE with the system's timing).
+  // kernel drops an idle connection whose peer's host stops answering probes (Linux;
+  // elsewhere SO_KEEPALIVE with the system's timing). No TCP_USER_TIMEOUT: it would also
+  // drop a connection whose peer keeps its window closed that long (Linux >= 5.10 counts
+  // acknowledged zero-window probes), i.e. a busy peer that has not read yet; a call in
+  // flight is watched by the channel's heartbeat instead.
   void enable_keepalive(const liveness_settings& l) {
     if (l.keepalive_idle.count() <= 0)
       return;
@@ -216,11 +219,9 @@ public:
     };
     const int idle = secs(l.keepalive_idle), interval = secs(l.keepalive_interval),
               count = std::max(1, l.keepalive_count);
-    const unsigned user_timeout = static_cast<unsigned>(l.keepalive_total().count());
     ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
     ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
     ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-    ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
 #endif
   }
 
