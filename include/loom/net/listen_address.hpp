@@ -73,10 +73,12 @@ inline asio::ip::address resolve_own_host(const std::string& host,
                               "listen on with --bind (LOOM_BIND)");
     wait = std::min(wait, timeout - elapsed);
     if ((attempt & (attempt - 1)) == 0)
-      log_line(log, "waiting for this task's host name '" + host + "' to resolve (attempt " +
-                        std::to_string(attempt) + ": " + why + "); retrying in " +
-                        std::to_string(wait.count()) + " ms, for at most " + seconds_text(timeout) +
-                        " in all");
+      log_line(log,
+               "waiting for this task's host name '" + host + "' to resolve (attempt " +
+                   std::to_string(attempt) + ": " + why + "); retrying in " +
+                   std::to_string(wait.count()) + " ms, for at most " + seconds_text(timeout) +
+                   " in all",
+               logging::level::info);
     std::this_thread::sleep_for(wait);
     wait = std::min(wait * 2, std::chrono::milliseconds(2000));
   }
