@@ -376,8 +376,14 @@ TEST_CASE("network namespaces: a ps's cable pulled: each worker's clear error wi
     std::this_thread::sleep_for(50ms);
   }
   lab.set_cable(0, true);
-  for (auto [w, seen, failed, name] : {std::tuple{&w0, seen0, &failed0, "worker 0"},
-                                       std::tuple{&w1, seen1, &failed1, "worker 1"}}) {
+  for (const auto& each : {std::tuple{&w0, seen0, &failed0, "worker 0"},
+                           std::tuple{&w1, seen1, &failed1, "worker 1"}}) {
+    // Named copies, not structured bindings: clang 14 cannot capture those in doctest's
+    // message lambdas.
+    lt::child* const w = std::get<0>(each);
+    const std::size_t seen = std::get<1>(each);
+    const std::optional<double>* const failed = std::get<2>(each);
+    const std::string name = std::get<3>(each);
     const std::string out = w->output();
     const auto at = out.find(": step failed (", seen);
     REQUIRE_MESSAGE(at != std::string::npos, name << " said nothing within 60 s: " << w->report());
