@@ -7,6 +7,7 @@
 #   LOOM_CC_EXPECT            FAIL (compilation must fail and match the regex) or SUCCEED
 #   LOOM_CC_REGEX             CMake regex the diagnostics must match (FAIL only)
 #   LOOM_CC_INCLUDES, LOOM_CC_SYSTEM_INCLUDES, LOOM_CC_DEFINITIONS   (lists)
+#   LOOM_CC_PCH               a header including <loom/api.hpp>, precompiled beside it (or empty)
 cmake_minimum_required(VERSION 3.21)
 
 if(NOT LOOM_CC_CONFIG OR NOT EXISTS "${LOOM_CC_CONFIG}")
@@ -33,6 +34,12 @@ endforeach()
 foreach(dir IN LISTS LOOM_CC_SYSTEM_INCLUDES)
   list(APPEND cmd -isystem "${dir}")
 endforeach()
+# The precompiled <loom/api.hpp> (LOOM_CC_PCH, g++), for a source whose first include is it:
+# then it declares nothing the source would not have.
+file(STRINGS "${LOOM_CC_SOURCE}" first_include REGEX "^#include" LIMIT_COUNT 1)
+if(LOOM_CC_PCH AND EXISTS "${LOOM_CC_PCH}.gch" AND first_include STREQUAL "#include <loom/api.hpp>")
+  list(APPEND cmd -include "${LOOM_CC_PCH}")
+endif()
 list(APPEND cmd "${LOOM_CC_SOURCE}")
 
 # LC_ALL=C: plain ASCII quotes in diagnostics, so regexes do not depend on the locale.

@@ -11,19 +11,6 @@
 #include <loom/core/error.hpp>
 #include <loom/core/shape.hpp>
 
-// Kernels evaluate on Eigen's ThreadPoolDevice, which exists only when this is
-// defined before Eigen's Tensor module is first included.
-#ifndef EIGEN_USE_THREADS
-#define EIGEN_USE_THREADS
-#endif
-// The IEEE float sqrt, not Eigen's fast estimate (sqrt(inf) would be NaN):
-// loom::loom defines it for every unit; this covers a program built by hand
-// that includes loom before Eigen.
-#ifndef EIGEN_FAST_MATH
-#define EIGEN_FAST_MATH 0
-#endif
-#include <unsupported/Eigen/CXX11/Tensor>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -103,13 +90,6 @@ private:
 };
 
 } // namespace detail
-
-template <element_type T, int R>
-using tensor_map =
-    Eigen::TensorMap<Eigen::Tensor<T, R, Eigen::RowMajor, Eigen::DenseIndex>, Eigen::Aligned>;
-template <element_type T, int R>
-using const_tensor_map =
-    Eigen::TensorMap<Eigen::Tensor<const T, R, Eigen::RowMajor, Eigen::DenseIndex>, Eigen::Aligned>;
 
 class any_tensor {
 public:
@@ -201,21 +181,6 @@ public:
     return {data<T>(), static_cast<std::size_t>(num_elements())};
   }
 
-  // An Eigen view of rank R. The tensor's rank must be R.
-  template <element_type T, int R> tensor_map<T, R> map() {
-    return tensor_map<T, R>(data<T>(), dims<R>());
-  }
-  template <element_type T, int R> const_tensor_map<T, R> map() const {
-    return const_tensor_map<T, R>(data<T>(), dims<R>());
-  }
-  // A rank-1 view over all elements, whatever the rank.
-  template <element_type T> tensor_map<T, 1> flat_map() {
-    return tensor_map<T, 1>(data<T>(), num_elements());
-  }
-  template <element_type T> const_tensor_map<T, 1> flat_map() const {
-    return const_tensor_map<T, 1>(data<T>(), num_elements());
-  }
-
   // The same buffer under another shape with the same element count.
   any_tensor reshaped(loom::shape s) const {
     if (s.num_elements() != num_elements())
@@ -273,19 +238,6 @@ private:
       throw invalid_argument_error("tensor holds " + std::string(to_string(dtype_)) +
                                    ", accessed as " + std::string(to_string(dtype_of<T>)));
   }
-  // Eigen::array: std::array under g++ and clang, Eigen's own array under nvcc,
-  // where TensorMap takes nothing else (a graph built in an nvcc unit views
-  // tensors too).
-  template <int R> Eigen::array<Eigen::DenseIndex, static_cast<std::size_t>(R)> dims() const {
-    if (shape_.rank() != R)
-      throw invalid_argument_error("tensor of shape " + shape_.to_string() + " viewed with rank " +
-                                   std::to_string(R));
-    Eigen::array<Eigen::DenseIndex, static_cast<std::size_t>(R)> d{};
-    for (int i = 0; i < R; ++i)
-      d[static_cast<std::size_t>(i)] = shape_[i];
-    return d;
-  }
-
   dtype dtype_ = dtype::f32;
   loom::shape shape_;
   std::shared_ptr<detail::buffer> buffer_;
@@ -337,8 +289,6 @@ public:
   const T* data() const { return value_.template data<T>(); }
   std::span<T> flat() { return value_.template flat<T>(); }
   std::span<const T> flat() const { return value_.template flat<T>(); }
-  tensor_map<T, R> map() { return value_.template map<T, R>(); }
-  const_tensor_map<T, R> map() const { return value_.template map<T, R>(); }
 
   template <class... I>
   requires(sizeof...(I) == R && (std::is_integral_v<I> && ...)) T& operator()(I... idx) {

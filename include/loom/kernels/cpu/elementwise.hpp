@@ -8,6 +8,7 @@
 #include <loom/core/tensor.hpp>
 #include <loom/expr/ops.hpp>
 #include <loom/kernels/checks/elementwise.hpp>
+#include <loom/kernels/cpu/eigen_tensor.hpp>
 #include <loom/kernels/cpu/parallel_for.hpp>
 #include <loom/kernels/registry.hpp>
 

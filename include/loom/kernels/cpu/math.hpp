@@ -9,6 +9,7 @@
 #pragma once
 
 #include <loom/kernels/checks/math.hpp>
+#include <loom/kernels/cpu/eigen_tensor.hpp>
 #include <loom/kernels/cpu/elementwise.hpp>
 #include <loom/kernels/cpu/state.hpp>
 #include <loom/kernels/registry.hpp>
@@ -164,7 +165,7 @@ template <class T> struct reduction_cpu {
     }
     c.output = reduce_tensor<T, Eigen::internal::SumReducer<T>>(c.device, x, mask, out_shape);
     if (n.op == "reduce_mean" && count > 1) { // count > 1: the buffer is the kernel's own
-      auto y = c.output.flat_map<T>();
+      auto y = eigen_flat<T>(c.output);
       y.device(c.device) = y / static_cast<T>(count);
     }
   }
@@ -180,7 +181,7 @@ template <class T> struct reduce_grad_cpu {
     any_tensor src = dy;
     if (n.attr<std::string>("mode") == "mean" && count > 1) {
       src = any_tensor(dy.type(), dy.shape());
-      src.flat_map<T>().device(c.device) = dy.flat_map<T>() / static_cast<T>(count);
+      eigen_flat<T>(src).device(c.device) = eigen_flat<T>(dy) / static_cast<T>(count);
     }
     const reduction_runs runs = merge_runs(to, mask);
     if (!runs.any_reduced() || to.num_elements() == 0) {

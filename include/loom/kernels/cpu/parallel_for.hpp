@@ -4,6 +4,7 @@
 #pragma once
 
 #include <loom/core/tensor.hpp>
+#include <loom/kernels/cpu/eigen_tensor.hpp>
 
 #include <algorithm>
 #include <atomic>
