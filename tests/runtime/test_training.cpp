@@ -98,6 +98,23 @@ long long local_steps(const std::string& out) {
   return v[0];
 }
 
+// Sync replicas without backups: a worker's every step took part in one update, so it took
+// `updates` steps. Except across a recovery: a step whose gradient counted but whose wait for
+// the update then failed is retried in a new session, and the retry's gradient joins a later
+// update, so the worker counts one step fewer per such recovery. A recovery says so, with its
+// error, on the worker's output (it was seen once under a loaded CI: 1999 of 2000).
+void check_took_part_in_every_update(const lt::child& w, long long updates) {
+  const long long steps = local_steps(w.output());
+  const auto recoveries = static_cast<long long>(
+      captured(w.output(), "recreating the session \\(recovery ([0-9]+)").size());
+  INFO(w.report());
+  CHECK(steps <= updates);
+  CHECK(steps + recoveries >= updates);
+  if (steps < updates)
+    MESSAGE("a worker took " << steps << " steps for " << updates << " updates across "
+                             << recoveries << " recovery(ies): see its output above");
+}
+
 long long final_global_step(const std::string& out) {
   auto v = captured(out, "final global step ([0-9]+)");
   REQUIRE_MESSAGE(v.size() == 1, out);
@@ -201,11 +218,9 @@ TEST_CASE("sync replicas, 1 ps + 2 workers: one global step per aggregated updat
   // updates it took part in, and the global step counts updates.
   // Every update needs both gradients and a worker waits for the update of
   // its step before its next one: each worker took part in every update.
-  // (Once, under a loaded CI build, worker 1 counted 799: its output says why next time.)
-  INFO(w0.report() << "\n" << w1.report());
   CHECK(final_global_step(w0.output()) == 800);
-  CHECK(local_steps(w0.output()) == 800);
-  CHECK(local_steps(w1.output()) == 800);
+  check_took_part_in_every_update(w0, 800);
+  check_took_part_in_every_update(w1, 800);
   CHECK(test_accuracy(w0.output()) >= 0.80);
 }
 
@@ -619,8 +634,8 @@ TEST_CASE("examples/ctr with hash-table embeddings and sync replicas, 1 ps + 2 w
   expect_exit(w0, 0, 300s);
   expect_exit(w1, 0, 60s);
   expect_exit(ps, 0, 60s);
-  CHECK(local_steps(w0.output()) == 2000);
-  CHECK(local_steps(w1.output()) == 2000);
+  check_took_part_in_every_update(w0, 2000);
+  check_took_part_in_every_update(w1, 2000);
   for (const lt::child* w : {&w0, &w1}) {
     const auto [model, teacher] = aucs(w->output());
     INFO(w->output());
