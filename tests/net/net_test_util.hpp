@@ -85,6 +85,8 @@ public:
   void write(std::string_view bytes) {
     asio::write(sock_, asio::buffer(bytes.data(), bytes.size()));
   }
+  // Each write() goes out at once as its own segment (no Nagle coalescing).
+  void no_delay() { sock_.set_option(asio::ip::tcp::no_delay(true)); }
 
   // Reads one frame's header and metadata (payloads must be absent).
   decoded_frame read_frame() {

@@ -3,12 +3,19 @@
 // touch it directly.
 //
 // Threading: every socket operation runs on the connection's strand. Reading is
-// a loop (header, metadata, payloads straight into the destination tensors,
-// then the next header). Writing is thread-safe: send() first tries a
-// non-blocking sendmsg() of the whole frame from the calling thread (no thread
-// hop for small frames; plain TCP only), and hands whatever did not fit to an
-// async_write on the strand; frames queued meanwhile are written in order, several
-// per scatter-gather call.
+// a loop (header, metadata, payloads, then the next header) through a receive
+// buffer: one read takes what the socket holds (up to receive_buffer_bytes), and
+// the headers, metadata and small payloads of the frames in it are copied out of
+// it, so a burst of small frames costs one recvmsg, not one per header and per
+// payload; what a frame still lacks once the buffer is empty is read straight into
+// its tensors when it is large (direct_read_min or more), the zero-copy path of
+// big payloads. Writing is thread-safe: send() first tries a non-blocking
+// sendmsg() of the whole frame from the calling thread (no thread hop for small
+// frames; plain TCP only), and hands whatever did not fit to an async_write on
+// the strand; frames queued meanwhile are written in order, several per
+// scatter-gather call. A write of more buffers than one sendmsg takes (64) copies
+// its small ones into one contiguous run first (gather_list), so a message of many
+// small tensors is one sendmsg too.
 //
 // Memory: a frame's metadata buffer grows as its bytes arrive (a header that declares
 // 64 MiB costs 4 KiB until the bytes come), and a tensor the layer allocates is written
@@ -61,6 +68,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -96,6 +104,61 @@ struct incoming_frame {
 class connection;
 
 namespace detail {
+// The buffers of one write, at most max_buffers of them where that is possible: one
+// sendmsg takes at most 64 (asio's limit too), and a message of many small tensors would
+// otherwise take several. When more buffers are added than that, runs of small ones
+// (under coalesce_below bytes) are copied into one contiguous staging buffer, up to
+// staging_bytes in all; large buffers are never copied.
+class gather_list {
+public:
+  static constexpr std::size_t max_buffers = 64;
+  static constexpr std::size_t coalesce_below = 16u << 10;
+  static constexpr std::size_t staging_bytes = 256u << 10;
+
+  // Collects the buffers that add_all(add) passes to add(pointer, length), in order.
+  template <class AddAll> void build(AddAll&& add_all) {
+    raw_.clear();
+    add_all([&](const void* p, std::size_t len) {
+      if (len > 0)
+        raw_.push_back({static_cast<const char*>(p), len});
+    });
+    out_.clear();
+    if (raw_.size() <= max_buffers) {
+      for (const auto& r : raw_)
+        out_.emplace_back(r.p, r.len);
+      return;
+    }
+    staging_.clear();
+    staging_.reserve(staging_bytes); // never outgrown: pointers into it stay valid
+    bool in_run = false;             // the last entry of out_ is a run in staging_
+    for (const auto& r : raw_) {
+      if (r.len < coalesce_below && staging_.size() + r.len <= staging_bytes) {
+        const std::size_t at = staging_.size();
+        staging_.append(r.p, r.len);
+        if (in_run)
+          out_.back() = asio::const_buffer(out_.back().data(), out_.back().size() + r.len);
+        else
+          out_.emplace_back(staging_.data() + at, r.len);
+        in_run = true;
+      } else {
+        out_.emplace_back(r.p, r.len);
+        in_run = false;
+      }
+    }
+  }
+  // The buffers to write (the first max_buffers of them are one sendmsg).
+  const std::vector<asio::const_buffer>& buffers() const noexcept { return out_; }
+
+private:
+  struct raw_buffer {
+    const char* p;
+    std::size_t len;
+  };
+  std::vector<raw_buffer> raw_;
+  std::vector<asio::const_buffer> out_;
+  std::string staging_;
+};
+
 // A split message being received: its head, its tensors (each allocated when its
 // first byte arrives), where the next part's bytes go, and how many have come.
 struct split_message {
@@ -286,7 +349,9 @@ public:
         return;
       }
       self->sink_ = std::move(sink);
+      self->turn_read_ = 0;
       self->read_header();
+      self->read_following();
     });
   }
 
@@ -345,12 +410,23 @@ private:
   // are charged to the server's budget as they arrive (a metadata buffer is charged
   // before it grows instead).
 
-  // The next frame's header. Asynchronously: after deliver() the frame's sink runs
-  // first (the read completes on this strand only after on_frame returns).
+  // The next frame's header: from the receive buffer when it holds one, else from the
+  // socket. Called by read_following() once a frame was delivered (never from inside
+  // deliver(): a burst of frames in the buffer is a loop, not a recursion).
   void read_header() {
     in_frame_.store(false, std::memory_order_relaxed);
+    if (stopped_)
+      return;
     set_buffer(asio::buffer(hdr_), false);
-    read_async(&connection::on_header);
+    read_rest(&connection::on_header);
+  }
+
+  // Reads the frames that follow the one just delivered (or the ping just answered), for
+  // as long as their bytes are here; returns once the connection waits for bytes. Run by
+  // every entry into the read loop (start(), a completed asynchronous read) after its step.
+  void read_following() {
+    while (std::exchange(next_frame_, false))
+      read_header();
   }
 
   void set_buffer(asio::mutable_buffer b, bool fresh) {
@@ -390,7 +466,8 @@ private:
     if (h_.kind == frame_kind::ping || h_.kind == frame_kind::pong) {
       if (h_.kind == frame_kind::ping)
         send(out_frame(encode_heartbeat(frame_kind::pong)));
-      return read_header();
+      next_frame_ = true; // read_following() reads the next header
+      return;
     }
     meta_.clear();
     read_metadata();
@@ -409,7 +486,7 @@ private:
       std::error_code ec;
       const std::size_t ready = io_.available(ec);
       if (!ec)
-        want = std::max(want, have + ready);
+        want = std::max(want, have + buffered() + ready);
     }
     want = std::min(want, declared);
     if (!charge(want - have))
@@ -425,21 +502,45 @@ private:
     read_metadata();
   }
 
-  // Reads in_bufs_ completely, then calls (this->*next)(ec). What the socket
-  // already holds is read at once on this strand (no trip through the
-  // scheduler; under TLS what is already decrypted, transport.hpp), at most
-  // sync_read_limit bytes per turn so a big payload that arrives as fast as it is
-  // read cannot hold this thread; the rest is read as it arrives (read_async).
+  // Reads in_bufs_ completely, then calls (this->*next)(ec): first from the receive
+  // buffer, then from the socket. What the socket already holds is read at once on this
+  // strand (no trip through the scheduler; under TLS what is already decrypted,
+  // transport.hpp): into the receive buffer while in_bufs_ lack less than direct_read_min
+  // bytes (a read then also takes the frames behind), else straight into in_bufs_. At
+  // most sync_read_limit bytes per turn, so that a peer whose frames arrive as fast as they
+  // are read cannot hold this thread; the rest is read as it arrives (read_async).
   void read_rest(void (connection::*next)(std::error_code)) {
     std::error_code ec;
-    std::size_t budget = sync_read_limit;
-    while (!in_bufs_.empty() && budget > 0) {
-      const std::size_t n = io_.read_ready(in_bufs_, ec);
-      if (ec)
+    while (!in_bufs_.empty()) {
+      if (const std::size_t n = take_buffered()) {
+        if (!received(n))
+          return over_budget(refusal_); // closes the connection
+        continue;
+      }
+      if (turn_read_ >= sync_read_limit) {
+        ec = asio::error::would_block; // this turn is over: go on asynchronously
         break;
-      if (!received(n))
-        return over_budget(refusal_); // closes the connection
-      budget = n < budget ? budget - n : 0;
+      }
+      std::size_t n = 0;
+      if (wanted() >= direct_read_min) {
+        n = io_.read_ready(in_bufs_, ec);
+        if (ec)
+          break;
+        if (!received(n))
+          return over_budget(refusal_);
+      } else {
+        if (socket_drained_ && !io_.secure()) {
+          // The last read left the socket empty: a read now would most likely find
+          // nothing (EAGAIN), and the asynchronous one tries at once anyway.
+          ec = asio::error::would_block;
+          break;
+        }
+        n = io_.read_ready(receive_space(), ec);
+        if (ec)
+          break;
+        filled(n);
+      }
+      turn_read_ += n;
     }
     if (in_bufs_.empty())
       return (this->*next)({});
@@ -448,11 +549,30 @@ private:
     read_async(next);
   }
 
-  // Reads the rest of in_bufs_ as it arrives (asio::async_read: its reads are
-  // continuations, cheaper to schedule than a chain of async_read_some), noting and
-  // charging each read as it completes, so a peer that stalls halfway holds only what it
-  // sent; a charge the budget refuses ends the read there, and the connection closes.
+  // Reads the rest of in_bufs_ as it arrives, then calls next and reads the frames that
+  // follow (read_following). A small rest: one read into the receive buffer, whatever
+  // arrives (read_rest() then copies it out and goes on). A large one: asio::async_read
+  // straight into in_bufs_ (its reads are continuations, cheaper to schedule than a chain
+  // of async_read_some), noting and charging each read as it completes, so a peer that
+  // stalls halfway holds only what it sent; a charge the budget refuses ends the read
+  // there, and the connection closes.
   void read_async(void (connection::*next)(std::error_code)) {
+    if (wanted() < direct_read_min) {
+      io_.async_read_some(receive_space(),
+                          [self = shared_from_this(), next](std::error_code ec, std::size_t n) {
+                            self->turn_read_ = 0;
+                            if (n > 0) {
+                              self->filled(n);
+                              ec = {}; // the bytes first; a closed stream shows at the next read
+                            }
+                            if (ec)
+                              ((*self).*next)(ec);
+                            else
+                              self->read_rest(next);
+                            self->read_following();
+                          });
+      return;
+    }
     io_.async_read(
         in_bufs_,
         [this, done = std::size_t{0}](const std::error_code& ec,
@@ -465,15 +585,63 @@ private:
         },
         [self = shared_from_this(), next](std::error_code ec, std::size_t total) {
           // Asio calls the condition above only between reads, not after the read that
-          // fills the buffers: that read is life too (a pong is one such read).
+          // fills the buffers: that read is life too.
           if (total > 0)
             self->last_read_.store(clock_now(), std::memory_order_relaxed);
+          self->turn_read_ = 0;
           if (!self->refusal_.empty())
             return self->over_budget(self->refusal_);
-          if (ec)
-            return ((*self).*next)(ec);
-          ((*self).*next)({});
+          ((*self).*next)(ec);
+          self->read_following();
         });
+  }
+
+  // ---- the receive buffer (strand only) ----
+  // Bytes read but not yet parsed: rbuf_[rbeg_, rend_). Allocated at the first read, so a
+  // connection that never sends holds none; it holds bytes only between a read and the
+  // parsing of what that read brought, and is refilled only once empty.
+  std::size_t buffered() const noexcept {
+    return rend_ - rbeg_;
+  }
+
+  // Where the next read into the receive buffer goes (it is empty then).
+  asio::mutable_buffer receive_space() {
+    if (!rbuf_)
+      rbuf_.reset(new char[receive_buffer_bytes]);
+    rbeg_ = rend_ = 0;
+    return asio::buffer(rbuf_.get(), receive_buffer_bytes);
+  }
+
+  // n bytes were read into the receive buffer.
+  void filled(std::size_t n) {
+    rbeg_ = 0;
+    rend_ = n;
+    socket_drained_ = n < receive_buffer_bytes;
+    if (n > 0)
+      last_read_.store(clock_now(), std::memory_order_relaxed);
+  }
+
+  // Copies what the receive buffer holds of in_bufs_ into them; returns how many bytes
+  // (received() then accounts for them and drops them from in_bufs_).
+  std::size_t take_buffered() {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < in_bufs_.size() && rbeg_ < rend_; ++i) {
+      const std::size_t k = std::min(in_bufs_[i].size(), rend_ - rbeg_);
+      std::memcpy(in_bufs_[i].data(), rbuf_.get() + rbeg_, k);
+      rbeg_ += k;
+      n += k;
+      if (k < in_bufs_[i].size())
+        break;
+    }
+    return n;
+  }
+
+  // Bytes in_bufs_ still lack.
+  std::size_t wanted() const noexcept {
+    std::size_t n = 0;
+    for (const auto& b : in_bufs_)
+      n += b.size();
+    return n;
   }
 
   // n bytes arrived in in_bufs_. False when charging them passed the budget: refusal_
@@ -760,8 +928,9 @@ private:
     in_payloads_ = {};
     auto sink = sink_;
     auto self = shared_from_this();
-    read_header(); // completes on this strand only after on_frame returns
+    in_frame_.store(false, std::memory_order_relaxed);
     sink->on_frame(self, std::move(f));
+    next_frame_ = true; // read_following() reads the next frame, after on_frame returned
   }
 
   void read_failed(std::error_code ec) {
@@ -853,20 +1022,14 @@ private:
     const auto fd = io_.socket().native_handle();
     const std::size_t total = f.bytes();
     while (f.offset < total) {
-      iovec iov[64];
-      std::size_t n = 0, skip = f.offset;
-      f.for_each_buffer([&](const void* p, std::size_t len) {
-        if (n == 64 || len == 0)
-          return;
-        if (skip >= len) {
-          skip -= len;
-          return;
-        }
-        iov[n].iov_base = const_cast<char*>(static_cast<const char*>(p) + skip);
-        iov[n].iov_len = len - skip;
-        skip = 0;
-        ++n;
-      });
+      gather_.build([&](auto&& add) { buffers_from(f, f.offset, add); });
+      const auto& bufs = gather_.buffers();
+      iovec iov[detail::gather_list::max_buffers];
+      const std::size_t n = std::min(bufs.size(), detail::gather_list::max_buffers);
+      for (std::size_t i = 0; i < n; ++i) {
+        iov[i].iov_base = const_cast<void*>(bufs[i].data());
+        iov[i].iov_len = bufs[i].size();
+      }
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = n;
@@ -886,6 +1049,18 @@ private:
   }
 #endif
 
+  // Passes add(pointer, length) the bytes of f from byte `skip` on, buffer by buffer.
+  template <class Add> static void buffers_from(const out_frame& f, std::size_t skip, Add& add) {
+    f.for_each_buffer([&](const void* p, std::size_t len) {
+      if (skip >= len) {
+        skip -= len;
+        return;
+      }
+      add(static_cast<const char*>(p) + skip, len - skip);
+      skip = 0;
+    });
+  }
+
   void write_next() { // strand only
     std::unique_lock lk(wmu_);
     if (closed_)
@@ -901,28 +1076,24 @@ private:
       }
       return;
     }
-    out_bufs_.clear();
+    // Frames while their buffers fit one sendmsg (at least one frame; the gather list
+    // copies the small buffers of one with more).
     batch_ = 0;
-    for (auto& f : queue_) {
-      if (batch_ > 0 && out_bufs_.size() + f.buffer_count() > 64)
+    std::size_t count = 0;
+    for (const auto& f : queue_) {
+      if (batch_ > 0 && count + f.buffer_count() > detail::gather_list::max_buffers)
         break;
-      std::size_t skip = f.offset;
-      f.for_each_buffer([&](const void* p, std::size_t len) {
-        if (len == 0)
-          return;
-        if (skip >= len) {
-          skip -= len;
-          return;
-        }
-        out_bufs_.emplace_back(static_cast<const char*>(p) + skip, len - skip);
-        skip = 0;
-      });
+      count += f.buffer_count();
       ++batch_;
     }
-    lk.unlock();
-    io_.async_write(out_bufs_, [self = shared_from_this()](std::error_code ec, std::size_t) {
-      self->on_written(ec);
+    out_gather_.build([&](auto&& add) {
+      for (std::size_t i = 0; i < batch_; ++i)
+        buffers_from(queue_[i], queue_[i].offset, add);
     });
+    lk.unlock();
+    io_.async_write(
+        out_gather_.buffers(),
+        [self = shared_from_this()](std::error_code ec, std::size_t) { self->on_written(ec); });
   }
 
   void on_written(std::error_code ec) {
@@ -950,6 +1121,8 @@ private:
     }
     io_.close(); // cancels the pending operations: nothing touches the buffers after this
     timer_.cancel();
+    stopped_ = true; // no frame is parsed out of the receive buffer after this
+    rbeg_ = rend_ = 0;
     // What the unfinished message held goes now, not when the last reference to this
     // connection does.
     meta_ = {};
@@ -977,6 +1150,11 @@ private:
   static constexpr std::size_t sync_read_limit = 4u << 20;
   // The most one read of read_async() asks for.
   static constexpr std::size_t async_read_step = 1u << 20;
+  // The receive buffer: one read takes up to this much (a burst of small frames).
+  static constexpr std::size_t receive_buffer_bytes = 64u << 10;
+  // A frame that still lacks this much is read straight into its buffers, not through
+  // the receive buffer (at most receive_buffer_bytes of a large payload is copied).
+  static constexpr std::size_t direct_read_min = receive_buffer_bytes;
   // The first metadata buffer of a frame (smaller when the header declares less).
   static constexpr std::size_t metadata_step = 4u << 10;
   // A refused peer's bytes are drained for at most this long (linger_then_close).
@@ -1011,7 +1189,13 @@ private:
   std::shared_ptr<receive_budget> budget_;           // server side only
   std::unique_ptr<receive_budget::account> account_; // its share of budget_
   std::unique_ptr<char[]> drain_;                    // linger_then_close()'s scratch
-  std::atomic<bool> in_frame_{false};                // between a header's first byte and delivery
+  std::unique_ptr<char[]> rbuf_;                     // the receive buffer (receive_space())
+  std::size_t rbeg_ = 0, rend_ = 0;                  // its unparsed bytes
+  std::size_t turn_read_ = 0;         // bytes read without waiting since the read loop was entered
+  bool next_frame_ = false;           // a frame ended: read_following() reads the next one
+  bool socket_drained_ = false;       // the last read into rbuf_ took less than it could
+  bool stopped_ = false;              // do_close() ran
+  std::atomic<bool> in_frame_{false}; // between a header's first byte and delivery
   std::atomic<std::chrono::steady_clock::rep> last_read_{clock_now()};
 
   // writing state (wmu_)
@@ -1019,8 +1203,9 @@ private:
   bool closed_ = false, writing_ = false, close_after_flush_ = false, linger_ = false;
   std::string close_reason_;
   std::deque<out_frame> queue_;
-  std::vector<asio::const_buffer> out_bufs_; // strand only
-  std::size_t batch_ = 0;                    // strand only
+  detail::gather_list gather_;     // direct_send()'s (under wmu_)
+  detail::gather_list out_gather_; // strand only: the async write's buffers
+  std::size_t batch_ = 0;          // strand only
 };
 
 } // namespace loom::net

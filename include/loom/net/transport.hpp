@@ -99,6 +99,14 @@ public:
       asio::async_read(sock_, b, std::forward<Condition>(until), std::forward<Handler>(h));
   }
 
+  // Reads what arrives next, at least one byte (or fails).
+  template <class Buffer, class Handler> void async_read_some(const Buffer& b, Handler&& h) {
+    if (tls_)
+      tls_->async_read_some(b, std::forward<Handler>(h));
+    else
+      sock_.async_read_some(b, std::forward<Handler>(h));
+  }
+
   template <class Buffers, class Handler> void async_write(const Buffers& b, Handler&& h) {
     if (tls_)
       asio::async_write(*tls_, b, std::forward<Handler>(h));
