@@ -238,10 +238,12 @@ TEST_CASE("backup workers: 3 workers aggregate 2, one is killed mid-run, trainin
   lt::child w0(replica(), flags(0));
   lt::child w1(replica(), flags(1));
   lt::child w2(replica(), flags(2));
-  REQUIRE_MESSAGE(w2.wait_for_output("Training begins", 120s),
+  // Killed mid-run: after its 100th step (it has sent gradients), with about 570 of
+  // its steps still to go. A fixed sleep after "Training begins" was not mid-run on a
+  // loaded machine: the whole run takes under 2 s, and worker 2 had finished once.
+  REQUIRE_MESSAGE(w2.wait_for_output("Worker 2: step 100 ", 120s),
                   (w2.report() + "\n" + ps.report() + "\n" + w0.report() + "\n" + w1.report()));
-  std::this_thread::sleep_for(1s); // mid-run: it has sent gradients by now
-  w2.kill();                       // SIGKILL
+  w2.kill(); // SIGKILL
   expect_exit(w1, 0, 300s);
   // Once worker 1 has exited no other worker answers: the chief stops waiting
   // for the killed one at once (two checks, each at most 2 s), not after 120 s.

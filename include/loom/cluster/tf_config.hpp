@@ -15,28 +15,12 @@
 #pragma once
 
 #include <loom/cluster/cluster_spec.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/device_spec.hpp>
-#include <loom/core/error.hpp>
 
-// cereal's JSON archive configures RapidJSON (assertions throw) and includes
-// the RapidJSON it is built with: bundled under cereal/external/ in upstream
-// cereal, the system's in distributions that unbundle it.
-#include <cereal/archives/json.hpp>
-#if __has_include(<cereal/external/rapidjson/error/en.h>)
-#include <cereal/external/rapidjson/error/en.h>
-#else
-#include <rapidjson/error/en.h>
-#endif
-
-#include <climits>
-#include <cstdint>
-#include <cstdlib>
-#include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace loom {
 
@@ -54,6 +38,44 @@ struct tf_config {
     return device_spec{}.with_job(task_type).with_replica(0).with_task(task_index);
   }
 };
+
+// The "cluster" part alone: {"ps": [...], "worker": [...]} (for a --cluster flag).
+LOOM_COMPILED_ONCE cluster_spec cluster_spec_from_json(std::string_view json,
+                                                       std::string_view source = "cluster JSON");
+
+// Parses TF_CONFIG's value. `source` names it in errors.
+LOOM_COMPILED_ONCE tf_config parse_tf_config(std::string_view json,
+                                             std::string_view source = "TF_CONFIG");
+
+// TF_CONFIG from the environment; nullopt when the variable is unset or empty.
+LOOM_COMPILED_ONCE std::optional<tf_config> tf_config_from_env(const char* variable = "TF_CONFIG");
+
+} // namespace loom
+
+// The definitions: RapidJSON's templates, compiled once per program where it links
+// loom::kernels (core/compiled_once.hpp).
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+#include <loom/core/error.hpp>
+
+// cereal's JSON archive configures RapidJSON (assertions throw) and includes
+// the RapidJSON it is built with: bundled under cereal/external/ in upstream
+// cereal, the system's in distributions that unbundle it.
+#include <cereal/archives/json.hpp>
+#if __has_include(<cereal/external/rapidjson/error/en.h>)
+#include <cereal/external/rapidjson/error/en.h>
+#else
+#include <rapidjson/error/en.h>
+#endif
+
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <vector>
+
+namespace loom {
 
 namespace detail::tf_config_impl {
 
@@ -160,16 +182,14 @@ inline cluster_spec parse_cluster(std::string_view source, const rj::Value& v) {
 
 } // namespace detail::tf_config_impl
 
-// The "cluster" part alone: {"ps": [...], "worker": [...]} (for a --cluster flag).
-inline cluster_spec cluster_spec_from_json(std::string_view json,
-                                           std::string_view source = "cluster JSON") {
+LOOM_COMPILED_ONCE cluster_spec cluster_spec_from_json(std::string_view json,
+                                                       std::string_view source) {
   namespace impl = detail::tf_config_impl;
   const auto doc = impl::parse(source, json);
   return impl::parse_cluster(source, doc);
 }
 
-// Parses TF_CONFIG's value. `source` names it in errors.
-inline tf_config parse_tf_config(std::string_view json, std::string_view source = "TF_CONFIG") {
+LOOM_COMPILED_ONCE tf_config parse_tf_config(std::string_view json, std::string_view source) {
   namespace impl = detail::tf_config_impl;
   const auto doc = impl::parse(source, json);
   if (!doc.IsObject())
@@ -254,8 +274,7 @@ inline tf_config parse_tf_config(std::string_view json, std::string_view source 
   return out;
 }
 
-// TF_CONFIG from the environment; nullopt when the variable is unset or empty.
-inline std::optional<tf_config> tf_config_from_env(const char* variable = "TF_CONFIG") {
+LOOM_COMPILED_ONCE std::optional<tf_config> tf_config_from_env(const char* variable) {
   const char* value = std::getenv(variable);
   if (!value)
     return std::nullopt;
@@ -266,3 +285,5 @@ inline std::optional<tf_config> tf_config_from_env(const char* variable = "TF_CO
 }
 
 } // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -41,6 +41,9 @@
 
 namespace loom::detail {
 
+// The registration, its shape functions and gradients: once per program where it
+// links loom::kernels, in that library's unit only (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_hash_embedding_ops() {
   auto& r = op_registry::instance();
   // Inputs (keys, rows, ids): keys an int64 [capacity] variable, rows a
@@ -93,8 +96,6 @@ inline bool register_hash_embedding_ops() {
   return true;
 }
 
-// Once per program where it links loom::kernels (op_registry.hpp says why).
-#ifndef LOOM_COMPILED_KERNELS
 inline const bool hash_embedding_ops_registered = register_hash_embedding_ops();
 #endif
 

@@ -159,6 +159,9 @@ node_id sharded_rows(graph& g, node_id ids, attr_map route, std::int64_t width,
   return g.add_node("reshape", {rows}, {{"dims", dims}});
 }
 
+// The registration, its shape functions and gradients: once per program where it
+// links loom::kernels, in that library's unit only (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_array_ops() {
   auto& r = op_registry::instance();
 
@@ -422,8 +425,6 @@ inline bool register_array_ops() {
   return true;
 }
 
-// Once per program where it links loom::kernels (op_registry.hpp says why).
-#ifndef LOOM_COMPILED_KERNELS
 inline const bool array_ops_registered = register_array_ops();
 #endif
 

@@ -13,6 +13,9 @@
 
 namespace loom::detail {
 
+// The registration, its shape functions and gradients: once per program where it
+// links loom::kernels, in that library's unit only (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_checkpoint_ops() {
   auto& r = op_registry::instance();
   // Inputs: the checkpoint's path (a string scalar), then the tensors to save.
@@ -45,8 +48,6 @@ inline bool register_checkpoint_ops() {
   return true;
 }
 
-// Once per program where it links loom::kernels (op_registry.hpp says why).
-#ifndef LOOM_COMPILED_KERNELS
 inline const bool checkpoint_ops_registered = register_checkpoint_ops();
 #endif
 

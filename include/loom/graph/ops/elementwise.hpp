@@ -81,6 +81,9 @@ void register_elementwise_list(type_list<Op...>, std::map<std::string, grad_fn> 
                          "', which is not in ops::elementwise_ops");
 }
 
+// The registration, its shape functions and gradients: once per program where it
+// links loom::kernels, in that library's unit only (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_elementwise_ops() {
   using namespace build;
   auto in = [](const node_def& n, std::size_t i) { return n.inputs[i]; };
@@ -176,8 +179,6 @@ inline bool register_elementwise_ops() {
   return true;
 }
 
-// Once per program where it links loom::kernels (op_registry.hpp says why).
-#ifndef LOOM_COMPILED_KERNELS
 inline const bool elementwise_ops_registered = register_elementwise_ops();
 #endif
 

@@ -246,6 +246,9 @@ inline node_id reduce_grad_node(graph& g, node_id dy, node_id x, const node_def&
                      {"mode", mode}});
 }
 
+// The registration, its shape functions and gradients: once per program where it
+// links loom::kernels, in that library's unit only (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_math_ops() {
   auto& r = op_registry::instance();
 
@@ -365,8 +368,6 @@ inline bool register_math_ops() {
   return true;
 }
 
-// Once per program where it links loom::kernels (op_registry.hpp says why).
-#ifndef LOOM_COMPILED_KERNELS
 inline const bool math_ops_registered = register_math_ops();
 #endif
 

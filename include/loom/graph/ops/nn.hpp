@@ -57,6 +57,9 @@ inline void check_sparse_labels(const node_def& n, const node_def& labels, const
                                  " (the labels need the logits' shape without its last dimension)");
 }
 
+// The registration, its shape functions and gradients: once per program where it
+// links loom::kernels, in that library's unit only (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_nn_ops() {
   auto& r = op_registry::instance();
   auto infer_softmax = [](node_def& n, const std::vector<const node_def*>& in) {
@@ -145,8 +148,6 @@ inline bool register_nn_ops() {
   return true;
 }
 
-// Once per program where it links loom::kernels (op_registry.hpp says why).
-#ifndef LOOM_COMPILED_KERNELS
 inline const bool nn_ops_registered = register_nn_ops();
 #endif
 

@@ -7,6 +7,9 @@
 
 namespace loom::detail {
 
+// The registration, its shape functions and gradients: once per program where it
+// links loom::kernels, in that library's unit only (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_random_ops() {
   for (const char* name : {"random_uniform", "random_normal", "truncated_normal"})
     op_registry::instance().add({.name = name,
@@ -25,8 +28,6 @@ inline bool register_random_ops() {
   return true;
 }
 
-// Once per program where it links loom::kernels (op_registry.hpp says why).
-#ifndef LOOM_COMPILED_KERNELS
 inline const bool random_ops_registered = register_random_ops();
 #endif
 

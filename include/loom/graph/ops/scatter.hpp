@@ -42,6 +42,9 @@ inline void infer_scatter(node_def& n, const std::vector<const node_def*>& in) {
   n.attrs["_ref_name_0"] = var.name;
 }
 
+// The registration, its shape functions and gradients: once per program where it
+// links loom::kernels, in that library's unit only (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_scatter_ops() {
   auto& r = op_registry::instance();
   for (const char* name : {"scatter_add", "scatter_sub", "scatter_update"})
@@ -54,8 +57,6 @@ inline bool register_scatter_ops() {
   return true;
 }
 
-// Once per program where it links loom::kernels (op_registry.hpp says why).
-#ifndef LOOM_COMPILED_KERNELS
 inline const bool scatter_ops_registered = register_scatter_ops();
 #endif
 

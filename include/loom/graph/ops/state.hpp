@@ -39,6 +39,9 @@ inline void infer_assign(node_def& n, const std::vector<const node_def*>& in) {
   n.attrs["_ref_name_0"] = var.name;     // the kernel's errors name the variable
 }
 
+// The registration, its shape functions and gradients: once per program where it
+// links loom::kernels, in that library's unit only (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_state_ops() {
   auto& r = op_registry::instance();
   r.add({.name = "constant",
@@ -123,8 +126,6 @@ inline bool register_state_ops() {
   return true;
 }
 
-// Once per program where it links loom::kernels (op_registry.hpp says why).
-#ifndef LOOM_COMPILED_KERNELS
 inline const bool state_ops_registered = register_state_ops();
 #endif
 

@@ -13,6 +13,9 @@
 
 namespace loom::detail {
 
+// The registration, its shape functions and gradients: once per program where it
+// links loom::kernels, in that library's unit only (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_string_ops() {
   auto& r = op_registry::instance();
   // Input: strings of any shape; attr num_buckets >= 1. Output: int64 of the
@@ -34,8 +37,6 @@ inline bool register_string_ops() {
   return true;
 }
 
-// Once per program where it links loom::kernels (op_registry.hpp says why).
-#ifndef LOOM_COMPILED_KERNELS
 inline const bool string_ops_registered = register_string_ops();
 #endif
 

@@ -33,6 +33,9 @@ inline constexpr std::string_view summaries = "summaries";
 
 namespace loom::detail {
 
+// The registration, its shape functions and gradients: once per program where it
+// links loom::kernels, in that library's unit only (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_summary_ops() {
   auto& r = op_registry::instance();
   const auto fail = [](const node_def& n, const std::string& why) {
@@ -89,8 +92,6 @@ inline bool register_summary_ops() {
   return true;
 }
 
-// Once per program where it links loom::kernels (op_registry.hpp says why).
-#ifndef LOOM_COMPILED_KERNELS
 inline const bool summary_ops_registered = register_summary_ops();
 #endif
 

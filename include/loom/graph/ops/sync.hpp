@@ -71,6 +71,9 @@ inline void infer_take(node_def& n, const std::vector<const node_def*>& in) {
   n.type = in[0]->type;
 }
 
+// The registration, its shape functions and gradients: once per program where it
+// links loom::kernels, in that library's unit only (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_sync_ops() {
   auto& r = op_registry::instance();
   r.add({.name = "accumulate_gradient",
@@ -264,8 +267,6 @@ inline bool register_sync_ops() {
   return true;
 }
 
-// Once per program where it links loom::kernels (op_registry.hpp says why).
-#ifndef LOOM_COMPILED_KERNELS
 inline const bool sync_ops_registered = register_sync_ops();
 #endif
 

@@ -111,6 +111,9 @@ inline void infer_apply(const apply_op_signature& sig, bool sparse, node_def& n,
   n.colocation_group = var.colocation();
 }
 
+// The registration, its shape functions and gradients: once per program where it
+// links loom::kernels, in that library's unit only (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_training_ops() {
   auto& r = op_registry::instance();
   for (const apply_op_signature& sig : apply_op_signatures())
@@ -127,8 +130,6 @@ inline bool register_training_ops() {
   return true;
 }
 
-// Once per program where it links loom::kernels (op_registry.hpp says why).
-#ifndef LOOM_COMPILED_KERNELS
 inline const bool training_ops_registered = register_training_ops();
 #endif
 

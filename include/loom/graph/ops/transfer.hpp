@@ -9,6 +9,9 @@
 
 namespace loom::detail {
 
+// The registration, its shape functions and gradients: once per program where it
+// links loom::kernels, in that library's unit only (op_registry.hpp says why).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_transfer_ops() {
   auto& r = op_registry::instance();
   r.add({.name = "_send",
@@ -28,8 +31,6 @@ inline bool register_transfer_ops() {
   return true;
 }
 
-// Once per program where it links loom::kernels (op_registry.hpp says why).
-#ifndef LOOM_COMPILED_KERNELS
 inline const bool transfer_ops_registered = register_transfer_ops();
 #endif
 
