@@ -57,6 +57,53 @@ TEST_CASE("gather takes rows, slices along an axis, and repeats ids") {
         std::vector<float>{1, 0, 11, 10, 21, 20});
 }
 
+TEST_CASE("gather of many ids, along axis 0 and 1, agrees with a reference (split over the pool "
+          "in blocks that start inside an outer slice)") {
+  // [outer, count, inner] = [3, 5000, 16]; gathering along axis 1 makes
+  // blocks that start and end inside an outer slice.
+  const std::int64_t outer = 3, count = 5000, inner = 16, n = 7001;
+  std::vector<float> p(static_cast<std::size_t>(outer * count * inner));
+  for (std::size_t k = 0; k < p.size(); ++k)
+    p[k] = static_cast<float>(k);
+  std::vector<std::int64_t> id(static_cast<std::size_t>(n));
+  std::uint64_t state = 7;
+  for (auto& v : id) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    v = static_cast<std::int64_t>((state >> 33) % static_cast<std::uint64_t>(count));
+  }
+  graph g;
+  loom::placeholder<float, 3> params(g, shape{outer, count, inner}, "params");
+  loom::placeholder<std::int64_t, 1> at(g, shape{-1}, "at");
+  auto along_1 = loom::gather(params, at, 1);
+  loom::session s(g);
+  const auto got = s.run(along_1, {{params, tensor<float, 3>(shape{outer, count, inner}, p)},
+                                   {at, tensor<std::int64_t, 1>(shape{n}, id)}});
+  REQUIRE(got.shape() == shape{outer, n, inner});
+  int wrong = 0;
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t k = 0; k < n; ++k)
+      for (std::int64_t j = 0; j < inner; ++j)
+        wrong +=
+            got(o, k, j) !=
+            p[static_cast<std::size_t>((o * count + id[static_cast<std::size_t>(k)]) * inner + j)];
+  CHECK(wrong == 0);
+  // Axis 0 of the rows [outer * count, inner].
+  graph g0;
+  loom::placeholder<float, 2> table(g0, shape{outer * count, inner}, "table");
+  loom::placeholder<std::int64_t, 1> at0(g0, shape{-1}, "at");
+  auto along_0 = loom::gather(table, at0);
+  loom::session s0(g0);
+  const auto rows = s0.run(along_0, {{table, tensor<float, 2>(shape{outer * count, inner}, p)},
+                                     {at0, tensor<std::int64_t, 1>(shape{n}, id)}});
+  REQUIRE(rows.shape() == shape{n, inner});
+  wrong = 0;
+  for (std::int64_t k = 0; k < n; ++k)
+    for (std::int64_t j = 0; j < inner; ++j)
+      wrong +=
+          rows(k, j) != p[static_cast<std::size_t>(id[static_cast<std::size_t>(k)] * inner + j)];
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("an id out of range fails the step naming the variable, the id and its position") {
   graph g;
   loom::variable<float, 2> table(g, "table", shape{4, 3}, loom::zeros_initializer{});
