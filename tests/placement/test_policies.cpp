@@ -359,6 +359,10 @@ TEST_CASE("combinators: pin, when, first_match and predicates") {
   CHECK_FALSE(loom::op_is{"add"}(m));
   CHECK(loom::name_matches("layer1/.*")(v));
   CHECK_FALSE(loom::name_matches("layer1")(v)); // the whole name must match
+  // A pattern that is no regex: one error that names it (not std::regex_error).
+  CHECK(error_of([] { loom::name_matches("layer1/(.*"); })
+            .find("'layer1/(.*' is not a valid "
+                  "regular expression") != std::string::npos);
   CHECK(loom::name_matches::prefix("layer2/")(m));
   CHECK_FALSE(loom::name_matches::prefix("layer2/")(v));
 

@@ -20,6 +20,7 @@
 // `current` unchanged.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/device_spec.hpp>
 #include <loom/graph/graph.hpp>
 #include <loom/graph/node.hpp>
@@ -28,7 +29,6 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -114,13 +114,22 @@ struct op_is {
   }
 };
 
+namespace detail {
+// A std::regex behind a pointer: <regex> and its templates are compiled once per
+// program (core/compiled_once.hpp), not in every unit that includes the API.
+struct compiled_regex;
+// Throws invalid_argument_error naming the pattern when it is not an ECMAScript regex.
+LOOM_COMPILED_ONCE std::shared_ptr<const compiled_regex> compile_regex(const std::string& pattern);
+LOOM_COMPILED_ONCE bool regex_matches_whole(const compiled_regex& regex, const std::string& text);
+} // namespace detail
+
 // True for nodes whose full name (with its name scope) matches: the whole
 // name against a std::regex (ECMAScript), or a plain prefix via
 // name_matches::prefix("layer1/").
 class name_matches {
 public:
   explicit name_matches(const std::string& pattern)
-      : pattern_(pattern), regex_(std::make_shared<const std::regex>(pattern)) {}
+      : pattern_(pattern), regex_(detail::compile_regex(pattern)) {}
   explicit name_matches(const char* pattern) : name_matches(std::string(pattern)) {}
 
   static name_matches prefix(std::string p) { return name_matches(std::move(p), prefix_tag{}); }
@@ -128,7 +137,7 @@ public:
   bool operator()(const node_def& n) const {
     if (!regex_)
       return std::string_view(n.name).starts_with(pattern_);
-    return std::regex_match(n.name, *regex_);
+    return detail::regex_matches_whole(*regex_, n.name);
   }
   const std::string& pattern() const noexcept { return pattern_; }
 
@@ -137,7 +146,7 @@ private:
   name_matches(std::string p, prefix_tag) : pattern_(std::move(p)) {}
 
   std::string pattern_;
-  std::shared_ptr<const std::regex> regex_; // null for a prefix
+  std::shared_ptr<const detail::compiled_regex> regex_; // null for a prefix
 };
 
 // -- when -------------------------------------------------------------------------
@@ -208,3 +217,30 @@ private:
 template <class... P> first_match(P...) -> first_match<P...>;
 
 } // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+#include <loom/core/error.hpp>
+
+#include <regex>
+
+namespace loom::detail {
+
+struct compiled_regex {
+  std::regex regex;
+};
+
+LOOM_COMPILED_ONCE std::shared_ptr<const compiled_regex> compile_regex(const std::string& pattern) {
+  try {
+    return std::make_shared<const compiled_regex>(compiled_regex{std::regex(pattern)});
+  } catch (const std::regex_error& e) {
+    throw invalid_argument_error("loom::name_matches: '" + pattern +
+                                 "' is not a valid regular expression (ECMAScript): " + e.what());
+  }
+}
+
+LOOM_COMPILED_ONCE bool regex_matches_whole(const compiled_regex& regex, const std::string& text) {
+  return std::regex_match(text, regex.regex);
+}
+
+} // namespace loom::detail
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS
