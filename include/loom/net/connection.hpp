@@ -560,6 +560,8 @@ private:
     if (wanted() < direct_read_min) {
       io_.async_read_some(receive_space(),
                           [self = shared_from_this(), next](std::error_code ec, std::size_t n) {
+                            if (self->stopped_) // closed meanwhile: nothing more is parsed
+                              return;
                             self->turn_read_ = 0;
                             if (n > 0) {
                               self->filled(n);
