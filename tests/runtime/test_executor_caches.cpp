@@ -10,7 +10,9 @@
 #include <support/messages.hpp>
 
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -122,4 +124,87 @@ TEST_CASE("the block cache reuses a released tensor's memory and never a live on
   }
   const loom::any_tensor b(loom::dtype::f32, loom::shape{252}); // 1008 bytes, same class
   CHECK(b.raw_data() == released);
+}
+
+namespace {
+
+// A step's rendezvous that holds the recvs' callbacks until the test delivers
+// their values and records how many sends each flush carried (a flush with
+// sends is one message to their task, step_transfers.hpp).
+class held_rendezvous final : public loom::detail::step_rendezvous {
+public:
+  void send(const loom::node_def&, const loom::any_tensor&) override { ++held; }
+  void recv(const loom::node_def& n, recv_done done) override {
+    waiting.emplace(n.attr<std::string>("key"), std::move(done));
+  }
+  void flush() override {
+    if (held > 0)
+      messages.push_back(held);
+    held = 0;
+  }
+  void deliver(const std::string& key) {
+    auto done = std::move(waiting.at(key));
+    waiting.erase(key);
+    done(loom::any_tensor(loom::dtype::f32, loom::shape{2}), nullptr);
+  }
+
+  std::map<std::string, recv_done> waiting;
+  int held = 0;
+  std::vector<int> messages;
+};
+
+} // namespace
+
+// #23: a ps's step is suspended waiting for a worker's ids, which arrive in one
+// rendezvous_put of ~100 tensors. Resumed by each in turn, it ran one gather,
+// flushed and sent that table's rows as a message of its own: ~107 messages a step.
+TEST_CASE("the values of one message resume a suspended step once: one message for the sends "
+          "they make ready") {
+  loom::graph g;
+  std::vector<loom::node_id> sends;
+  for (const char* key : {"a", "b", "c"}) {
+    const auto r = g.add_node(
+        "_recv", {},
+        {{"key", std::string(key)}, {"dtype", loom::dtype::f32}, {"shape", loom::shape{2}}});
+    sends.push_back(g.add_node("_send", {r}, {{"key", std::string(key) + "'"}}));
+  }
+  const loom::detail::plan p(g, {{}, sends, {}});
+  Eigen::ThreadPool pool(2);
+  const loom::cpu_device device(&pool, 2);
+  loom::detail::resource_manager resources;
+
+  auto start = [&](held_rendezvous& rz, bool& ended) {
+    loom::detail::start_plan(p, g, std::vector<loom::any_tensor>(g.size()), device, resources, rz,
+                             [&ended](std::vector<loom::any_tensor>&, std::exception_ptr e) {
+                               CHECK_FALSE(e);
+                               ended = true;
+                             });
+    REQUIRE(rz.waiting.size() == 3); // suspended, waiting for all three
+  };
+
+  SUBCASE("delivered in one batch (the task server's rendezvous_put)") {
+    held_rendezvous rz;
+    bool ended = false;
+    start(rz, ended);
+    {
+      loom::detail::arrival_batch batch;
+      rz.deliver("a");
+      rz.deliver("b");
+      rz.deliver("c");
+      CHECK(rz.messages.empty()); // resumed once, at the end of the batch
+      batch.run();
+    }
+    CHECK(ended);
+    CHECK(rz.messages == std::vector<int>{3});
+  }
+  SUBCASE("delivered one by one, without a batch") {
+    held_rendezvous rz;
+    bool ended = false;
+    start(rz, ended);
+    rz.deliver("a");
+    rz.deliver("b");
+    rz.deliver("c");
+    CHECK(ended);
+    CHECK(rz.messages == std::vector<int>{1, 1, 1});
+  }
 }

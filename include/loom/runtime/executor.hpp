@@ -79,6 +79,43 @@ private:
   std::vector<T*> heap_;
 };
 
+// The values of one rendezvous message, delivered together: while a batch is open on a
+// thread, a step that one of them would resume is resumed once, by run(), with all of them
+// already arrived, so that it runs the nodes they make ready together and flushes its sends
+// once (one message per destination task), not once per value. Without it a ps's step
+// resumed by the first of its ~104 id tensors ran that gather, found nothing else ready, flushed,
+// and sent each table's rows to the worker as a message of its own (#23: 108 sendmsg a step).
+class arrival_batch {
+public:
+  arrival_batch() : outer_(current()) { current() = this; }
+  arrival_batch(const arrival_batch&) = delete;
+  arrival_batch& operator=(const arrival_batch&) = delete;
+  ~arrival_batch() {
+    try {
+      run();
+    } catch (...) { // only on a path that already failed (run() not reached)
+    }
+  }
+  // Closes the batch and resumes the steps its values made runnable.
+  void run() {
+    if (current() == this)
+      current() = outer_;
+    auto deferred = std::move(deferred_);
+    deferred_.clear();
+    for (auto& f : deferred)
+      f();
+  }
+  static arrival_batch*& current() {
+    thread_local arrival_batch* open = nullptr;
+    return open;
+  }
+  void defer(std::function<void()> f) { deferred_.push_back(std::move(f)); }
+
+private:
+  arrival_batch* outer_;
+  std::vector<std::function<void()>> deferred_;
+};
+
 // One plan's steps in flight (run_plan, start_plan); the plan's private state
 // (its steps, their dependencies, the GPU constants it keeps) is read here.
 class plan_execution {
@@ -214,7 +251,11 @@ private:
             if (!st->on_done)
               st->cv.notify_one();
           }
-          if (resume)
+          if (!resume)
+            return;
+          if (auto* batch = arrival_batch::current())
+            batch->defer([plan, st] { plan_execution(*plan).drive(st); });
+          else
             plan_execution(*plan).drive(st);
         });
         continue;

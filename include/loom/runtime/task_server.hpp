@@ -368,6 +368,7 @@ private:
       // and the sender need not wait for that.
       r.reply();
       std::size_t next = 0;
+      detail::arrival_batch batch; // the step goes on once, with all of them
       try {
         for (std::size_t i = 0; i < m.keys.size(); ++i)
           table_.put(m.step_id, m.keys[i],
@@ -375,6 +376,7 @@ private:
       } catch (const error& e) { // a second value for a key: the step cannot go on
         table_.abort(m.step_id, describe() + ": " + e.message());
       }
+      batch.run();
     });
     rpc_->handle(protocol::abort_step, [this](net::request req, net::responder r) {
       auto m = req.metadata<protocol::abort_step_request>();
