@@ -193,6 +193,11 @@ if(LOOM_IT_CXX_COMPILER_ID MATCHES "GNU|Clang")
   foreach(dir IN LISTS LOOM_IT_BY_HAND_INCLUDES)
     list(APPEND by_hand_cmd -isystem "${dir}")
   endforeach()
+  # g++'s garbage collector tuned as for the tree's own units (CMakeLists.txt): the same
+  # program, a tenth less compile time.
+  if(LOOM_IT_CXX_COMPILER_ID STREQUAL "GNU")
+    list(APPEND by_hand_cmd --param=ggc-min-expand=100 --param=ggc-min-heapsize=1048576)
+  endif()
   file(REMOVE "${by_hand}")
   run_step("build by hand, header-only" ${by_hand_cmd})
   run_step("run the by-hand build" "${by_hand}")

@@ -77,7 +77,16 @@ public:
     ::waitpid(pid_, nullptr, 0);
   }
   std::uint16_t port() const { return port_; }
-  void signal(int sig) const { REQUIRE(::kill(pid_, sig) == 0); }
+  // SIGSTOP, and wait until every thread of the server has stopped: kill() only makes
+  // the stop pending, and on a loaded machine a server thread once went on long enough
+  // to answer the next call.
+  void freeze() const {
+    REQUIRE(::kill(pid_, SIGSTOP) == 0);
+    int status = 0;
+    REQUIRE(::waitpid(pid_, &status, WUNTRACED) == pid_);
+    REQUIRE(WIFSTOPPED(status));
+  }
+  void thaw() const { REQUIRE(::kill(pid_, SIGCONT) == 0); }
 
 private:
   pid_t pid_ = -1;
@@ -111,7 +120,7 @@ TEST_CASE("liveness: a frozen server (SIGSTOP) fails the call in flight with una
   channel ch("127.0.0.1:" + std::to_string(server.port()), o);
   CHECK(ch.call("echo", 1).metadata<int>() == 1);
 
-  server.signal(SIGSTOP);
+  server.freeze();
   const auto start = std::chrono::steady_clock::now();
   std::string message;
   try {
@@ -130,7 +139,7 @@ TEST_CASE("liveness: a frozen server (SIGSTOP) fails the call in flight with una
   CHECK_MESSAGE(contains(message, "call 'echo'"), message);
   CHECK(logs.contains("stopped answering"));
 
-  server.signal(SIGCONT);
+  server.thaw();
   CHECK(ch.call("echo", 3).metadata<int>() == 3); // reconnects
 }
 
