@@ -12,6 +12,8 @@
 #include <sys/time.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -30,16 +32,30 @@ inline bool same_bytes(const any_tensor& a, const any_tensor& b) {
 // Collects the layer's log lines (thread-safe).
 struct log_capture {
   std::mutex m;
+  std::condition_variable logged;
   std::vector<std::string> lines;
 
   log_fn fn() {
     return [this](std::string_view s) {
-      std::lock_guard lk(m);
-      lines.emplace_back(s);
+      {
+        std::lock_guard lk(m);
+        lines.emplace_back(s);
+      }
+      logged.notify_all();
     };
   }
   bool contains(std::string_view needle) {
     std::lock_guard lk(m);
+    return has_locked(needle);
+  }
+  // Waits (up to `timeout`) for a line with `needle`: a peer's side of a failure is
+  // logged on its own thread, maybe after this side has seen the failure.
+  bool wait_for(std::string_view needle,
+                std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    std::unique_lock lk(m);
+    return logged.wait_for(lk, timeout, [&] { return has_locked(needle); });
+  }
+  bool has_locked(std::string_view needle) const {
     return std::any_of(lines.begin(), lines.end(),
                        [&](const std::string& l) { return l.find(needle) != std::string::npos; });
   }

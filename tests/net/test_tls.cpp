@@ -131,7 +131,7 @@ TEST_CASE("a client without TLS against a TLS server fails at once, naming the s
   CHECK_MESSAGE(f.what.find("requires TLS keyed by the cluster token") != std::string::npos,
                 f.what);
   CHECK_MESSAGE(f.what.find("without TLS") != std::string::npos, f.what);
-  CHECK(server_log.contains("it does not use TLS"));
+  CHECK(server_log.wait_for("it does not use TLS"));
   // The server goes on serving TLS clients.
   channel good(local_address(srv), tls_channel(tls_settings::keyed_by_token()));
   CHECK(good.call("echo", std::string("a")).metadata<std::string>() == "a!");
@@ -148,7 +148,7 @@ TEST_CASE("a TLS client against a server without TLS fails at once, naming the s
                     std::string::npos,
                 f.what);
   CHECK_MESSAGE(f.what.find("it does not use TLS") != std::string::npos, f.what);
-  CHECK(server_log.contains("a TLS handshake from"));
+  CHECK(server_log.wait_for("a TLS handshake from"));
   channel plain(local_address(srv), local_channel(token, [](std::string_view) {}));
   CHECK(plain.call("echo", std::string("a")).metadata<std::string>() == "a!");
 }
@@ -162,7 +162,7 @@ TEST_CASE("under TLS keyed by the token, a client with another token is refused"
   CHECK(f.code == error_code::unauthenticated);
   CHECK_MESSAGE(f.what.find(local_address(srv)) != std::string::npos, f.what);
   CHECK_MESSAGE(f.what.find("another cluster token") != std::string::npos, f.what);
-  CHECK_MESSAGE(server_log.contains("the TLS handshake with"), server_log.all());
+  CHECK_MESSAGE(server_log.wait_for("the TLS handshake with"), server_log.all());
 }
 
 TEST_CASE("TLS with certificates: each side verified against the CA, both directions") {
@@ -192,7 +192,7 @@ TEST_CASE("TLS with certificates: each side verified against the CA, both direct
     CHECK(f.code == error_code::unauthenticated);
     CHECK_MESSAGE(f.what.find(local_address(srv)) != std::string::npos, f.what);
     CHECK_MESSAGE(f.what.find("rejected this process's certificate") != std::string::npos, f.what);
-    CHECK_MESSAGE(server_log.contains("certificate"), server_log.all());
+    CHECK_MESSAGE(server_log.wait_for("certificate"), server_log.all());
   }
   SUBCASE("a server whose certificate another CA signed is refused by the client") {
     rpc_server rogue(tls_server(certs(stranger, stranger_ca), "", [](std::string_view) {}));
