@@ -580,12 +580,11 @@ std::pair<double, double> aucs(const std::string& out) {
   return {std::stod(m[1].str()), std::stod(m[2].str())};
 }
 
+// Small tables (169 248 rows) and a high learning rate: the teacher's AUC within 0.03 in
+// 1000 async steps (0.019 short of it; 2500 steps at 10^5 rows and 0.1 came 0.020 short).
 std::vector<std::string> ctr_flags(const temp_dir& d, const std::string& steps) {
-  return {"--train_steps=" + steps,
-          "--max_vocab=100000",
-          "--test_examples=20000",
-          "--log_every=500",
-          "--checkpoint_dir=" + d.path.string(),
+  return {"--train_steps=" + steps, "--max_vocab=20000", "--learning_rate=0.5",
+          "--test_examples=20000",  "--log_every=500",   "--checkpoint_dir=" + d.path.string(),
           "--shutdown_wait_secs=30"};
 }
 
@@ -598,8 +597,8 @@ TEST_CASE("examples/ctr, async, 1 ps + 2 workers: partitioned tables trained wit
   cluster_flags cf(1, 2);
   temp_dir dir;
   lt::child ps(lt::example("ctr"), cf.task("ps", 0));
-  lt::child w0(lt::example("ctr"), args(cf.task("worker", 0), ctr_flags(dir, "2500")));
-  lt::child w1(lt::example("ctr"), args(cf.task("worker", 1), ctr_flags(dir, "2500")));
+  lt::child w0(lt::example("ctr"), args(cf.task("worker", 0), ctr_flags(dir, "1000")));
+  lt::child w1(lt::example("ctr"), args(cf.task("worker", 1), ctr_flags(dir, "1000")));
   expect_exit(w0, 0, 300s);
   expect_exit(w1, 0, 60s);
   expect_exit(ps, 0, 60s);
@@ -629,24 +628,24 @@ TEST_CASE("examples/ctr with hash-table embeddings and sync replicas, 1 ps + 2 w
   cluster_flags cf(1, 2);
   temp_dir dir;
   lt::child ps(lt::example("ctr"), cf.task("ps", 0));
-  lt::child w0(lt::example("ctr"), args(cf.task("worker", 0), ctr_flags(dir, "2000"),
+  lt::child w0(lt::example("ctr"), args(cf.task("worker", 0), ctr_flags(dir, "800"),
                                         "--hash_embeddings", "--sync_replicas"));
-  lt::child w1(lt::example("ctr"), args(cf.task("worker", 1), ctr_flags(dir, "2000"),
+  lt::child w1(lt::example("ctr"), args(cf.task("worker", 1), ctr_flags(dir, "800"),
                                         "--hash_embeddings", "--sync_replicas"));
   expect_exit(w0, 0, 300s);
   expect_exit(w1, 0, 60s);
   expect_exit(ps, 0, 60s);
-  check_took_part_in_every_update(w0, 2000);
-  check_took_part_in_every_update(w1, 2000);
+  check_took_part_in_every_update(w0, 800);
+  check_took_part_in_every_update(w1, 800);
   for (const lt::child* w : {&w0, &w1}) {
     const auto [model, teacher] = aucs(w->output());
     INFO(w->output());
     CHECK(model > 0.8);
     CHECK(model >= teacher - 0.03);
-    // Only ids that were seen have rows: fewer than the 589 459 of the vocabularies.
+    // Only ids that were seen have rows: fewer than the 169 248 of the vocabularies.
     const auto held = captured(w->output(), "hash-table embeddings hold ([0-9]+) rows");
     REQUIRE(held.size() == 1);
     CHECK(held[0] > 100000);
-    CHECK(held[0] < 589459);
+    CHECK(held[0] < 169248);
   }
 }
