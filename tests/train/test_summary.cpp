@@ -13,7 +13,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
+#include <cfloat>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -246,6 +248,31 @@ TEST_CASE("summaries are encoded with summary.proto's field numbers") {
   CHECK(counts.size() < 20);
   CHECK(counts.back() == 0.0);
   CHECK(limits.back() == std::numeric_limits<double>::max());
+}
+
+TEST_CASE("a histogram counts a value under the first limit above it, at and beside each limit") {
+  // The bucket is found from a logarithm, then corrected: it must be what a
+  // binary search over the limits finds, for values on a limit, one ulp to
+  // either side of one, and between limits, negative and positive.
+  const auto& l = loom::summary_format::histogram::limits();
+  std::vector<double> values{0.0, -0.0, 1e-300, -1e-300, 5e-13, 1.0, -1.0, 3e25, -3e25};
+  for (double limit : l)
+    for (double v :
+         {limit, std::nextafter(limit, -DBL_MAX), std::nextafter(limit, DBL_MAX), limit * 1.05})
+      if (std::isfinite(v))
+        values.push_back(v);
+  for (double v : values) {
+    loom::summary_format::histogram h;
+    h.add(v);
+    const fields histo = decode(h.encode().bytes());
+    const auto limits = packed_doubles(histo.str(6)), counts = packed_doubles(histo.str(7));
+    const auto at = std::find(counts.begin(), counts.end(), 1.0);
+    REQUIRE(at != counts.end());
+    const auto first_above = std::upper_bound(l.begin(), l.end(), v);
+    const double want = first_above == l.end() ? l.back() : *first_above;
+    INFO("value " << v);
+    CHECK(limits[static_cast<std::size_t>(at - counts.begin())] == want);
+  }
 }
 
 TEST_CASE("scalar and histogram summary ops make Summaries; merge_all_summaries joins them") {

@@ -22,7 +22,10 @@
 #include <loom/core/protobuf_wire.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -76,9 +79,7 @@ public:
 
   // A finite value (the caller refuses NaN and infinities, as TF's kernel does).
   void add(double v) {
-    const auto& l = limits();
-    auto b = static_cast<std::size_t>(std::upper_bound(l.begin(), l.end(), v) - l.begin());
-    counts_[std::min(b, counts_.size() - 1)] += 1.0;
+    counts_[std::min(bucket(v), counts_.size() - 1)] += 1.0;
     min_ = std::min(min_, v);
     max_ = std::max(max_, v);
     num_ += 1.0;
@@ -117,6 +118,39 @@ public:
   }
 
 private:
+  // The first limit above v (std::upper_bound's answer), found from a guess:
+  // the limits grow by 1.1 from 1e-12, so k = (log2 |v| - log2 1e-12) /
+  // log2 1.1 counts the positive limits up to |v|. log2 |v| is read from the
+  // double's exponent and mantissa, a linear guess within the octave that is
+  // low by under a bucket, so the answer is among three limits from the
+  // guess: three comparisons without branches find it (a binary search over
+  // the 1 549 limits, its branches mispredicted, took ~30 ns a value, most of
+  // a histogram summary of a model's weights). The loops after them keep the
+  // answer exact should the guess ever be further off.
+  static std::size_t bucket(double v) {
+    const auto& l = limits();
+    const std::size_t size = l.size(), zero = size / 2; // l[zero] == 0: mirrored around it
+    const auto bits = std::bit_cast<std::uint64_t>(std::abs(v));
+    const double log2_abs = static_cast<double>(static_cast<int>(bits >> 52) - 1023) +
+                            static_cast<double>(bits & ((std::uint64_t{1} << 52) - 1)) * 0x1p-52;
+    constexpr double log2_first = -39.863137138648348; // log2(1e-12)
+    constexpr double per_log2 = 7.2725408973417128;    // 1 / log2(1.1)
+    const auto k = static_cast<std::ptrdiff_t>(
+        std::clamp((log2_abs - log2_first) * per_log2, 0.0, double(zero)));
+    // Positive v: the answer is zero + 1 + (limits up to v) - 0..2 below; negative:
+    // zero - (limits below |v|), mirrored. 0 and subnormals: k is 0.
+    const std::ptrdiff_t first = v > 0 ? std::ptrdiff_t(zero) + k : std::ptrdiff_t(zero) - 2 - k;
+    std::size_t b = static_cast<std::size_t>(
+        std::clamp(first, std::ptrdiff_t{0}, static_cast<std::ptrdiff_t>(size) - 3));
+    b += static_cast<std::size_t>(l[b] <= v) + static_cast<std::size_t>(l[b + 1] <= v) +
+         static_cast<std::size_t>(l[b + 2] <= v);
+    while (b < size && l[b] <= v)
+      ++b;
+    while (b > 0 && l[b - 1] > v)
+      --b;
+    return b;
+  }
+
   std::vector<double> counts_;
   double min_ = DBL_MAX, max_ = -DBL_MAX, num_ = 0, sum_ = 0, sum_squares_ = 0;
 };

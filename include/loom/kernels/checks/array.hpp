@@ -258,7 +258,10 @@ std::vector<std::int32_t> unique_positions(const I* ids, std::int64_t n, std::ve
 // shard_ids / shard_positions on the host, for the CPU kernel and for the GPU
 // kernel's host copy of the ids: of the ids (checked against the embedding's
 // rows), those that shard `shard` holds, as their rows there (shard_ids) or
-// their positions among the ids (shard_positions).
+// their positions among the ids (shard_positions). Two passes over the ids,
+// one counting and one writing the output in place: every table of a step
+// routes its ids once per shard and per op, and growing a vector and copying
+// it into the tensor cost more than the second pass.
 template <class I> any_tensor route_to_shard(const node_def& node, const any_tensor& ids) {
   const std::int64_t n = node.attr<std::int64_t>("num_shards");
   const std::int64_t shard = node.attr<std::int64_t>("shard");
@@ -269,40 +272,56 @@ template <class I> any_tensor route_to_shard(const node_def& node, const any_ten
   check_id_range(node, id, count, rows, false,
                  [&] { return node.attr_or<std::string>("_what", "the embedding"); });
   const bool positions = node.op == "shard_positions";
-  std::vector<I> local;
-  std::vector<std::int32_t> where;
-  const auto expected = static_cast<std::size_t>(count / n + 16); // ids spread over the shards
-  if (positions)
-    where.reserve(expected);
-  else
-    local.reserve(expected);
-  const auto keep = [&](std::int64_t k, std::int64_t row) {
+  // `where(v)`: whether the shard holds id v, and its row there. Everything
+  // the loops read is a local, so their stores alias none of it. The second
+  // pass writes every id's value and advances only past the shard's: no
+  // branch on the id (half of them mispredicted over two shards), and every
+  // write lands before the end, which it stops at.
+  const auto route = [&, id, count, positions](auto where) {
+    std::int64_t kept = 0;
+    for (std::int64_t k = 0; k < count; ++k)
+      kept += where(static_cast<std::int64_t>(id[k])).first ? 1 : 0;
+    const auto write = [id, count, kept, where]<class T>(any_tensor out, auto value) {
+      T* at = out.data<T>();
+      T* const end = at + kept;
+      for (std::int64_t k = 0; k < count && at != end; ++k) {
+        const auto [in_shard, row] = where(static_cast<std::int64_t>(id[k]));
+        *at = static_cast<T>(value(k, row));
+        at += in_shard ? 1 : 0;
+      }
+      return out;
+    };
     if (positions)
-      where.push_back(static_cast<std::int32_t>(k));
-    else
-      local.push_back(static_cast<I>(row));
+      return write.template operator()<std::int32_t>(
+          any_tensor(dtype::i32, loom::shape{kept}),
+          [](std::int64_t k, std::int64_t) { return k; });
+    return write.template operator()<I>(any_tensor(dtype_of<I>, loom::shape{kept}),
+                                        [](std::int64_t, std::int64_t row) { return row; });
   };
-  if (!div && std::has_single_bit(static_cast<std::uint64_t>(n))) {
+  if (div) {
+    // The shard holds the ids [first, first + held): no division per id.
+    const std::int64_t first = id_at(shard, 0, n, rows, true);
+    const auto held = static_cast<std::uint64_t>(
+        (shard + 1 < n ? id_at(shard + 1, 0, n, rows, true) : rows) - first);
+    return route([first, held](std::int64_t v) {
+      return std::pair{static_cast<std::uint64_t>(v - first) < held, v - first};
+    });
+  }
+  if (std::has_single_bit(static_cast<std::uint64_t>(n))) {
     // "mod" over a power-of-two count of shards (the common 2, 4, 8): a mask
-    // and a shift instead of two 64-bit divisions per id, which were most of
-    // this kernel's time (every table of a step routes its ids once per shard).
+    // and a shift instead of two 64-bit divisions per id.
     const auto mask = static_cast<std::uint64_t>(n - 1);
     const int shift = std::countr_zero(static_cast<std::uint64_t>(n));
-    for (std::int64_t k = 0; k < count; ++k) {
-      const auto v = static_cast<std::uint64_t>(id[k]); // checked: 0 <= id < rows
-      if (static_cast<std::int64_t>(v & mask) == shard)
-        keep(k, static_cast<std::int64_t>(v >> shift));
-    }
-  } else {
-    for (std::int64_t k = 0; k < count; ++k) {
-      const shard_route r = route_id(static_cast<std::int64_t>(id[k]), n, rows, div);
-      if (r.shard == shard)
-        keep(k, r.row);
-    }
+    const auto mine = static_cast<std::uint64_t>(shard);
+    return route([mask, shift, mine](std::int64_t v) { // checked: 0 <= v < rows
+      const auto u = static_cast<std::uint64_t>(v);
+      return std::pair{(u & mask) == mine, static_cast<std::int64_t>(u >> shift)};
+    });
   }
-  if (positions)
-    return any_tensor::from_vector(loom::shape{static_cast<std::int64_t>(where.size())}, where);
-  return any_tensor::from_vector(loom::shape{static_cast<std::int64_t>(local.size())}, local);
+  return route([n, rows, shard](std::int64_t v) {
+    const shard_route r = route_id(v, n, rows, false);
+    return std::pair{r.shard == shard, r.row};
+  });
 }
 
 } // namespace loom::detail
