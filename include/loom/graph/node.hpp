@@ -69,8 +69,9 @@ public:
   template <class V> std::pair<iterator, bool> emplace(std::string_view key, V&& value) {
     if (auto it = find(key); it != end())
       return {it, false};
-    auto at = std::lower_bound(entries_.begin(), entries_.end(), key,
-                               [](const value_type& e, std::string_view k) { return e.first < k; });
+    auto at = std::lower_bound(
+        entries_.begin(), entries_.end(), key,
+        [](const value_type& e, std::string_view k) { return std::string_view(e.first) < k; });
     return {entries_.emplace(at, std::string(key), attr_value(std::forward<V>(value))), true};
   }
 
