@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -281,6 +282,50 @@ TEST_CASE("a partitioned variable: shards name/part_i over the ps tasks round-ro
   CHECK(contains(log, "emb/part_1: (variable): /job:ps/replica:0/task:1"));
   CHECK(contains(log, "emb/part_2: (variable): /job:ps/replica:0/task:0"));
   CHECK(contains(log, "(sparse_apply_adam): /job:ps/replica:0/task:1"));
+}
+
+TEST_CASE("two tables of as many rows looked up with the same ids share the ids' routing to "
+          "their shards; each gets its own rows, and a bad id names both") {
+  local_cluster cluster(2, 1);
+  loom::graph g;
+  auto ps_scope = g.device(loom::replica_device_setter({.ps_tasks = 2}));
+  auto deep = loom::get_variable<float, 2>(g, "deep", shape{10, 3},
+                                           loom::random_uniform_initializer{-1, 1, 5},
+                                           loom::fixed_size_partitioner{2});
+  auto wide = loom::get_variable<float, 2>(g, "wide", shape{10, 1},
+                                           loom::random_uniform_initializer{-1, 1, 7},
+                                           loom::fixed_size_partitioner{2});
+  loom::placeholder<std::int64_t, 1> ids(g, shape{-1}, "ids");
+  // "div": row r of a table's whole value is id r's row.
+  auto deep_rows = loom::embedding_lookup(deep, ids, loom::partition_strategy::div);
+  auto wide_rows = loom::embedding_lookup(wide, ids, loom::partition_strategy::div);
+  // As TF's CSE merges the two lookups' dynamic_partition: one routing and one unique per
+  // shard for both tables, then a gather from each.
+  std::map<std::string, int> ops;
+  for (std::size_t k = 0; k < g.size(); ++k)
+    ++ops[g.node(static_cast<loom::node_id>(k)).op];
+  CHECK(ops["shard_ids"] == 2);
+  CHECK(ops["shard_positions"] == 2);
+  CHECK(ops["unique"] == 2);
+  CHECK(ops["resource_gather"] == 4);
+  CHECK(ops["dynamic_stitch"] == 2);
+
+  loom::session s(g, cluster.target(), loom::testing::quiet());
+  s.run(loom::global_variables_initializer(g));
+  const auto deep_all = s.run(deep.value());
+  const auto wide_all = s.run(wide.value());
+  const tensor<std::int64_t, 1> batch(shape{4}, {7, 2, 7, 9});
+  const auto [d, w] = s.run(loom::fetches(deep_rows, wide_rows), {{ids, batch}});
+  for (std::int64_t i = 0; i < 4; ++i) {
+    for (std::int64_t k = 0; k < 3; ++k)
+      CHECK(d(i, k) == deep_all(batch(i), k));
+    CHECK(w(i, 0) == wide_all(batch(i), 0));
+  }
+  const auto what = loom::testing::message_of<loom::invalid_argument_error>([&] {
+    s.run(wide_rows, {{ids, tensor<std::int64_t, 1>(shape{2}, {3, 10})}});
+  });
+  CHECK(contains(what, "id 10 (at position 1) is outside [0, 10) of the embedding 'deep/part_0'"));
+  CHECK(contains(what, "the embedding 'wide/part_0'"));
 }
 
 TEST_CASE("a variable larger than a frame is initialized on its task: the graph carries no "

@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace loom {
@@ -156,8 +157,10 @@ public:
     std::string key;
     if (!def.stateful && !explicit_name) {
       key = structural_key(n);
-      if (auto it = state_->structural.find(key); it != state_->structural.end())
+      if (auto it = state_->structural.find(key); it != state_->structural.end()) {
+        join_description(state_->nodes[static_cast<std::size_t>(it->second)], n);
         return it->second;
+      }
     }
 
     n.name = unique_name(explicit_name ? name : n.op);
@@ -424,6 +427,26 @@ private:
       throw invalid_argument_error("node id " + std::to_string(id) + " is not in this graph");
   }
 
+  // The attribute "_what" describes what a node's values are, for its error
+  // messages ("the embedding t of 1000 rows"); it is no part of the node's
+  // identity. Two lookups of the same ids in two tables of as many rows (a
+  // field's deep and wide tables) then share their routing to the shards and
+  // their unique (as TF's CSE merges their dynamic_partition), and each id
+  // travels to a shard once; the shared node's description names both.
+  static void join_description(node_def& kept, const node_def& merged) {
+    const auto theirs = merged.attrs.find("_what");
+    if (theirs == merged.attrs.end())
+      return;
+    const auto& what = std::get<std::string>(theirs->second);
+    auto& ours = kept.attrs["_what"];
+    if (const auto* had = std::get_if<std::string>(&ours); had && !had->empty()) {
+      if (had->find(what) == std::string::npos)
+        ours = *had + " and " + what;
+    } else {
+      ours = what;
+    }
+  }
+
   static std::string structural_key(const node_def& n) {
     std::ostringstream k;
     k.precision(17); // distinct float attributes must give distinct keys
@@ -435,6 +458,8 @@ private:
       k << i << ',';
     k << ")@" << n.requested_device << '{';
     for (auto& [name, v] : n.attrs) {
+      if (name == "_what")
+        continue;
       k << name << '=';
       std::visit(
           [&](const auto& x) {
