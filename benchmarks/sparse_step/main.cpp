@@ -31,7 +31,11 @@
 //      each, alternating loom and TF runs (--rounds, medians). TensorFlow is
 //      installed from PyPI (tensorflow-cpu 2.15.1) into a virtual environment
 //      in the build directory by this benchmark, never by `make test`; where
-//      that fails, part 3 says so and the benchmark exits 1.
+//      that fails, part 3 says so and the benchmark exits 1. `--threads=N`
+//      gives each task of both N threads (loom's --intra_op_threads, TF's
+//      intra_op_parallelism_threads and inter_op_parallelism_threads); by
+//      default each framework's own, one per core (3 tasks share this
+//      machine's cores, so each task's pool oversubscribes them).
 //
 //   4. with --big: a model whose tables total more than 4 GiB (4 tables of
 //      18 x 10^6 x 16 floats, 4.6 GB), each in 2 shards over 2 ps tasks,
@@ -209,7 +213,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-int compare_with_tensorflow(int rounds, int steps) {
+int compare_with_tensorflow(int rounds, int steps, int threads) {
   namespace fs = std::filesystem;
   using loom::bench::shell_quote;
   const std::string ctr = LOOM_CTR, launch = LOOM_LAUNCH, script = LOOM_CTR_TF;
@@ -235,6 +239,9 @@ int compare_with_tensorflow(int rounds, int steps) {
   const fs::path data =
       fs::temp_directory_path() / ("sparse_step-ctr-" + std::to_string(::getpid()));
   const std::string common = " --train_steps=" + std::to_string(steps) + " --log_every=100000";
+  const std::string loom_threads =
+      threads > 0 ? " --intra_op_threads=" + std::to_string(threads) : std::string();
+  const std::string tf_threads = threads > 0 ? " --threads " + std::to_string(threads) : "";
   auto write =
       loom::bench::run_command(shell_quote(ctr) + " --write_data=" + shell_quote(data.string()) +
                                common + " --test_examples=20000");
@@ -252,13 +259,13 @@ int compare_with_tensorflow(int rounds, int steps) {
   for (int round = 0; round < rounds; ++round) {
     const auto l = loom::bench::run_command(
         shell_quote(launch) + " --ps 1 --workers 2 -- " + shell_quote(ctr) +
-        " --data_dir=" + shell_quote(data.string()) + common +
+        " --data_dir=" + shell_quote(data.string()) + common + loom_threads +
         " --test_examples=20000 --save_summaries_steps=0 --checkpoint_dir=" +
         shell_quote((data / ("ckpt-" + std::to_string(round))).string()));
-    const auto t =
-        loom::bench::run_command("TF_CPP_MIN_LOG_LEVEL=2 " + shell_quote(python) + " " +
-                                 shell_quote(script) + " --data_dir " + shell_quote(data.string()) +
-                                 " --train_steps " + std::to_string(steps) + " --log_every 100000");
+    const auto t = loom::bench::run_command(
+        "TF_CPP_MIN_LOG_LEVEL=2 " + shell_quote(python) + " " + shell_quote(script) +
+        " --data_dir " + shell_quote(data.string()) + " --train_steps " + std::to_string(steps) +
+        " --log_every 100000" + tf_threads);
     const ctr_run lr = parse_ctr(l.output, "loom's ctr");
     const ctr_run tr = parse_ctr(t.output, "TensorFlow's ctr_tf.py");
     loom_rate.push_back(lr.rate);
@@ -274,8 +281,11 @@ int compare_with_tensorflow(int rounds, int steps) {
   std::error_code ec;
   fs::remove_all(data, ec);
   std::printf("\n3. examples/ctr, 1 ps + 2 workers, async, %d global steps of 256, medians of %d "
-              "alternating runs\n%-24s %22s %12s\n",
-              steps, rounds, "", "examples/s per worker", "test AUC");
+              "alternating runs, %s\n%-24s %22s %12s\n",
+              steps, rounds,
+              threads > 0 ? (std::to_string(threads) + " thread(s) a task").c_str()
+                          : "each framework's default threads",
+              "", "examples/s per worker", "test AUC");
   std::printf("%-24s %22.0f %12.4f\n", "TensorFlow 2.15 (v1)", median(tf_rate), median(tf_auc));
   std::printf("%-24s %22.0f %12.4f\n", "loom", median(loom_rate), median(loom_auc));
   std::printf("loom / TensorFlow: %.2f x the examples/s; AUC difference %+.4f (the teacher's AUC: "
@@ -409,7 +419,7 @@ std::string bytes(double b) {
 
 int main(int argc, char** argv) try {
   bool smoke = false, tf = false, only_tf = false, big = false, only_big = false;
-  int rounds = 3;
+  int rounds = 3, threads = 0;
   std::int64_t max_rows = 50000000;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -427,16 +437,18 @@ int main(int argc, char** argv) try {
       rounds = std::max(1, std::stoi(a.substr(9)));
     else if (a.rfind("--max_rows=", 0) == 0)
       max_rows = std::stoll(a.substr(11));
+    else if (a.rfind("--threads=", 0) == 0)
+      threads = std::max(0, std::stoi(a.substr(10)));
     else {
       std::fprintf(stderr,
                    "sparse_step: unknown argument %s (--smoke, --max_rows=N, --tf, --only_tf, "
-                   "--rounds=N, --big, --only_big)\n",
+                   "--rounds=N, --threads=N, --big, --only_big)\n",
                    a.c_str());
       return 2;
     }
   }
   if (only_tf)
-    return compare_with_tensorflow(rounds, 3000);
+    return compare_with_tensorflow(rounds, 3000, threads);
   if (only_big)
     return big_model_round_trip(18000000);
   const auto addrs = loom::bench::raw::free_addresses(3);
@@ -493,7 +505,7 @@ int main(int argc, char** argv) try {
   ps0.join();
   ps1.join();
   worker.join();
-  int status = tf ? compare_with_tensorflow(rounds, 3000) : 0;
+  int status = tf ? compare_with_tensorflow(rounds, 3000, threads) : 0;
   if (big || smoke)
     status |= big_model_round_trip(smoke ? 1000 : 18000000);
   return status;

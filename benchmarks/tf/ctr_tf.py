@@ -97,7 +97,15 @@ def worker_or_ps(a):
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)
     cluster = tf.train.ClusterSpec({"ps": a.ps_hosts.split(","), "worker": a.worker_hosts.split(",")})
-    server = tf.train.Server(cluster, job_name=a.job_name, task_index=a.task_index)
+    # --threads N: every task's thread pools (a server's device pool is made
+    # when the server starts, so the server's config sets it; the session's
+    # repeats it); 0: TensorFlow's default, one thread per core in each pool.
+    threads = {}
+    if a.threads > 0:
+        threads = dict(intra_op_parallelism_threads=a.threads,
+                       inter_op_parallelism_threads=a.threads)
+    server = tf.train.Server(cluster, job_name=a.job_name, task_index=a.task_index,
+                             config=tf.ConfigProto(**threads))
     if a.job_name == "ps":
         server.join()
         return
@@ -155,7 +163,8 @@ def worker_or_ps(a):
     train = np.fromfile(os.path.join(a.data_dir, "train_%d.bin" % a.task_index), record_dtype())
     test = np.fromfile(os.path.join(a.data_dir, "test.bin"), record_dtype())
     label_text = "Worker %d" % a.task_index
-    config = tf.ConfigProto(device_filters=["/job:ps", "/job:worker/task:%d" % a.task_index])
+    config = tf.ConfigProto(device_filters=["/job:ps", "/job:worker/task:%d" % a.task_index],
+                            **threads)
     with tf.train.MonitoredTrainingSession(master=server.target, is_chief=a.task_index == 0,
                                            hooks=hooks, config=config,
                                            save_checkpoint_secs=None,
@@ -243,6 +252,8 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--log_every", type=int, default=500)
     p.add_argument("--sync_replicas", action="store_true")
+    p.add_argument("--threads", type=int, default=0,
+                   help="intra- and inter-op threads of each task (0: TensorFlow's default)")
     a, _ = p.parse_known_args()
     if a.job_name:
         worker_or_ps(a)
