@@ -115,8 +115,9 @@ int main(int argc, char** argv) try {
                    "Each ps task writes its own tables' shard of a checkpoint (every task must "
                    "see --checkpoint_dir at the same path); false: the chief writes one file")
       .define_int("intra_op_threads", 0,
-                  "Threads of this task's kernels (TF's intra_op_parallelism_threads; 0: one "
-                  "per core)")
+                  "Threads of this task's kernels (TF's intra_op_parallelism_threads; 0: "
+                  "LOOM_INTRA_OP_THREADS, which loom-launch sets to each task's share of the "
+                  "cores, else one per core)")
       .define_int("log_every", 200, "Print progress every this many local steps")
       .define_int("seed", 1, "Seed of the data, the teacher and the initial weights")
       .define_int("min_vocab", 1000, "Rows of the smallest field's tables")

@@ -9,12 +9,15 @@
 #include <doctest/doctest.h>
 #include <support/messages.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -207,4 +210,27 @@ TEST_CASE("the values of one message resume a suspended step once: one message f
     CHECK(ended);
     CHECK(rz.messages == std::vector<int>{1, 1, 1});
   }
+}
+
+TEST_CASE("an intra-op pool's threads: the option, else LOOM_INTRA_OP_THREADS, else one per "
+          "core; a bad LOOM_INTRA_OP_THREADS is one clear error") {
+  const char* before = std::getenv("LOOM_INTRA_OP_THREADS");
+  const std::string saved = before ? before : "";
+  ::unsetenv("LOOM_INTRA_OP_THREADS");
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  CHECK(loom::detail::intra_op_threads(0) == cores);
+  ::setenv("LOOM_INTRA_OP_THREADS", "3", 1);
+  CHECK(loom::detail::intra_op_threads(0) == 3);
+  CHECK(loom::detail::intra_op_threads(2) == 2); // the option wins
+  for (const char* bad : {"0", "-2", "two", "3x", "99999"}) {
+    CAPTURE(bad);
+    ::setenv("LOOM_INTRA_OP_THREADS", bad, 1);
+    const auto what = loom::testing::message_of<loom::invalid_argument_error>(
+        [] { loom::detail::intra_op_threads(0); });
+    CHECK(contains(what, "LOOM_INTRA_OP_THREADS='" + std::string(bad) + "'"));
+  }
+  if (before)
+    ::setenv("LOOM_INTRA_OP_THREADS", saved.c_str(), 1);
+  else
+    ::unsetenv("LOOM_INTRA_OP_THREADS");
 }

@@ -11,9 +11,11 @@
 
 #include <doctest/doctest.h>
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +23,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -534,6 +537,41 @@ TEST_CASE("loom-launch: a generated token in every task's environment, on no com
     expect_all_gone(launch.output(), names(1, 2));
   }
   CHECK(seen.size() == 2); // a fresh token for every cluster
+}
+
+TEST_CASE("loom-launch: each task's kernels get its share of the host's cores, or the user's "
+          "LOOM_INTRA_OP_THREADS") {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
+  const int cores = CPU_COUNT(&set); // the tasks inherit this process's affinity
+  const std::string share = std::to_string(std::max(1, cores / 3));
+  struct threads_case {
+    std::optional<std::string> user;
+    std::string want, banner;
+  };
+  const threads_case cases[] = {
+      {std::nullopt, share,
+       "each task's kernels use " + share + " thread(s), its share of " + std::to_string(cores) +
+           " core(s) (LOOM_INTRA_OP_THREADS)"},
+      {"5", "5", "each task's kernels use your LOOM_INTRA_OP_THREADS=5 thread(s)"}};
+  for (const auto& c : cases) {
+    CAPTURE(c.want);
+    lt::child launch(launch_bin, launch_args(1, 2, 1, {"--forever"}),
+                     {{"LOOM_INTRA_OP_THREADS", c.user}});
+    wait_ready(launch, names(1, 2));
+    INFO(launch.output());
+    CHECK(contains(launch.output(), c.banner));
+    const auto pids = task_pids(launch.output());
+    for (const auto& t : names(1, 2)) {
+      const auto it = pids.find(t);
+      REQUIRE_MESSAGE(it != pids.end(), t << " printed no pid");
+      CHECK_MESSAGE(env_of(it->second, "LOOM_INTRA_OP_THREADS") == c.want, t);
+    }
+    REQUIRE(::kill(launch.pid(), SIGTERM) == 0);
+    expect_exit(launch, 143);
+    expect_all_gone(launch.output(), names(1, 2));
+  }
 }
 
 TEST_CASE("loom-launch: the user's token or token file is kept; --no_token starts without one") {

@@ -21,6 +21,9 @@
 // certificates comes from the user's own LOOM_TLS_CERT, LOOM_TLS_KEY and LOOM_TLS_CA, which
 // the tasks inherit).
 //
+// The tasks share the host's cores: each gets its share for its kernels' pool
+// (LOOM_INTRA_OP_THREADS = max(1, cores / tasks) in its environment, unless the user set it).
+//
 // POSIX (Linux) only; it includes no loom header but the flag parser, and OpenSSL for the
 // token's random bytes.
 #include <loom/core/flags.hpp>
@@ -31,6 +34,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -89,6 +93,10 @@ cluster, in its environment (LOOM_CLUSTER_TOKEN; never on its command line), and
 refuse peers without it. When LOOM_CLUSTER_TOKEN or LOOM_CLUSTER_TOKEN_FILE is already set,
 the tasks use that token instead: set one yourself to connect other processes (a client, a
 task started by hand) to the cluster.
+
+The tasks share this host's cores: each gets its share for its kernels' threads,
+LOOM_INTRA_OP_THREADS = max(1, cores / tasks) in its environment, unless you set
+LOOM_INTRA_OP_THREADS yourself (a task's own --intra_op_threads wins over both).
 
 When the chief exits 0, the others get --grace_secs to exit, then stragglers are stopped.
 When a task fails, or on SIGINT/SIGTERM, every task gets SIGTERM, then SIGKILL.
@@ -710,6 +718,31 @@ std::optional<std::string> arrange_token(bool no_token) {
                      "in each task's environment)");
 }
 
+// Gives each task its share of this host's cores for its kernels (LOOM_INTRA_OP_THREADS in
+// loom-launch's environment, which the tasks inherit): every task sizing its pool to all
+// the cores would oversubscribe them with the others'. A value the user set is kept, and a
+// task's own --intra_op_threads (or session option) wins over it. Returns how the banner
+// describes it, or nullopt after saying what went wrong.
+std::optional<std::string> arrange_threads(std::int64_t tasks) {
+  if (env_set("LOOM_INTRA_OP_THREADS"))
+    return "each task's kernels use your LOOM_INTRA_OP_THREADS=" +
+           std::string(std::getenv("LOOM_INTRA_OP_THREADS")) + " thread(s)";
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  long cores = 0;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0)
+    cores = CPU_COUNT(&set); // the cores this process may run on (taskset, cgroup cpusets)
+  if (cores < 1)
+    cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  const long threads = std::max(1L, cores / static_cast<long>(tasks));
+  if (::setenv("LOOM_INTRA_OP_THREADS", std::to_string(threads).c_str(), 1) != 0) {
+    say(std::string("cannot set LOOM_INTRA_OP_THREADS: ") + std::strerror(errno));
+    return std::nullopt;
+  }
+  return "each task's kernels use " + std::to_string(threads) + " thread(s), its share of " +
+         std::to_string(cores) + " core(s) (LOOM_INTRA_OP_THREADS)";
+}
+
 int usage_error(const std::string& message) {
   say(message);
   write_all(STDERR_FILENO, "run 'loom-launch --help' for usage\n");
@@ -799,6 +832,10 @@ int main(int argc, char** argv) {
   if (env_set("LOOM_TLS_CERT")) // certificates win over the token's key (tls_settings.hpp)
     tls_note = ", encrypted with TLS and your certificates (LOOM_TLS_CERT)";
 
+  const auto threads_note = arrange_threads(n_ps + n_workers);
+  if (!threads_note)
+    return exit_usage;
+
   install_signal_handlers();
   const auto ports = free_ports(host, static_cast<std::size_t>(n_ps + n_workers));
   std::string ps_hosts, worker_hosts;
@@ -807,8 +844,8 @@ int main(int argc, char** argv) {
     list += (list.empty() ? "" : ",") + host + ":" + std::to_string(ports[i]);
   }
   say("starting " + std::to_string(n_ps) + " ps and " + std::to_string(n_workers) +
-      " worker task(s) of " + binary + " with --ps_hosts=" + ps_hosts +
-      " --worker_hosts=" + worker_hosts + "; the cluster is " + *token_note + tls_note);
+      " worker task(s) of " + binary + " with --ps_hosts=" + ps_hosts + " --worker_hosts=" +
+      worker_hosts + "; the cluster is " + *token_note + tls_note + "; " + *threads_note);
 
   launcher l(binary, *path, std::move(args), grace);
   l.start(ps_hosts, worker_hosts, n_ps, n_workers);
