@@ -84,26 +84,6 @@ template <class Archive> void load(Archive& ar, any_tensor& t) {
   t = std::move(out);
 }
 
-// A node's attributes as cereal writes a std::map (a size, then name-value
-// items), which they were.
-template <class Archive> void save(Archive& ar, const attr_map& attrs) {
-  ar(cereal::make_size_tag(static_cast<cereal::size_type>(attrs.size())));
-  for (const auto& [name, value] : attrs)
-    ar(cereal::make_map_item(name, value));
-}
-
-template <class Archive> void load(Archive& ar, attr_map& attrs) {
-  cereal::size_type count = 0;
-  ar(cereal::make_size_tag(count));
-  attrs.clear();
-  for (cereal::size_type i = 0; i < count; ++i) {
-    std::string name;
-    attr_value value;
-    ar(cereal::make_map_item(name, value));
-    attrs.emplace(name, std::move(value));
-  }
-}
-
 template <class Archive> void serialize(Archive& ar, node_def& n, std::uint32_t /*version*/) {
   ar(cereal::make_nvp("id", n.id), cereal::make_nvp("op", n.op), cereal::make_nvp("name", n.name),
      cereal::make_nvp("dtype", n.type), cereal::make_nvp("shape", n.shape),
