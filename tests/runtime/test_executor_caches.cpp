@@ -11,11 +11,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -214,23 +214,20 @@ TEST_CASE("the values of one message resume a suspended step once: one message f
 
 TEST_CASE("an intra-op pool's threads: the option, else LOOM_INTRA_OP_THREADS, else one per "
           "core; a bad LOOM_INTRA_OP_THREADS is one clear error") {
-  const char* before = std::getenv("LOOM_INTRA_OP_THREADS");
-  const std::string saved = before ? before : "";
-  ::unsetenv("LOOM_INTRA_OP_THREADS");
+  const auto with = [](std::optional<std::string> value) -> loom::environment {
+    return [value](const std::string& name) {
+      return name == "LOOM_INTRA_OP_THREADS" ? value : std::nullopt;
+    };
+  };
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  CHECK(loom::detail::intra_op_threads(0) == cores);
-  ::setenv("LOOM_INTRA_OP_THREADS", "3", 1);
-  CHECK(loom::detail::intra_op_threads(0) == 3);
-  CHECK(loom::detail::intra_op_threads(2) == 2); // the option wins
+  CHECK(loom::detail::intra_op_threads(0, with(std::nullopt)) == cores);
+  CHECK(loom::detail::intra_op_threads(0, with("")) == cores);
+  CHECK(loom::detail::intra_op_threads(0, with("3")) == 3);
+  CHECK(loom::detail::intra_op_threads(2, with("3")) == 2); // the option wins
   for (const char* bad : {"0", "-2", "two", "3x", "99999"}) {
     CAPTURE(bad);
-    ::setenv("LOOM_INTRA_OP_THREADS", bad, 1);
     const auto what = loom::testing::message_of<loom::invalid_argument_error>(
-        [] { loom::detail::intra_op_threads(0); });
-    CHECK(contains(what, "LOOM_INTRA_OP_THREADS='" + std::string(bad) + "'"));
+        [&] { loom::detail::intra_op_threads(0, with(bad)); });
+    CHECK(contains(what, "LOOM_INTRA_OP_THREADS is \"" + std::string(bad) + "\""));
   }
-  if (before)
-    ::setenv("LOOM_INTRA_OP_THREADS", saved.c_str(), 1);
-  else
-    ::unsetenv("LOOM_INTRA_OP_THREADS");
 }

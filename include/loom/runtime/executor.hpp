@@ -6,6 +6,7 @@
 // the ps's variables back) cannot deadlock.
 #pragma once
 
+#include <loom/cluster/environment.hpp>
 #include <loom/runtime/plan.hpp>
 #include <loom/runtime/step_tracer.hpp>
 
@@ -55,19 +56,21 @@ using plan_done_fn = std::function<void(std::vector<any_tensor>& values, std::ex
 // The threads of an intra-op pool asked for as `requested` (session_options,
 // server_options): 0 or less means LOOM_INTRA_OP_THREADS where it is set, else
 // one per hardware thread. loom-launch sets it to each task's share of the
-// host's cores: tasks that share a host each sizing their pool to every core
-// oversubscribe it (examples/ctr's 1 ps + 2 workers on 2 cores trained 18 to
-// 31 % faster with one thread a task).
-inline int intra_op_threads(int requested) {
+// host's cores: tasks that share a host and each size their pool to every core
+// oversubscribe it (docs/benchmarks.md, #23: examples/ctr's 1 ps + 2 workers on
+// 2 cores under load). Throws invalid_argument_error naming the variable when it
+// is not a number of threads.
+inline int intra_op_threads(int requested, const environment& env = process_environment()) {
   if (requested > 0)
     return requested;
-  if (const char* env = std::getenv("LOOM_INTRA_OP_THREADS"); env && *env) {
+  if (const auto v = env("LOOM_INTRA_OP_THREADS"); v && !v->empty()) {
     char* end = nullptr;
     errno = 0;
-    const long n = std::strtol(env, &end, 10);
-    if (errno != 0 || *end != '\0' || n < 1 || n > 4096)
-      throw invalid_argument_error("LOOM_INTRA_OP_THREADS='" + std::string(env) +
-                                   "': give the threads of each task's kernel pool, 1 to 4096");
+    const long n = std::strtol(v->c_str(), &end, 10);
+    if (errno != 0 || end != v->c_str() + v->size() || n < 1 || n > 4096)
+      throw invalid_argument_error("LOOM_INTRA_OP_THREADS is \"" + *v +
+                                   "\"; expected the threads of each task's kernel pool, 1 to "
+                                   "4096");
     return static_cast<int>(n);
   }
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
