@@ -16,8 +16,8 @@ namespace loom::detail {
 // Threads for what may wait and must not wait on an io thread: steps with
 // blocking kernels, sends that must connect first, the ends of steps whose
 // sends are not yet acknowledged. A job never waits for a free thread (it
-// could be waiting for a job queued behind it): one is started whenever none
-// is idle, and idle ones are reused.
+// could be waiting for a job queued behind it): one is started whenever the
+// queued jobs outnumber the idle threads, and idle ones are reused.
 class step_runners {
 public:
   step_runners() = default;
@@ -31,7 +31,11 @@ public:
     if (stopping_)
       return false;
     queue_.push_back(std::move(fn));
-    if (idle_ == 0)
+    // Not `idle_ == 0`: an idle thread that was notified counts as idle until
+    // it wakes, so two jobs submitted before it does would share it, and the
+    // second would wait for the first to end (a take_gradient waited for a
+    // barrier_wait that waited for it, until the barrier's timeout).
+    if (queue_.size() > static_cast<std::size_t>(idle_))
       threads_.emplace_back([this] { loop(); });
     else
       cv_.notify_one();
