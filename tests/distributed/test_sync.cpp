@@ -484,3 +484,25 @@ TEST_CASE(
   CHECK(as_int(t.s0.run_nodes({t.r0.step->id()}, {})[0]) == 2);
   restarted.stop(&t.s0);
 }
+
+TEST_CASE("a chief dropped without stop (an error unwound past it) ends its update loop instead of "
+          "waiting for gradients; a new chief goes on") {
+  two_replicas t(20s);
+  auto dropped = std::async(std::launch::async, [&] {
+    loom::sync_replicas_chief chief(t.r0.sync, t.r0.g, t.c.worker(0).target(), quiet());
+    std::this_thread::sleep_for(300ms); // its loop waits in the take
+  });
+  if (dropped.wait_for(10s) != std::future_status::ready) {
+    t.s0.run(t.r0.sync.close_op()); // lets the future end, so that the case can fail
+    FAIL("the dropped chief still waits for gradients after 10 s");
+  }
+  dropped.get();
+  // As a restarted chief does: a new epoch, then its update loop.
+  t.s0.run(t.r0.sync.reset_op());
+  t.s0.run(t.r0.sync.local_step_init_op());
+  t.s1.run(t.r1.sync.local_step_init_op());
+  loom::sync_replicas_chief restarted(t.r0.sync, t.r0.g, t.c.worker(0).target(), quiet());
+  t.step_together();
+  CHECK(as_int(t.s0.run_nodes({t.r0.step->id()}, {})[0]) == 1);
+  restarted.stop(&t.s0);
+}

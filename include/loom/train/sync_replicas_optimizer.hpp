@@ -237,14 +237,25 @@ public:
   sync_replicas_chief(const sync_replicas_optimizer& opt, const graph& g,
                       const session_target& target, cluster_session_options o = {})
       : update_(opt.chief_update_op()), close_(opt.close_op()), release_all_(opt.release_all_op()),
-        session_(g, target, std::move(o)), thread_([this] { loop(); }) {}
+        target_(target), options_(o), session_(g, target, std::move(o)),
+        thread_([this] { loop(); }) {}
   sync_replicas_chief(const sync_replicas_chief&) = delete;
   sync_replicas_chief& operator=(const sync_replicas_chief&) = delete;
+  // A chief dropped while its loop waits for gradients (an error unwound past
+  // the caller's stop) must not wait for gradients that will not come: a
+  // session of its own closes the accumulators. Waiting workers are not
+  // released; a restarted chief's reset_op starts them on a new epoch.
   ~sync_replicas_chief() {
-    try {
-      stop(nullptr);
-    } catch (...) {
+    stopping_ = true;
+    if (thread_.joinable() && !finished_) {
+      try {
+        session closer(session_.graph_ref(), target_, options_);
+        close_loop(closer);
+      } catch (...) { // the cluster is gone: the loop's own step fails and ends it
+      }
     }
+    if (thread_.joinable())
+      thread_.join();
   }
 
   // Stops the loop. `s` (a session on the same cluster, not this loop's)
@@ -254,10 +265,7 @@ public:
     stopping_ = true;
     if (thread_.joinable()) {
       if (s)
-        for (int i = 0; !finished_ && i < 100; ++i) { // it may not be waiting yet
-          s->run_nodes({}, {close_.id()});
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
+        close_loop(*s);
       thread_.join();
       if (s)
         s->run_nodes({}, {release_all_.id()});
@@ -271,6 +279,13 @@ public:
   std::int64_t updates() const noexcept { return updates_; }
 
 private:
+  void close_loop(session& s) {
+    for (int i = 0; !finished_ && i < 100; ++i) { // it may not be waiting yet
+      s.run_nodes({}, {close_.id()});
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
   void loop() {
     while (!stopping_) {
       try {
@@ -291,6 +306,8 @@ private:
   }
 
   operation update_, close_, release_all_;
+  session_target target_;
+  cluster_session_options options_;
   session session_;
   std::atomic<bool> stopping_{false}, finished_{false};
   std::atomic<std::int64_t> updates_{0};
