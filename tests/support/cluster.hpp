@@ -10,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace loom::testing {
@@ -18,7 +19,32 @@ struct local_cluster {
   loom::cluster_spec spec;
   std::vector<std::unique_ptr<loom::server>> servers;
 
+  // free_ports' ports are free when it returns, not when the servers bind them: a test
+  // process beside this one may take one meanwhile (an outgoing connection's ephemeral
+  // port), and the server then cannot listen. Such a cluster is started again on new ports.
   local_cluster(int ps, int workers) {
+    for (int attempt = 1;; ++attempt) {
+      try {
+        start(ps, workers);
+        return;
+      } catch (const loom::unavailable_error& e) {
+        servers.clear();
+        if (attempt == 5 ||
+            std::string_view(e.what()).find("cannot listen on") == std::string_view::npos)
+          throw;
+      }
+    }
+  }
+  loom::server& ps(int i) { return *servers[static_cast<std::size_t>(i)]; }
+  // The first worker's target: where a test's session usually runs.
+  std::string target() { return worker(0).target(); }
+  loom::server& worker(int i) {
+    return *servers[servers.size() - workers_count() + static_cast<std::size_t>(i)];
+  }
+  std::size_t workers_count() const { return static_cast<std::size_t>(spec.num_tasks("worker")); }
+
+private:
+  void start(int ps, int workers) {
     auto ports = free_ports(static_cast<std::size_t>(ps + workers));
     std::vector<std::string> ps_hosts, worker_hosts;
     for (int i = 0; i < ps + workers; ++i)
@@ -31,13 +57,6 @@ struct local_cluster {
     for (int i = 0; i < workers; ++i)
       servers.push_back(std::make_unique<loom::server>(spec, "worker", i));
   }
-  loom::server& ps(int i) { return *servers[static_cast<std::size_t>(i)]; }
-  // The first worker's target: where a test's session usually runs.
-  std::string target() { return worker(0).target(); }
-  loom::server& worker(int i) {
-    return *servers[servers.size() - workers_count() + static_cast<std::size_t>(i)];
-  }
-  std::size_t workers_count() const { return static_cast<std::size_t>(spec.num_tasks("worker")); }
 };
 
 // Task 0 of job ps served by another process (`server_bin`: loom-server), so
