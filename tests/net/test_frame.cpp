@@ -341,13 +341,19 @@ TEST_CASE("a split message decodes as its head and parts, and its flags are chec
     expect.append(static_cast<const char*>(x.raw_data()), x.byte_size());
   CHECK(joined == expect);
 
-  // Flags: unknown bits, both at once, flags on a cancel, payloads on a part.
+  // Flags: unknown bits, both at once, closing on a request, flags on a cancel, payloads on a
+  // part; closing on a response is its only place, and not with split or part.
   const std::string good = encode_frame(frame_kind::request, 1, env, {});
-  for (std::uint16_t flags : {std::uint16_t{4}, std::uint16_t{3}}) {
+  for (std::uint16_t flags : {std::uint16_t{8}, std::uint16_t{3}, frame_flag_closing}) {
     std::string f = good;
     net::detail::patch_u16(f, 6, flags);
     CHECK_THROWS_AS(parse_header(bytes_of(f), {}), data_loss_error);
   }
+  std::string closing = encode_frame(frame_kind::response, 1, env, {});
+  net::detail::patch_u16(closing, 6, frame_flag_closing);
+  CHECK(is_closing(parse_header(bytes_of(closing), {})));
+  net::detail::patch_u16(closing, 6, frame_flag_closing | frame_flag_split);
+  CHECK_THROWS_AS(parse_header(bytes_of(closing), {}), data_loss_error);
   std::string cancel = encode_frame(frame_kind::cancel, 1, env, {});
   net::detail::patch_u16(cancel, 6, frame_flag_split);
   CHECK_THROWS_AS(parse_header(bytes_of(cancel), {}), data_loss_error);

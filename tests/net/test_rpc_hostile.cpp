@@ -308,15 +308,21 @@ TEST_CASE("the budget of incomplete frames: per connection, and in total with st
   };
 
   SUBCASE("a message over the per-connection limit is refused before its bytes are read") {
-    try {
-      (void)good.call("sink", empty{}, {tensor_of(5u << 20)});
-      FAIL("no error");
-    } catch (const resource_exhausted_error& e) {
-      CHECK(contains(e.what(), "max_pending_bytes_per_connection"));
+    // The refusal closes the connection; its reply says so, and the channel's next call goes
+    // out on a new one (it raced the close before, and failed as lost about once in 12 runs:
+    // hence the repeats).
+    for (int round = 0; round < 8; ++round) {
+      CAPTURE(round);
+      try {
+        (void)good.call("sink", empty{}, {tensor_of(5u << 20)});
+        FAIL("no error");
+      } catch (const resource_exhausted_error& e) {
+        CHECK(contains(e.what(), "max_pending_bytes_per_connection"));
+      }
+      // Under the limit it passes; into a handler's buffer nothing is held, so 8 MiB pass too.
+      CHECK_NOTHROW(good.call("sink", empty{}, {tensor_of(3u << 20)}));
     }
     CHECK(logs.contains("max_pending_bytes_per_connection"));
-    // Under the limit it passes; into a handler's buffer nothing is held, so 8 MiB pass too.
-    CHECK_NOTHROW(good.call("sink", empty{}, {tensor_of(3u << 20)}));
     CHECK_NOTHROW(good.call("sink_into", empty{}, {tensor_of(8u << 20)}));
   }
   SUBCASE("in total: a peer that stalls halfway is evicted for a peer that sends") {

@@ -345,12 +345,15 @@ public:
         pending_.erase(it);
       }
     }
+    // The server closes this connection after this reply: no later call may go
+    // out on it, so it is retired before the caller hears of the reply.
+    if (is_closing(f.header))
+      retire(c, "the server closes it after refusing a request: " + f.meta.env.message);
     if (!st) {
       // A reply to a call that was cancelled or timed out, or an error about a
       // frame the server could not parse (it closes the connection next).
       if (!f.meta.env.ok() && f.header.request_id == 0)
         log_line(opts_.log, *peer_ + " reported: " + f.meta.env.message);
-      (void)c;
       return;
     }
     if (!f.meta.env.ok()) {
@@ -368,6 +371,13 @@ public:
   }
 
   void on_closed(const std::shared_ptr<connection>& c, const std::string& reason) override {
+    retire(c, reason);
+  }
+
+private:
+  // Forgets c (and its sibling) if they are the channel's connections: the
+  // calls in flight on them fail, and the next call connects again.
+  void retire(const std::shared_ptr<connection>& c, const std::string& reason) {
     std::vector<std::shared_ptr<call_state>> calls;
     std::shared_ptr<connection> other;
     std::string silent; // why the peer was declared dead, if it was
@@ -387,6 +397,7 @@ public:
     }
     if (other)
       other->close("its sibling connection closed");
+    c->close(reason);
     for (auto& st : calls)
       st->finish(make_error(error_code::unavailable,
                             silent.empty() ? "lost the connection to " + *peer_ + " while " +
@@ -394,7 +405,6 @@ public:
                                            : silent + "; " + st->describe() + " was in flight"));
   }
 
-private:
   // Work the io thread must drive the connections for when no caller does:
   // calls in flight (their waiters may not be waiting yet), connecting, writes
   // the socket did not take at once.

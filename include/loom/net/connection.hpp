@@ -922,7 +922,7 @@ private:
       return;
     incoming_frame f;
     f.header = h_;
-    f.header.flags = 0; // a split message arrives whole
+    f.header.flags &= frame_flag_closing; // a split message arrives whole
     f.meta = std::move(fm_);
     f.metadata = std::move(meta_);
     f.payloads = std::move(in_payloads_);
@@ -986,6 +986,7 @@ private:
         env.status = status_of(e.code());
         env.message = e.message();
         encode_head(f.head, frame_kind::response, peek_request_id(hb), env, {}, empty{});
+        detail::patch_u16(f.head, 6, frame_flag_closing);
       }
       send(std::move(f));
     }

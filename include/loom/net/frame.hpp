@@ -81,11 +81,16 @@ enum class frame_kind : std::uint8_t {
 };
 
 // Flags of request and response frames (0 on every other kind).
-//   split: the head of a split message; no payload bytes follow it.
-//   part:  metadata is an envelope (empty method) and u64 n; the n bytes that follow are
-//          the next bytes of the split message's payloads, concatenated in order.
+//   split:   the head of a split message; no payload bytes follow it.
+//   part:    metadata is an envelope (empty method) and u64 n; the n bytes that follow are
+//            the next bytes of the split message's payloads, concatenated in order.
+//   closing: on a response only: the server closes the connection after it (it refused a
+//            request it could not read whole, and discards what follows on the connection),
+//            so the client sends nothing more on it. Without it the client's next call could
+//            go out on the connection before its close arrives, and fail as lost.
 inline constexpr std::uint16_t frame_flag_split = 0x1;
 inline constexpr std::uint16_t frame_flag_part = 0x2;
+inline constexpr std::uint16_t frame_flag_closing = 0x4;
 
 // Bytes of payload a part carries (less where the frame limit is lower).
 inline constexpr std::uint64_t split_part_bytes = std::uint64_t{64} << 20;
@@ -157,6 +162,9 @@ constexpr bool is_split_head(const frame_header& h) noexcept {
 }
 constexpr bool is_part(const frame_header& h) noexcept {
   return (h.flags & frame_flag_part) != 0;
+}
+constexpr bool is_closing(const frame_header& h) noexcept {
+  return (h.flags & frame_flag_closing) != 0;
 }
 
 // What parse_metadata() found: the envelope, the payload descriptors, and where
@@ -394,8 +402,12 @@ inline frame_header parse_header(std::span<const std::byte> b, const frame_limit
     if (h.kind != frame_kind::request && h.kind != frame_kind::response)
       throw data_loss_error("a " + std::string(to_string(h.kind)) + " frame with flags " +
                             std::to_string(h.flags) + " (must be 0)");
-    if (h.flags != frame_flag_split && h.flags != frame_flag_part)
+    const std::uint16_t kind_flags = h.flags & static_cast<std::uint16_t>(~frame_flag_closing);
+    if (kind_flags != 0 && kind_flags != frame_flag_split && kind_flags != frame_flag_part)
       throw data_loss_error("unknown frame flags " + std::to_string(h.flags));
+    if (is_closing(h) && (h.kind != frame_kind::response || kind_flags != 0))
+      throw data_loss_error("frame flags " + std::to_string(h.flags) +
+                            ": only a whole response may say that the connection closes");
     if (is_part(h) && h.payload_count != 0)
       throw data_loss_error("a part frame declares " + std::to_string(h.payload_count) +
                             " payloads (must be 0)");
