@@ -120,6 +120,22 @@ TEST_CASE("a waiting kernel ends when its task stops") {
   CHECK(contains(mean.get(), "ps task 0"));
 }
 
+TEST_CASE("a closed accumulator fails every take until a reset, so one close stops a chief's "
+          "loop wherever it is") {
+  local_cluster c(1, 1);
+  accumulator_graph a(1);
+  const auto close = a.g.add_node("close_accumulator", {a.v->id()});
+  const auto reset = a.g.add_node("reset_accumulator", {a.v->id(), a.step.id()});
+  loom::session s(a.g, c.worker(0).target(), quiet());
+  s.run_nodes({}, {close}); // before any take waits
+  a.add(s, 1.0f, 0);        // enough for a take, but closed
+  CHECK(contains(loom::testing::message_of<loom::cancelled_error>([&] { a.take_mean(s, 0); }),
+                 "the accumulator was closed"));
+  s.run_nodes({}, {reset}, {{a.step.id(), loom::any_tensor::scalar<std::int64_t>(0)}});
+  a.add(s, 3.0f, 0);
+  CHECK(a.take_mean(s, 0) == doctest::Approx(3.0));
+}
+
 TEST_CASE("counter_wait returns when the counter passes its threshold") {
   local_cluster c(1, 1);
   loom::graph g;

@@ -210,7 +210,8 @@ public:
   // joined, before its update loop starts: the accumulators and the barrier
   // at the global step, and a new barrier epoch (see the top of this file).
   operation reset_op() const { return checked(reset_, "reset_op"); }
-  // Wakes a chief update waiting for gradients (to stop the chief's loop).
+  // Ends a chief update waiting for gradients, and fails every take until the
+  // next reset_op (to stop the chief's loop).
   operation close_op() const { return checked(close_, "close_op"); }
   // Releases every worker still waiting for an update (backups waiting for
   // a step that will not come because training ended).
@@ -279,12 +280,10 @@ public:
   std::int64_t updates() const noexcept { return updates_; }
 
 private:
-  void close_loop(session& s) {
-    for (int i = 0; !finished_ && i < 100; ++i) { // it may not be waiting yet
-      s.run_nodes({}, {close_.id()});
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
+  // One close is enough wherever the loop is: the accumulators stay closed
+  // (every take fails) until the next reset_op, and the loop ends on the
+  // failure since stopping_ is set.
+  void close_loop(session& s) { s.run_nodes({}, {close_.id()}); }
 
   void loop() {
     while (!stopping_) {

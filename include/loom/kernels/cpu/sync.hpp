@@ -35,7 +35,12 @@ struct accumulator_state : resource_base {
   std::int64_t count = 0;
   std::int64_t step = 0;    // gradients of local steps below this are stale
   std::int64_t dropped = 0; // stale gradients seen, for logs and tests
-  std::uint64_t closes = 0; // close_accumulator calls: wake the waiting take
+  // close_accumulator and reset_accumulator calls: each ends the take waiting.
+  std::uint64_t closes = 0;
+  // Since a close_accumulator (until a reset_accumulator): every take fails at
+  // once, so a chief that stops needs one close however its loop is placed (a
+  // close that came before the loop's next take ends that take too).
+  bool closed = false;
   // Since a reset_accumulator, whose step is the chief's global step, only
   // that step's gradients are fresh: a later one was computed before the reset
   // (variables restored to an older step), its worker's barrier_wait fails.
@@ -171,12 +176,13 @@ inline void await_gradients(kernel_context& c, const abort_watch& watch,
   const auto required = c.node.attr_or<std::int64_t>("num_required", 1);
   const std::uint64_t closes = acc.closes;
   wait_for(
-      c, watch, lock, acc.cv, [&] { return acc.count >= required || acc.closes != closes; },
+      c, watch, lock, acc.cv,
+      [&] { return acc.closed || acc.count >= required || acc.closes != closes; },
       [&] {
         return std::to_string(required) + " " + kind + " of step " + std::to_string(acc.step) +
                " for variable '" + c.node.attr_or<std::string>("_ref_name_0", "?") + "'";
       });
-  if (acc.count < required)
+  if (acc.closed || acc.count < required)
     throw cancelled_error("node " + c.node.describe() + ": the accumulator was closed");
 }
 
@@ -363,6 +369,7 @@ template <class T> struct close_accumulator_cpu {
     {
       std::lock_guard lock(acc->mu);
       ++acc->closes;
+      acc->closed = true;
     }
     acc->cv.notify_all();
   }
@@ -378,6 +385,7 @@ template <class T> struct reset_accumulator_cpu {
         acc.count = 0;
         acc.step = step;
         acc.reset = true;
+        acc.closed = false;
         ++acc.closes; // a take still waiting (its chief is gone) ends
       }
       acc.cv.notify_all();
