@@ -23,14 +23,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -80,14 +83,33 @@ inline std::vector<std::uint16_t> free_ports(std::size_t n) {
   return ports;
 }
 
+// The lowest port the OS hands out on its own (bind to port 0, or connect), from
+// /proc/sys/net/ipv4/ip_local_port_range; 32768, Linux's default, where it cannot be read.
+inline std::uint16_t ephemeral_port_floor() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  long low = 0;
+  if (range >> low && low > 1024 && low <= 65535)
+    return static_cast<std::uint16_t>(low);
+  return 32768;
+}
+
 // The first of n consecutive loopback ports that were all free a moment ago (a rank
 // launcher's tasks on one host listen on --port_base plus their index on the host).
-// Each try holds a port the OS chose and checks that the n - 1 after it are free too.
+// The OS cannot choose a run, so this one is drawn at random from the 8192 ports below the
+// OS's ephemeral range and checked by binding every port of it: a run inside that range
+// would be a target for every outgoing connection on the host (the OS gives connect() the
+// ports of the other parity than bind(0)'s, and a run holds both), and a test beside this
+// one connecting while the run's tasks start could take a port before its task binds it.
 inline std::uint16_t free_port_run(int n) {
+  const int ceiling = ephemeral_port_floor();
+  const int floor = std::max(1024, ceiling - 8192);
+  if (n < 1 || ceiling - floor < n)
+    throw std::invalid_argument("free_port_run: no room for " + std::to_string(n) +
+                                " ports below the ephemeral range");
+  std::mt19937 pick(std::random_device{}());
+  std::uniform_int_distribution<int> first_of(floor, ceiling - n);
   for (int attempt = 0; attempt < 100; ++attempt) {
-    const std::uint16_t first = free_ports(1)[0];
-    if (first + n - 1 > 65535)
-      continue;
+    const int first = first_of(pick);
     std::vector<int> fds;
     bool all_free = true;
     for (int i = 0; i < n && all_free; ++i) {
@@ -107,10 +129,11 @@ inline std::uint16_t free_port_run(int n) {
     for (int fd : fds)
       ::close(fd);
     if (all_free)
-      return first;
+      return static_cast<std::uint16_t>(first);
   }
   throw std::runtime_error("free_port_run: no run of " + std::to_string(n) +
-                           " free loopback ports in 100 tries");
+                           " free loopback ports in 100 tries between " + std::to_string(floor) +
+                           " and " + std::to_string(ceiling - 1));
 }
 
 // "127.0.0.1:p1,127.0.0.1:p2" for --ps_hosts / --worker_hosts.
