@@ -106,11 +106,14 @@ TEST_CASE("every optimizer's sparse apply changes only the touched rows, as the 
   }
 }
 
-TEST_CASE("every optimizer's sparse apply over many rows (duplicate ids, rows of 16 and of 1, "
-          "split over the pool) agrees with the dense apply on the touched rows") {
+TEST_CASE("every optimizer's sparse apply over many rows (duplicate ids, rows of 16, 1, 64 and "
+          "3, split over the pool) agrees with the dense apply on the touched rows") {
   // Large enough that the apply splits its rows over the pool's threads in
   // chunks: the rows of a chunk's end, of duplicate ids, and of the last
-  // chunk are where a faster path's slip would show.
+  // chunk are where a faster path's slip would show. The row kernels (gather,
+  // the apply's row blocks, the gradients' row sums) compile the usual widths
+  // of an embedding row as constants (kernels/cpu/array.hpp with_row_width):
+  // 16, 1 and 64 take those paths, 3 the general one.
   const std::int64_t rows = 3000, n = 4000;
   std::uint64_t state = 2026;
   const auto next = [&] {
@@ -124,7 +127,7 @@ TEST_CASE("every optimizer's sparse apply over many rows (duplicate ids, rows of
   cases.push_back({"momentum (nesterov)",
                    [] { return std::make_unique<loom::momentum_optimizer>(0.1, 0.9, true); },
                    true});
-  for (const std::int64_t width : {16, 1}) {
+  for (const std::int64_t width : {16, 1, 64, 3}) {
     std::vector<double> start(static_cast<std::size_t>(rows * width)),
         w(static_cast<std::size_t>(n * width));
     for (auto& v : start)

@@ -114,8 +114,12 @@ void run_update(kernel_context& c, std::size_t grad_input, int tensors, Rule&& r
       summed = any_tensor(grad.type(), loom::shape{u, row});
       T* out = summed.data<T>();
       std::fill_n(out, u * row, T(0));
-      for (std::int64_t k = 0; k < n; ++k)
-        add_row(out + slot[static_cast<std::size_t>(k)] * row, grad.data<T>() + k * row, row);
+      with_row_width<T>(row, [&](auto width_constant) {
+        const std::int64_t width = width_constant; // a constant where with_row_width makes one
+        for (std::int64_t k = 0; k < n; ++k)
+          add_row(out + slot[static_cast<std::size_t>(k)] * width, grad.data<T>() + k * width,
+                  width);
+      });
     }
     // blocks[k] row r <-> ref k's row distinct[r].
     std::vector<any_tensor> blocks;
@@ -125,17 +129,21 @@ void run_update(kernel_context& c, std::size_t grad_input, int tensors, Rule&& r
       targets.set(k, blocks.back());
     }
     const auto move_rows = [&](Eigen::Index first, Eigen::Index last, bool gather) {
-      for (std::size_t k = 0; k < c.refs.size(); ++k) {
-        T* table = c.refs[k]->value.data<T>();
-        T* block = blocks[k].data<T>();
-        for (Eigen::Index r = first; r < last; ++r) {
-          T* at = table + static_cast<std::int64_t>(distinct[static_cast<std::size_t>(r)]) * row;
-          if (gather)
-            std::copy_n(at, row, block + r * row);
-          else
-            std::copy_n(block + r * row, row, at);
+      with_row_width<T>(row, [&](auto width_constant) {
+        const std::int64_t width = width_constant; // a constant where with_row_width makes one
+        for (std::size_t k = 0; k < c.refs.size(); ++k) {
+          T* table = c.refs[k]->value.data<T>();
+          T* block = blocks[k].data<T>();
+          for (Eigen::Index r = first; r < last; ++r) {
+            T* at =
+                table + static_cast<std::int64_t>(distinct[static_cast<std::size_t>(r)]) * width;
+            if (gather)
+              copy_row(block + r * width, at, width);
+            else
+              copy_row(at, block + r * width, width);
+          }
         }
-      }
+      });
     };
     const Eigen::TensorOpCost per_row(static_cast<double>(2 * tensors * row) * sizeof(T),
                                       static_cast<double>(2 * tensors * row) * sizeof(T),
