@@ -136,9 +136,9 @@ namespace {
 // sends is one message to their task, step_transfers.hpp).
 class held_rendezvous final : public loom::detail::step_rendezvous {
 public:
-  void send(const loom::node_def&, const loom::any_tensor&) override { ++held; }
-  void recv(const loom::node_def& n, recv_done done) override {
-    waiting.emplace(n.attr<std::string>("key"), std::move(done));
+  void send(const loom::detail::transfer_def&, const loom::any_tensor&) override { ++held; }
+  void recv(const loom::detail::transfer_def& t, recv_done done) override {
+    waiting.emplace(t.key, std::move(done));
   }
   void flush() override {
     if (held > 0)
@@ -169,7 +169,9 @@ TEST_CASE("the values of one message resume a suspended step once: one message f
     const auto r = g.add_node(
         "_recv", {},
         {{"key", std::string(key)}, {"dtype", loom::dtype::f32}, {"shape", loom::shape{2}}});
-    sends.push_back(g.add_node("_send", {r}, {{"key", std::string(key) + "'"}}));
+    sends.push_back(g.add_node(
+        "_send", {r},
+        {{"key", std::string(key) + "'"}, {"dst_task", std::string("/job:worker/task:0")}}));
   }
   const loom::detail::plan p(g, {{}, sends, {}});
   Eigen::ThreadPool pool(2);

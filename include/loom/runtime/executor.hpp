@@ -37,9 +37,9 @@ public:
   using recv_done = std::function<void(any_tensor value, std::exception_ptr error)>;
   virtual ~step_rendezvous() = default;
   // Starts delivering `value` (empty for a control edge) to the recv of `send`'s key.
-  virtual void send(const node_def& send, const any_tensor& value) = 0;
+  virtual void send(const transfer_def& send, const any_tensor& value) = 0;
   // Calls done exactly once: with the value, or with the error that ended the wait.
-  virtual void recv(const node_def& recv, recv_done done) = 0;
+  virtual void recv(const transfer_def& recv, recv_done done) = 0;
   // Delivers what send() has held back. A rendezvous may hold sends back to
   // carry a burst of them to a task as one message; the executor flushes
   // before the step can wait (for a recv, in a blocking kernel) and when it
@@ -257,7 +257,7 @@ private:
         if (x.tracer)
           x.tracer->requested(s.id, started);
         // The plan, not this execution object (a caller's temporary), outlives the step.
-        x.rendezvous->recv(x.g.node(s.id), [plan = &p_, st, k](any_tensor v, std::exception_ptr e) {
+        x.rendezvous->recv(s.transfer, [plan = &p_, st, k](any_tensor v, std::exception_ptr e) {
           const std::int64_t arrived_at = st->tracer ? steady_now_ns() : 0;
           bool resume = false;
           {
@@ -280,7 +280,7 @@ private:
       case step::kind::send:
         if (!x.rendezvous)
           throw internal_error("executor: a _send node without a rendezvous");
-        x.rendezvous->send(x.g.node(s.id), value_at(x, s.inputs[0], memory_location::host()));
+        x.rendezvous->send(s.transfer, value_at(x, s.inputs[0], memory_location::host()));
         break;
       case step::kind::fused:
         reread_inputs(x, s);

@@ -65,6 +65,15 @@ inline memory_location location_of(const node_def& n) {
   return memory_location::host();
 }
 
+// A _send or _recv node as its step uses it: the attributes read once, when the plan is
+// made. A ps's step makes hundreds of transfers, and reading each node's "key" and
+// "dst_task" by name every step was about 3 % of a ctr task's CPU (#23).
+struct transfer_def {
+  std::string key{};      // the rendezvous key the _send and its _recv both name
+  std::string dst_task{}; // a _send's destination task
+  bool control = false;   // a _send of a control edge: it carries no value
+};
+
 class plan {
 public:
   struct step {
@@ -78,6 +87,7 @@ public:
     std::vector<node_id> inputs; // no_node at ref-input positions
     std::vector<node_id> refs;   // the variable nodes of ref inputs
     std::vector<node_id> after;  // control inputs
+    transfer_def transfer{};     // a send's or recv's attributes
     // A fused region: its kernel (the CPU's, or the GPU's for a region on a
     // GPU) and leaves, and the primitive steps that compute the same value
     // when the fused kernel declines the shapes.
@@ -241,6 +251,11 @@ private:
     if (n.op == "_send" || n.op == "_recv") {
       s.k = n.op == "_send" ? step::kind::send : step::kind::recv;
       s.inputs = n.inputs;
+      s.transfer.key = n.attr<std::string>("key");
+      if (s.k == step::kind::send) {
+        s.transfer.dst_task = n.attr<std::string>("dst_task");
+        s.transfer.control = n.attr_or<bool>("control", false);
+      }
       return s;
     }
     const dtype t = def.type_input < 0 || n.inputs.empty()

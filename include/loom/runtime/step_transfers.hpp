@@ -4,7 +4,6 @@
 #pragma once
 
 #include <loom/core/error.hpp>
-#include <loom/graph/node.hpp>
 #include <loom/net/rpc.hpp>
 #include <loom/runtime/executor.hpp>
 #include <loom/runtime/protocol.hpp>
@@ -42,23 +41,23 @@ public:
                  std::uint64_t step)
       : table_(table), peers_(peers), runners_(runners), step_(step) {}
 
-  void send(const node_def& n, const any_tensor& value) override {
-    const auto& dst = n.attr<std::string>("dst_task");
+  void send(const transfer_def& t, const any_tensor& value) override {
+    const std::string& dst = t.dst_task;
     auto it =
         std::find_if(held_.begin(), held_.end(), [&](const held_sends& h) { return h.dst == dst; });
     if (it == held_.end()) {
       held_.push_back({dst, {step_, {}, {}, {}}, {}});
       it = std::prev(held_.end());
     }
-    const bool carries = !n.attr_or<bool>("control", false) && !value.empty();
-    it->message.keys.push_back(n.attr<std::string>("key"));
+    const bool carries = !t.control && !value.empty();
+    it->message.keys.push_back(t.key);
     it->message.carries_value.push_back(carries ? 1 : 0);
     if (carries)
       it->payload.push_back(value);
   }
 
-  void recv(const node_def& n, recv_done done) override {
-    table_.recv(step_, n.attr<std::string>("key"), std::move(done));
+  void recv(const transfer_def& t, recv_done done) override {
+    table_.recv(step_, t.key, std::move(done));
   }
 
   void flush() override {
