@@ -241,10 +241,11 @@ template <class T> struct dynamic_stitch_cpu {
       const any_tensor& data = c.input(i);
       const any_tensor& at = c.input(parts + i);
       check_stitch_part(c.node, i, data, at, first);
+      const std::int64_t n = at.num_elements();
       with_ids(at, [&](const auto* idx) {
-        check_id_range(c.node, idx, at.num_elements(), std::numeric_limits<std::int32_t>::max(),
-                       false, "the merged tensor");
-        for (std::int64_t j = 0; j < at.num_elements(); ++j)
+        check_id_range(c.node, idx, n, std::numeric_limits<std::int32_t>::max(), false,
+                       "the merged tensor");
+        for (std::int64_t j = 0; j < n; ++j)
           size = std::max<std::int64_t>(size, static_cast<std::int64_t>(idx[j]) + 1);
       });
     }
@@ -256,10 +257,11 @@ template <class T> struct dynamic_stitch_cpu {
     for (std::size_t i = 0; i < parts; ++i) {
       const T* src = c.input(i).data<T>();
       const any_tensor& at = c.input(parts + i);
+      const std::int64_t n = at.num_elements(); // once: the loop's writes may alias its shape
       with_ids(at, [&](const auto* idx) {
         with_row_width<T>(row, [&](auto width_constant) {
           const std::int64_t width = width_constant; // a constant where with_row_width makes one
-          for (std::int64_t j = 0; j < at.num_elements(); ++j)
+          for (std::int64_t j = 0; j < n; ++j)
             copy_row(out + static_cast<std::int64_t>(idx[j]) * width, src + j * width, width);
         });
       });
