@@ -166,9 +166,11 @@ TEST_CASE("the values of one message resume a suspended step once: one message f
   loom::graph g;
   std::vector<loom::node_id> sends;
   for (const char* key : {"a", "b", "c"}) {
-    const auto r = g.add_node(
-        "_recv", {},
-        {{"key", std::string(key)}, {"dtype", loom::dtype::f32}, {"shape", loom::shape{2}}});
+    const auto r = g.add_node("_recv", {},
+                              {{"key", std::string(key)},
+                               {"src_task", std::string("/job:ps/task:0")},
+                               {"dtype", loom::dtype::f32},
+                               {"shape", loom::shape{2}}});
     sends.push_back(g.add_node(
         "_send", {r},
         {{"key", std::string(key) + "'"}, {"dst_task", std::string("/job:worker/task:0")}}));

@@ -69,9 +69,9 @@ inline memory_location location_of(const node_def& n) {
 // made. A ps's step makes hundreds of transfers, and reading each node's "key" and
 // "dst_task" by name every step was about 3 % of a ctr task's CPU (#23).
 struct transfer_def {
-  std::string key{};      // the rendezvous key the _send and its _recv both name
-  std::string dst_task{}; // a _send's destination task
-  bool control = false;   // a _send of a control edge: it carries no value
+  std::string key{};       // the rendezvous key the _send and its _recv both name
+  std::string peer_task{}; // the other end: a _send's destination, a _recv's source
+  bool control = false;    // a _send of a control edge: it carries no value
 };
 
 class plan {
@@ -253,8 +253,10 @@ private:
       s.inputs = n.inputs;
       s.transfer.key = n.attr<std::string>("key");
       if (s.k == step::kind::send) {
-        s.transfer.dst_task = n.attr<std::string>("dst_task");
+        s.transfer.peer_task = n.attr<std::string>("dst_task");
         s.transfer.control = n.attr_or<bool>("control", false);
+      } else {
+        s.transfer.peer_task = n.attr<std::string>("src_task");
       }
       return s;
     }

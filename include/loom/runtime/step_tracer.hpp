@@ -63,12 +63,11 @@ public:
       for (const plan::step& f : s.fallback)
         if (f.id != s.id)
           st.fused_nodes.push_back(g.node(f.id).name);
-    if (s.k == plan::step::kind::send) {
-      st.transfer_key = n.attr<std::string>("key");
-      st.peer_task = n.attr<std::string>("dst_task");
-    } else if (s.k == plan::step::kind::recv) {
-      st.transfer_key = n.attr<std::string>("key");
-      st.peer_task = n.attr<std::string>("src_task");
+    if (s.k == plan::step::kind::send || s.k == plan::step::kind::recv) {
+      st.transfer_key = s.transfer.key;
+      st.peer_task = s.transfer.peer_task;
+    }
+    if (s.k == plan::step::kind::recv) {
       st.requested_ns = requested_[s.id];
       st.arrived_ns = arrived;
     }

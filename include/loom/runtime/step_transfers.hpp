@@ -42,7 +42,7 @@ public:
       : table_(table), peers_(peers), runners_(runners), step_(step) {}
 
   void send(const transfer_def& t, const any_tensor& value) override {
-    const std::string& dst = t.dst_task;
+    const std::string& dst = t.peer_task;
     auto it =
         std::find_if(held_.begin(), held_.end(), [&](const held_sends& h) { return h.dst == dst; });
     if (it == held_.end()) {
