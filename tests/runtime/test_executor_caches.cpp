@@ -1,7 +1,8 @@
 // What the executor keeps between steps: a plan looks each of its variables
 // up by name once (resource_access::variable: two attribute reads and two map
 // finds) and keeps it while the resources' generation() is unchanged; after a
-// reset() it asks again, and never touches a variable the reset destroyed.
+// reset() it asks again, and never touches a variable the reset destroyed; a
+// plan step decodes its kernel's attributes once.
 #include <loom/api.hpp>
 #include <loom/runtime/executor.hpp>
 #include <loom/runtime/resource_manager.hpp>
@@ -234,4 +235,92 @@ TEST_CASE("an intra-op pool's threads: the option, else LOOM_INTRA_OP_THREADS, e
         [&] { loom::detail::intra_op_threads(0, with(bad)); });
     CHECK(contains(what, "LOOM_INTRA_OP_THREADS is \"" + std::string(bad) + "\""));
   }
+}
+
+// #23: kernel_context::decoded. A kernel's attributes are decoded by its
+// plan step's first run and kept for later runs (a ctr worker ran ~600
+// attribute lookups by name a step); outside a plan, at each run.
+namespace {
+
+struct counted_attrs {
+  static inline int decodings = 0;
+  std::int64_t factor;
+  explicit counted_attrs(const loom::node_def& n) : factor(n.attr<std::int64_t>("factor")) {
+    ++decodings;
+  }
+};
+
+struct scale_by_attr_cpu {
+  static void run(loom::detail::kernel_context& c) {
+    const auto factor = static_cast<float>(c.decoded<counted_attrs>().factor);
+    c.output = loom::any_tensor(loom::dtype::f32, c.input(0).shape());
+    for (std::int64_t k = 0; k < c.output.num_elements(); ++k)
+      c.output.data<float>()[k] = c.input(0).data<float>()[k] * factor;
+  }
+};
+
+// A second kernel of the same op that decodes its attributes as another type.
+struct other_attrs {
+  explicit other_attrs(const loom::node_def&) {}
+};
+
+const bool scale_by_attr_registered = [] {
+  loom::op_registry::instance().add(
+      {.name = "test_scale_by_attr",
+       .num_inputs = 1,
+       .infer = [](loom::node_def& n, const std::vector<const loom::node_def*>& in) {
+         n.type = in[0]->type;
+         n.shape = in[0]->shape;
+       }});
+  loom::detail::kernel_registry::instance().add("test_scale_by_attr", loom::dtype::f32,
+                                                loom::detail::device_cpu, &scale_by_attr_cpu::run);
+  return true;
+}();
+
+} // namespace
+
+TEST_CASE("a plan step decodes its kernel's attributes once; a kernel run outside a plan, each "
+          "run") {
+  REQUIRE(scale_by_attr_registered);
+  loom::graph g;
+  loom::placeholder<float, 1> x(g, loom::shape{2}, "x");
+  const loom::node_id times3 = g.add_node("test_scale_by_attr", {x.id()}, {{"factor", 3l}});
+  const loom::node_id times5 = g.add_node("test_scale_by_attr", {x.id()}, {{"factor", 5l}});
+  const loom::detail::plan p(g, {{times3, times5}, {}, {x.id()}});
+  Eigen::ThreadPool pool(2);
+  const loom::cpu_device device(&pool, 2);
+  loom::detail::resource_manager resources;
+  const auto fed = loom::any_tensor::from_vector<float>(loom::shape{2}, {1.f, 2.f});
+
+  counted_attrs::decodings = 0;
+  for (int step = 0; step < 4; ++step) {
+    std::vector<loom::any_tensor> values(g.size());
+    values[static_cast<std::size_t>(x.id())] = fed;
+    loom::detail::run_plan(p, g, values, device, resources);
+    // Each node its own attributes: the two steps do not share a decoding.
+    CHECK(values[static_cast<std::size_t>(times3)].data<float>()[1] == 6.f);
+    CHECK(values[static_cast<std::size_t>(times5)].data<float>()[1] == 10.f);
+  }
+  CHECK(counted_attrs::decodings == 2); // once per step of the plan, not per run
+
+  // Without a plan (kernel_context::attrs null), each run decodes them.
+  counted_attrs::decodings = 0;
+  const loom::any_tensor* inputs[] = {&fed};
+  for (int run = 0; run < 2; ++run) {
+    loom::detail::kernel_context c{g.node(times3), inputs, {}, device, resources, {}};
+    scale_by_attr_cpu::run(c);
+    CHECK(c.output.data<float>()[0] == 3.f);
+  }
+  CHECK(counted_attrs::decodings == 2);
+
+  // One step decoded as two types is a bug in its kernel, reported as one.
+  loom::detail::decoded_attrs kept;
+  CHECK(kept.get<counted_attrs>(g.node(times3)).factor == 3);
+  std::string what;
+  try {
+    (void)kept.get<other_attrs>(g.node(times3));
+  } catch (const loom::internal_error& e) {
+    what = e.what();
+  }
+  CHECK(contains(what, "its kernel asked for its attributes decoded as two types"));
 }

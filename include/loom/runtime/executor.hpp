@@ -491,6 +491,7 @@ private:
     for (std::size_t i = 0; !variable && i < s.refs.size(); ++i)
       refs[i] = &variable_of(g, s.refs[i], resources);
     kernel_context ctx{n, inputs, refs.span(), device, resources, {}, forwardable, cancellation};
+    ctx.attrs = s.attrs.get();
     if (s.where.on_host())
       s.kernel(ctx);
     else

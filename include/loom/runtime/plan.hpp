@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -88,6 +89,8 @@ public:
     std::vector<node_id> refs;   // the variable nodes of ref inputs
     std::vector<node_id> after;  // control inputs
     transfer_def transfer{};     // a send's or recv's attributes
+    // A kernel's attributes, as its first run decodes them (kernel_context::decoded).
+    std::shared_ptr<decoded_attrs> attrs;
     // A fused region: its kernel (the CPU's, or the GPU's for a region on a
     // GPU) and leaves, and the primitive steps that compute the same value
     // when the fused kernel declines the shapes.
@@ -268,6 +271,7 @@ private:
     s.kept = n.op == "constant" && !where.on_host();
     s.kernel =
         kernel_registry::instance().find_for(n, t, where.on_host() ? device_cpu : device_gpu);
+    s.attrs = std::make_shared<decoded_attrs>();
     for (std::size_t i = 0; i < n.inputs.size(); ++i) {
       if (def.ref_inputs >> i & 1u) {
         s.inputs.push_back(no_node);

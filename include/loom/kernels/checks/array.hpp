@@ -30,6 +30,51 @@ inline axis_layout layout_around(const loom::shape& s, int axis) {
   return l;
 }
 
+// The index kernels' attributes, as kernel_context::decoded decodes them once
+// per plan step (the CPU's and the GPU's kernels read the same ones).
+// gather and resource_gather: along `axis`; a negative id gives a row of zeros
+// where drop_negative (embedding_lookup_sparse's padding), else fails.
+struct gather_attrs {
+  int axis;
+  bool drop_negative;
+  explicit gather_attrs(const node_def& n)
+      : axis(static_cast<int>(n.attr<std::int64_t>("axis"))),
+        drop_negative(n.attr_or<bool>("drop_negative", false)) {}
+};
+// indexed_slices: rows along `axis` of the dense shape (of its third input,
+// else this attribute).
+struct slices_attrs {
+  int axis;
+  std::vector<std::int64_t> dense_shape;
+  explicit slices_attrs(const node_def& n)
+      : axis(static_cast<int>(n.attr<std::int64_t>("axis"))),
+        dense_shape(n.attr_or<std::vector<std::int64_t>>("dense_shape", {})) {}
+};
+// concat (`index` unused) and concat_grad (the part of input `index`).
+struct concat_attrs {
+  int axis;
+  std::size_t index;
+  explicit concat_attrs(const node_def& n)
+      : axis(static_cast<int>(n.attr<std::int64_t>("axis"))),
+        index(static_cast<std::size_t>(n.attr_or<std::int64_t>("index", 0))) {}
+};
+// dynamic_stitch: N parts.
+struct stitch_attrs {
+  std::size_t parts;
+  explicit stitch_attrs(const node_def& n)
+      : parts(static_cast<std::size_t>(n.attr<std::int64_t>("N"))) {}
+};
+// shard_ids / shard_positions: shard `shard` of `num_shards` of an embedding of
+// `rows` rows, dealt by "div" or "mod".
+struct shard_route_attrs {
+  std::int64_t num_shards, shard, rows;
+  bool div, positions;
+  explicit shard_route_attrs(const node_def& n)
+      : num_shards(n.attr<std::int64_t>("num_shards")), shard(n.attr<std::int64_t>("shard")),
+        rows(n.attr<std::int64_t>("rows")), div(n.attr<std::string>("strategy") == "div"),
+        positions(n.op == "shard_positions") {}
+};
+
 // Calls f(const I* ids) with the ids' element type.
 template <class F> decltype(auto) with_ids(const any_tensor& ids, F&& f) {
   if (ids.type() == dtype::i32)
@@ -262,16 +307,14 @@ std::vector<std::int32_t> unique_positions(const I* ids, std::int64_t n, std::ve
 // one counting and one writing the output in place: every table of a step
 // routes its ids once per shard and per op, and growing a vector and copying
 // it into the tensor cost more than the second pass.
-template <class I> any_tensor route_to_shard(const node_def& node, const any_tensor& ids) {
-  const std::int64_t n = node.attr<std::int64_t>("num_shards");
-  const std::int64_t shard = node.attr<std::int64_t>("shard");
-  const std::int64_t rows = node.attr<std::int64_t>("rows");
-  const bool div = node.attr<std::string>("strategy") == "div";
+template <class I>
+any_tensor route_to_shard(const node_def& node, const shard_route_attrs& a, const any_tensor& ids) {
+  const std::int64_t n = a.num_shards, shard = a.shard, rows = a.rows;
+  const bool div = a.div, positions = a.positions;
   const I* id = ids.data<I>();
   const std::int64_t count = ids.num_elements();
   check_id_range(node, id, count, rows, false,
                  [&] { return node.attr_or<std::string>("_what", "the embedding"); });
-  const bool positions = node.op == "shard_positions";
   // `where(v)`: whether the shard holds id v, and its row there. Everything
   // the loops read is a local, so their stores alias none of it. The second
   // pass writes every id's value and advances only past the shard's: no

@@ -61,8 +61,9 @@ template <class T, class F> decltype(auto) with_row_width(std::int64_t width, F&
 // The rows of params at ids into c.output.
 template <class T> void gather_rows(kernel_context& c, const any_tensor& params) {
   const any_tensor& ids = c.input(1);
-  const int axis = static_cast<int>(c.node.attr<std::int64_t>("axis"));
-  const bool drop_negative = c.node.attr_or<bool>("drop_negative", false);
+  const gather_attrs& a = c.decoded<gather_attrs>();
+  const int axis = a.axis;
+  const bool drop_negative = a.drop_negative;
   const axis_layout l = gather_layout(c.node, params, axis);
   const std::int64_t n = ids.num_elements();
   c.output = any_tensor(params.type(), gathered_shape(params.shape(), ids.shape(), axis));
@@ -111,10 +112,10 @@ template <class T> struct indexed_slices_cpu {
   static void run(kernel_context& c) {
     const any_tensor& values = c.input(0);
     const any_tensor& indices = c.input(1);
+    const slices_attrs& a = c.decoded<slices_attrs>();
+    const int axis = a.axis;
     const loom::shape dense =
-        c.inputs.size() == 3 ? c.input(2).shape()
-                             : loom::shape(c.node.attr<std::vector<std::int64_t>>("dense_shape"));
-    const int axis = static_cast<int>(c.node.attr<std::int64_t>("axis"));
+        c.inputs.size() == 3 ? c.input(2).shape() : loom::shape(a.dense_shape);
     check_slices(c.node, values, indices, dense, axis);
     const axis_layout l = layout_around(dense, axis);
     const std::int64_t n = indices.num_elements();
@@ -183,7 +184,7 @@ template <class I> struct unique_index_cpu {
 
 template <class T> struct concat_cpu {
   static void run(kernel_context& c) {
-    const int axis = static_cast<int>(c.node.attr<std::int64_t>("axis"));
+    const int axis = c.decoded<concat_attrs>().axis;
     c.output = any_tensor(c.input(0).type(), concat_shape(c.node, c.inputs, axis));
     const axis_layout out = layout_around(c.output.shape(), axis);
     T* dst = c.output.data<T>();
@@ -202,8 +203,9 @@ template <class T> struct concat_cpu {
 template <class T> struct concat_grad_cpu {
   static void run(kernel_context& c) {
     const any_tensor& dy = c.input(0);
-    const int axis = static_cast<int>(c.node.attr<std::int64_t>("axis"));
-    const auto index = static_cast<std::size_t>(c.node.attr<std::int64_t>("index"));
+    const concat_attrs& a = c.decoded<concat_attrs>();
+    const int axis = a.axis;
+    const std::size_t index = a.index;
     const auto xs = c.inputs.subspan(1);
     check_concat_grad(c.node, dy, xs, axis);
     std::int64_t offset = 0;
@@ -223,13 +225,15 @@ template <class T> struct concat_grad_cpu {
 // The ids an embedding shard holds (shard_ids: their rows there;
 // shard_positions: where they are among the ids).
 template <class I> struct shard_route_cpu {
-  static void run(kernel_context& c) { c.output = route_to_shard<I>(c.node, c.input(0)); }
+  static void run(kernel_context& c) {
+    c.output = route_to_shard<I>(c.node, c.decoded<shard_route_attrs>(), c.input(0));
+  }
 };
 
 // Inputs (data_0 ... data_{N-1}, indices_0 ... indices_{N-1}).
 template <class T> struct dynamic_stitch_cpu {
   static void run(kernel_context& c) {
-    const auto parts = static_cast<std::size_t>(c.node.attr<std::int64_t>("N"));
+    const std::size_t parts = c.decoded<stitch_attrs>().parts;
     const any_tensor& first = c.input(0);
     // Elements per row from the row's shape, not from a part's count: a part
     // may have no rows (a shard that got no ids this step).

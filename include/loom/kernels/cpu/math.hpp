@@ -39,25 +39,30 @@ void gemm(const cpu_device& d, const any_tensor& a, bool ta, const any_tensor& b
   Eigen::Map<row_major_matrix<T>> C(out.data<T>(), m, n);
   if (m == 0 || n == 0)
     return;
+  // C starts as the bias rows (or zeros) and the product is added to it: Eigen's
+  // product into C zero-fills C first anyway, and a bias added after it would be
+  // another pass over C.
   auto rows = [&](index_t first, index_t last) {
     auto c = C.middleRows(first, last - first);
-    if (k == 0)
+    if (bias)
+      c.rowwise() = Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, n);
+    else
       c.setZero();
-    else if (!ta) {
+    if (k == 0)
+      return;
+    if (!ta) {
       auto a_rows = A.middleRows(first, last - first);
       if (tb)
-        c.noalias() = a_rows * B.transpose();
+        c.noalias() += a_rows * B.transpose();
       else
-        c.noalias() = a_rows * B;
+        c.noalias() += a_rows * B;
     } else {
       auto a_rows = A.middleCols(first, last - first).transpose();
       if (tb)
-        c.noalias() = a_rows * B.transpose();
+        c.noalias() += a_rows * B.transpose();
       else
-        c.noalias() = a_rows * B;
+        c.noalias() += a_rows * B;
     }
-    if (bias)
-      c.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, n);
   };
   // Per row: k*n multiply-adds, a few per cycle with SIMD. Small products stay
   // on this thread.

@@ -73,8 +73,9 @@ __global__ void gather_kernel(T* out, const T* src, const I* ids, std::int64_t n
 template <class T> void gather_rows(kernel_context& c, const any_tensor& params) {
   const gpu_context& g = gpu_of(c);
   const any_tensor& ids = c.input(1);
-  const int axis = static_cast<int>(c.node.attr<std::int64_t>("axis"));
-  const bool drop_negative = c.node.attr_or<bool>("drop_negative", false);
+  const gather_attrs& a = c.decoded<gather_attrs>();
+  const int axis = a.axis;
+  const bool drop_negative = a.drop_negative;
   const axis_layout l = loom::detail::gather_layout(c.node, params, axis);
   const std::int64_t n = ids.num_elements();
   with_ids(download(g, ids), [&](const auto* id) {
@@ -152,10 +153,10 @@ template <class T> struct indexed_slices_gpu {
   static void run(kernel_context& c) {
     const any_tensor& values = c.input(0);
     const any_tensor& indices = c.input(1);
+    const slices_attrs& a = c.decoded<slices_attrs>();
+    const int axis = a.axis;
     const loom::shape dense =
-        c.inputs.size() == 3 ? c.input(2).shape()
-                             : loom::shape(c.node.attr<std::vector<std::int64_t>>("dense_shape"));
-    const int axis = static_cast<int>(c.node.attr<std::int64_t>("axis"));
+        c.inputs.size() == 3 ? c.input(2).shape() : loom::shape(a.dense_shape);
     loom::detail::check_slices(c.node, values, indices, dense, axis);
     const axis_layout l = layout_around(dense, axis);
     with_ids(download(gpu_of(c), indices), [&](const auto* id) {
@@ -208,7 +209,8 @@ template <class I> struct unique_index_gpu {
 template <class I> struct shard_route_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
-    c.output = g.upload(loom::detail::route_to_shard<I>(c.node, download(g, c.input(0))));
+    c.output = g.upload(loom::detail::route_to_shard<I>(c.node, c.decoded<shard_route_attrs>(),
+                                                        download(g, c.input(0))));
   }
 };
 
@@ -229,7 +231,7 @@ __global__ void stitch_kernel(T* out, const std::uint64_t* parts, const std::int
 template <class T> struct dynamic_stitch_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
-    const auto parts = static_cast<std::size_t>(c.node.attr<std::int64_t>("N"));
+    const std::size_t parts = c.decoded<stitch_attrs>().parts;
     const any_tensor& first = c.input(0);
     std::vector<any_tensor> at(parts);
     std::int64_t size = 0;
@@ -324,7 +326,7 @@ void copy_blocks(const gpu_context& g, T* dst, const T* src, std::int64_t outer,
 template <class T> struct concat_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
-    const int axis = static_cast<int>(c.node.attr<std::int64_t>("axis"));
+    const int axis = c.decoded<concat_attrs>().axis;
     c.output = g.allocate(c.input(0).type(), loom::detail::concat_shape(c.node, c.inputs, axis));
     const axis_layout out = layout_around(c.output.shape(), axis);
     T* dst = c.output.template device_data<T>();
@@ -343,8 +345,9 @@ template <class T> struct concat_grad_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
     const any_tensor& dy = c.input(0);
-    const int axis = static_cast<int>(c.node.attr<std::int64_t>("axis"));
-    const auto index = static_cast<std::size_t>(c.node.attr<std::int64_t>("index"));
+    const concat_attrs& a = c.decoded<concat_attrs>();
+    const int axis = a.axis;
+    const std::size_t index = a.index;
     const auto xs = c.inputs.subspan(1);
     loom::detail::check_concat_grad(c.node, dy, xs, axis);
     std::int64_t offset = 0;
