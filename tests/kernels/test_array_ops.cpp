@@ -216,6 +216,48 @@ TEST_CASE("concat joins along an axis; shapes that do not fit are one error") {
                  "cannot be joined with"));
 }
 
+// Rows of an embedding's width (16: copied as a constant width), of 4 and of 3
+// (the general copy), joined along axis 1 as a model joins its embeddings, and
+// the gradient split back (concat_grad).
+TEST_CASE("concat and its gradient over parts of constant and other row widths") {
+  graph g;
+  const std::vector<std::int64_t> widths{16, 4, 3};
+  const std::int64_t rows = 5, total = 16 + 4 + 3;
+  std::vector<loom::placeholder<float, 2>> parts;
+  std::vector<loom::output<float, 2>> lowered;
+  loom::feed_dict feeds;
+  for (std::size_t p = 0; p < widths.size(); ++p) {
+    parts.emplace_back(g, shape{-1, widths[p]}, "part_" + std::to_string(p));
+    lowered.push_back(loom::lower(parts.back()));
+    tensor<float, 2> v(shape{rows, widths[p]});
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t j = 0; j < widths[p]; ++j)
+        v(r, j) = static_cast<float>(100 * p + 10 * r + j);
+    feeds.emplace_back(parts.back(), v);
+  }
+  const auto joined = loom::concat(lowered, 1);
+  // d/d part of sum(joined * weight) is the part's columns of weight.
+  tensor<float, 2> weight_value(shape{rows, total});
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < total; ++j)
+      weight_value(r, j) = static_cast<float>(r * total + j);
+  const auto weight = loom::constant(g, weight_value);
+  const auto [d0, d1, d2] =
+      loom::gradients(loom::reduce_sum(joined * weight), lowered[0], lowered[1], lowered[2]);
+  loom::session s(g);
+  const auto [got, g0, g1, g2] = s.run(loom::fetches(joined, d0, d1, d2), feeds);
+  const std::vector<tensor<float, 2>> grads{g0, g1, g2};
+  std::int64_t offset = 0;
+  for (std::size_t p = 0; p < widths.size(); ++p) {
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t j = 0; j < widths[p]; ++j) {
+        CHECK(got(r, offset + j) == static_cast<float>(100 * p + 10 * r + j));
+        CHECK(grads[p](r, j) == weight_value(r, offset + j));
+      }
+    offset += widths[p];
+  }
+}
+
 TEST_CASE("scatter_add, scatter_sub and scatter_update change rows in place; a bad index writes "
           "nothing") {
   graph g;
