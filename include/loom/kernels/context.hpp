@@ -140,19 +140,18 @@ struct kernel_context {
   // output must be. nullptr for CPU kernels.
   gpu_context* gpu = nullptr;
   // The plan step's decoded attributes; nullptr (a kernel run outside a plan):
-  // decoded() decodes them at each run.
+  // decoded() keeps them in attrs_here, for this run only.
   decoded_attrs* attrs = nullptr;
-  std::shared_ptr<const void> attrs_here{}; // what decoded() decoded without a plan
+  std::shared_ptr<decoded_attrs> attrs_here{};
 
   const any_tensor& input(std::size_t i) const { return *inputs[i]; }
   // The node's attributes as A(node) decodes them, once per plan step.
   template <class A> const A& decoded() {
-    if (attrs)
-      return attrs->get<A>(node);
-    auto a = std::make_shared<const A>(node);
-    const A& here = *a;
-    attrs_here = std::move(a);
-    return here;
+    if (!attrs) {
+      attrs_here = std::make_shared<decoded_attrs>();
+      attrs = attrs_here.get();
+    }
+    return attrs->get<A>(node);
   }
   bool may_forward(std::size_t i) const {
     return (forwardable >> i & 1u) && inputs[i] && inputs[i]->sole_owner();
