@@ -48,7 +48,8 @@ struct slices_attrs {
   std::vector<std::int64_t> dense_shape;
   explicit slices_attrs(const node_def& n)
       : axis(static_cast<int>(n.attr<std::int64_t>("axis"))),
-        dense_shape(n.attr_or<std::vector<std::int64_t>>("dense_shape", {})) {}
+        dense_shape(n.inputs.size() == 3 ? std::vector<std::int64_t>{}
+                                         : n.attr<std::vector<std::int64_t>>("dense_shape")) {}
 };
 // concat (`index` unused) and concat_grad (the part of input `index`).
 struct concat_attrs {
@@ -56,7 +57,8 @@ struct concat_attrs {
   std::size_t index;
   explicit concat_attrs(const node_def& n)
       : axis(static_cast<int>(n.attr<std::int64_t>("axis"))),
-        index(static_cast<std::size_t>(n.attr_or<std::int64_t>("index", 0))) {}
+        index(n.op == "concat_grad" ? static_cast<std::size_t>(n.attr<std::int64_t>("index")) : 0) {
+  }
 };
 // dynamic_stitch: N parts.
 struct stitch_attrs {
