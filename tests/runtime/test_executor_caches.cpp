@@ -238,7 +238,7 @@ TEST_CASE("an intra-op pool's threads: the option, else LOOM_INTRA_OP_THREADS, e
 }
 
 // #23: kernel_context::decoded. A kernel's attributes are decoded by its
-// plan step's first run and kept for later runs (a ctr worker ran ~600
+// plan step's first run and kept for later runs (a ctr worker ran ~500
 // attribute lookups by name a step); outside a plan, at each run.
 namespace {
 
