@@ -15,4 +15,44 @@ function(loom_add_kernels source)
   target_link_libraries(loom_kernels PUBLIC loom::loom)
   target_compile_definitions(loom_kernels INTERFACE LOOM_COMPILED_KERNELS)
   add_library(loom::kernels ALIAS loom_kernels)
+  _loom_link_allocator(loom_kernels)
+endfunction()
+
+# LOOM_MALLOC: the allocator of every program that links loom::kernels (a program that
+# runs loom's kernels). "jemalloc" (the default): jemalloc's static archive where it is
+# found (Debian: libjemalloc-dev), else the system's with a message; "system": glibc's.
+# A step allocates and frees thousands of small blocks on several threads (outputs,
+# messages, the executor's state), and glibc's malloc spends a tenth of a training step on
+# them (malloc_consolidate, unlink_chunk: docs/benchmarks.md, "#23, stop 31"); TF's own
+# performance guides preload tcmalloc or jemalloc for the same reason. Static, so that a
+# program runs where libjemalloc.so is not installed (the GPU machine); its malloc and free
+# then serve the whole process, libstdc++'s operator new included. Never under a
+# sanitizer, which brings its own allocator.
+function(_loom_link_allocator target)
+  set(LOOM_MALLOC "jemalloc" CACHE STRING
+      "The allocator of programs that link loom::kernels: jemalloc or system")
+  set_property(CACHE LOOM_MALLOC PROPERTY STRINGS jemalloc system)
+  if(NOT LOOM_MALLOC MATCHES "^(jemalloc|system)$")
+    message(FATAL_ERROR "loom: LOOM_MALLOC is '${LOOM_MALLOC}'; it takes jemalloc or system")
+  endif()
+  if(LOOM_MALLOC STREQUAL "system")
+    return()
+  endif()
+  if(CMAKE_CXX_FLAGS MATCHES "-fsanitize=(address|memory|thread)")
+    message(STATUS "loom: programs use the sanitizer's allocator (CMAKE_CXX_FLAGS: -fsanitize)")
+    return()
+  endif()
+  find_library(LOOM_JEMALLOC_LIBRARY NAMES libjemalloc.a jemalloc
+               DOC "jemalloc's library (LOOM_MALLOC=jemalloc)")
+  if(NOT LOOM_JEMALLOC_LIBRARY)
+    message(STATUS "loom: jemalloc was not found (Debian: libjemalloc-dev); programs use the "
+                   "system allocator, which costs a training step about a tenth more CPU")
+    return()
+  endif()
+  find_package(Threads REQUIRED)
+  target_link_libraries(${target} INTERFACE "${LOOM_JEMALLOC_LIBRARY}" Threads::Threads
+                        ${CMAKE_DL_LIBS} m)
+  target_compile_definitions(${target} INTERFACE LOOM_MALLOC_JEMALLOC)
+  message(STATUS "loom: programs that link loom::kernels allocate with jemalloc "
+                 "(${LOOM_JEMALLOC_LIBRARY}; -DLOOM_MALLOC=system for glibc's)")
 endfunction()

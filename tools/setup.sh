@@ -21,6 +21,7 @@ packages=(
   zlib1g-dev
   libssl-dev
   libfarmhash-dev
+  libjemalloc-dev
   libboost-dev
   libspdlog-dev
   python3-venv

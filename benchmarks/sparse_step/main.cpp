@@ -36,6 +36,9 @@
 //      intra_op_parallelism_threads and inter_op_parallelism_threads); by
 //      default each framework's own, one per core (3 tasks share this
 //      machine's cores, so each task's pool oversubscribes them).
+//      Where jemalloc's shared library is installed, each round also runs TF with
+//      it preloaded (TF's CPU guides advise it; loom's programs link it), and the
+//      ratio against that run is printed beside the stock one.
 //
 //   4. with --big: a model whose tables total more than 4 GiB (4 tables of
 //      18 x 10^6 x 16 floats, 4.6 GB), each in 2 shards over 2 ps tasks,
@@ -254,7 +257,15 @@ int compare_with_tensorflow(int rounds, int steps, int threads) {
   // mean nothing. Both without summaries: ctr_tf.py's MonitoredTrainingSession has
   // save_summaries_steps=None, and ctr's chief would otherwise write histograms
   // every 100 steps.
-  std::vector<double> loom_rate, tf_rate, loom_auc, tf_auc;
+  // TensorFlow as its pip wheel runs (glibc's malloc), and, where jemalloc's shared library
+  // is installed, with it preloaded (TF's CPU performance guides advise tcmalloc or
+  // jemalloc; loom's programs link jemalloc): the ratio against each.
+#ifdef LOOM_JEMALLOC_SHARED
+  const std::string jemalloc = LOOM_JEMALLOC_SHARED;
+#else
+  const std::string jemalloc;
+#endif
+  std::vector<double> loom_rate, tf_rate, loom_auc, tf_auc, tf_jemalloc_rate, tf_jemalloc_auc;
   double teacher = 0;
   for (int round = 0; round < rounds; ++round) {
     const auto l = loom::bench::run_command(
@@ -262,10 +273,11 @@ int compare_with_tensorflow(int rounds, int steps, int threads) {
         " --data_dir=" + shell_quote(data.string()) + common + loom_threads +
         " --test_examples=20000 --save_summaries_steps=0 --checkpoint_dir=" +
         shell_quote((data / ("ckpt-" + std::to_string(round))).string()));
-    const auto t = loom::bench::run_command(
-        "TF_CPP_MIN_LOG_LEVEL=2 " + shell_quote(python) + " " + shell_quote(script) +
-        " --data_dir " + shell_quote(data.string()) + " --train_steps " + std::to_string(steps) +
-        " --log_every 100000" + tf_threads);
+    const std::string tf_command = "TF_CPP_MIN_LOG_LEVEL=2 " + shell_quote(python) + " " +
+                                   shell_quote(script) + " --data_dir " +
+                                   shell_quote(data.string()) + " --train_steps " +
+                                   std::to_string(steps) + " --log_every 100000" + tf_threads;
+    const auto t = loom::bench::run_command(tf_command);
     const ctr_run lr = parse_ctr(l.output, "loom's ctr");
     const ctr_run tr = parse_ctr(t.output, "TensorFlow's ctr_tf.py");
     loom_rate.push_back(lr.rate);
@@ -274,8 +286,17 @@ int compare_with_tensorflow(int rounds, int steps, int threads) {
     tf_auc.push_back(tr.auc);
     teacher = lr.teacher;
     std::printf("   round %d: loom %.0f examples/s per worker (AUC %.4f), TensorFlow %.0f (AUC "
-                "%.4f)\n",
+                "%.4f)",
                 round + 1, lr.rate, lr.auc, tr.rate, tr.auc);
+    if (!jemalloc.empty()) {
+      const ctr_run tj = parse_ctr(
+          loom::bench::run_command("LD_PRELOAD=" + shell_quote(jemalloc) + " " + tf_command).output,
+          "TensorFlow's ctr_tf.py with jemalloc");
+      tf_jemalloc_rate.push_back(tj.rate);
+      tf_jemalloc_auc.push_back(tj.auc);
+      std::printf(", TensorFlow with jemalloc %.0f (AUC %.4f)", tj.rate, tj.auc);
+    }
+    std::printf("\n");
     std::fflush(stdout);
   }
   std::error_code ec;
@@ -287,10 +308,19 @@ int compare_with_tensorflow(int rounds, int steps, int threads) {
                           : "each framework's default threads",
               "", "examples/s per worker", "test AUC");
   std::printf("%-24s %22.0f %12.4f\n", "TensorFlow 2.15 (v1)", median(tf_rate), median(tf_auc));
+  if (!tf_jemalloc_rate.empty())
+    std::printf("%-24s %22.0f %12.4f\n", "  with jemalloc", median(tf_jemalloc_rate),
+                median(tf_jemalloc_auc));
   std::printf("%-24s %22.0f %12.4f\n", "loom", median(loom_rate), median(loom_auc));
   std::printf("loom / TensorFlow: %.2f x the examples/s; AUC difference %+.4f (the teacher's AUC: "
               "%.4f)\n",
               median(loom_rate) / median(tf_rate), median(loom_auc) - median(tf_auc), teacher);
+  if (!tf_jemalloc_rate.empty())
+    std::printf("loom / TensorFlow with jemalloc preloaded: %.2f x the examples/s\n",
+                median(loom_rate) / median(tf_jemalloc_rate));
+  else
+    std::printf("(TensorFlow with jemalloc not run: no libjemalloc.so.2 was found at configure "
+                "time; Debian: libjemalloc2)\n");
   return 0;
 }
 
