@@ -37,6 +37,15 @@ template <class T> void copy_row(T* dst, const T* src, std::int64_t width) {
     std::copy_n(src, width, dst);
 }
 
+// Asks the cache for a row `ahead` rows before a loop over random rows of a large table
+// reaches it (every cache line of it), so that many rows' misses are in flight at once.
+inline constexpr std::int64_t rows_ahead = 8;
+template <class T> void prefetch_row(const T* row, std::int64_t width) {
+  const auto* bytes = reinterpret_cast<const char*>(row);
+  for (std::size_t b = 0; b < static_cast<std::size_t>(width) * sizeof(T); b += 64)
+    __builtin_prefetch(bytes + b);
+}
+
 // Calls f(width) with a row's width (elements) as a compile-time constant where it is one
 // of the usual widths of an embedding row (1 for a wide model's weights, 4 to 64), else as
 // a number. A loop over rows inside f then copies or adds each row with inline moves, not
@@ -78,6 +87,9 @@ template <class T> void gather_rows(kernel_context& c, const any_tensor& params)
       with_row_width<T>(l.inner, [&](auto inner_constant) {
         const std::int64_t inner = inner_constant; // a constant where with_row_width makes one
         for (Eigen::Index r = first; r < last; ++r) {
+          if (l.outer == 1 && r + rows_ahead < last)
+            if (const auto ahead = static_cast<std::int64_t>(id[r + rows_ahead]); ahead >= 0)
+              prefetch_row(src + ahead * inner, inner);
           // Axis 0 (one outer block, every embedding lookup) needs no division per row.
           const std::int64_t o = l.outer == 1 ? 0 : r / n, k = l.outer == 1 ? r : r % n;
           const auto row = static_cast<std::int64_t>(id[k]);

@@ -137,6 +137,11 @@ void run_update(kernel_context& c, std::size_t grad_input, int tensors, Rule&& r
           for (Eigen::Index r = first; r < last; ++r) {
             T* at =
                 table + static_cast<std::int64_t>(distinct[static_cast<std::size_t>(r)]) * width;
+            if (gather && r + rows_ahead < last)
+              prefetch_row(table + static_cast<std::int64_t>(
+                                       distinct[static_cast<std::size_t>(r + rows_ahead)]) *
+                                       width,
+                           width);
             if (gather)
               copy_row(block + r * width, at, width);
             else
