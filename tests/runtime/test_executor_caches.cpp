@@ -11,9 +11,12 @@
 #include <support/messages.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <latch>
 #include <map>
 #include <memory>
 #include <optional>
@@ -243,10 +246,12 @@ TEST_CASE("an intra-op pool's threads: the option, else LOOM_INTRA_OP_THREADS, e
 namespace {
 
 struct counted_attrs {
-  static inline int decodings = 0;
+  static inline std::atomic<int> decodings = 0;
   std::int64_t factor;
   explicit counted_attrs(const loom::node_def& n) : factor(n.attr<std::int64_t>("factor")) {
     ++decodings;
+    if (n.has_attr("slow")) // a decoding that takes a while: racing runs overlap in it
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 };
 
@@ -323,4 +328,41 @@ TEST_CASE("a plan step decodes its kernel's attributes once; a kernel run outsid
     what = e.what();
   }
   CHECK(contains(what, "its kernel asked for its attributes decoded as two types"));
+}
+
+TEST_CASE("a fresh plan run by several threads at once decodes each step's attributes once") {
+  REQUIRE(scale_by_attr_registered);
+  loom::graph g;
+  loom::placeholder<float, 1> x(g, loom::shape{2}, "x");
+  constexpr int nodes = 32, threads = 4;
+  std::vector<loom::node_id> scaled;
+  for (int k = 0; k < nodes; ++k)
+    scaled.push_back(g.add_node("test_scale_by_attr", {x.id()},
+                                {{"factor", static_cast<std::int64_t>(k + 1)}, {"slow", true}}));
+  const loom::detail::plan p(g, {scaled, {}, {x.id()}});
+  Eigen::ThreadPool pool(2);
+  const loom::cpu_device device(&pool, 2);
+  loom::detail::resource_manager resources;
+  const auto fed = loom::any_tensor::from_vector<float>(loom::shape{2}, {1.f, 2.f});
+
+  counted_attrs::decodings = 0;
+  std::latch start(threads);
+  std::atomic<int> wrong = 0;
+  std::vector<std::thread> runs;
+  for (int t = 0; t < threads; ++t)
+    runs.emplace_back([&] {
+      std::vector<loom::any_tensor> values(g.size());
+      values[static_cast<std::size_t>(x.id())] = fed;
+      start.arrive_and_wait(); // every thread reaches the plan's first run together
+      loom::detail::run_plan(p, g, values, device, resources);
+      for (int k = 0; k < nodes; ++k)
+        if (values[static_cast<std::size_t>(scaled[static_cast<std::size_t>(k)])]
+                .data<float>()[1] != 2.f * static_cast<float>(k + 1))
+          ++wrong;
+    });
+  for (auto& r : runs)
+    r.join();
+  CHECK(wrong == 0);
+  // Each step decoded by whichever run got there first; the others waited and read it.
+  CHECK(counted_attrs::decodings == nodes);
 }
