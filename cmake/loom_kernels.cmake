@@ -22,9 +22,10 @@ endfunction()
 # runs loom's kernels). "jemalloc" (the default): jemalloc's static archive where it is
 # found (Debian: libjemalloc-dev), else the system's with a message; "system": glibc's.
 # A step allocates and frees thousands of small blocks on several threads (outputs,
-# messages, the executor's state), and glibc's malloc spends a tenth of a training step on
-# them (malloc_consolidate, unlink_chunk: docs/benchmarks.md, "#23, stop 31"); TF's own
-# performance guides preload tcmalloc or jemalloc for the same reason. Static, so that a
+# messages, the executor's state); with glibc's malloc, malloc and free were 6-8 % of each
+# examples/ctr task's samples (malloc_consolidate, unlink_chunk), and jemalloc gave it +4.8 %
+# examples/s at -2.6 % CPU (docs/benchmarks.md, "#23, stop 31"). TF's CPU performance
+# guides preload tcmalloc or jemalloc for the same reason. Static, so that a
 # program runs where libjemalloc.so is not installed (the GPU machine); its malloc and free
 # then serve the whole process, libstdc++'s operator new included. Never under a
 # sanitizer, which brings its own allocator.
@@ -46,7 +47,7 @@ function(_loom_link_allocator target)
                DOC "jemalloc's library (LOOM_MALLOC=jemalloc)")
   if(NOT LOOM_JEMALLOC_LIBRARY)
     message(STATUS "loom: jemalloc was not found (Debian: libjemalloc-dev); programs use the "
-                   "system allocator, which costs a training step about a tenth more CPU")
+                   "system allocator (examples/ctr: about 5 % fewer examples/s)")
     return()
   endif()
   find_package(Threads REQUIRED)
