@@ -18,16 +18,26 @@ template <class T> T apply_scalar(const kernel_context& c, std::size_t i, const 
   return *apply_scalar_input(c, i, what).data<T>();
 }
 
-// The chunk [first, first + len) of a tensor's elements, for the update
-// kernels below: each runs all of its statements on one chunk before the next,
-// so the variable and its slots pass through the cache once per step.
-template <class T>
-chunk_map<T> chunk(any_tensor& t, Eigen::DenseIndex first, Eigen::DenseIndex len) {
-  return chunk_map<T>(t.data<T>() + first, len);
+// The elements [first, first + len) of a tensor as an Eigen array, for the update rules
+// below: each runs all of its statements on one chunk before the next, so the variable and
+// its slots pass through the cache once per step. Where len is a compile-time constant (a
+// sparse update's row of one of with_row_width's widths) the array has that fixed size and
+// a rule compiles to a few vector instructions per row, with no loop to set up.
+template <class Len> constexpr Eigen::Index chunk_size() {
+  if constexpr (std::is_integral_v<Len>)
+    return Eigen::Dynamic;
+  else
+    return Len::value;
 }
-template <class T>
-chunk_map<const T> chunk(const any_tensor& t, Eigen::DenseIndex first, Eigen::DenseIndex len) {
-  return chunk_map<const T>(t.data<T>() + first, len);
+template <class T, class Len>
+Eigen::Map<Eigen::Array<T, chunk_size<Len>(), 1>> chunk(T* elements, Eigen::DenseIndex first,
+                                                        Len len) {
+  return {elements + first, static_cast<Eigen::Index>(len)};
+}
+template <class T, class Len>
+Eigen::Map<const Eigen::Array<T, chunk_size<Len>(), 1>> chunk(const T* elements,
+                                                              Eigen::DenseIndex first, Len len) {
+  return {elements + first, static_cast<Eigen::Index>(len)};
 }
 
 // Runs update(first, len) over a variable's elements on the pool; `tensors` is
@@ -49,18 +59,19 @@ template <class T, class F> void update_chunks(const kernel_context& c, int tens
   return lock;
 }
 
-// The tensors an update rule writes: the variable (0) and its slots (1, ...).
-// The dense update hands the refs' own values, the sparse one the touched
-// rows gathered into blocks (run_update).
-class update_targets {
+// The elements an update rule writes: the variable's (0) and its slots' (1, ...),
+// as pointers read once per update, not once per row.
+template <class T> class update_targets {
 public:
-  explicit update_targets(std::size_t n) : n_(n) {}
-  void set(std::size_t k, any_tensor& t) { t_[k] = &t; }
-  any_tensor& operator[](std::size_t k) const { return *t_[k]; }
+  explicit update_targets(const kernel_context& c) : n_(c.refs.size()) {
+    for (std::size_t k = 0; k < n_; ++k)
+      t_[k] = c.refs[k]->value.data<T>();
+  }
+  T* operator[](std::size_t k) const { return t_[k]; }
   std::size_t size() const noexcept { return n_; }
 
 private:
-  std::array<any_tensor*, 4> t_{}; // the most an update has: a variable and 3 slots
+  std::array<T*, 4> t_{}; // the most an update has: a variable and 3 slots
   std::size_t n_;
 };
 
@@ -71,12 +82,13 @@ private:
 //
 // Dense (apply_*): every element, the gradient at the same offsets, on the
 // pool. Sparse (sparse_apply_*): the gradient's rows are summed per distinct
-// index; then, per chunk of those rows, the rows of the variable and its slots
-// are gathered into blocks, the rule runs once over the blocks and they are
-// written back. One rule call per row would pay Eigen's expression set-up per
-// row, which for an embedding's rows of 1 to 64 elements costs more than the
-// arithmetic (it was 10 % of examples/ctr's time); the blocks cost a copy of
-// rows the update reads and writes anyway. A sparse update writes its rows in
+// index; then the rule runs on each touched row of the variable and its slots
+// where it is, with the row's length a compile-time constant at the usual
+// widths (with_row_width): a rule over Eigen expressions of a dynamic length
+// per row costs more in set-up than the arithmetic of 1 to 64 elements (it
+// was 10 % of examples/ctr's time), and gathering the rows into blocks for
+// one call cost a copy of every row both ways. Rows ahead are prefetched: a
+// large table's rows are cache misses. A sparse update writes its rows in
 // place, as TF's do: copying a table whose few rows a step changes would cost
 // the whole table per step. A step that read the variable (a gather copies
 // its rows under the variable's lock; a fetch of the whole variable is a
@@ -85,13 +97,11 @@ template <class T, class Rule>
 void run_update(kernel_context& c, std::size_t grad_input, int tensors, Rule&& rule) {
   const any_tensor& grad = c.input(grad_input);
   variable_resource& var = *c.refs[0];
-  update_targets targets(c.refs.size());
   if (c.node.op.rfind("sparse_", 0) != 0) {
     const apply_locks lock = begin_update(c, grad);
-    for (std::size_t k = 0; k < c.refs.size(); ++k)
-      targets.set(k, c.refs[k]->value);
+    const update_targets<T> targets(c);
     update_chunks<T>(c, tensors, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
-      rule(targets, f, grad, f, len);
+      rule(targets, f, grad.data<T>(), f, len);
     });
     c.output = var.value;
     return;
@@ -121,44 +131,26 @@ void run_update(kernel_context& c, std::size_t grad_input, int tensors, Rule&& r
                   width);
       });
     }
-    // blocks[k] row r <-> ref k's row distinct[r].
-    std::vector<any_tensor> blocks;
-    blocks.reserve(c.refs.size()); // targets point into it
-    for (std::size_t k = 0; k < c.refs.size(); ++k) {
-      blocks.emplace_back(var.value.type(), loom::shape{u, row});
-      targets.set(k, blocks.back());
-    }
-    const auto move_rows = [&](Eigen::Index first, Eigen::Index last, bool gather) {
-      with_row_width<T>(row, [&](auto width_constant) {
-        const std::int64_t width = width_constant; // a constant where with_row_width makes one
-        for (std::size_t k = 0; k < c.refs.size(); ++k) {
-          T* table = c.refs[k]->value.data<T>();
-          T* block = blocks[k].data<T>();
-          for (Eigen::Index r = first; r < last; ++r) {
-            T* at =
-                table + static_cast<std::int64_t>(distinct[static_cast<std::size_t>(r)]) * width;
-            if (gather && r + rows_ahead < last)
-              prefetch_row(table + static_cast<std::int64_t>(
-                                       distinct[static_cast<std::size_t>(r + rows_ahead)]) *
-                                       width,
+    const update_targets<T> targets(c);
+    const T* summed_rows = summed.data<T>();
+    with_row_width<T>(row, [&](auto width) {
+      const Eigen::TensorOpCost per_row(static_cast<double>(2 * tensors * row) * sizeof(T),
+                                        static_cast<double>(tensors * row) * sizeof(T),
+                                        4.0 * static_cast<double>(tensors * row));
+      parallel_for(c.device, u, per_row, [&](Eigen::Index first, Eigen::Index last) {
+        for (Eigen::Index r = first; r < last; ++r) {
+          if (r + rows_ahead < last)
+            for (std::size_t k = 0; k < c.refs.size(); ++k)
+              prefetch_row(targets[k] + static_cast<std::int64_t>(
+                                            distinct[static_cast<std::size_t>(r + rows_ahead)]) *
+                                            width,
                            width);
-            if (gather)
-              copy_row(block + r * width, at, width);
-            else
-              copy_row(at, block + r * width, width);
-          }
+          rule(targets,
+               static_cast<Eigen::DenseIndex>(
+                   static_cast<std::int64_t>(distinct[static_cast<std::size_t>(r)]) * width),
+               summed_rows, static_cast<Eigen::DenseIndex>(r * width), width);
         }
       });
-    };
-    const Eigen::TensorOpCost per_row(static_cast<double>(2 * tensors * row) * sizeof(T),
-                                      static_cast<double>(2 * tensors * row) * sizeof(T),
-                                      4.0 * static_cast<double>(tensors * row));
-    parallel_for(c.device, u, per_row, [&](Eigen::Index first, Eigen::Index last) {
-      move_rows(first, last, true);
-      rule(targets, static_cast<Eigen::DenseIndex>(first * row), summed,
-           static_cast<Eigen::DenseIndex>(first * row),
-           static_cast<Eigen::DenseIndex>((last - first) * row));
-      move_rows(first, last, false);
     });
   });
   c.output = var.value;
@@ -167,7 +159,7 @@ void run_update(kernel_context& c, std::size_t grad_input, int tensors, Rule&& r
 template <class T> struct apply_gradient_descent_cpu {
   static void run(kernel_context& c) {
     const T alpha = apply_scalar<T>(c, 1, "alpha");
-    run_update<T>(c, 2, 2, [&](const auto& t, auto at, const any_tensor& g, auto g_at, auto len) {
+    run_update<T>(c, 2, 2, [&](const auto& t, auto at, const T* g, auto g_at, auto len) {
       chunk<T>(t[0], at, len) -= chunk<T>(g, g_at, len) * alpha;
     });
   }
@@ -178,7 +170,7 @@ template <class T> struct apply_momentum_cpu {
     const T lr = apply_scalar<T>(c, 2, "lr");
     const T momentum = apply_scalar<T>(c, 4, "momentum");
     const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
-    run_update<T>(c, 3, 3, [&](const auto& t, auto at, const any_tensor& g, auto g_at, auto len) {
+    run_update<T>(c, 3, 3, [&](const auto& t, auto at, const T* g, auto g_at, auto len) {
       auto w = chunk<T>(t[0], at, len);
       auto accum = chunk<T>(t[1], at, len);
       const auto grad = chunk<T>(g, g_at, len);
@@ -194,7 +186,7 @@ template <class T> struct apply_momentum_cpu {
 template <class T> struct apply_adagrad_cpu {
   static void run(kernel_context& c) {
     const T lr = apply_scalar<T>(c, 2, "lr");
-    run_update<T>(c, 3, 3, [&](const auto& t, auto at, const any_tensor& g, auto g_at, auto len) {
+    run_update<T>(c, 3, 3, [&](const auto& t, auto at, const T* g, auto g_at, auto len) {
       auto w = chunk<T>(t[0], at, len);
       auto accum = chunk<T>(t[1], at, len);
       const auto grad = chunk<T>(g, g_at, len);
@@ -215,7 +207,7 @@ template <class T> struct apply_adam_cpu {
     const T epsilon = apply_scalar<T>(c, 8, "epsilon");
     const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
     const T alpha = lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
-    run_update<T>(c, 9, 4, [&](const auto& t, auto at, const any_tensor& g, auto g_at, auto len) {
+    run_update<T>(c, 9, 4, [&](const auto& t, auto at, const T* g, auto g_at, auto len) {
       auto w = chunk<T>(t[0], at, len);
       auto m = chunk<T>(t[1], at, len);
       auto v = chunk<T>(t[2], at, len);
@@ -223,9 +215,9 @@ template <class T> struct apply_adam_cpu {
       m += (grad - m) * (T(1) - beta1);
       v += (grad.square() - v) * (T(1) - beta2);
       if (nesterov)
-        w -= ((grad * (T(1) - beta1) + m * beta1) * alpha) / (v.sqrt() + v.constant(epsilon));
+        w -= ((grad * (T(1) - beta1) + m * beta1) * alpha) / (v.sqrt() + epsilon);
       else
-        w -= (m * alpha) / (v.sqrt() + v.constant(epsilon));
+        w -= (m * alpha) / (v.sqrt() + epsilon);
     });
   }
 };
@@ -236,13 +228,13 @@ template <class T> struct apply_rms_prop_cpu {
     const T rho = apply_scalar<T>(c, 4, "rho");
     const T momentum = apply_scalar<T>(c, 5, "momentum");
     const T epsilon = apply_scalar<T>(c, 6, "epsilon");
-    run_update<T>(c, 7, 4, [&](const auto& t, auto at, const any_tensor& g, auto g_at, auto len) {
+    run_update<T>(c, 7, 4, [&](const auto& t, auto at, const T* g, auto g_at, auto len) {
       auto w = chunk<T>(t[0], at, len);
       auto ms = chunk<T>(t[1], at, len);
       auto mom = chunk<T>(t[2], at, len);
       const auto grad = chunk<T>(g, g_at, len);
       ms += (grad.square() - ms) * (T(1) - rho);
-      mom = mom * momentum + (grad * lr) / (ms + ms.constant(epsilon)).sqrt();
+      mom = mom * momentum + (grad * lr) / (ms + epsilon).sqrt();
       w -= mom;
     });
   }
@@ -258,25 +250,22 @@ template <class T> struct apply_ftrl_cpu {
     const T lr_power = apply_scalar<T>(c, 8, "lr_power");
     const bool root = lr_power == T(-0.5); // TF's special case: sqrt, not pow
     const auto power = [&](T x) { return root ? std::sqrt(x) : std::pow(x, -lr_power); };
-    run_update<T>(c, 3, 4,
-                  [&](const update_targets& t, auto at, const any_tensor& g, auto g_at, auto len) {
-                    // Element by element: FTRL's branch per element needs no temporaries.
-                    T* w = t[0].data<T>() + at;
-                    T* accum = t[1].data<T>() + at;
-                    T* linear = t[2].data<T>() + at;
-                    const T* grad = g.data<T>() + g_at;
-                    for (Eigen::DenseIndex j = 0; j < len; ++j) {
-                      const T new_accum = accum[j] + grad[j] * grad[j];
-                      const T new_power = power(new_accum);
-                      linear[j] += grad[j] + T(2) * shrinkage * w[j] -
-                                   (new_power - power(accum[j])) / lr * w[j];
-                      const T quadratic = new_power / lr + T(2) * l2;
-                      w[j] = std::abs(linear[j]) > l1
-                                 ? ((linear[j] > T(0) ? l1 : -l1) - linear[j]) / quadratic
-                                 : T(0);
-                      accum[j] = new_accum;
-                    }
-                  });
+    run_update<T>(c, 3, 4, [&](const auto& t, auto at, const T* g, auto g_at, auto len) {
+      // Element by element: FTRL's branch per element needs no temporaries.
+      T* w = t[0] + at;
+      T* accum = t[1] + at;
+      T* linear = t[2] + at;
+      const T* grad = g + g_at;
+      for (Eigen::DenseIndex j = 0; j < len; ++j) {
+        const T new_accum = accum[j] + grad[j] * grad[j];
+        const T new_power = power(new_accum);
+        linear[j] += grad[j] + T(2) * shrinkage * w[j] - (new_power - power(accum[j])) / lr * w[j];
+        const T quadratic = new_power / lr + T(2) * l2;
+        w[j] = std::abs(linear[j]) > l1 ? ((linear[j] > T(0) ? l1 : -l1) - linear[j]) / quadratic
+                                        : T(0);
+        accum[j] = new_accum;
+      }
+    });
   }
 };
 
