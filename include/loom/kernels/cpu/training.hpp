@@ -63,16 +63,14 @@ template <class T, class F> void update_chunks(const kernel_context& c, int tens
 // as pointers read once per update, not once per row.
 template <class T> class update_targets {
 public:
-  explicit update_targets(const kernel_context& c) : n_(c.refs.size()) {
-    for (std::size_t k = 0; k < n_; ++k)
+  explicit update_targets(const kernel_context& c) {
+    for (std::size_t k = 0; k < c.refs.size(); ++k)
       t_[k] = c.refs[k]->value.data<T>();
   }
   T* operator[](std::size_t k) const { return t_[k]; }
-  std::size_t size() const noexcept { return n_; }
 
 private:
   std::array<T*, 4> t_{}; // the most an update has: a variable and 3 slots
-  std::size_t n_;
 };
 
 // Runs an update over its variable. `rule(t, at, grad, grad_at, len)` updates
