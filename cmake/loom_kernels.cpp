@@ -16,8 +16,8 @@
 // here. thp:always marks its memory for transparent huge pages, which Debian's default
 // ("madvise") grants only to memory so marked: a ps's gathers and sparse updates touch
 // random rows of tables of hundreds of MB, and with 4 KiB pages nearly every row was a
-// TLB miss beside its cache miss (a page walk, twice as long in a virtual machine).
-// examples/ctr: +5 % examples/s (docs/benchmarks.md, "#23, stop 32"); the cost is
+// TLB miss beside its cache miss (a page walk, longer in a virtual machine).
+// examples/ctr: +6.5 % examples/s (docs/benchmarks.md, "#23, stop 32"); the cost is
 // resident memory in 2 MiB steps (a small ps: 25 MB instead of 12).
 extern "C" {
 const char* malloc_conf = "thp:always";
