@@ -53,8 +53,7 @@ function(_loom_link_allocator target)
   find_package(Threads REQUIRED)
   target_link_libraries(${target} INTERFACE "${LOOM_JEMALLOC_LIBRARY}" Threads::Threads
                         ${CMAKE_DL_LIBS} m)
-  # PUBLIC: the kernels' own unit sets jemalloc's options (loom_kernels.cpp).
-  target_compile_definitions(${target} PUBLIC LOOM_MALLOC_JEMALLOC)
+  target_compile_definitions(${target} INTERFACE LOOM_MALLOC_JEMALLOC)
   message(STATUS "loom: programs that link loom::kernels allocate with jemalloc "
                  "(${LOOM_JEMALLOC_LIBRARY}; -DLOOM_MALLOC=system for glibc's)")
 endfunction()

@@ -9,17 +9,3 @@
 #include <loom/api.hpp> // every op's registration (graph/op_registry.hpp)
 #include <loom/kernels/cpu/cpu.hpp>
 #include <loom/runtime/linked_runtime.hpp>
-
-#ifdef LOOM_MALLOC_JEMALLOC
-// jemalloc's settings for the program (cmake/loom_kernels.cmake links it): it reads this
-// symbol when it starts, and the MALLOC_CONF environment variable overrides what is set
-// here. thp:always marks its memory for transparent huge pages, which Debian's default
-// ("madvise") grants only to memory so marked: a ps's gathers and sparse updates touch
-// random rows of tables of hundreds of MB, and with 4 KiB pages nearly every row was a
-// TLB miss beside its cache miss (a page walk, longer in a virtual machine).
-// examples/ctr: +6.5 % examples/s (docs/benchmarks.md, "#23, stop 32"); the cost is
-// resident memory in 2 MiB steps (a small ps: 25 MB instead of 12).
-extern "C" {
-const char* malloc_conf = "thp:always";
-}
-#endif

@@ -37,9 +37,8 @@
 //      default each framework's own, one per core (3 tasks share this
 //      machine's cores, so each task's pool oversubscribes them).
 //      Where jemalloc's shared library is installed, each round also runs TF with
-//      it preloaded and loom's setting of it, transparent huge pages (TF's CPU
-//      guides advise jemalloc or tcmalloc; loom's programs link jemalloc so set),
-//      and the ratio against that run is printed beside the stock one.
+//      it preloaded (TF's CPU guides advise it; loom's programs link it), and the
+//      ratio against that run is printed beside the stock one.
 //
 //   4. with --big: a model whose tables total more than 4 GiB (4 tables of
 //      18 x 10^6 x 16 floats, 4.6 GB), each in 2 shards over 2 ps tasks,
@@ -260,9 +259,7 @@ int compare_with_tensorflow(int rounds, int steps, int threads) {
   // every 100 steps.
   // TensorFlow as its pip wheel runs (glibc's malloc), and, where jemalloc's shared library
   // is installed, with it preloaded (TF's CPU performance guides advise tcmalloc or
-  // jemalloc) and set as loom's programs set it (loom_kernels.cpp: thp:always, transparent
-  // huge pages), so that TF runs with everything loom's allocator gives loom: the ratio
-  // against each.
+  // jemalloc; loom's programs link jemalloc): the ratio against each.
 #ifdef LOOM_JEMALLOC_SHARED
   const std::string jemalloc = LOOM_JEMALLOC_SHARED;
 #else
@@ -292,13 +289,12 @@ int compare_with_tensorflow(int rounds, int steps, int threads) {
                 "%.4f)",
                 round + 1, lr.rate, lr.auc, tr.rate, tr.auc);
     if (!jemalloc.empty()) {
-      const ctr_run tj = parse_ctr(loom::bench::run_command("LD_PRELOAD=" + shell_quote(jemalloc) +
-                                                            " MALLOC_CONF=thp:always " + tf_command)
-                                       .output,
-                                   "TensorFlow's ctr_tf.py with jemalloc");
+      const ctr_run tj = parse_ctr(
+          loom::bench::run_command("LD_PRELOAD=" + shell_quote(jemalloc) + " " + tf_command).output,
+          "TensorFlow's ctr_tf.py with jemalloc");
       tf_jemalloc_rate.push_back(tj.rate);
       tf_jemalloc_auc.push_back(tj.auc);
-      std::printf(", TensorFlow with jemalloc (thp) %.0f (AUC %.4f)", tj.rate, tj.auc);
+      std::printf(", TensorFlow with jemalloc %.0f (AUC %.4f)", tj.rate, tj.auc);
     }
     std::printf("\n");
     std::fflush(stdout);
@@ -313,15 +309,14 @@ int compare_with_tensorflow(int rounds, int steps, int threads) {
               "", "examples/s per worker", "test AUC");
   std::printf("%-24s %22.0f %12.4f\n", "TensorFlow 2.15 (v1)", median(tf_rate), median(tf_auc));
   if (!tf_jemalloc_rate.empty())
-    std::printf("%-24s %22.0f %12.4f\n", "  with jemalloc (thp)", median(tf_jemalloc_rate),
+    std::printf("%-24s %22.0f %12.4f\n", "  with jemalloc", median(tf_jemalloc_rate),
                 median(tf_jemalloc_auc));
   std::printf("%-24s %22.0f %12.4f\n", "loom", median(loom_rate), median(loom_auc));
   std::printf("loom / TensorFlow: %.2f x the examples/s; AUC difference %+.4f (the teacher's AUC: "
               "%.4f)\n",
               median(loom_rate) / median(tf_rate), median(loom_auc) - median(tf_auc), teacher);
   if (!tf_jemalloc_rate.empty())
-    std::printf("loom / TensorFlow with jemalloc (thp:always) preloaded: %.2f x the "
-                "examples/s\n",
+    std::printf("loom / TensorFlow with jemalloc preloaded: %.2f x the examples/s\n",
                 median(loom_rate) / median(tf_jemalloc_rate));
   else
     std::printf("(TensorFlow with jemalloc not run: no libjemalloc.so.2 was found at configure "

@@ -1,7 +1,6 @@
 // The allocator of a program that links loom::kernels: jemalloc where the build found it
 // (LOOM_MALLOC, cmake/loom_kernels.cmake), proven by asking jemalloc itself what this
-// thread allocated, and with loom's setting of it (transparent huge pages); else the
-// system's.
+// thread allocated; else the system's.
 #include <doctest/doctest.h>
 
 #include <cstddef>
@@ -9,7 +8,6 @@
 #include <cstdlib>
 #include <new>
 #include <string>
-#include <string_view>
 
 // jemalloc's control interface: null (a weak reference) where jemalloc is not linked.
 extern "C" int mallctl(const char* name, void* old_value, std::size_t* old_length, void* new_value,
@@ -42,16 +40,6 @@ TEST_CASE("a program that links loom::kernels allocates with the allocator the b
   allocator_sink = ::operator new(block);
   ::operator delete(allocator_sink);
   CHECK(*allocated - after_malloc >= block);
-  // loom's setting (loom_kernels.cpp's malloc_conf) took effect: transparent huge pages for
-  // jemalloc's memory, unless the environment's MALLOC_CONF says otherwise.
-  const char* thp = nullptr;
-  length = sizeof(thp);
-  REQUIRE(mallctl("opt.thp", &thp, &length, nullptr, 0) == 0);
-  const char* env = std::getenv("MALLOC_CONF");
-  if (env != nullptr && std::string_view(env).find("thp") != std::string_view::npos)
-    MESSAGE("MALLOC_CONF=" << env << " chooses jemalloc's thp: opt.thp is " << thp);
-  else
-    CHECK(std::string_view(thp) == "always");
 #else
   MESSAGE("built with the system allocator (LOOM_MALLOC=system, a sanitizer, or no jemalloc)");
   CHECK(mallctl == nullptr);

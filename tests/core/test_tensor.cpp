@@ -9,6 +9,8 @@
 #include <loom/core/tensor.hpp>
 
 #include <cstdint>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -116,6 +118,47 @@ TEST_CASE("any_tensor: every buffer is 64-byte aligned, small and large, new and
   any_tensor again(dtype::f32, shape{1 << 18});
   CHECK(aligned64(again.raw_data()));
   CHECK(again.raw_data() == released);
+}
+
+namespace {
+// The VmFlags of the mapping that holds `p` (/proc/self/smaps), "" where none does.
+std::string mapping_flags(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t first = 0, last = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> first >> dash >> last && dash == '-' &&
+        line.find(':') > line.find(' ')) // a mapping's header, not a "Key: value" line
+      inside = first <= at && at < last;
+    else if (inside && line.rfind("VmFlags:", 0) == 0)
+      return line;
+  }
+  return "";
+}
+} // namespace
+
+TEST_CASE("any_tensor: a buffer of 2 MiB or more starts on a huge page and is marked for them") {
+  // A ps's tables: random rows of hundreds of MB, where 4 KiB pages made nearly every row a
+  // TLB miss (core/block_cache.hpp).
+  REQUIRE_MESSAGE(std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled").good(),
+                  "this kernel has no transparent huge pages (no "
+                  "/sys/kernel/mm/transparent_hugepage/enabled)");
+  any_tensor table(dtype::f32, shape{1 << 20, 4}); // 16 MiB
+  CHECK(reinterpret_cast<std::uintptr_t>(table.raw_data()) % (2u << 20) == 0);
+  const std::string flags = mapping_flags(table.raw_data());
+  CAPTURE(flags);
+  CHECK(contains(flags, " hg")); // madvise(MADV_HUGEPAGE)
+  // A small one keeps the allocator's pages: huge pages for every block would grow a
+  // server's memory in 2 MiB steps per connection.
+  any_tensor small(dtype::f32, shape{1000});
+  CHECK_FALSE(contains(mapping_flags(small.raw_data()), " hg"));
+  // Nor a tensor a peer's bytes fill: a 16 MiB one a peer declared commits a 4 KiB page
+  // per page it sent, not 2 MiB.
+  any_tensor received = any_tensor::for_peer_bytes(dtype::f32, shape{1 << 20, 4});
+  CHECK_FALSE(contains(mapping_flags(received.raw_data()), " hg"));
 }
 
 TEST_CASE("any_tensor: empty and scalar tensors") {

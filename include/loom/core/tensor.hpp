@@ -55,9 +55,10 @@ public:
   static constexpr std::size_t alignment = 64;
   using release_fn = std::function<void(void*)>;
 
-  buffer(dtype d, std::int64_t n) : dtype_(d), n_(n) {
+  buffer(dtype d, std::int64_t n, pages kind = pages::huge_where_large)
+      : dtype_(d), n_(n), pages_(kind) {
     bytes_ = std::max<std::size_t>(size_of(d) * static_cast<std::size_t>(n), 1);
-    data_ = block_cache::instance().allocate(bytes_);
+    data_ = block_cache::instance().allocate(bytes_, pages_);
     if (d == dtype::string)
       std::uninitialized_default_construct_n(strings(), n);
   }
@@ -73,7 +74,7 @@ public:
     }
     if (dtype_ == dtype::string)
       std::destroy_n(strings(), n_);
-    block_cache::instance().release(data_, bytes_);
+    block_cache::instance().release(data_, bytes_, pages_);
   }
 
   void* data() noexcept { return data_; }
@@ -83,6 +84,7 @@ private:
   std::string* strings() noexcept { return static_cast<std::string*>(data_); }
   dtype dtype_;
   std::int64_t n_;
+  pages pages_ = pages::huge_where_large;
   std::size_t bytes_;
   void* data_;
   memory_location where_{};
@@ -97,6 +99,17 @@ public:
   any_tensor(dtype d, loom::shape s)
       : dtype_(d), shape_(std::move(s)),
         buffer_(std::make_shared<detail::buffer>(d, shape_.num_elements())) {}
+
+  // A tensor for the bytes a peer sends (the message layer's receive buffers): in
+  // small pages only, so a peer that declares a large tensor and sends a few bytes of
+  // it commits no more memory than it sent (core/block_cache.hpp).
+  static any_tensor for_peer_bytes(dtype d, loom::shape s) {
+    any_tensor t;
+    t.dtype_ = d;
+    t.shape_ = std::move(s);
+    t.buffer_ = std::make_shared<detail::buffer>(d, t.shape_.num_elements(), detail::pages::small);
+    return t;
+  }
 
   // A tensor over memory at `where` that someone else allocated; `release`
   // frees it when the last copy of the tensor is gone. Strings live on the host only.

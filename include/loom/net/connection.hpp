@@ -813,7 +813,7 @@ private:
       t = {};
     }
     fresh = t.empty();
-    return fresh ? any_tensor(p.type, p.shape) : std::move(t);
+    return fresh ? any_tensor::for_peer_bytes(p.type, p.shape) : std::move(t);
   }
 
   // A split head: its descriptors are the message's; the tensors are allocated as their
