@@ -102,7 +102,7 @@ public:
         return p;
       }
     }
-    void* p = ::operator new (bytes, std::align_val_t{alignment_of(bytes)});
+    void* p = ::operator new (bytes, std::align_val_t{alignment_of(bytes, kind)});
     if (bytes >= huge_page_bytes && kind == pages::huge_where_large)
       advise_huge_pages(p, bytes);
     return p;
@@ -132,12 +132,13 @@ public:
         }
       }
     }
-    ::operator delete (p, std::align_val_t{alignment_of(bytes)});
+    ::operator delete (p, std::align_val_t{alignment_of(bytes, kind)});
   }
 
-  // The alignment of a block of `bytes`: a huge page's where it may hold one.
-  static constexpr std::size_t alignment_of(std::size_t bytes) noexcept {
-    return bytes >= huge_page_bytes ? huge_page_bytes : alignment;
+  // The alignment of a block: a huge page's where it may have huge pages.
+  static constexpr std::size_t alignment_of(std::size_t bytes, pages kind) noexcept {
+    return bytes >= huge_page_bytes && kind == pages::huge_where_large ? huge_page_bytes
+                                                                       : alignment;
   }
 
 private:
