@@ -11,6 +11,9 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <map>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -294,6 +297,55 @@ TEST_CASE("handler errors and unknown methods reach the caller with their codes"
   }
   CHECK_THROWS_AS(ch.call("fails", empty{}, {any_tensor(dtype::string, shape{1})}),
                   invalid_argument_error);
+}
+
+TEST_CASE("two clients' bulk connections are served on different io threads") {
+  // A ps with two io threads and two workers: each worker's gradients (bulk) must be
+  // applied on a thread of their own. The threads take sockets round-robin when they
+  // are accepted, control then bulk for every client, so without moving a connection
+  // at its first request both bulk connections would share one thread.
+  rpc_server_options so = local_server();
+  so.threads = 2;
+  rpc_server srv(so);
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::thread::id>> seen; // (client's call, thread)
+  srv.handle("where", [&](request req, responder r) {
+    {
+      std::lock_guard lk(mu);
+      seen.emplace_back(req.metadata<echo_meta>().text, std::this_thread::get_id());
+    }
+    r.reply(empty{});
+  });
+  channel a(local_address(srv), local_channel()), b(local_address(srv), local_channel());
+  a.connect();
+  b.connect();
+  const auto big = filled_f32(shape{300, 1000}, 1); // over the bulk threshold
+  for (int round = 0; round < 3; ++round)
+    for (const auto& [ch, name] : {std::pair<channel*, std::string>{&a, "a"}, {&b, "b"}}) {
+      (void)ch->call("where", echo_meta{name + " bulk", {}}, {big});
+      (void)ch->call("where", echo_meta{name + " control", {}});
+    }
+  // From each connection's second request on, it is where it stays.
+  std::map<std::string, std::set<std::thread::id>> threads;
+  {
+    std::lock_guard lk(mu);
+    std::map<std::string, int> calls;
+    for (const auto& [call, thread] : seen)
+      if (++calls[call] > 1)
+        threads[call].insert(thread);
+  }
+  for (const char* call : {"a bulk", "b bulk", "a control", "b control"})
+    REQUIRE(threads[call].size() == 1);
+  CHECK(*threads["a bulk"].begin() != *threads["b bulk"].begin());
+  CHECK(*threads["a control"].begin() != *threads["b control"].begin());
+  // The connections that moved carry every byte, both ways.
+  add_echo(srv);
+  for (auto* ch : {&a, &b}) {
+    const auto res = ch->call("echo", echo_meta{"moved", {1}}, {big, big});
+    CHECK(res.metadata<echo_meta>().text == "moved!");
+    REQUIRE(res.payloads.size() == 2);
+    CHECK(same_bytes(res.payloads[1], big));
+  }
 }
 
 TEST_CASE("a small request can fetch a big reply (sent over the client's bulk connection)") {

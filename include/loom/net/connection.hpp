@@ -54,7 +54,9 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <unistd.h>
 #define LOOM_NET_DIRECT_SEND 1
+#define LOOM_NET_MOVABLE_SOCKETS 1 // socket::release() and ::close()
 #endif
 #ifdef __linux__
 #include <netinet/in.h>
@@ -198,7 +200,12 @@ public:
   connection& operator=(const connection&) = delete;
 
   tcp::socket& socket() noexcept { return io_.socket(); }
-  const strand_type& strand() const noexcept { return strand_; }
+  // The strand its handlers run on, and its io context: fixed but for one move_to().
+  strand_type strand() const {
+    std::lock_guard lk(smu_);
+    return strand_;
+  }
+  asio::io_context& context() const { return strand().get_inner_executor().context(); }
   const std::string& peer() const noexcept { return peer_; }
   void set_peer(std::string p) { peer_ = std::move(p); }
   const frame_limits& limits() const noexcept { return limits_; }
@@ -208,6 +215,18 @@ public:
   std::uint64_t client_id = 0;
   // Server side: requests received on it whose answer is not yet settled.
   std::atomic<std::uint32_t> in_flight{0};
+
+  // Server side (strand only): from the next frame on, reads and handlers run on io
+  // context `to` (rpc_server chooses it at the first request, when it knows the role).
+  // The socket moves at a frame boundary, with no read or write under way; a TLS
+  // connection stays where it is (its OpenSSL stream is bound to the socket object).
+  bool settled = false; // server side (strand only): its first request was seen
+  void move_to([[maybe_unused]] asio::io_context& to) {
+#ifdef LOOM_NET_MOVABLE_SOCKETS
+    if (&to != &context() && !io_.secure())
+      move_to_ = &to;
+#endif
+  }
 
   bool closed() {
     std::lock_guard lk(wmu_);
@@ -219,8 +238,15 @@ public:
     return writing_ && !closed_;
   }
 
-  // Runs f on this connection's strand.
-  template <class F> void run(F&& f) { rt_->run_on(strand_, std::forward<F>(f)); }
+  // Runs f on this connection's strand (the strand it has when f runs: a connection
+  // that moved meanwhile runs it on its new one).
+  template <class F> void run(F&& f) {
+    rt_->run_on(strand(), [self = shared_from_this(), f = std::forward<F>(f)]() mutable {
+      if (!self->strand().running_in_this_thread())
+        return self->run(std::move(f));
+      f();
+    });
+  }
 
   // After connect/accept: TCP_NODELAY (control messages are latency bound).
   void configure_socket() {
@@ -417,6 +443,13 @@ private:
     in_frame_.store(false, std::memory_order_relaxed);
     if (stopped_)
       return;
+    if (move_to_ && moved()) { // the read loop goes on on the new strand
+      asio::post(strand(), [self = shared_from_this()] {
+        self->read_header();
+        self->read_following();
+      });
+      return;
+    }
     set_buffer(asio::buffer(hdr_), false);
     read_rest(&connection::on_header);
   }
@@ -427,6 +460,45 @@ private:
   void read_following() {
     while (std::exchange(next_frame_, false))
       read_header();
+  }
+
+  // move_to()'s move, between frames (strand only): the socket's descriptor goes to a
+  // socket on the new context's strand, and the timer with it. True when it moved;
+  // while a write is under way it waits for a later frame boundary.
+  bool moved() {
+#ifndef LOOM_NET_MOVABLE_SOCKETS
+    return false;
+#else
+    std::unique_lock lk(wmu_);
+    if (closed_) {
+      move_to_ = nullptr;
+      return false;
+    }
+    if (writing_)
+      return false;
+    const strand_type to = asio::make_strand(*std::exchange(move_to_, nullptr));
+    std::error_code ec;
+    const auto protocol = io_.socket().local_endpoint(ec).protocol();
+    if (ec)
+      return false; // closing: the read that follows says why
+    const auto fd = io_.socket().release(ec);
+    if (ec)
+      return false; // still the old socket's: it stays where it is
+    tcp::socket moved_socket(to);
+    moved_socket.assign(protocol, fd, ec);
+    if (ec) {
+      ::close(fd);
+      lk.unlock();
+      do_close("moving the connection to another io thread failed: " + ec.message());
+      return false;
+    }
+    moved_socket.non_blocking(true, ec); // as configure_socket() left it: read_rest() never waits
+    io_.socket() = std::move(moved_socket);
+    timer_ = asio::steady_timer(to);
+    std::lock_guard sl(smu_);
+    strand_ = to;
+    return true;
+#endif
   }
 
   void set_buffer(asio::mutable_buffer b, bool fresh) {
@@ -1169,6 +1241,7 @@ private:
   }
 
   std::shared_ptr<detail::io_runtime> rt_; // first: destroyed last
+  mutable std::mutex smu_;                 // guards strand_, which move_to() changes once
   strand_type strand_;
   transport io_;
   asio::steady_timer timer_;
@@ -1194,11 +1267,12 @@ private:
   std::unique_ptr<char[]> drain_;                    // linger_then_close()'s scratch
   std::unique_ptr<char[]> rbuf_;                     // the receive buffer (receive_space())
   std::size_t rbeg_ = 0, rend_ = 0;                  // its unparsed bytes
-  std::size_t turn_read_ = 0;         // bytes read without waiting since the read loop was entered
-  bool next_frame_ = false;           // a frame ended: read_following() reads the next one
-  bool socket_drained_ = false;       // the last read into rbuf_ took less than it could
-  bool stopped_ = false;              // do_close() ran
-  std::atomic<bool> in_frame_{false}; // between a header's first byte and delivery
+  std::size_t turn_read_ = 0; // bytes read without waiting since the read loop was entered
+  bool next_frame_ = false;   // a frame ended: read_following() reads the next one
+  asio::io_context* move_to_ = nullptr; // move_to()'s context, until the move
+  bool socket_drained_ = false;         // the last read into rbuf_ took less than it could
+  bool stopped_ = false;                // do_close() ran
+  std::atomic<bool> in_frame_{false};   // between a header's first byte and delivery
   std::atomic<std::chrono::steady_clock::rep> last_read_{clock_now()};
 
   // writing state (wmu_)

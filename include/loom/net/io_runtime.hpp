@@ -65,6 +65,16 @@ public:
 
   // The first context (acceptor, resolver).
   asio::io_context& context() noexcept { return *ctxs_.front(); }
+  // The contexts, one per io thread, by index.
+  std::size_t size() const noexcept { return ctxs_.size(); }
+  asio::io_context& context_at(std::size_t i) noexcept { return *ctxs_[i]; }
+  std::size_t index_of(const asio::io_context& ctx) const noexcept {
+    for (std::size_t i = 0; i < ctxs_.size(); ++i)
+      if (ctxs_[i].get() == &ctx)
+        return i;
+    return 0;
+  }
+
   // The context for the next connection.
   asio::io_context& next_context() noexcept {
     return *ctxs_[next_.fetch_add(1, std::memory_order_relaxed) % ctxs_.size()];

@@ -12,6 +12,13 @@
 // - Handlers run on the io threads, on the strand of the connection the request
 //   came from: keep them short, or hold the responder and reply later from any
 //   thread (a barrier that answers when a step is applied).
+// - A connection's first request moves it (its socket, reads and handlers) to the io
+//   thread that serves the fewest connections of its role (control or bulk) that
+//   have sent requests. The threads take sockets round-robin as they are accepted,
+//   before a connection says what it is, and a client opens its two together: with
+//   two threads every client's bulk connection fell on one, so a ps applied two
+//   workers' gradients one after the other while its other thread idled. Idle
+//   connections (a client's unused bulk one) count nowhere. TLS connections stay.
 // - A payload may be received straight into a tensor the handler's allocator
 //   returns (e.g. a variable's buffer).
 // - Each (client id, request id) runs at most once: a duplicate within the
@@ -47,6 +54,7 @@
 #define LOOM_NET_RESERVE_FD 1
 #endif
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -421,6 +429,8 @@ public:
   }
 
   void on_frame(const std::shared_ptr<connection>& c, incoming_frame&& f) override {
+    if (!std::exchange(c->settled, true))
+      settle(c);
     if (f.header.kind == frame_kind::cancel)
       return; // the client already gave up; nothing runs twice
     if (f.header.kind != frame_kind::request) {
@@ -491,6 +501,27 @@ private:
     allocator_fn alloc;
   };
 
+  // c's first request (on c's strand): the io context it is served on from now on, of
+  // those serving the fewest connections of c's role that have sent requests, its own
+  // where that is one of them (no move). Counted until c is forgotten.
+  void settle(const std::shared_ptr<connection>& c) {
+    asio::io_context& own = c->context();
+    std::lock_guard lk(cmu_);
+    if (!conns_.count(c)) // forgotten (closing): stays
+      return;
+    const auto role = static_cast<std::size_t>(c->role == connection_role::bulk);
+    auto& load = homed_[role];
+    if (load.size() != rt_->size())
+      load.assign(rt_->size(), 0);
+    std::size_t best = rt_->index_of(own);
+    for (std::size_t i = 0; i < load.size() && !c->secure(); ++i)
+      if (load[i] < load[best])
+        best = i;
+    ++load[best];
+    homes_.emplace(c.get(), std::pair{role, best});
+    c->move_to(rt_->context_at(best));
+  }
+
   bool remember(const request_key& k) {
     std::lock_guard lk(dmu_);
     if (!seen_.insert(k).second)
@@ -512,6 +543,10 @@ private:
   void forget(const std::shared_ptr<connection>& c) {
     conns_.erase(c);
     leave_handshake(*c);
+    if (auto h = homes_.find(c.get()); h != homes_.end()) {
+      --homed_[h->second.first][h->second.second];
+      homes_.erase(h);
+    }
     if (c->role == connection_role::bulk) {
       auto it = bulk_.find(c->client_id);
       if (it != bulk_.end() && it->second.lock() == c)
@@ -775,7 +810,11 @@ private:
   std::mutex cmu_;
   bool stopping_ = false;
   std::unordered_set<std::shared_ptr<connection>> conns_; // handshaking or admitted
-  std::list<std::shared_ptr<connection>> handshaking_;    // oldest first
+  // The connections served that have sent a request: (role, the index of their io
+  // context); per role (control, bulk), how many each context serves.
+  std::unordered_map<const connection*, std::pair<std::size_t, std::size_t>> homes_;
+  std::array<std::vector<std::size_t>, 2> homed_;
+  std::list<std::shared_ptr<connection>> handshaking_; // oldest first
   std::unordered_map<const connection*, std::list<std::shared_ptr<connection>>::iterator>
       handshaking_at_;
   std::unordered_map<std::uint64_t, std::weak_ptr<connection>> bulk_;
