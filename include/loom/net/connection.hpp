@@ -216,11 +216,12 @@ public:
   // Server side: requests received on it whose answer is not yet settled.
   std::atomic<std::uint32_t> in_flight{0};
 
+  bool settled = false; // server side (strand only): its first request was seen
+
   // Server side (strand only): from the next frame on, reads and handlers run on io
   // context `to` (rpc_server chooses it at the first request, when it knows the role).
   // The socket moves at a frame boundary, with no read or write under way; a TLS
   // connection stays where it is (its OpenSSL stream is bound to the socket object).
-  bool settled = false; // server side (strand only): its first request was seen
   void move_to([[maybe_unused]] asio::io_context& to) {
 #ifdef LOOM_NET_MOVABLE_SOCKETS
     if (&to != &context() && !io_.secure())
