@@ -576,6 +576,40 @@ TEST_CASE("dynamic_stitch: each data input gets the rows of dy its indices name"
                   others);
 }
 
+TEST_CASE("gather_shards: each shard's rows get the rows of dy its slots name, summed") {
+  // Slots k * 2 + p name row k of shard p; rows named twice get both adjoints.
+  graph g;
+  feeds_t others;
+  const node_id a = placeholder(g, shape{3, 2}, "a");
+  const node_id b = placeholder(g, shape{2, 2}, "b");
+  const node_id slots = loom::constant_node(
+      g, any_tensor::from_vector<std::int64_t>(shape{6}, {2, 1, 4, 2, 3, 0}));
+  const node_id rows = g.add_node("gather_shards", {slots, a, b}, {{"N", std::int64_t{2}}});
+  const node_id y = weighted(g, rows, others);
+  check_gradients(g, y,
+                  {{a, random_tensor(shape{3, 2}, -1, 1)}, {b, random_tensor(shape{2, 2}, -1, 1)}},
+                  others);
+}
+
+TEST_CASE("embedding_lookup over shards: every shard gets the rows of its ids, repeats summed") {
+  for (const auto strategy : {loom::partition_strategy::mod, loom::partition_strategy::div}) {
+    graph g;
+    feeds_t others;
+    loom::placeholder<double, 2> part_0(g, shape{4, 3}, "part_0");
+    loom::placeholder<double, 2> part_1(g, shape{3, 3}, "part_1");
+    const auto ids = loom::constant(g, tensor<std::int64_t, 2>(shape{2, 3}, {6, 1, 6, 0, 3, 1}));
+    const node_id rows =
+        loom::embedding_lookup(std::vector<loom::output<double, 2>>{part_0, part_1}, ids, strategy)
+            .id();
+    const node_id y = weighted(
+        g, g.add_node("reshape", {rows}, {{"dims", std::vector<std::int64_t>{2, 3, 3}}}), others);
+    check_gradients(g, y,
+                    {{part_0.id(), random_tensor(shape{4, 3}, -1, 1)},
+                     {part_1.id(), random_tensor(shape{3, 3}, -1, 1)}},
+                    others);
+  }
+}
+
 TEST_CASE("embedding_lookup_sparse: the gradient of each combiner reaches the table") {
   for (const auto how : {loom::combiner::sum, loom::combiner::mean, loom::combiner::sqrtn}) {
     INFO("combiner " << static_cast<int>(how));

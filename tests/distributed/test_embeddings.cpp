@@ -299,16 +299,16 @@ TEST_CASE("two tables of as many rows looked up with the same ids share the ids'
   // "div": row r of a table's whole value is id r's row.
   auto deep_rows = loom::embedding_lookup(deep, ids, loom::partition_strategy::div);
   auto wide_rows = loom::embedding_lookup(wide, ids, loom::partition_strategy::div);
-  // As TF's CSE merges the two lookups' dynamic_partition: one routing and one unique per
-  // shard for both tables, then a gather from each.
+  // As TF's CSE merges the two lookups' dynamic_partition: one routing (the distinct ids of
+  // each shard, each id's slot among them) for both tables, then per table a gather from each
+  // shard and one gather_shards of their rows.
   std::map<std::string, int> ops;
   for (std::size_t k = 0; k < g.size(); ++k)
     ++ops[g.node(static_cast<loom::node_id>(k)).op];
-  CHECK(ops["shard_ids"] == 2);
-  CHECK(ops["shard_positions"] == 2);
-  CHECK(ops["unique"] == 2);
+  CHECK(ops["shard_unique"] == 2);
+  CHECK(ops["shard_slots"] == 1);
   CHECK(ops["resource_gather"] == 4);
-  CHECK(ops["dynamic_stitch"] == 2);
+  CHECK(ops["gather_shards"] == 2);
 
   loom::session s(g, cluster.target(), loom::testing::quiet());
   s.run(loom::global_variables_initializer(g));

@@ -630,16 +630,36 @@ std::vector<op_case> make_cases() {
       cs.push_back({"unique", {id}, {{s, {}, gen::labels, 37}}});
       cs.push_back({"unique_index", {id}, {{s, {}, gen::labels, 37}}});
     }
-    for (const char* op : {"shard_ids", "shard_positions"})
-      for (const char* strategy : {"mod", "div"})
-        for (std::int64_t shard = 0; shard < 3; ++shard)
-          cs.push_back({op,
+    for (const char* strategy : {"mod", "div"})
+      for (const std::int64_t shards : {2L, 3L}) {
+        for (std::int64_t shard = 0; shard < shards; ++shard)
+          cs.push_back({"shard_unique",
                         {id},
                         {{S{100}, {}, gen::labels, 50}},
-                        {{"num_shards", 3L},
+                        {{"num_shards", shards},
                          {"shard", shard},
                          {"rows", 50L},
                          {"strategy", std::string(strategy)}}});
+        cs.push_back({"shard_slots",
+                      {id},
+                      {{S{100}, {}, gen::labels, 50}},
+                      {{"num_shards", shards}, {"rows", 50L}, {"strategy", std::string(strategy)}}});
+      }
+    // gather_shards: slots k * N + p name row k of shard p (slots < 12 name rows < 4 of each
+    // of 3 shards), rows named repeatedly; its gradient sums them, per shard.
+    cs.push_back({"gather_shards",
+                  no_strings,
+                  {{S{40}, id, gen::labels, 12}, {S{4, 3}}, {S{4, 3}}, {S{4, 3}}},
+                  {{"N", 3L}}});
+    cs.push_back({"gather_shards",
+                  no_strings,
+                  {{S{0}, id, gen::labels, 4}, {S{2, 16}}, {S{2, 16}}},
+                  {{"N", 2L}}});
+    for (std::int64_t shard = 0; shard < 3; ++shard)
+      cs.push_back({"gather_shards_grad",
+                    numeric,
+                    {{S{300, 3}}, {S{300}, id, gen::labels, 12}},
+                    {{"N", 3L}, {"shard", shard}}});
     // dynamic_stitch: indices repeated within and across parts (the last wins),
     // rows no index names (zeros), one part.
     cs.push_back({"dynamic_stitch",
@@ -1547,12 +1567,16 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
                 any_tensor::from_vector<std::int32_t>(S{2}, v32{11, 0}),
                 any_tensor::scalar(std::int32_t{11})},
                {}, {}, 0);
-    same_error(node("shard_ids", dtype::i64,
+    same_error(node("shard_slots", dtype::i64,
                     {{"num_shards", std::int64_t{2}},
-                     {"shard", std::int64_t{0}},
                      {"rows", std::int64_t{50}},
                      {"strategy", std::string("mod")}}),
                dtype::i64, {any_tensor::from_vector<std::int64_t>(S{3}, v64{4, 50, 2})}, {}, {}, 0);
+    same_error(node("gather_shards", dtype::f32, {{"N", std::int64_t{2}}}), dtype::f32,
+               {any_tensor::from_vector<std::int64_t>(S{2}, v64{1, 6}),
+                random_tensor(dtype::f32, S{3, 2}, gen::any, 0, rng),
+                random_tensor(dtype::f32, S{2, 2}, gen::any, 0, rng)},
+               {}, {}, 0);
     same_error(node("dynamic_stitch", dtype::f32, {{"N", std::int64_t{1}}}), dtype::f32,
                {random_tensor(dtype::f32, S{2, 3}, gen::any, 0, rng),
                 any_tensor::from_vector<std::int32_t>(S{2}, v32{1, -2})},

@@ -438,7 +438,7 @@ TEST_CASE("string_to_hash_bucket_fast refuses zero buckets and non-strings, nami
 }
 
 TEST_CASE("embedding_lookup over 1 to 5 shards, 'mod' and 'div', returns each id's row") {
-  // The shard routing (shard_ids, shard_positions) has a fast path for "mod"
+  // The shard routing (shard_unique, shard_slots) has a fast path for "mod"
   // over a power-of-two count of shards: every count and both strategies must
   // give the rows of the unsharded table, repeated ids included.
   constexpr std::int64_t rows = 11, dim = 2;
@@ -482,4 +482,60 @@ TEST_CASE("embedding_lookup over 1 to 5 shards, 'mod' and 'div', returns each id
       }
       CHECK(std::vector<float>(got.flat().begin(), got.flat().end()) == want);
     }
+}
+
+TEST_CASE("the routing over shards: each shard's distinct rows in first-seen order, each id's "
+          "slot among them, and gather_shards' bad slots one error") {
+  // 3 shards ("mod", rows 12): id 7 is row 2 of shard 1, id 4 row 1 of shard 1, id 9 row 3 of
+  // shard 0, id 0 row 0 of shard 0, id 5 row 1 of shard 2. Slots are position * 3 + shard.
+  graph g;
+  loom::placeholder<std::int64_t, 1> x(g, shape{-1}, "x");
+  const loom::attr_map route{{"num_shards", std::int64_t{3}},
+                             {"strategy", std::string("mod")},
+                             {"rows", std::int64_t{12}},
+                             {"_what", std::string("the table")}};
+  std::vector<loom::node_id> distinct;
+  for (std::int64_t p = 0; p < 3; ++p) {
+    loom::attr_map a = route;
+    a["shard"] = p;
+    distinct.push_back(g.add_node("shard_unique", {x.id()}, a));
+  }
+  const loom::node_id slots = g.add_node("shard_slots", {x.id()}, route);
+  loom::session s(g);
+  const any_tensor feed = ids(shape{6}, {7, 9, 4, 7, 0, 5});
+  const auto got = s.run_nodes({distinct[0], distinct[1], distinct[2], slots}, {},
+                               {{x.id(), feed}});
+  CHECK(values_of<std::int64_t>(got[0]) == std::vector<std::int64_t>{3, 0});
+  CHECK(values_of<std::int64_t>(got[1]) == std::vector<std::int64_t>{2, 1});
+  CHECK(values_of<std::int64_t>(got[2]) == std::vector<std::int64_t>{1});
+  CHECK(values_of<std::int64_t>(got[3]) == std::vector<std::int64_t>{1, 0, 4, 1, 3, 2});
+  const auto outside = message_of<loom::invalid_argument_error>(
+      [&] { s.run_nodes({slots}, {}, {{x.id(), ids(shape{2}, {3, 12})}}); });
+  CHECK(contains(outside, "id 12 (at position 1) is outside [0, 12) of the table"));
+
+  // gather_shards puts rows back by slot; its gradient sums a shard's repeated slots.
+  loom::placeholder<float, 2> a(g, shape{-1, 2}, "a");
+  loom::placeholder<float, 2> b(g, shape{-1, 2}, "b");
+  loom::placeholder<std::int64_t, 1> at(g, shape{-1}, "at");
+  const loom::node_id rows =
+      g.add_node("gather_shards", {at.id(), a.id(), b.id()}, {{"N", std::int64_t{2}}});
+  loom::placeholder<float, 2> dy(g, shape{-1, 2}, "dy");
+  const loom::node_id grad_b = g.add_node("gather_shards_grad", {dy.id(), at.id()},
+                                          {{"N", std::int64_t{2}}, {"shard", std::int64_t{1}}});
+  loom::session s2(g);
+  const auto av = any_tensor::from_vector<float>(shape{2, 2}, {1, 2, 3, 4});
+  const auto bv = any_tensor::from_vector<float>(shape{1, 2}, {5, 6});
+  const auto back = s2.run_nodes(
+      {rows, grad_b}, {},
+      {{at.id(), ids(shape{3}, {1, 2, 1})},
+       {a.id(), av},
+       {b.id(), bv},
+       {dy.id(), any_tensor::from_vector<float>(shape{3, 2}, {1, 1, 10, 10, 100, 100})}});
+  CHECK(values_of<float>(back[0]) == std::vector<float>{5, 6, 3, 4, 5, 6});
+  CHECK(back[1].shape() == shape{1, 2});
+  CHECK(values_of<float>(back[1]) == std::vector<float>{101, 101});
+  const auto past = message_of<loom::invalid_argument_error>([&] {
+    s2.run_nodes({rows}, {}, {{at.id(), ids(shape{2}, {0, 3})}, {a.id(), av}, {b.id(), bv}});
+  });
+  CHECK(contains(past, "slot 3 (at position 1) names row 1 of shard 1, which has 1 rows"));
 }

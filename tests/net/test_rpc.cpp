@@ -299,11 +299,12 @@ TEST_CASE("handler errors and unknown methods reach the caller with their codes"
                   invalid_argument_error);
 }
 
-TEST_CASE("two clients' bulk connections are served on different io threads") {
-  // A ps with two io threads and two workers: each worker's gradients (bulk) must be
-  // applied on a thread of their own. The threads take sockets round-robin when they
-  // are accepted, control then bulk for every client, so without moving a connection
-  // at its first request both bulk connections would share one thread.
+TEST_CASE("one client process's connections are served on one io thread, two processes' on two") {
+  // A ps with two io threads and two workers, each with a master's channel and a peer
+  // client's (control and bulk): each worker's step must run on a thread of its own, all
+  // of it. The threads take sockets round-robin when they are accepted, so without moving
+  // connections at their first request a worker's connections would be spread over both
+  // threads (every step hopping between them), or both bulk connections would share one.
   rpc_server_options so = local_server();
   so.threads = 2;
   rpc_server srv(so);
@@ -316,15 +317,24 @@ TEST_CASE("two clients' bulk connections are served on different io threads") {
     }
     r.reply(empty{});
   });
-  channel a(local_address(srv), local_channel()), b(local_address(srv), local_channel());
-  a.connect();
-  b.connect();
+  auto of_process = [](std::uint64_t id) {
+    channel_options o = local_channel();
+    o.process_id = id;
+    return o;
+  };
+  channel master_1(local_address(srv), of_process(1)), master_2(local_address(srv), of_process(2));
+  channel a(local_address(srv), of_process(1)), b(local_address(srv), of_process(2));
+  for (auto* ch : {&master_1, &master_2, &a, &b})
+    ch->connect();
   const auto big = filled_f32(shape{300, 1000}, 1); // over the bulk threshold
-  for (int round = 0; round < 3; ++round)
-    for (const auto& [ch, name] : {std::pair<channel*, std::string>{&a, "a"}, {&b, "b"}}) {
+  for (int round = 0; round < 3; ++round) {
+    (void)master_1.call("where", echo_meta{"1 master", {}});
+    (void)master_2.call("where", echo_meta{"2 master", {}});
+    for (const auto& [ch, name] : {std::pair<channel*, std::string>{&b, "2"}, {&a, "1"}}) {
       (void)ch->call("where", echo_meta{name + " bulk", {}}, {big});
       (void)ch->call("where", echo_meta{name + " control", {}});
     }
+  }
   // From each connection's second request on, it is where it stays.
   std::map<std::string, std::set<std::thread::id>> threads;
   {
@@ -332,12 +342,11 @@ TEST_CASE("two clients' bulk connections are served on different io threads") {
     std::map<std::string, int> calls;
     for (const auto& [call, thread] : seen)
       if (++calls[call] > 1)
-        threads[call].insert(thread);
+        threads[call[0] == '1' ? "1" : "2"].insert(thread);
   }
-  for (const char* call : {"a bulk", "b bulk", "a control", "b control"})
-    REQUIRE(threads[call].size() == 1);
-  CHECK(*threads["a bulk"].begin() != *threads["b bulk"].begin());
-  CHECK(*threads["a control"].begin() != *threads["b control"].begin());
+  REQUIRE(threads["1"].size() == 1);
+  REQUIRE(threads["2"].size() == 1);
+  CHECK(*threads["1"].begin() != *threads["2"].begin());
   // The connections that moved carry every byte, both ways.
   add_echo(srv);
   for (auto* ch : {&a, &b}) {

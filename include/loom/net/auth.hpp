@@ -95,6 +95,13 @@ inline std::uint64_t random_u64() {
   return v;
 }
 
+// This process's id in the hellos of its channels (channel_options::process_id):
+// random, drawn once.
+inline std::uint64_t this_process_id() {
+  static const std::uint64_t id = random_u64();
+  return id;
+}
+
 inline digest hmac_sha256(std::string_view key, std::string_view data) {
   digest out{};
   unsigned int len = 0;
@@ -138,6 +145,7 @@ struct hello_msg {
   bool has_token = false;
   std::uint64_t client_id = 0;
   nonce client_nonce{};
+  std::uint64_t process_id = 0; // the client's process (client_identity)
 };
 struct challenge_msg {
   bool token_required = false;
@@ -172,6 +180,7 @@ inline std::string encode(const hello_msg& m) {
   b.push_back(m.has_token ? 1 : 0);
   detail::put_u64(b, m.client_id);
   detail::put_bytes(b, m.client_nonce);
+  detail::put_u64(b, m.process_id);
   return detail::handshake_frame(frame_kind::hello, b);
 }
 inline std::string encode(const challenge_msg& m) {
@@ -215,6 +224,7 @@ inline hello_msg decode_hello(std::span<const std::byte> b) {
   m.has_token = detail::flag(r, "hello frame");
   m.client_id = r.u64();
   r.bytes(m.client_nonce.data(), m.client_nonce.size());
+  m.process_id = r.u64();
   return m;
 }
 inline challenge_msg decode_challenge(std::span<const std::byte> b) {

@@ -76,6 +76,10 @@ struct channel_options {
   std::size_t bulk_threshold = 256u << 10; // payload bytes that go over bulk
   frame_limits limits{};
   log_fn log{}; // empty: stderr
+  // The process this client belongs to, as servers see it: they serve all of one
+  // process's connections on one io thread. 0: this process (this_process_id()); a
+  // test gives two channels of one process two ids to stand for two processes.
+  std::uint64_t process_id = 0;
   // How soon a silent peer is declared dead; nullopt: LOOM_HEARTBEAT_TIMEOUT, else 6 s.
   std::optional<liveness_settings> liveness{};
 };
@@ -168,6 +172,8 @@ public:
     tls_ = make_tls_context(resolve_tls(opts_.tls), token_, tls_role::client);
     live_ = resolve_liveness(opts_.liveness);
     client_id_ = random_u64();
+    if (opts_.process_id == 0)
+      opts_.process_id = this_process_id();
     // One io thread (the default): its context is driven on demand, by the
     // caller waiting for a reply when there is one (io_runtime, lead()).
     // (busy() is called only while this core is alive: stop() joins the io thread.)
@@ -599,7 +605,8 @@ private:
             }
             c->configure_socket();
             c->enable_keepalive(self->live_);
-            start_client_handshake(c, client_identity{role, self->token_, self->client_id_},
+            start_client_handshake(c, client_identity{role, self->token_, self->client_id_,
+                                                              self->opts_.process_id},
                                    *self->peer_, [at](std::exception_ptr e) {
                                      if (e)
                                        at->fail(std::move(e));

@@ -213,13 +213,14 @@ public:
   // Set during the handshake (server side), read afterwards.
   connection_role role = connection_role::control;
   std::uint64_t client_id = 0;
+  std::uint64_t process_id = 0;
   // Server side: requests received on it whose answer is not yet settled.
   std::atomic<std::uint32_t> in_flight{0};
 
   bool settled = false; // server side (strand only): its first request was seen
 
   // Server side (strand only): from the next frame on, reads and handlers run on io
-  // context `to` (rpc_server chooses it at the first request, when it knows the role).
+  // context `to` (rpc_server chooses it at the first request, by the client process).
   // The socket moves at a frame boundary, with no read or write under way; a TLS
   // connection stays where it is (its OpenSSL stream is bound to the socket object).
   void move_to([[maybe_unused]] asio::io_context& to) {

@@ -33,11 +33,13 @@
 namespace loom::net {
 
 // What a client says about itself: which of its two connections this is, its
-// token (if any) and the id that pairs its control and bulk connections.
+// token (if any), the id that pairs its control and bulk connections, and the
+// id of its process (a server serves one process's connections on one thread).
 struct client_identity {
   connection_role role = connection_role::control;
   std::optional<std::string> token;
   std::uint64_t client_id = 0;
+  std::uint64_t process_id = 0;
 };
 
 namespace detail {
@@ -65,7 +67,8 @@ private:
   void send_hello() {
     try {
       c_->send(out_frame(
-          encode(hello_msg{who_.role, who_.token.has_value(), who_.client_id, client_nonce_})));
+          encode(hello_msg{who_.role, who_.token.has_value(), who_.client_id, client_nonce_,
+                             who_.process_id})));
       c_->read_one([self = shared_from_this()](std::exception_ptr err, incoming_frame&& f) {
         self->on_challenge(err, std::move(f));
       });
@@ -221,6 +224,7 @@ private:
     }
     c_->role = hello_.role;
     c_->client_id = hello_.client_id;
+    c_->process_id = hello_.process_id;
     challenge_.token_required = token_.has_value();
     challenge_.server_nonce = random_nonce();
     if (token_ && hello_.has_token)

@@ -54,7 +54,6 @@
 #define LOOM_NET_RESERVE_FD 1
 #endif
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -501,25 +500,35 @@ private:
     allocator_fn alloc;
   };
 
-  // c's first request (on c's strand): the io context it is served on from now on, of
-  // those serving the fewest connections of c's role that have sent requests, its own
-  // where that is one of them (no move). Counted until c is forgotten.
+  // c's first request (on c's strand): the io context it is served on from now on. One
+  // client process's connections share one context: a worker's step here arrives over its
+  // master's control connection and its peer client's control and bulk ones, and served by
+  // one thread it hands nothing between threads. (#23: a ps's two threads each serving one
+  // worker's control and the other's bulk connections, as the order of accepts left them
+  // in half of the runs, made every step of both hop between the threads, and the
+  // cluster 15-20 % slower.) A process's first connection goes to the context serving the
+  // fewest processes, its own where that is one of them (no move). A TLS connection
+  // stays where it was accepted. Counted until the process's last connection is forgotten.
   void settle(const std::shared_ptr<connection>& c) {
     asio::io_context& own = c->context();
     std::lock_guard lk(cmu_);
     if (!conns_.count(c)) // forgotten (closing): stays
       return;
-    const auto role = static_cast<std::size_t>(c->role == connection_role::bulk);
-    auto& load = homed_[role];
-    if (load.size() != rt_->size())
-      load.assign(rt_->size(), 0);
-    std::size_t best = rt_->index_of(own);
-    for (std::size_t i = 0; i < load.size() && !c->secure(); ++i)
-      if (load[i] < load[best])
-        best = i;
-    ++load[best];
-    homes_.emplace(c.get(), std::pair{role, best});
-    c->move_to(rt_->context_at(best));
+    if (processes_served_.size() != rt_->size())
+      processes_served_.assign(rt_->size(), 0);
+    auto [home, added] = process_homes_.try_emplace(c->process_id);
+    if (added) {
+      std::size_t best = rt_->index_of(own);
+      for (std::size_t i = 0; i < processes_served_.size() && !c->secure(); ++i)
+        if (processes_served_[i] < processes_served_[best])
+          best = i;
+      home->second.context = best;
+      ++processes_served_[best];
+    }
+    ++home->second.connections;
+    homed_.emplace(c.get(), c->process_id);
+    if (!c->secure())
+      c->move_to(rt_->context_at(home->second.context));
   }
 
   bool remember(const request_key& k) {
@@ -543,9 +552,13 @@ private:
   void forget(const std::shared_ptr<connection>& c) {
     conns_.erase(c);
     leave_handshake(*c);
-    if (auto h = homes_.find(c.get()); h != homes_.end()) {
-      --homed_[h->second.first][h->second.second];
-      homes_.erase(h);
+    if (auto h = homed_.find(c.get()); h != homed_.end()) {
+      auto home = process_homes_.find(h->second);
+      if (--home->second.connections == 0) {
+        --processes_served_[home->second.context];
+        process_homes_.erase(home);
+      }
+      homed_.erase(h);
     }
     if (c->role == connection_role::bulk) {
       auto it = bulk_.find(c->client_id);
@@ -810,10 +823,15 @@ private:
   std::mutex cmu_;
   bool stopping_ = false;
   std::unordered_set<std::shared_ptr<connection>> conns_; // handshaking or admitted
-  // The connections served that have sent a request: (role, the index of their io
-  // context); per role (control, bulk), how many each context serves.
-  std::unordered_map<const connection*, std::pair<std::size_t, std::size_t>> homes_;
-  std::array<std::vector<std::size_t>, 2> homed_;
+  // The client processes whose connections have sent requests: the index of the io
+  // context serving them and how many of their connections it serves; per context,
+  // how many processes it serves; per connection, its process.
+  struct process_home {
+    std::size_t context = 0, connections = 0;
+  };
+  std::unordered_map<std::uint64_t, process_home> process_homes_;
+  std::vector<std::size_t> processes_served_;
+  std::unordered_map<const connection*, std::uint64_t> homed_;
   std::list<std::shared_ptr<connection>> handshaking_; // oldest first
   std::unordered_map<const connection*, std::list<std::shared_ptr<connection>>::iterator>
       handshaking_at_;

@@ -1,9 +1,9 @@
 // Op definitions of the index ops that sparse models are built from (TF's
 // array_ops and the segment ops of math_ops): gather, indexed_slices (a sparse
 // gradient, dense where it is read), unsorted_segment_sum, unique and
-// unique_index, concat and its gradient, and the routing of ids over the
-// shards of an embedding (shard_ids, shard_positions, dynamic_stitch) that
-// embedding_lookup builds on. Kernels are in kernels/cpu/array.hpp,
+// unique_index, concat and its gradient, dynamic_stitch, and the routing of
+// ids over the shards of an embedding (shard_unique, shard_slots,
+// gather_shards) that embedding_lookup builds on. Kernels are in kernels/cpu/array.hpp,
 // their argument checks in kernels/checks/array.hpp.
 //
 // A sparse gradient in the graph: the gradient of gather(params, ids) with
@@ -118,10 +118,14 @@ inline std::int64_t shard_rows(std::int64_t p, std::int64_t n, std::int64_t rows
 }
 
 // The rows of `ids` (any shape) spread over route's num_shards shards
-// (route: the attrs of shard_ids, but "shard"): each shard gets its distinct
-// ids once, as rows_at(p, distinct) -> a node of their rows on the shard's
-// task, and the rows come back where each id was: ids' shape + [width]. The
-// one routing of embedding_lookup over shards and of hash_embedding.
+// (route: the attrs of shard_unique, but "shard"): each shard gets its
+// distinct ids once, as rows_at(p, distinct) -> a node of their rows on the
+// shard's task, and gather_shards puts each id's row back where the id was:
+// ids' shape + [width]. The one routing of embedding_lookup over shards and of
+// hash_embedding. Per field and shard one shard_unique, per field one
+// shard_slots, per table one gather_shards (and in the gradient one
+// gather_shards_grad per shard): the routing's nodes are what a step of a
+// wide model with many small tables spends its time on.
 template <class RowsAt>
 node_id sharded_rows(graph& g, node_id ids, attr_map route, std::int64_t width,
                      const std::string& who, RowsAt rows_at) {
@@ -130,22 +134,13 @@ node_id sharded_rows(graph& g, node_id ids, attr_map route, std::int64_t width,
   node_id flat = ids;
   if (ids_shape.rank() != 1)
     flat = g.add_node("reshape", {flat}, {{"dims", std::vector<std::int64_t>{-1}}});
-  std::vector<node_id> parts, positions;
+  std::vector<node_id> inputs{g.add_node("shard_slots", {flat}, route)};
   for (std::int64_t p = 0; p < n; ++p) {
     route["shard"] = p;
-    const node_id local = g.add_node("shard_ids", {flat}, route);
-    positions.push_back(g.add_node("shard_positions", {flat}, route));
-    // Each distinct id once to the shard's task, then spread where it was.
-    const node_id distinct = g.add_node("unique", {local});
-    const node_id where = g.add_node("unique_index", {local});
-    parts.push_back(g.add_node("gather", {rows_at(p, distinct), where}));
+    // Each distinct id once to the shard's task.
+    inputs.push_back(rows_at(p, g.add_node("shard_unique", {flat}, route)));
   }
-  node_id rows = parts.front();
-  if (n > 1) {
-    std::vector<node_id> inputs = parts;
-    inputs.insert(inputs.end(), positions.begin(), positions.end());
-    rows = g.add_node("dynamic_stitch", inputs, {{"N", n}});
-  }
+  const node_id rows = g.add_node("gather_shards", inputs, {{"N", n}});
   if (ids_shape.rank() == 1)
     return rows;
   std::vector<std::int64_t> dims = ids_shape.dims();
@@ -355,23 +350,100 @@ inline bool register_array_ops() {
            n.shape = in.at(index + 1)->shape;
          }});
 
-  // Input ids (int32/int64, any shape); attrs "num_shards", "shard", "strategy"
-  // ("mod" or "div"), "rows" (of the whole embedding), "_what" (for errors).
-  // shard_ids: the rows in shard `shard` of the ids it holds, in order;
-  // shard_positions: int32, where those ids are in the flattened ids. An id
-  // outside [0, rows) fails the step naming the embedding.
-  for (const bool positions : {false, true})
-    r.add({.name = positions ? "shard_positions" : "shard_ids",
+  // Input ids (int32/int64, any shape); attrs "num_shards", "strategy" ("mod"
+  // or "div"), "rows" (of the whole embedding), "_what" (for errors), and for
+  // shard_unique "shard". An id outside [0, rows) fails the step naming the
+  // embedding.
+  // shard_unique: the distinct rows in shard `shard` of the ids it holds, in
+  // the order they first occur (unique of the shard's rows);
+  // shard_slots: int64, for each id where its row is among shard_unique of its
+  // shard, as position * num_shards + shard (what gather_shards reads).
+  for (const bool slots : {false, true})
+    r.add({.name = slots ? "shard_slots" : "shard_unique",
            .num_inputs = 1,
-           .infer = [positions](node_def& n, const std::vector<const node_def*>& in) {
+           .infer = [slots](node_def& n, const std::vector<const node_def*>& in) {
              check_ids(n, *in[0], "ids");
              const std::string strategy = n.attr<std::string>("strategy");
              if (strategy != "mod" && strategy != "div")
                throw invalid_argument_error("node " + n.describe() + ": partition strategy '" +
                                             strategy + "'; expected \"mod\" or \"div\"");
-             n.type = positions ? dtype::i32 : in[0]->type;
-             n.shape = loom::shape{-1};
+             const std::int64_t shards = n.attr<std::int64_t>("num_shards");
+             if (shards < 1 || (!slots && (n.attr<std::int64_t>("shard") < 0 ||
+                                           n.attr<std::int64_t>("shard") >= shards)))
+               throw invalid_argument_error("node " + n.describe() + ": no shard " +
+                                            (slots ? std::string()
+                                                   : std::to_string(n.attr<std::int64_t>("shard")) +
+                                                         " ") +
+                                            "among " + std::to_string(shards));
+             n.type = slots ? dtype::i64 : in[0]->type;
+             n.shape = loom::shape{slots && in[0]->shape.fully_defined() ? in[0]->shape.num_elements()
+                                                                      : -1};
            }});
+
+  // Inputs (slots, rows_0 ... rows_{N-1}), attr "N": out[k, ...] =
+  // rows_{slots[k] % N}[slots[k] / N, ...], the rows of each shard put back
+  // where their ids were (shard_slots numbers them). Its gradient with
+  // respect to rows_p is gather_shards_grad(dy, slots) of shard p.
+  r.add({.name = "gather_shards",
+         .num_inputs = -1,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               const auto parts = static_cast<std::size_t>(n.attr<std::int64_t>("N"));
+               if (parts == 0 || in.size() != parts + 1)
+                 throw invalid_argument_error("node " + n.describe() +
+                                              ": needs slots and N shards' rows, got " +
+                                              std::to_string(in.size()) + " inputs");
+               check_ids(n, *in[0], "slots");
+               if (in[0]->shape.rank() != 1)
+                 throw invalid_argument_error("node " + n.describe() + ": the slots " +
+                                              in[0]->describe() + " must be a vector");
+               const node_def& first = *in[1];
+               if (first.shape.rank() < 1)
+                 throw invalid_argument_error("node " + n.describe() + ": rows " +
+                                              first.describe() + " must have rank 1 or more");
+               std::vector<std::int64_t> d = first.shape.dims();
+               d.front() = -1;
+               for (std::size_t i = 2; i <= parts; ++i)
+                 if (in[i]->type != first.type || !in[i]->shape.compatible_with(loom::shape(d)))
+                   throw invalid_argument_error("node " + n.describe() + ": rows " +
+                                                in[i]->describe() + " of shape " +
+                                                in[i]->shape.to_string() + " do not match " +
+                                                first.describe() + " of shape " +
+                                                first.shape.to_string());
+               d.front() = in[0]->shape[0];
+               n.type = first.type;
+               n.shape = loom::shape(std::move(d));
+             },
+         .gradient =
+             [](graph& g, const node_def& n, node_id dy) {
+               const std::int64_t parts = n.attr<std::int64_t>("N");
+               std::vector<node_id> d{no_node};
+               for (std::int64_t p = 0; p < parts; ++p)
+                 d.push_back(g.add_node("gather_shards_grad", {dy, n.inputs[0]},
+                                        {{"N", parts}, {"shard", p}}));
+               return d;
+             },
+         .type_input = 1});
+  // Inputs (dy, slots), attrs "N", "shard": the rows of dy whose slots name
+  // shard `shard`, summed at their rows there: [rows the slots name] + dy's
+  // row shape. (Every row of a shard_unique is named by a slot, so the count
+  // is the largest named row's plus one.)
+  r.add({.name = "gather_shards_grad",
+         .num_inputs = 2,
+         .infer = [](node_def& n, const std::vector<const node_def*>& in) {
+           check_ids(n, *in[1], "slots");
+           if (in[0]->shape.rank() < 1 || in[1]->shape.rank() != 1 ||
+               !loom::shape{in[0]->shape[0]}.compatible_with(in[1]->shape))
+             throw invalid_argument_error("node " + n.describe() + ": the adjoint " +
+                                          in[0]->describe() + " of shape " +
+                                          in[0]->shape.to_string() + " needs a row per slot of " +
+                                          in[1]->describe() + " of shape " +
+                                          in[1]->shape.to_string());
+           std::vector<std::int64_t> d = in[0]->shape.dims();
+           d.front() = -1;
+           n.type = in[0]->type;
+           n.shape = loom::shape(std::move(d));
+         }});
 
   // Inputs (indices [N, rank] int64, dense_shape [rank] int64): indices[:, 0],
   // the row of each value of a sparse tensor, once the indices are checked to

@@ -66,15 +66,20 @@ struct stitch_attrs {
   explicit stitch_attrs(const node_def& n)
       : parts(static_cast<std::size_t>(n.attr<std::int64_t>("N"))) {}
 };
-// shard_ids / shard_positions: shard `shard` of `num_shards` of an embedding of
-// `rows` rows, dealt by "div" or "mod".
+// shard_unique / shard_slots: the ids of an embedding of `rows` rows dealt
+// over `num_shards` shards by "div" or "mod"; shard_unique's shard `shard`.
 struct shard_route_attrs {
   std::int64_t num_shards, shard, rows;
-  bool div, positions;
+  bool div;
   explicit shard_route_attrs(const node_def& n)
-      : num_shards(n.attr<std::int64_t>("num_shards")), shard(n.attr<std::int64_t>("shard")),
-        rows(n.attr<std::int64_t>("rows")), div(n.attr<std::string>("strategy") == "div"),
-        positions(n.op == "shard_positions") {}
+      : num_shards(n.attr<std::int64_t>("num_shards")), shard(n.attr_or<std::int64_t>("shard", 0)),
+        rows(n.attr<std::int64_t>("rows")), div(n.attr<std::string>("strategy") == "div") {}
+};
+// gather_shards: N shards' rows; gather_shards_grad: of shard `shard`.
+struct gather_shards_attrs {
+  std::int64_t parts, shard;
+  explicit gather_shards_attrs(const node_def& n)
+      : parts(n.attr<std::int64_t>("N")), shard(n.attr_or<std::int64_t>("shard", 0)) {}
 };
 
 // Calls f(const I* ids) with the ids' element type.
@@ -266,107 +271,211 @@ inline void check_scatter(const node_def& n, const variable_resource& v, const a
                                  v.value.shape().to_string());
 }
 
+// The distinct values of a run of ids, numbered in the order they first
+// occur: an open-addressing table in two flat arrays (one allocation each, no
+// node per id), sized to twice the ids it will see. Every lookup and sparse
+// update numbers its ids with one.
+template <class I> class first_occurrence {
+public:
+  explicit first_occurrence(std::int64_t ids) {
+    std::size_t capacity = 16;
+    while (capacity < 2 * static_cast<std::size_t>(ids))
+      capacity *= 2;
+    mask_ = capacity - 1;
+    keys_.resize(capacity);
+    numbers_.assign(capacity, -1);
+  }
+  // The number of `id`, and whether it is new (then numbered next).
+  std::pair<std::int32_t, bool> insert(I id) {
+    // Fibonacci hashing spreads consecutive ids over the table.
+    auto h = static_cast<std::size_t>((static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull) >>
+                                      32) &
+             mask_;
+    for (;; h = (h + 1) & mask_) {
+      std::int32_t& number = numbers_[h];
+      if (number < 0) {
+        number = size_++;
+        keys_[h] = id;
+        return {number, true};
+      }
+      if (keys_[h] == id)
+        return {number, false};
+    }
+  }
+  std::int32_t size() const noexcept { return size_; }
+
+private:
+  std::size_t mask_ = 0;
+  std::vector<I> keys_;
+  std::vector<std::int32_t> numbers_; // the key's number, -1: empty
+  std::int32_t size_ = 0;
+};
+
 // Positions of each id's value among the distinct values, which are numbered
-// in the order they first occur; `first` gets those values. On every lookup
-// and sparse update: an open-addressing table in two flat arrays (one
-// allocation each, no node per id), sized to twice the ids. The CPU's unique
+// in the order they first occur; `first` gets those values. The CPU's unique
 // and sparse updates, and the GPU's unique (on the ids' host copy).
 template <class I>
 std::vector<std::int32_t> unique_positions(const I* ids, std::int64_t n, std::vector<I>* first) {
-  std::size_t capacity = 16;
-  while (capacity < 2 * static_cast<std::size_t>(n))
-    capacity *= 2;
-  const std::size_t mask = capacity - 1;
-  std::vector<I> keys(capacity);
-  std::vector<std::int32_t> slots(capacity, -1); // the key's position, -1: empty
+  first_occurrence<I> table(n);
   std::vector<std::int32_t> pos(static_cast<std::size_t>(n));
-  std::int32_t distinct = 0;
   for (std::int64_t k = 0; k < n; ++k) {
-    // Fibonacci hashing spreads consecutive ids over the table.
-    auto h = static_cast<std::size_t>(
-        (static_cast<std::uint64_t>(ids[k]) * 0x9E3779B97F4A7C15ull) >> 32);
-    for (;; h = (h + 1) & mask) {
-      std::int32_t& slot = slots[h & mask];
-      if (slot < 0) {
-        slot = distinct++;
-        keys[h & mask] = ids[k];
-        if (first)
-          first->push_back(ids[k]);
-        break;
-      }
-      if (keys[h & mask] == ids[k])
-        break;
-    }
-    pos[static_cast<std::size_t>(k)] = slots[h & mask];
+    const auto [number, added] = table.insert(ids[k]);
+    if (added && first)
+      first->push_back(ids[k]);
+    pos[static_cast<std::size_t>(k)] = number;
   }
   return pos;
 }
 
-// shard_ids / shard_positions on the host, for the CPU kernel and for the GPU
-// kernel's host copy of the ids: of the ids (checked against the embedding's
-// rows), those that shard `shard` holds, as their rows there (shard_ids) or
-// their positions among the ids (shard_positions). Two passes over the ids,
-// one counting and one writing the output in place: every table of a step
-// routes its ids once per shard and per op, and growing a vector and copying
-// it into the tensor cost more than the second pass.
-template <class I>
-any_tensor route_to_shard(const node_def& node, const shard_route_attrs& a, const any_tensor& ids) {
-  const std::int64_t n = a.num_shards, shard = a.shard, rows = a.rows;
-  const bool div = a.div, positions = a.positions;
-  const I* id = ids.data<I>();
-  const std::int64_t count = ids.num_elements();
-  check_id_range(node, id, count, rows, false,
-                 [&] { return node.attr_or<std::string>("_what", "the embedding"); });
-  // `where(v)`: whether the shard holds id v, and its row there. Everything
-  // the loops read is a local, so their stores alias none of it. The second
-  // pass writes every id's value and advances only past the shard's: no
-  // branch on the id (half of them mispredicted over two shards), and every
-  // write lands before the end, which it stops at.
-  const auto route = [&, id, count, positions](auto where) {
-    std::int64_t kept = 0;
-    for (std::int64_t k = 0; k < count; ++k)
-      kept += where(static_cast<std::int64_t>(id[k])).first ? 1 : 0;
-    const auto write = [id, count, kept, where]<class T>(any_tensor out, auto value) {
-      T* at = out.data<T>();
-      T* const end = at + kept;
-      for (std::int64_t k = 0; k < count && at != end; ++k) {
-        const auto [in_shard, row] = where(static_cast<std::int64_t>(id[k]));
-        *at = static_cast<T>(value(k, row));
-        at += in_shard ? 1 : 0;
-      }
-      return out;
-    };
-    if (positions)
-      return write.template operator()<std::int32_t>(
-          any_tensor(dtype::i32, loom::shape{kept}),
-          [](std::int64_t k, std::int64_t) { return k; });
-    return write.template operator()<I>(any_tensor(dtype_of<I>, loom::shape{kept}),
-                                        [](std::int64_t, std::int64_t row) { return row; });
-  };
-  if (div) {
-    // The shard holds the ids [first, first + held): no division per id.
-    const std::int64_t first = id_at(shard, 0, n, rows, true);
-    const auto held = static_cast<std::uint64_t>(
-        (shard + 1 < n ? id_at(shard + 1, 0, n, rows, true) : rows) - first);
-    return route([first, held](std::int64_t v) {
-      return std::pair{static_cast<std::uint64_t>(v - first) < held, v - first};
-    });
-  }
-  if (std::has_single_bit(static_cast<std::uint64_t>(n))) {
+// Calls f(where) with where(id) -> (shard, row): the shard of an embedding
+// routed by `a` that holds an id in [0, rows), and its row there.
+template <class F> decltype(auto) with_shard_router(const shard_route_attrs& a, F&& f) {
+  const std::int64_t n = a.num_shards, rows = a.rows;
+  if (!a.div && std::has_single_bit(static_cast<std::uint64_t>(n))) {
     // "mod" over a power-of-two count of shards (the common 2, 4, 8): a mask
     // and a shift instead of two 64-bit divisions per id.
     const auto mask = static_cast<std::uint64_t>(n - 1);
     const int shift = std::countr_zero(static_cast<std::uint64_t>(n));
-    const auto mine = static_cast<std::uint64_t>(shard);
-    return route([mask, shift, mine](std::int64_t v) { // checked: 0 <= v < rows
+    return f([mask, shift](std::int64_t v) {
       const auto u = static_cast<std::uint64_t>(v);
-      return std::pair{(u & mask) == mine, static_cast<std::int64_t>(u >> shift)};
+      return shard_route{static_cast<std::int64_t>(u & mask), static_cast<std::int64_t>(u >> shift)};
     });
   }
-  return route([n, rows, shard](std::int64_t v) {
-    const shard_route r = route_id(v, n, rows, false);
-    return std::pair{r.shard == shard, r.row};
+  const bool div = a.div;
+  return f([n, rows, div](std::int64_t v) { return route_id(v, n, rows, div); });
+}
+
+// The ids of a shard_unique or shard_slots, checked against the embedding's rows.
+template <class I> const I* checked_route_ids(const node_def& node, const shard_route_attrs& a,
+                                              const any_tensor& ids) {
+  const I* id = ids.data<I>();
+  check_id_range(node, id, ids.num_elements(), a.rows, false,
+                 [&] { return node.attr_or<std::string>("_what", "the embedding"); });
+  return id;
+}
+
+// shard_unique on the host, for the CPU kernel and for the GPU kernel's host
+// copy of the ids: the distinct rows of the ids that shard `shard` holds, in
+// the order they first occur.
+template <class I>
+any_tensor shard_unique_rows(const node_def& node, const shard_route_attrs& a,
+                             const any_tensor& ids) {
+  const I* id = checked_route_ids<I>(node, a, ids);
+  const std::int64_t count = ids.num_elements();
+  return with_shard_router(a, [&](auto where) {
+    first_occurrence<I> table(count / a.num_shards + 1);
+    std::vector<I> rows;
+    rows.reserve(static_cast<std::size_t>(count / a.num_shards + 1));
+    for (std::int64_t k = 0; k < count; ++k)
+      if (const shard_route r = where(static_cast<std::int64_t>(id[k]));
+          r.shard == a.shard && table.insert(static_cast<I>(r.row)).second)
+        rows.push_back(static_cast<I>(r.row));
+    return any_tensor::from_vector(loom::shape{static_cast<std::int64_t>(rows.size())}, rows);
   });
+}
+
+// shard_slots on the host (as shard_unique_rows): for each id its row's
+// position among its shard's shard_unique, times the shards, plus its shard.
+// An id is distinct exactly where its (shard, row) is, so one table numbers
+// them all, and a count per shard numbers each shard's own.
+template <class I>
+any_tensor shard_slots_of(const node_def& node, const shard_route_attrs& a,
+                          const any_tensor& ids) {
+  const I* id = checked_route_ids<I>(node, a, ids);
+  const std::int64_t count = ids.num_elements(), n = a.num_shards;
+  any_tensor out(dtype::i64, loom::shape{count});
+  std::int64_t* slot = out.data<std::int64_t>();
+  with_shard_router(a, [&](auto where) {
+    first_occurrence<I> table(count);
+    std::vector<std::int64_t> in_shard(static_cast<std::size_t>(n), 0);
+    std::vector<std::int64_t> slot_of; // by the id's number in `table`
+    slot_of.reserve(static_cast<std::size_t>(count));
+    for (std::int64_t k = 0; k < count; ++k) {
+      const auto [number, added] = table.insert(id[k]);
+      if (added) {
+        const shard_route r = where(static_cast<std::int64_t>(id[k]));
+        slot_of.push_back(in_shard[static_cast<std::size_t>(r.shard)]++ * n + r.shard);
+      }
+      slot[k] = slot_of[static_cast<std::size_t>(number)];
+    }
+  });
+  return out;
+}
+
+// A slot of shard_slots split into its shard and its row there: a mask and a
+// shift where the shards are a power of two, not two 64-bit divisions.
+struct slot_split {
+  std::int64_t parts;
+  bool power_of_two;
+  int shift;
+  explicit slot_split(std::int64_t n)
+      : parts(n), power_of_two(std::has_single_bit(static_cast<std::uint64_t>(n))),
+        shift(std::countr_zero(static_cast<std::uint64_t>(n))) {}
+  std::int64_t shard(std::int64_t slot) const noexcept {
+    return power_of_two ? slot & (parts - 1) : slot % parts;
+  }
+  std::int64_t row(std::int64_t slot) const noexcept {
+    return power_of_two ? slot >> shift : slot / parts;
+  }
+};
+
+// The slots of a gather_shards name rows its parts have (`rows_in(p)`: part
+// p's row count): one error naming the slot and the part otherwise.
+template <class I, class RowsIn>
+void check_slots(const node_def& n, const I* slots, std::int64_t count, const slot_split& split,
+                 RowsIn rows_in) {
+  for (std::int64_t k = 0; k < count; ++k) {
+    const auto s = static_cast<std::int64_t>(slots[k]);
+    if (s < 0)
+      throw invalid_argument_error("node " + n.describe() + ": slot " + std::to_string(s) +
+                                   " (at position " + std::to_string(k) + ") is negative");
+    if (split.row(s) >= rows_in(split.shard(s)))
+      throw invalid_argument_error("node " + n.describe() + ": slot " + std::to_string(s) +
+                                   " (at position " + std::to_string(k) + ") names row " +
+                                   std::to_string(split.row(s)) + " of shard " +
+                                   std::to_string(split.shard(s)) + ", which has " +
+                                   std::to_string(rows_in(split.shard(s))) + " rows");
+  }
+}
+
+// The parts of a gather_shards agree on their row shape; the output's shape.
+inline loom::shape gather_shards_shape(const node_def& n, const any_tensor& slots,
+                                       std::span<const any_tensor* const> parts) {
+  const any_tensor& first = *parts[0];
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    bool fits = parts[i]->rank() == first.rank() && first.rank() >= 1;
+    for (int a = 1; fits && a < first.rank(); ++a)
+      fits = parts[i]->shape()[a] == first.shape()[a];
+    if (!fits)
+      throw invalid_argument_error("node " + n.describe() + ": rows of shard " + std::to_string(i) +
+                                   " of shape " + parts[i]->shape().to_string() +
+                                   " do not match shard 0's " + first.shape().to_string());
+  }
+  std::vector<std::int64_t> d = first.shape().dims();
+  d.front() = slots.num_elements();
+  return loom::shape(std::move(d));
+}
+
+// The adjoint of a gather_shards has a row per slot.
+inline void check_shards_adjoint(const node_def& n, const any_tensor& dy, const any_tensor& slots) {
+  if (dy.rank() < 1 || dy.shape()[0] != slots.num_elements())
+    throw invalid_argument_error("node " + n.describe() + ": the adjoint of shape " +
+                                 dy.shape().to_string() + " needs a row for each of " +
+                                 std::to_string(slots.num_elements()) + " slots");
+}
+
+// The rows of shard `shard` that a gather_shards_grad's slots name: the
+// largest named row's plus one (shard_slots names every row of its shard).
+template <class I>
+std::int64_t shard_rows_named(const I* slots, std::int64_t count, const slot_split& split,
+                              std::int64_t shard) {
+  std::int64_t rows = 0;
+  for (std::int64_t k = 0; k < count; ++k) {
+    const auto s = static_cast<std::int64_t>(slots[k]);
+    if (s >= 0 && split.shard(s) == shard)
+      rows = std::max(rows, split.row(s) + 1);
+  }
+  return rows;
 }
 
 } // namespace loom::detail

@@ -1,6 +1,7 @@
 // CPU kernels of the index ops (graph/ops/array.hpp): gather, indexed_slices
-// (densified), unsorted_segment_sum, unique / unique_index, concat and its
-// gradient. Ids are checked before anything is written, so a bad id fails the
+// (densified), unsorted_segment_sum, unique / unique_index, the routing over
+// an embedding's shards (shard_unique, shard_slots, gather_shards and its
+// gradient), dynamic_stitch, concat and its gradient. Ids are checked before anything is written, so a bad id fails the
 // step with one error and never reads or writes past a buffer.
 #pragma once
 
@@ -240,11 +241,73 @@ template <class T> struct concat_grad_cpu {
   }
 };
 
-// The ids an embedding shard holds (shard_ids: their rows there;
-// shard_positions: where they are among the ids).
-template <class I> struct shard_route_cpu {
+// The distinct rows an embedding shard holds of the ids.
+template <class I> struct shard_unique_cpu {
   static void run(kernel_context& c) {
-    c.output = route_to_shard<I>(c.node, c.decoded<shard_route_attrs>(), c.input(0));
+    c.output = shard_unique_rows<I>(c.node, c.decoded<shard_route_attrs>(), c.input(0));
+  }
+};
+
+// Where each id's row is among its shard's shard_unique.
+template <class I> struct shard_slots_cpu {
+  static void run(kernel_context& c) {
+    c.output = shard_slots_of<I>(c.node, c.decoded<shard_route_attrs>(), c.input(0));
+  }
+};
+
+// Inputs (slots, rows_0 ... rows_{N-1}): each slot's row of its shard.
+template <class T> struct gather_shards_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& slots = c.input(0);
+    const auto parts = c.inputs.subspan(1);
+    const slot_split split(c.decoded<gather_shards_attrs>().parts);
+    c.output = any_tensor(parts[0]->type(), gather_shards_shape(c.node, slots, parts));
+    const std::int64_t n = slots.num_elements();
+    const std::int64_t width = n == 0 ? 0 : c.output.num_elements() / n;
+    T* dst = c.output.data<T>();
+    with_ids(slots, [&](const auto* slot) {
+      check_slots(c.node, slot, n, split, [&](std::int64_t p) {
+        return parts[static_cast<std::size_t>(p)]->shape()[0];
+      });
+      with_row_width<T>(width, [&](auto width_constant) {
+        const std::int64_t w = width_constant; // a constant where with_row_width makes one
+        for (std::int64_t k = 0; k < n; ++k) {
+          const auto s = static_cast<std::int64_t>(slot[k]);
+          copy_row(dst + k * w,
+                   parts[static_cast<std::size_t>(split.shard(s))]->template data<T>() +
+                       split.row(s) * w,
+                   w);
+        }
+      });
+    });
+  }
+};
+
+// Inputs (dy, slots): the rows of dy of shard `shard`, summed at their rows.
+template <class T> struct gather_shards_grad_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& dy = c.input(0);
+    const any_tensor& slots = c.input(1);
+    const gather_shards_attrs& a = c.decoded<gather_shards_attrs>();
+    const slot_split split(a.parts);
+    check_shards_adjoint(c.node, dy, slots);
+    const std::int64_t n = slots.num_elements();
+    const std::int64_t width = n == 0 ? 0 : dy.num_elements() / n;
+    with_ids(slots, [&](const auto* slot) {
+      std::vector<std::int64_t> d = dy.shape().dims();
+      d.front() = shard_rows_named(slot, n, split, a.shard);
+      c.output = any_tensor(dy.type(), loom::shape(std::move(d)));
+      T* out = c.output.data<T>();
+      std::fill_n(out, c.output.num_elements(), T(0));
+      const T* src = dy.data<T>();
+      with_row_width<T>(width, [&](auto width_constant) {
+        const std::int64_t w = width_constant; // a constant where with_row_width makes one
+        for (std::int64_t k = 0; k < n; ++k)
+          if (const auto s = static_cast<std::int64_t>(slot[k]);
+              s >= 0 && split.shard(s) == a.shard)
+            add_row(out + split.row(s) * w, src + k * w, w);
+      });
+    });
   }
 };
 
@@ -315,8 +378,10 @@ inline bool register_array_kernels() {
   register_kernels<unsorted_segment_sum_cpu>("unsorted_segment_sum", numeric_types{});
   register_kernels<unique_cpu>("unique", type_list<std::int32_t, std::int64_t>{});
   register_kernels<unique_index_cpu>("unique_index", type_list<std::int32_t, std::int64_t>{});
-  register_kernels<shard_route_cpu>("shard_ids", type_list<std::int32_t, std::int64_t>{});
-  register_kernels<shard_route_cpu>("shard_positions", type_list<std::int32_t, std::int64_t>{});
+  register_kernels<shard_unique_cpu>("shard_unique", type_list<std::int32_t, std::int64_t>{});
+  register_kernels<shard_slots_cpu>("shard_slots", type_list<std::int32_t, std::int64_t>{});
+  register_kernels<gather_shards_cpu>("gather_shards", all_types{});
+  register_kernels<gather_shards_grad_cpu>("gather_shards_grad", numeric_types{});
   register_kernels<dynamic_stitch_cpu>("dynamic_stitch", all_types{});
   register_kernels<sparse_segment_ids_cpu>("sparse_segment_ids", type_list<std::int64_t>{});
   register_kernels<concat_cpu>("concat", all_types{});

@@ -1,7 +1,8 @@
 // GPU kernels of the index ops of sparse models (kernels/cpu/array.hpp on the
 // CPU): gather, resource_gather, indexed_slices, unsorted_segment_sum, unique,
-// unique_index, shard_ids, shard_positions, dynamic_stitch,
-// sparse_segment_ids, concat and concat_grad, for the CPU's dtypes but strings.
+// unique_index, shard_unique, shard_slots, gather_shards and its gradient,
+// dynamic_stitch, sparse_segment_ids, concat and concat_grad, for the CPU's
+// dtypes but strings.
 // So an embedding lookup, its gradient and a sparse model's layers run on the
 // GPU that holds their rows.
 //
@@ -10,7 +11,7 @@
 // GPU: gathers, segment sums (the rows of one id summed in the CPU's order,
 // grouped by ids.cuh, so the sums are the CPU's to the bit), concats and
 // stitches. Where the output's size depends on the ids' values (unique,
-// unique_index, shard_ids, shard_positions) the host computes it from that
+// unique_index, shard_unique, shard_slots) the host computes it from that
 // copy with the CPU's code and uploads the result: a batch's ids, and the
 // host had to read them anyway. dynamic_stitch decides on the host which
 // row of which part lands where (the last one, as on the CPU) and copies
@@ -204,13 +205,94 @@ template <class I> struct unique_index_gpu {
   }
 };
 
-// The ids an embedding shard holds (shard_ids: their rows there;
-// shard_positions: where they are among the ids), as the CPU's shard_route.
-template <class I> struct shard_route_gpu {
+// The distinct rows an embedding shard holds of the ids, and where each id's
+// row is among its shard's: the CPU's code on the ids' host copy.
+template <class I> struct shard_unique_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
-    c.output = g.upload(loom::detail::route_to_shard<I>(c.node, c.decoded<shard_route_attrs>(),
+    c.output = g.upload(loom::detail::shard_unique_rows<I>(
+        c.node, c.decoded<shard_route_attrs>(), download(g, c.input(0))));
+  }
+};
+template <class I> struct shard_slots_gpu {
+  static void run(kernel_context& c) {
+    const gpu_context& g = gpu_of(c);
+    c.output = g.upload(loom::detail::shard_slots_of<I>(c.node, c.decoded<shard_route_attrs>(),
                                                         download(g, c.input(0))));
+  }
+};
+
+// out[k, j] = part[slot % parts][slot / parts, j] for slot = slots[k].
+template <class T>
+__global__ void gather_shards_kernel(T* out, const std::uint64_t* parts, const std::int64_t* slots,
+                                     std::int64_t num_parts, std::int64_t row,
+                                     std::int64_t total) {
+  for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
+    const std::int64_t k = e / row, j = e - k * row;
+    const std::int64_t s = slots[k];
+    out[e] = reinterpret_cast<const T*>(parts[s % num_parts])[(s / num_parts) * row + j];
+  }
+}
+
+// Inputs (slots, rows_0 ... rows_{N-1}): the slots are checked on their host
+// copy against the parts' rows, then the rows move on the GPU.
+template <class T> struct gather_shards_gpu {
+  static void run(kernel_context& c) {
+    const gpu_context& g = gpu_of(c);
+    const auto parts = c.inputs.subspan(1);
+    const loom::detail::slot_split split(c.decoded<gather_shards_attrs>().parts);
+    const any_tensor slots = download(g, c.input(0));
+    const std::int64_t n = slots.num_elements();
+    std::vector<std::int64_t> at(static_cast<std::size_t>(n));
+    with_ids(slots, [&](const auto* slot) {
+      loom::detail::check_slots(c.node, slot, n, split, [&](std::int64_t p) {
+        return parts[static_cast<std::size_t>(p)]->shape()[0];
+      });
+      std::copy_n(slot, n, at.begin());
+    });
+    c.output = g.allocate(parts[0]->type(),
+                          loom::detail::gather_shards_shape(c.node, c.input(0), parts));
+    const std::int64_t total = c.output.num_elements();
+    if (total == 0)
+      return;
+    std::vector<std::uint64_t> addresses;
+    for (const any_tensor* p : parts)
+      addresses.push_back(reinterpret_cast<std::uint64_t>(p->device_data()));
+    const auto d_parts = upload(g, addresses);
+    const auto d_slots = upload(g, at);
+    gather_shards_kernel<same_width<T>><<<grid_for(total), block_threads, 0, g.stream>>>(
+        as_width(c.output.template device_data<T>()), d_parts.data(), d_slots.data(),
+        split.parts, total / n, total);
+    check_launch();
+  }
+};
+
+// Inputs (dy, slots): the rows of dy of shard `shard` summed at their rows,
+// in the CPU's order: the host turns the slots into the shard's rows (-1 for
+// another shard's, dropped) and the segment sum runs on the GPU.
+template <class T> struct gather_shards_grad_gpu {
+  static void run(kernel_context& c) {
+    const gpu_context& g = gpu_of(c);
+    const any_tensor& dy = c.input(0);
+    const gather_shards_attrs& a = c.decoded<gather_shards_attrs>();
+    const loom::detail::slot_split split(a.parts);
+    loom::detail::check_shards_adjoint(c.node, dy, c.input(1));
+    const any_tensor slots = download(g, c.input(1));
+    const std::int64_t n = slots.num_elements();
+    any_tensor rows(dtype::i64, loom::shape{n});
+    std::int64_t count = 0;
+    with_ids(slots, [&](const auto* slot) {
+      count = loom::detail::shard_rows_named(slot, n, split, a.shard);
+      for (std::int64_t k = 0; k < n; ++k) {
+        const auto s = static_cast<std::int64_t>(slot[k]);
+        rows.data<std::int64_t>()[k] = s >= 0 && split.shard(s) == a.shard ? split.row(s) : -1;
+      }
+    });
+    std::vector<std::int64_t> d = dy.shape().dims();
+    d.front() = count;
+    const loom::shape dense(std::move(d));
+    const any_tensor device_rows = g.upload(rows);
+    sum_rows_into_zeros<T>(c, dy, device_rows, dense, layout_around(dense, 0));
   }
 };
 
@@ -371,8 +453,10 @@ inline bool register_array_gpu() {
   register_kernels<unsorted_segment_sum_gpu>("unsorted_segment_sum", numeric_types{}, device_gpu);
   register_kernels<unique_gpu>("unique", ids{}, device_gpu);
   register_kernels<unique_index_gpu>("unique_index", ids{}, device_gpu);
-  register_kernels<shard_route_gpu>("shard_ids", ids{}, device_gpu);
-  register_kernels<shard_route_gpu>("shard_positions", ids{}, device_gpu);
+  register_kernels<shard_unique_gpu>("shard_unique", ids{}, device_gpu);
+  register_kernels<shard_slots_gpu>("shard_slots", ids{}, device_gpu);
+  register_kernels<gather_shards_gpu>("gather_shards", all_types_but_string{}, device_gpu);
+  register_kernels<gather_shards_grad_gpu>("gather_shards_grad", numeric_types{}, device_gpu);
   register_kernels<dynamic_stitch_gpu>("dynamic_stitch", all_types_but_string{}, device_gpu);
   register_kernels<sparse_segment_ids_gpu>("sparse_segment_ids", type_list<std::int64_t>{},
                                            device_gpu);
