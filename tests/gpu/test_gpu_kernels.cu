@@ -635,7 +635,7 @@ std::vector<op_case> make_cases() {
         for (std::int64_t shard = 0; shard < shards; ++shard)
           cs.push_back({"shard_unique",
                         {id},
-                        {{S{100}, {}, gen::labels, 50}},
+                        {{S{100}, {}, gen::labels, 50}, {S{100}, dtype::i64, gen::labels, 60}},
                         {{"num_shards", shards},
                          {"shard", shard},
                          {"rows", 50L},

@@ -494,13 +494,13 @@ TEST_CASE("the routing over shards: each shard's distinct rows in first-seen ord
                              {"strategy", std::string("mod")},
                              {"rows", std::int64_t{12}},
                              {"_what", std::string("the table")}};
+  const loom::node_id slots = g.add_node("shard_slots", {x.id()}, route);
   std::vector<loom::node_id> distinct;
   for (std::int64_t p = 0; p < 3; ++p) {
     loom::attr_map a = route;
     a["shard"] = p;
-    distinct.push_back(g.add_node("shard_unique", {x.id()}, a));
+    distinct.push_back(g.add_node("shard_unique", {x.id(), slots}, a));
   }
-  const loom::node_id slots = g.add_node("shard_slots", {x.id()}, route);
   loom::session s(g);
   const any_tensor feed = ids(shape{6}, {7, 9, 4, 7, 0, 5});
   const auto got = s.run_nodes({distinct[0], distinct[1], distinct[2], slots}, {},

@@ -87,6 +87,18 @@ inline std::optional<row_slices> as_row_slices(const node_def& grad) {
   return row_slices{grad.inputs[0], grad.inputs[1]};
 }
 
+// The ids and attrs of a shard_slots or shard_unique node.
+inline void check_route(const node_def& n, const node_def& ids) {
+  check_ids(n, ids, "ids");
+  const std::string strategy = n.attr<std::string>("strategy");
+  if (strategy != "mod" && strategy != "div")
+    throw invalid_argument_error("node " + n.describe() + ": partition strategy '" + strategy +
+                                 "'; expected \"mod\" or \"div\"");
+  if (n.attr<std::int64_t>("num_shards") < 1)
+    throw invalid_argument_error("node " + n.describe() + ": " +
+                                 std::to_string(n.attr<std::int64_t>("num_shards")) + " shards");
+}
+
 // Which shard of an embedding of `rows` rows split over `n` shards holds `id`,
 // and its row there (TF's partition strategies): "mod", shard id % n and row
 // id / n; "div", contiguous ranges, the first rows % n shards one row longer.
@@ -118,14 +130,17 @@ inline std::int64_t shard_rows(std::int64_t p, std::int64_t n, std::int64_t rows
 }
 
 // The rows of `ids` (any shape) spread over route's num_shards shards
-// (route: the attrs of shard_unique, but "shard"): each shard gets its
-// distinct ids once, as rows_at(p, distinct) -> a node of their rows on the
-// shard's task, and gather_shards puts each id's row back where the id was:
-// ids' shape + [width]. The one routing of embedding_lookup over shards and of
-// hash_embedding. Per field and shard one shard_unique, per field one
-// shard_slots, per table one gather_shards (and in the gradient one
-// gather_shards_grad per shard): the routing's nodes are what a step of a
-// wide model with many small tables spends its time on.
+// (route: the attrs of shard_slots): each id's slot among its shard's distinct
+// rows (one shard_slots), each shard's distinct rows once (shard_unique) as
+// rows_at(p, distinct) -> a node of their rows on the shard's task, and one
+// gather_shards that puts each id's row back where the id was: ids' shape +
+// [width]. The one routing of embedding_lookup over shards and of hash_embedding.
+// Few nodes, as they run for every table of a step (a wide model has dozens):
+// per field 1 + shards, per table one, and in the gradient one per table and shard
+// (gather_shards_grad). Routing as TF does (per shard a partition of the ids, their
+// unique values and positions, a gather of the rows; per table a stitch) took four
+// per field and shard, shards + 1 per table, and two per table and shard in the
+// gradient.
 template <class RowsAt>
 node_id sharded_rows(graph& g, node_id ids, attr_map route, std::int64_t width,
                      const std::string& who, RowsAt rows_at) {
@@ -138,7 +153,7 @@ node_id sharded_rows(graph& g, node_id ids, attr_map route, std::int64_t width,
   for (std::int64_t p = 0; p < n; ++p) {
     route["shard"] = p;
     // Each distinct id once to the shard's task.
-    inputs.push_back(rows_at(p, g.add_node("shard_unique", {flat}, route)));
+    inputs.push_back(rows_at(p, g.add_node("shard_unique", {flat, inputs.front()}, route)));
   }
   const node_id rows = g.add_node("gather_shards", inputs, {{"N", n}});
   if (ids_shape.rank() == 1)
@@ -350,35 +365,34 @@ inline bool register_array_ops() {
            n.shape = in.at(index + 1)->shape;
          }});
 
-  // Input ids (int32/int64, any shape); attrs "num_shards", "strategy" ("mod"
-  // or "div"), "rows" (of the whole embedding), "_what" (for errors), and for
-  // shard_unique "shard". An id outside [0, rows) fails the step naming the
-  // embedding.
-  // shard_unique: the distinct rows in shard `shard` of the ids it holds, in
-  // the order they first occur (unique of the shard's rows);
-  // shard_slots: int64, for each id where its row is among shard_unique of its
-  // shard, as position * num_shards + shard (what gather_shards reads).
-  for (const bool slots : {false, true})
-    r.add({.name = slots ? "shard_slots" : "shard_unique",
-           .num_inputs = 1,
-           .infer = [slots](node_def& n, const std::vector<const node_def*>& in) {
-             check_ids(n, *in[0], "ids");
-             const std::string strategy = n.attr<std::string>("strategy");
-             if (strategy != "mod" && strategy != "div")
-               throw invalid_argument_error("node " + n.describe() + ": partition strategy '" +
-                                            strategy + "'; expected \"mod\" or \"div\"");
-             const std::int64_t shards = n.attr<std::int64_t>("num_shards");
-             if (shards < 1 || (!slots && (n.attr<std::int64_t>("shard") < 0 ||
-                                           n.attr<std::int64_t>("shard") >= shards)))
-               throw invalid_argument_error("node " + n.describe() + ": no shard " +
-                                            (slots ? std::string()
-                                                   : std::to_string(n.attr<std::int64_t>("shard")) +
-                                                         " ") +
-                                            "among " + std::to_string(shards));
-             n.type = slots ? dtype::i64 : in[0]->type;
-             n.shape = loom::shape{slots && in[0]->shape.fully_defined() ? in[0]->shape.num_elements()
-                                                                      : -1};
-           }});
+  // The routing of ids over an embedding's shards. Attrs "num_shards", "strategy"
+  // ("mod" or "div"), "rows" (of the whole embedding), "_what" (for errors).
+  // shard_slots: input ids (int32/int64, any shape) -> int64, for each id where its
+  // row is among the distinct rows of its shard (numbered in the order they first
+  // occur), as position * num_shards + shard. An id outside [0, rows) fails the
+  // step naming the embedding.
+  // shard_unique: inputs (ids, their shard_slots), attr "shard" -> the distinct
+  // rows of shard `shard`, in that order (what the shard's gather takes).
+  r.add({.name = "shard_slots",
+         .num_inputs = 1,
+         .infer = [](node_def& n, const std::vector<const node_def*>& in) {
+           check_route(n, *in[0]);
+           n.type = dtype::i64;
+           n.shape = loom::shape{in[0]->shape.fully_defined() ? in[0]->shape.num_elements() : -1};
+         }});
+  r.add({.name = "shard_unique",
+         .num_inputs = 2,
+         .infer = [](node_def& n, const std::vector<const node_def*>& in) {
+           check_route(n, *in[0]);
+           check_ids(n, *in[1], "slots");
+           const std::int64_t shard = n.attr<std::int64_t>("shard");
+           if (shard < 0 || shard >= n.attr<std::int64_t>("num_shards"))
+             throw invalid_argument_error("node " + n.describe() + ": no shard " +
+                                          std::to_string(shard) + " among " +
+                                          std::to_string(n.attr<std::int64_t>("num_shards")));
+           n.type = in[0]->type;
+           n.shape = loom::shape{-1};
+         }});
 
   // Inputs (slots, rows_0 ... rows_{N-1}), attr "N": out[k, ...] =
   // rows_{slots[k] % N}[slots[k] / N, ...], the rows of each shard put back

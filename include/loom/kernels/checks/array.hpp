@@ -345,44 +345,50 @@ template <class F> decltype(auto) with_shard_router(const shard_route_attrs& a, 
   return f([n, rows, div](std::int64_t v) { return route_id(v, n, rows, div); });
 }
 
-// The ids of a shard_unique or shard_slots, checked against the embedding's rows.
-template <class I> const I* checked_route_ids(const node_def& node, const shard_route_attrs& a,
-                                              const any_tensor& ids) {
-  const I* id = ids.data<I>();
-  check_id_range(node, id, ids.num_elements(), a.rows, false,
-                 [&] { return node.attr_or<std::string>("_what", "the embedding"); });
-  return id;
-}
+// A slot of shard_slots split into its shard and its row there: a mask and a
+// shift where the shards are a power of two, not two 64-bit divisions.
+struct slot_split {
+  std::int64_t parts;
+  bool power_of_two;
+  int shift;
+  explicit slot_split(std::int64_t n)
+      : parts(n), power_of_two(std::has_single_bit(static_cast<std::uint64_t>(n))),
+        shift(std::countr_zero(static_cast<std::uint64_t>(n))) {}
+  std::int64_t shard(std::int64_t slot) const noexcept {
+    return power_of_two ? slot & (parts - 1) : slot % parts;
+  }
+  std::int64_t row(std::int64_t slot) const noexcept {
+    return power_of_two ? slot >> shift : slot / parts;
+  }
+};
 
-// shard_unique on the host, for the CPU kernel and for the GPU kernel's host
-// copy of the ids: the distinct rows of the ids that shard `shard` holds, in
-// the order they first occur.
+// The rows of shard `shard` that slots name: the largest named row's plus one
+// (shard_slots names every row of its shard).
 template <class I>
-any_tensor shard_unique_rows(const node_def& node, const shard_route_attrs& a,
-                             const any_tensor& ids) {
-  const I* id = checked_route_ids<I>(node, a, ids);
-  const std::int64_t count = ids.num_elements();
-  return with_shard_router(a, [&](auto where) {
-    first_occurrence<I> table(count / a.num_shards + 1);
-    std::vector<I> rows;
-    rows.reserve(static_cast<std::size_t>(count / a.num_shards + 1));
-    for (std::int64_t k = 0; k < count; ++k)
-      if (const shard_route r = where(static_cast<std::int64_t>(id[k]));
-          r.shard == a.shard && table.insert(static_cast<I>(r.row)).second)
-        rows.push_back(static_cast<I>(r.row));
-    return any_tensor::from_vector(loom::shape{static_cast<std::int64_t>(rows.size())}, rows);
-  });
+std::int64_t shard_rows_named(const I* slots, std::int64_t count, const slot_split& split,
+                              std::int64_t shard) {
+  std::int64_t rows = 0;
+  for (std::int64_t k = 0; k < count; ++k) {
+    const auto s = static_cast<std::int64_t>(slots[k]);
+    const bool mine = s >= 0 && split.shard(s) == shard;
+    rows = std::max(rows, mine ? split.row(s) + 1 : 0);
+  }
+  return rows;
 }
 
-// shard_slots on the host (as shard_unique_rows): for each id its row's
-// position among its shard's shard_unique, times the shards, plus its shard.
-// An id is distinct exactly where its (shard, row) is, so one table numbers
-// them all, and a count per shard numbers each shard's own.
+// shard_slots on the host, for the CPU kernel and for the GPU kernel's host copy
+// of the ids (checked against the embedding's rows): for each id its row's
+// position among its shard's distinct rows (in the order they first occur),
+// times the shards, plus its shard. An id is distinct exactly where its (shard,
+// row) is, so one table numbers them all, and a count per shard numbers each
+// shard's own.
 template <class I>
 any_tensor shard_slots_of(const node_def& node, const shard_route_attrs& a,
                           const any_tensor& ids) {
-  const I* id = checked_route_ids<I>(node, a, ids);
+  const I* id = ids.data<I>();
   const std::int64_t count = ids.num_elements(), n = a.num_shards;
+  check_id_range(node, id, count, a.rows, false,
+                 [&] { return node.attr_or<std::string>("_what", "the embedding"); });
   any_tensor out(dtype::i64, loom::shape{count});
   std::int64_t* slot = out.data<std::int64_t>();
   with_shard_router(a, [&](auto where) {
@@ -402,22 +408,39 @@ any_tensor shard_slots_of(const node_def& node, const shard_route_attrs& a,
   return out;
 }
 
-// A slot of shard_slots split into its shard and its row there: a mask and a
-// shift where the shards are a power of two, not two 64-bit divisions.
-struct slot_split {
-  std::int64_t parts;
-  bool power_of_two;
-  int shift;
-  explicit slot_split(std::int64_t n)
-      : parts(n), power_of_two(std::has_single_bit(static_cast<std::uint64_t>(n))),
-        shift(std::countr_zero(static_cast<std::uint64_t>(n))) {}
-  std::int64_t shard(std::int64_t slot) const noexcept {
-    return power_of_two ? slot & (parts - 1) : slot % parts;
-  }
-  std::int64_t row(std::int64_t slot) const noexcept {
-    return power_of_two ? slot >> shift : slot / parts;
-  }
-};
+// shard_unique on the host (as shard_slots_of): the distinct rows of the ids that
+// shard `shard` holds, in the order they first occur, from the ids and their slots:
+// each id's row is written where its slot puts it (repeats write it again), so no id
+// is hashed twice. Without a branch on the shard (half of them would be mispredicted
+// over two shards): another shard's id rewrites row 0 with itself. An id's range was
+// checked by shard_slots, which the slots come from; a row of it is only a value here.
+template <class I>
+any_tensor shard_unique_rows(const node_def& node, const shard_route_attrs& a,
+                             const any_tensor& ids, const any_tensor& slots) {
+  const std::int64_t count = ids.num_elements();
+  if (slots.num_elements() != count)
+    throw invalid_argument_error("node " + node.describe() + ": " +
+                                 std::to_string(slots.num_elements()) + " slots for " +
+                                 std::to_string(count) + " ids");
+  const I* id = ids.data<I>();
+  const slot_split split(a.num_shards);
+  return with_ids(slots, [&](const auto* slot) {
+    const std::int64_t rows = shard_rows_named(slot, count, split, a.shard);
+    any_tensor out(dtype_of<I>, loom::shape{rows});
+    if (rows == 0)
+      return out;
+    I* at = out.data<I>();
+    with_shard_router(a, [&](auto where) {
+      for (std::int64_t k = 0; k < count; ++k) {
+        const auto s = static_cast<std::int64_t>(slot[k]);
+        const bool mine = s >= 0 && split.shard(s) == a.shard;
+        const std::int64_t r = mine ? split.row(s) : 0;
+        at[r] = mine ? static_cast<I>(where(static_cast<std::int64_t>(id[k])).row) : at[r];
+      }
+    });
+    return out;
+  });
+}
 
 // The slots of a gather_shards name rows its parts have (`rows_in(p)`: part
 // p's row count): one error naming the slot and the part otherwise.
@@ -464,18 +487,5 @@ inline void check_shards_adjoint(const node_def& n, const any_tensor& dy, const 
                                  std::to_string(slots.num_elements()) + " slots");
 }
 
-// The rows of shard `shard` that a gather_shards_grad's slots name: the
-// largest named row's plus one (shard_slots names every row of its shard).
-template <class I>
-std::int64_t shard_rows_named(const I* slots, std::int64_t count, const slot_split& split,
-                              std::int64_t shard) {
-  std::int64_t rows = 0;
-  for (std::int64_t k = 0; k < count; ++k) {
-    const auto s = static_cast<std::int64_t>(slots[k]);
-    if (s >= 0 && split.shard(s) == shard)
-      rows = std::max(rows, split.row(s) + 1);
-  }
-  return rows;
-}
 
 } // namespace loom::detail

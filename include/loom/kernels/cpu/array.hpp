@@ -244,7 +244,8 @@ template <class T> struct concat_grad_cpu {
 // The distinct rows an embedding shard holds of the ids.
 template <class I> struct shard_unique_cpu {
   static void run(kernel_context& c) {
-    c.output = shard_unique_rows<I>(c.node, c.decoded<shard_route_attrs>(), c.input(0));
+    c.output =
+        shard_unique_rows<I>(c.node, c.decoded<shard_route_attrs>(), c.input(0), c.input(1));
   }
 };
 

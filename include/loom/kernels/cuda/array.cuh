@@ -210,8 +210,9 @@ template <class I> struct unique_index_gpu {
 template <class I> struct shard_unique_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
-    c.output = g.upload(loom::detail::shard_unique_rows<I>(
-        c.node, c.decoded<shard_route_attrs>(), download(g, c.input(0))));
+    c.output = g.upload(loom::detail::shard_unique_rows<I>(c.node, c.decoded<shard_route_attrs>(),
+                                                           download(g, c.input(0)),
+                                                           download(g, c.input(1))));
   }
 };
 template <class I> struct shard_slots_gpu {
