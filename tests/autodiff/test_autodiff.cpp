@@ -582,8 +582,8 @@ TEST_CASE("gather_shards: each shard's rows get the rows of dy its slots name, s
   feeds_t others;
   const node_id a = placeholder(g, shape{3, 2}, "a");
   const node_id b = placeholder(g, shape{2, 2}, "b");
-  const node_id slots = loom::constant_node(
-      g, any_tensor::from_vector<std::int64_t>(shape{6}, {2, 1, 4, 2, 3, 0}));
+  const node_id slots =
+      loom::constant_node(g, any_tensor::from_vector<std::int64_t>(shape{6}, {2, 1, 4, 2, 3, 0}));
   const node_id rows = g.add_node("gather_shards", {slots, a, b}, {{"N", std::int64_t{2}}});
   const node_id y = weighted(g, rows, others);
   check_gradients(g, y,
@@ -591,21 +591,29 @@ TEST_CASE("gather_shards: each shard's rows get the rows of dy its slots name, s
                   others);
 }
 
-TEST_CASE("embedding_lookup over shards: every shard gets the rows of its ids, repeats summed") {
-  for (const auto strategy : {loom::partition_strategy::mod, loom::partition_strategy::div}) {
+TEST_CASE("the routing of a lookup over shards: every shard gets the rows of its ids, summed") {
+  // embedding_lookup's routing (detail::sharded_rows) with a gather from each shard where
+  // a lookup has a resource_gather from a variable: repeated ids, ids of rank 2.
+  for (const char* strategy : {"mod", "div"}) {
+    INFO(strategy);
     graph g;
     feeds_t others;
-    loom::placeholder<double, 2> part_0(g, shape{4, 3}, "part_0");
-    loom::placeholder<double, 2> part_1(g, shape{3, 3}, "part_1");
-    const auto ids = loom::constant(g, tensor<std::int64_t, 2>(shape{2, 3}, {6, 1, 6, 0, 3, 1}));
+    const std::vector<node_id> parts{placeholder(g, shape{4, 3}, "part_0"),
+                                     placeholder(g, shape{3, 3}, "part_1")};
+    const node_id ids = loom::constant_node(
+        g, any_tensor::from_vector<std::int64_t>(shape{2, 3}, {6, 1, 6, 0, 3, 1}));
+    const loom::attr_map route{{"num_shards", std::int64_t{2}},
+                               {"strategy", std::string(strategy)},
+                               {"rows", std::int64_t{7}}};
     const node_id rows =
-        loom::embedding_lookup(std::vector<loom::output<double, 2>>{part_0, part_1}, ids, strategy)
-            .id();
+        loom::detail::sharded_rows(g, ids, route, 3, "test", [&](std::int64_t p, node_id distinct) {
+          return g.add_node("gather", {parts[static_cast<std::size_t>(p)], distinct});
+        });
     const node_id y = weighted(
         g, g.add_node("reshape", {rows}, {{"dims", std::vector<std::int64_t>{2, 3, 3}}}), others);
     check_gradients(g, y,
-                    {{part_0.id(), random_tensor(shape{4, 3}, -1, 1)},
-                     {part_1.id(), random_tensor(shape{3, 3}, -1, 1)}},
+                    {{parts[0], random_tensor(shape{4, 3}, -1, 1)},
+                     {parts[1], random_tensor(shape{3, 3}, -1, 1)}},
                     others);
   }
 }

@@ -640,10 +640,11 @@ std::vector<op_case> make_cases() {
                          {"shard", shard},
                          {"rows", 50L},
                          {"strategy", std::string(strategy)}}});
-        cs.push_back({"shard_slots",
-                      {id},
-                      {{S{100}, {}, gen::labels, 50}},
-                      {{"num_shards", shards}, {"rows", 50L}, {"strategy", std::string(strategy)}}});
+        cs.push_back(
+            {"shard_slots",
+             {id},
+             {{S{100}, {}, gen::labels, 50}},
+             {{"num_shards", shards}, {"rows", 50L}, {"strategy", std::string(strategy)}}});
       }
     // gather_shards: slots k * N + p name row k of shard p (slots < 12 name rows < 4 of each
     // of 3 shards), rows named repeatedly; its gradient sums them, per shard.

@@ -503,14 +503,15 @@ TEST_CASE("the routing over shards: each shard's distinct rows in first-seen ord
   }
   loom::session s(g);
   const any_tensor feed = ids(shape{6}, {7, 9, 4, 7, 0, 5});
-  const auto got = s.run_nodes({distinct[0], distinct[1], distinct[2], slots}, {},
-                               {{x.id(), feed}});
+  const auto got =
+      s.run_nodes({distinct[0], distinct[1], distinct[2], slots}, {}, {{x.id(), feed}});
   CHECK(values_of<std::int64_t>(got[0]) == std::vector<std::int64_t>{3, 0});
   CHECK(values_of<std::int64_t>(got[1]) == std::vector<std::int64_t>{2, 1});
   CHECK(values_of<std::int64_t>(got[2]) == std::vector<std::int64_t>{1});
   CHECK(values_of<std::int64_t>(got[3]) == std::vector<std::int64_t>{1, 0, 4, 1, 3, 2});
-  const auto outside = message_of<loom::invalid_argument_error>(
-      [&] { s.run_nodes({slots}, {}, {{x.id(), ids(shape{2}, {3, 12})}}); });
+  const auto outside = message_of<loom::invalid_argument_error>([&] {
+    s.run_nodes({slots}, {}, {{x.id(), ids(shape{2}, {3, 12})}});
+  });
   CHECK(contains(outside, "id 12 (at position 1) is outside [0, 12) of the table"));
 
   // gather_shards puts rows back by slot; its gradient sums a shard's repeated slots.

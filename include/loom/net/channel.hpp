@@ -605,14 +605,14 @@ private:
             }
             c->configure_socket();
             c->enable_keepalive(self->live_);
-            start_client_handshake(c, client_identity{role, self->token_, self->client_id_,
-                                                              self->opts_.process_id},
-                                   *self->peer_, [at](std::exception_ptr e) {
-                                     if (e)
-                                       at->fail(std::move(e));
-                                     else
-                                       at->ok();
-                                   });
+            start_client_handshake(
+                c, client_identity{role, self->token_, self->client_id_, self->opts_.process_id},
+                *self->peer_, [at](std::exception_ptr e) {
+                  if (e)
+                    at->fail(std::move(e));
+                  else
+                    at->ok();
+                });
           });
     });
     std::exception_ptr err;

@@ -66,9 +66,8 @@ public:
 private:
   void send_hello() {
     try {
-      c_->send(out_frame(
-          encode(hello_msg{who_.role, who_.token.has_value(), who_.client_id, client_nonce_,
-                             who_.process_id})));
+      c_->send(out_frame(encode(hello_msg{who_.role, who_.token.has_value(), who_.client_id,
+                                          client_nonce_, who_.process_id})));
       c_->read_one([self = shared_from_this()](std::exception_ptr err, incoming_frame&& f) {
         self->on_challenge(err, std::move(f));
       });

@@ -419,11 +419,10 @@ inline bool register_array_ops() {
                d.front() = -1;
                for (std::size_t i = 2; i <= parts; ++i)
                  if (in[i]->type != first.type || !in[i]->shape.compatible_with(loom::shape(d)))
-                   throw invalid_argument_error("node " + n.describe() + ": rows " +
-                                                in[i]->describe() + " of shape " +
-                                                in[i]->shape.to_string() + " do not match " +
-                                                first.describe() + " of shape " +
-                                                first.shape.to_string());
+                   throw invalid_argument_error(
+                       "node " + n.describe() + ": rows " + in[i]->describe() + " of shape " +
+                       in[i]->shape.to_string() + " do not match " + first.describe() +
+                       " of shape " + first.shape.to_string());
                d.front() = in[0]->shape[0];
                n.type = first.type;
                n.shape = loom::shape(std::move(d));
@@ -448,11 +447,10 @@ inline bool register_array_ops() {
            check_ids(n, *in[1], "slots");
            if (in[0]->shape.rank() < 1 || in[1]->shape.rank() != 1 ||
                !loom::shape{in[0]->shape[0]}.compatible_with(in[1]->shape))
-             throw invalid_argument_error("node " + n.describe() + ": the adjoint " +
-                                          in[0]->describe() + " of shape " +
-                                          in[0]->shape.to_string() + " needs a row per slot of " +
-                                          in[1]->describe() + " of shape " +
-                                          in[1]->shape.to_string());
+             throw invalid_argument_error(
+                 "node " + n.describe() + ": the adjoint " + in[0]->describe() + " of shape " +
+                 in[0]->shape.to_string() + " needs a row per slot of " + in[1]->describe() +
+                 " of shape " + in[1]->shape.to_string());
            std::vector<std::int64_t> d = in[0]->shape.dims();
            d.front() = -1;
            n.type = in[0]->type;

@@ -288,9 +288,9 @@ public:
   // The number of `id`, and whether it is new (then numbered next).
   std::pair<std::int32_t, bool> insert(I id) {
     // Fibonacci hashing spreads consecutive ids over the table.
-    auto h = static_cast<std::size_t>((static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull) >>
-                                      32) &
-             mask_;
+    auto h =
+        static_cast<std::size_t>((static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> 32) &
+        mask_;
     for (;; h = (h + 1) & mask_) {
       std::int32_t& number = numbers_[h];
       if (number < 0) {
@@ -338,7 +338,8 @@ template <class F> decltype(auto) with_shard_router(const shard_route_attrs& a, 
     const int shift = std::countr_zero(static_cast<std::uint64_t>(n));
     return f([mask, shift](std::int64_t v) {
       const auto u = static_cast<std::uint64_t>(v);
-      return shard_route{static_cast<std::int64_t>(u & mask), static_cast<std::int64_t>(u >> shift)};
+      return shard_route{static_cast<std::int64_t>(u & mask),
+                         static_cast<std::int64_t>(u >> shift)};
     });
   }
   const bool div = a.div;
@@ -383,8 +384,7 @@ std::int64_t shard_rows_named(const I* slots, std::int64_t count, const slot_spl
 // row) is, so one table numbers them all, and a count per shard numbers each
 // shard's own.
 template <class I>
-any_tensor shard_slots_of(const node_def& node, const shard_route_attrs& a,
-                          const any_tensor& ids) {
+any_tensor shard_slots_of(const node_def& node, const shard_route_attrs& a, const any_tensor& ids) {
   const I* id = ids.data<I>();
   const std::int64_t count = ids.num_elements(), n = a.num_shards;
   check_id_range(node, id, count, a.rows, false,
@@ -486,6 +486,5 @@ inline void check_shards_adjoint(const node_def& n, const any_tensor& dy, const 
                                  dy.shape().to_string() + " needs a row for each of " +
                                  std::to_string(slots.num_elements()) + " slots");
 }
-
 
 } // namespace loom::detail

@@ -1,8 +1,8 @@
 // CPU kernels of the index ops (graph/ops/array.hpp): gather, indexed_slices
 // (densified), unsorted_segment_sum, unique / unique_index, the routing over
 // an embedding's shards (shard_unique, shard_slots, gather_shards and its
-// gradient), dynamic_stitch, concat and its gradient. Ids are checked before anything is written, so a bad id fails the
-// step with one error and never reads or writes past a buffer.
+// gradient), dynamic_stitch, concat and its gradient. Ids are checked before anything is written,
+// so a bad id fails the step with one error and never reads or writes past a buffer.
 #pragma once
 
 #include <loom/kernels/checks/array.hpp>
@@ -244,8 +244,7 @@ template <class T> struct concat_grad_cpu {
 // The distinct rows an embedding shard holds of the ids.
 template <class I> struct shard_unique_cpu {
   static void run(kernel_context& c) {
-    c.output =
-        shard_unique_rows<I>(c.node, c.decoded<shard_route_attrs>(), c.input(0), c.input(1));
+    c.output = shard_unique_rows<I>(c.node, c.decoded<shard_route_attrs>(), c.input(0), c.input(1));
   }
 };
 
@@ -267,9 +266,8 @@ template <class T> struct gather_shards_cpu {
     const std::int64_t width = n == 0 ? 0 : c.output.num_elements() / n;
     T* dst = c.output.data<T>();
     with_ids(slots, [&](const auto* slot) {
-      check_slots(c.node, slot, n, split, [&](std::int64_t p) {
-        return parts[static_cast<std::size_t>(p)]->shape()[0];
-      });
+      check_slots(c.node, slot, n, split,
+                  [&](std::int64_t p) { return parts[static_cast<std::size_t>(p)]->shape()[0]; });
       with_row_width<T>(width, [&](auto width_constant) {
         const std::int64_t w = width_constant; // a constant where with_row_width makes one
         for (std::int64_t k = 0; k < n; ++k) {

@@ -210,9 +210,8 @@ template <class I> struct unique_index_gpu {
 template <class I> struct shard_unique_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
-    c.output = g.upload(loom::detail::shard_unique_rows<I>(c.node, c.decoded<shard_route_attrs>(),
-                                                           download(g, c.input(0)),
-                                                           download(g, c.input(1))));
+    c.output = g.upload(loom::detail::shard_unique_rows<I>(
+        c.node, c.decoded<shard_route_attrs>(), download(g, c.input(0)), download(g, c.input(1))));
   }
 };
 template <class I> struct shard_slots_gpu {
@@ -226,8 +225,7 @@ template <class I> struct shard_slots_gpu {
 // out[k, j] = part[slot % parts][slot / parts, j] for slot = slots[k].
 template <class T>
 __global__ void gather_shards_kernel(T* out, const std::uint64_t* parts, const std::int64_t* slots,
-                                     std::int64_t num_parts, std::int64_t row,
-                                     std::int64_t total) {
+                                     std::int64_t num_parts, std::int64_t row, std::int64_t total) {
   for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
     const std::int64_t k = e / row, j = e - k * row;
     const std::int64_t s = slots[k];
@@ -251,8 +249,8 @@ template <class T> struct gather_shards_gpu {
       });
       std::copy_n(slot, n, at.begin());
     });
-    c.output = g.allocate(parts[0]->type(),
-                          loom::detail::gather_shards_shape(c.node, c.input(0), parts));
+    c.output =
+        g.allocate(parts[0]->type(), loom::detail::gather_shards_shape(c.node, c.input(0), parts));
     const std::int64_t total = c.output.num_elements();
     if (total == 0)
       return;
@@ -262,8 +260,8 @@ template <class T> struct gather_shards_gpu {
     const auto d_parts = upload(g, addresses);
     const auto d_slots = upload(g, at);
     gather_shards_kernel<same_width<T>><<<grid_for(total), block_threads, 0, g.stream>>>(
-        as_width(c.output.template device_data<T>()), d_parts.data(), d_slots.data(),
-        split.parts, total / n, total);
+        as_width(c.output.template device_data<T>()), d_parts.data(), d_slots.data(), split.parts,
+        total / n, total);
     check_launch();
   }
 };
