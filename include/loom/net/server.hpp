@@ -13,12 +13,11 @@
 //   came from: keep them short, or hold the responder and reply later from any
 //   thread (a barrier that answers when a step is applied).
 // - A connection's first request moves it (its socket, reads and handlers) to the io
-//   thread that serves the fewest connections of its role (control or bulk) that
-//   have sent requests. The threads take sockets round-robin as they are accepted,
-//   before a connection says what it is, and a client opens its two together: with
-//   two threads every client's bulk connection fell on one, so a ps applied two
-//   workers' gradients one after the other while its other thread idled. Idle
-//   connections (a client's unused bulk one) count nowhere. TLS connections stay.
+//   thread that serves its client's process (the hello names it), a process new to
+//   the server to the thread serving the fewest processes: a ps serves each worker's
+//   step on one thread and two workers' on two. The threads take sockets round-robin
+//   as they are accepted, before a connection says whose it is. Idle connections (a
+//   client's unused bulk one) count nowhere. TLS connections stay (settle()).
 // - A payload may be received straight into a tensor the handler's allocator
 //   returns (e.g. a variable's buffer).
 // - Each (client id, request id) runs at most once: a duplicate within the
@@ -319,6 +318,7 @@ public:
           "(rpc_server_options::allow_insecure or LOOM_ALLOW_INSECURE=1)");
 
     rt_ = std::make_shared<io_runtime>(opts_.threads, opts_.log);
+    processes_served_.assign(rt_->size(), 0);
     limiter_ = std::make_shared<log_limiter>(opts_.log, opts_.log_interval);
     log_ = log_limiter::through(limiter_);
     budget_ = std::make_shared<receive_budget>(opts_.max_pending_bytes,
@@ -507,19 +507,20 @@ private:
   // worker's control and the other's bulk connections, as the order of accepts left them
   // in half of the runs, made every step of both hop between the threads, and the
   // cluster 15-20 % slower.) A process's first connection goes to the context serving the
-  // fewest processes, its own where that is one of them (no move). A TLS connection
-  // stays where it was accepted. Counted until the process's last connection is forgotten.
+  // fewest processes, its own where that is one of them (no move). Counted until the
+  // process's last connection is forgotten. A TLS connection stays where it was accepted
+  // and counts nowhere (asio's OpenSSL stream is bound to its socket object).
   void settle(const std::shared_ptr<connection>& c) {
+    if (c->secure())
+      return;
     asio::io_context& own = c->context();
     std::lock_guard lk(cmu_);
     if (!conns_.count(c)) // forgotten (closing): stays
       return;
-    if (processes_served_.size() != rt_->size())
-      processes_served_.assign(rt_->size(), 0);
     auto [home, added] = process_homes_.try_emplace(c->process_id);
     if (added) {
       std::size_t best = rt_->index_of(own);
-      for (std::size_t i = 0; i < processes_served_.size() && !c->secure(); ++i)
+      for (std::size_t i = 0; i < processes_served_.size(); ++i)
         if (processes_served_[i] < processes_served_[best])
           best = i;
       home->second.context = best;
@@ -527,8 +528,7 @@ private:
     }
     ++home->second.connections;
     homed_.emplace(c.get(), c->process_id);
-    if (!c->secure())
-      c->move_to(rt_->context_at(home->second.context));
+    c->move_to(rt_->context_at(home->second.context));
   }
 
   bool remember(const request_key& k) {

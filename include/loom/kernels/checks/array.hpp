@@ -327,27 +327,10 @@ std::vector<std::int32_t> unique_positions(const I* ids, std::int64_t n, std::ve
   return pos;
 }
 
-// Calls f(where) with where(id) -> (shard, row): the shard of an embedding
-// routed by `a` that holds an id in [0, rows), and its row there.
-template <class F> decltype(auto) with_shard_router(const shard_route_attrs& a, F&& f) {
-  const std::int64_t n = a.num_shards, rows = a.rows;
-  if (!a.div && std::has_single_bit(static_cast<std::uint64_t>(n))) {
-    // "mod" over a power-of-two count of shards (the common 2, 4, 8): a mask
-    // and a shift instead of two 64-bit divisions per id.
-    const auto mask = static_cast<std::uint64_t>(n - 1);
-    const int shift = std::countr_zero(static_cast<std::uint64_t>(n));
-    return f([mask, shift](std::int64_t v) {
-      const auto u = static_cast<std::uint64_t>(v);
-      return shard_route{static_cast<std::int64_t>(u & mask),
-                         static_cast<std::int64_t>(u >> shift)};
-    });
-  }
-  const bool div = a.div;
-  return f([n, rows, div](std::int64_t v) { return route_id(v, n, rows, div); });
-}
-
-// A slot of shard_slots split into its shard and its row there: a mask and a
-// shift where the shards are a power of two, not two 64-bit divisions.
+// x mod n and x / n for x >= 0: a mask and a shift where n is a power of two (the
+// common 2, 4, 8 shards), not two 64-bit divisions. Both the "mod" rule of an id
+// (its shard and its row there) and a slot of shard_slots (its shard and its
+// position there) split so.
 struct slot_split {
   std::int64_t parts;
   bool power_of_two;
@@ -355,13 +338,22 @@ struct slot_split {
   explicit slot_split(std::int64_t n)
       : parts(n), power_of_two(std::has_single_bit(static_cast<std::uint64_t>(n))),
         shift(std::countr_zero(static_cast<std::uint64_t>(n))) {}
-  std::int64_t shard(std::int64_t slot) const noexcept {
-    return power_of_two ? slot & (parts - 1) : slot % parts;
+  std::int64_t shard(std::int64_t x) const noexcept {
+    return power_of_two ? x & (parts - 1) : x % parts;
   }
-  std::int64_t row(std::int64_t slot) const noexcept {
-    return power_of_two ? slot >> shift : slot / parts;
-  }
+  std::int64_t row(std::int64_t x) const noexcept { return power_of_two ? x >> shift : x / parts; }
 };
+
+// Calls f(where) with where(id) -> (shard, row): the shard of an embedding
+// routed by `a` that holds an id in [0, rows), and its row there.
+template <class F> decltype(auto) with_shard_router(const shard_route_attrs& a, F&& f) {
+  if (!a.div) {
+    const slot_split mod(a.num_shards);
+    return f([mod](std::int64_t v) { return shard_route{mod.shard(v), mod.row(v)}; });
+  }
+  const std::int64_t n = a.num_shards, rows = a.rows;
+  return f([n, rows](std::int64_t v) { return route_id(v, n, rows, true); });
+}
 
 // The rows of shard `shard` that slots name: the largest named row's plus one
 // (shard_slots names every row of its shard).

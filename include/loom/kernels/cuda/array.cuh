@@ -223,12 +223,12 @@ template <class I> struct shard_slots_gpu {
 };
 
 // out[k, j] = part[slot % parts][slot / parts, j] for slot = slots[k].
-template <class T>
-__global__ void gather_shards_kernel(T* out, const std::uint64_t* parts, const std::int64_t* slots,
+template <class T, class I>
+__global__ void gather_shards_kernel(T* out, const std::uint64_t* parts, const I* slots,
                                      std::int64_t num_parts, std::int64_t row, std::int64_t total) {
   for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
     const std::int64_t k = e / row, j = e - k * row;
-    const std::int64_t s = slots[k];
+    const auto s = static_cast<std::int64_t>(slots[k]);
     out[e] = reinterpret_cast<const T*>(parts[s % num_parts])[(s / num_parts) * row + j];
   }
 }
@@ -240,14 +240,11 @@ template <class T> struct gather_shards_gpu {
     const gpu_context& g = gpu_of(c);
     const auto parts = c.inputs.subspan(1);
     const loom::detail::slot_split split(c.decoded<gather_shards_attrs>().parts);
-    const any_tensor slots = download(g, c.input(0));
-    const std::int64_t n = slots.num_elements();
-    std::vector<std::int64_t> at(static_cast<std::size_t>(n));
-    with_ids(slots, [&](const auto* slot) {
+    const std::int64_t n = c.input(0).num_elements();
+    with_ids(download(g, c.input(0)), [&](const auto* slot) {
       loom::detail::check_slots(c.node, slot, n, split, [&](std::int64_t p) {
         return parts[static_cast<std::size_t>(p)]->shape()[0];
       });
-      std::copy_n(slot, n, at.begin());
     });
     c.output =
         g.allocate(parts[0]->type(), loom::detail::gather_shards_shape(c.node, c.input(0), parts));
@@ -258,11 +255,12 @@ template <class T> struct gather_shards_gpu {
     for (const any_tensor* p : parts)
       addresses.push_back(reinterpret_cast<std::uint64_t>(p->device_data()));
     const auto d_parts = upload(g, addresses);
-    const auto d_slots = upload(g, at);
-    gather_shards_kernel<same_width<T>><<<grid_for(total), block_threads, 0, g.stream>>>(
-        as_width(c.output.template device_data<T>()), d_parts.data(), d_slots.data(), split.parts,
-        total / n, total);
-    check_launch();
+    with_device_ids(c.input(0), [&]<class I>(const I* slot) {
+      gather_shards_kernel<same_width<T>, I><<<grid_for(total), block_threads, 0, g.stream>>>(
+          as_width(c.output.template device_data<T>()), d_parts.data(), slot, split.parts,
+          total / n, total);
+      check_launch();
+    });
   }
 };
 
