@@ -200,10 +200,9 @@ private:
                           loom::zeros_initializer{});
     loom::variable<float, 1> bias(g, "linear/bias", loom::shape{1}, loom::zeros_initializer{});
     wide_in.push_back(loom::lower(loom::xw_plus_b(dense, *dense_weights, bias)));
-    loom::output<float, 2> wide_logit = wide_in.front();
-    for (std::size_t k = 1; k < wide_in.size(); ++k)
-      wide_logit = loom::lower(wide_logit + wide_in[k]);
-    return loom::named(deep_logit + wide_logit, "logit");
+    // One node for the sum, as TF's linear model has (tf.add_n), and no gradient
+    // node for it: a chain of adds would reduce dy to each term's shape.
+    return loom::named(deep_logit + loom::add_n(wide_in), "logit");
   }
 };
 

@@ -536,6 +536,22 @@ TEST_CASE("concat along each axis: each input gets its part of dy") {
   }
 }
 
+TEST_CASE("add_n: each input gets dy, an input given twice gets it twice") {
+  graph g;
+  feeds_t others;
+  const node_id a = placeholder(g, shape{2, 3}, "a");
+  const node_id b = placeholder(g, shape{2, 3}, "b");
+  const node_id c = placeholder(g, shape{2, 3}, "c");
+  const node_id sum = g.add_node("add_n", {a, b, a, c});
+  CHECK(g.node(sum).shape == shape{2, 3});
+  const node_id y = weighted(g, sum, others);
+  check_gradients(g, y,
+                  {{a, random_tensor(shape{2, 3}, -1, 1)},
+                   {b, random_tensor(shape{2, 3}, -1, 1)},
+                   {c, random_tensor(shape{2, 3}, -1, 1)}},
+                  others);
+}
+
 TEST_CASE("sigmoid_cross_entropy_with_logits: labels and logits, and TF's gradient at 0") {
   graph g;
   feeds_t others;

@@ -451,6 +451,10 @@ std::vector<op_case> make_cases() {
   mm(S{0, 5}, S{5, 4}, false, false);
   cs.push_back({"xw_plus_b", floats, {{S{33, 17}}, {S{17, 10}}, {S{10}}}, {}, check::l2});
   cs.push_back({"xw_plus_b", floats, {{S{1, 1003}}, {S{1003, 1}}, {S{1}}}, {}, check::l2});
+  // add_n: a few inputs, more inputs than one launch takes (64), no elements.
+  cs.push_back({"add_n", numeric, {{S{3, 4}}, {S{3, 4}}, {S{3, 4}}}});
+  cs.push_back({"add_n", numeric, std::vector<in_spec>(70, in_spec{S{1003}})});
+  cs.push_back({"add_n", numeric, {{S{0, 3}}, {S{0, 3}}}});
 
   // Reductions over every form of axes; long rows take the split path.
   using axes = std::vector<std::int64_t>;
@@ -1079,6 +1083,7 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
         {"softmax_cross_entropy_with_logits", {S{3, 4}, S{3, 5}}, {}},
         {"xent_grad", {S{2}, S{3, 4}, S{3, 4}}, {}},
         {"sum_to_shape", {S{3, 4}, S{5}}, {}},
+        {"add_n", {S{3, 4}, S{3, 4}, S{4, 3}}, {}},
     };
     std::mt19937_64 rng(fresh_seed());
     for (const bad& b : cases) {

@@ -427,6 +427,75 @@ std::vector<double> reduce_ref(const std::vector<double>& values, const shape& s
 
 } // namespace
 
+// add_n over enough elements to split into chunks on the pool: into a fresh
+// buffer, into input 0's where add_n is its only reader, and not into it where
+// the same input comes twice (the sum would read what it had written).
+TEST_CASE_TEMPLATE("add_n: the inputs summed in order, in place where nothing else reads input 0",
+                   T, float, double, std::int32_t, std::int64_t) {
+  graph g;
+  loom::session s(g, opts());
+  const std::int64_t n = 100003;
+  loom::placeholder<T, 1> p(g, shape{-1}, "p"), q(g, shape{-1}, "q"), r(g, shape{-1}, "r");
+  std::vector<T> pv, qv, rv;
+  for (std::int64_t i = 0; i < n; ++i) {
+    pv.push_back(static_cast<T>(i % 7 - 3));
+    qv.push_back(static_cast<T>(i % 5));
+    rv.push_back(static_cast<T>(-(i % 11)));
+  }
+  const loom::feed_dict feeds{{p, tensor<T, 1>(shape{n}, pv)},
+                              {q, tensor<T, 1>(shape{n}, qv)},
+                              {r, tensor<T, 1>(shape{n}, rv)}};
+  const auto doubled = loom::lower(p * T(2)); // a value add_n alone reads
+  const auto fresh = loom::add_n(std::vector{loom::lower(p), loom::lower(q), loom::lower(r)});
+  const auto in_place = loom::add_n(std::vector{doubled, loom::lower(q), loom::lower(r)});
+  const auto twice =
+      loom::add_n(std::vector{loom::lower(p * T(3)), loom::lower(p * T(3)), loom::lower(q)});
+  CHECK(twice.node().inputs[0] == twice.node().inputs[1]);
+  for (const auto& [sum, weight] : {std::pair{fresh, 1}, std::pair{in_place, 2}}) {
+    const auto got = s.run(sum, feeds);
+    REQUIRE(got.shape() == shape{n});
+    bool all = true;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      all =
+          all && got.flat()[k] == static_cast<T>(static_cast<T>(T(weight) * pv[k] + qv[k]) + rv[k]);
+    }
+    CHECK(all);
+  }
+  const auto got = s.run(twice, feeds);
+  bool all = true;
+  for (std::size_t k = 0; k < static_cast<std::size_t>(n); ++k)
+    all = all && got.flat()[k] == static_cast<T>(T(6) * pv[k] + qv[k]);
+  CHECK(all);
+  // One input is that input, as in TF.
+  CHECK(loom::add_n(std::vector{loom::lower(p)}).id() == p.id());
+}
+
+TEST_CASE("add_n: inputs of different shapes are one error, when built and when run") {
+  graph g;
+  loom::session s(g);
+  loom::placeholder<float, 1> a(g, shape{-1}, "a"), b(g, shape{-1}, "b");
+  const auto sum = loom::add_n(std::vector{loom::lower(a), loom::lower(b)});
+  CHECK(sum.node().shape == shape{-1});
+  const auto ran = message_of<loom::invalid_argument_error>([&] {
+    s.run(sum, {{a, tensor<float, 1>(shape{3}, {1, 2, 3})},
+                {b, tensor<float, 1>(shape{4}, {1, 2, 3, 4})}});
+  });
+  INFO(ran);
+  CHECK(contains(ran, "input 1 is float32[4] but input 0 is float32[3]; add_n sums tensors of one "
+                      "dtype and shape"));
+  loom::placeholder<float, 2> c(g, shape{2, -1}, "c"), d(g, shape{3, 2}, "d");
+  const auto built = message_of<loom::invalid_argument_error>([&] {
+    loom::add_n(std::vector{loom::lower(c), loom::lower(d)});
+  });
+  INFO(built);
+  CHECK(contains(built, "cannot be added to input 0"));
+  CHECK(contains(built, "shape [3, 2]"));
+  CHECK(contains(message_of<loom::invalid_argument_error>(
+                     [&] { loom::add_n(std::vector<loom::output<float, 1>>{}); }),
+                 "loom::add_n: no tensors to add"));
+}
+
 TEST_CASE_TEMPLATE("reduce_sum, reduce_mean, reduce_max over axes, with keepdims", T, float, double,
                    std::int32_t, std::int64_t) {
   graph g;

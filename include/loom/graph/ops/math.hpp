@@ -1,5 +1,5 @@
-// The non-elementwise math ops: matmul, xw_plus_b, the reductions (sum, mean,
-// max), argmax/argmin and reshape. Op definitions (shape inference, TF's
+// The non-elementwise math ops: matmul, xw_plus_b, add_n, the reductions (sum,
+// mean, max), argmax/argmin and reshape. Op definitions (shape inference, TF's
 // gradients) and the typed functions users call; kernels are in
 // kernels/cpu/math.hpp.
 #pragma once
@@ -282,6 +282,42 @@ inline bool register_math_ops() {
                               reduce_node(g, "reduce_sum", dy, {0}, false)};
          }});
 
+  // TF's AddN: the sum of tensors of one dtype and shape (no broadcasting), in
+  // one node however many there are; each input's adjoint is dy itself, where
+  // a chain of adds would reduce dy to each operand's shape (a sum_to_shape per
+  // operand wherever the batch dimension is unknown).
+  r.add({.name = "add_n",
+         .num_inputs = -1,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               if (in.empty())
+                 throw invalid_argument_error("node " + n.describe() + ": add_n needs an input");
+               const node_def& first = *in[0];
+               std::vector<std::int64_t> d = first.shape.dims();
+               for (std::size_t i = 1; i < in.size(); ++i) {
+                 const node_def& x = *in[i];
+                 bool fits = x.type == first.type && x.shape.rank() == first.shape.rank();
+                 for (int a = 0; fits && a < x.shape.rank(); ++a) {
+                   auto& da = d[static_cast<std::size_t>(a)];
+                   if (da < 0)
+                     da = x.shape[a];
+                   else if (x.shape[a] >= 0 && x.shape[a] != da)
+                     fits = false;
+                 }
+                 if (!fits)
+                   throw invalid_argument_error(
+                       "node " + n.describe() + ": input " + std::to_string(i) + ", " +
+                       x.describe() + " (" + std::string(to_string(x.type)) + ", shape " +
+                       x.shape.to_string() + "), cannot be added to input 0, " + first.describe() +
+                       " (" + std::string(to_string(first.type)) + ", shape " +
+                       first.shape.to_string() + "): add_n sums tensors of one dtype and shape");
+               }
+               n.type = first.type;
+               n.shape = loom::shape(std::move(d));
+             },
+         .gradient = [](graph&, const node_def& n,
+                        node_id dy) { return std::vector<node_id>(n.inputs.size(), dy); }});
+
   r.add({.name = "reduce_sum",
          .num_inputs = 1,
          .infer = infer_reduction,
@@ -422,6 +458,27 @@ output<value_type_of<X>, 2> xw_plus_b(const X& x, const W& w, const B& b) {
   auto lb = lower(b);
   graph g = detail::common_graph("xw_plus_b", lx, lw, lb);
   return {g, g.add_node("xw_plus_b", {lx.id(), lw.id(), lb.id()})};
+}
+
+// -- add_n -----------------------------------------------------------------------
+
+// The sum of tensors of one dtype and shape, in one node (tf.math.add_n): no
+// broadcasting, and each input's gradient is the sum's.
+template <class T, int R> output<T, R> add_n(const std::vector<output<T, R>>& inputs) {
+  static_assert(numeric_type<T>, "loom::add_n: needs numeric tensors (not bool or string)");
+  if (inputs.empty())
+    throw invalid_argument_error("loom::add_n: no tensors to add");
+  graph g = inputs.front().graph();
+  std::vector<node_id> ids;
+  ids.reserve(inputs.size());
+  for (const auto& x : inputs) {
+    if (!(x.graph() == g))
+      throw invalid_argument_error("loom::add_n: the tensors belong to different graphs");
+    ids.push_back(x.id());
+  }
+  if (ids.size() == 1)
+    return inputs.front(); // TF returns a lone input as it is
+  return {g, g.add_node("add_n", std::move(ids))};
 }
 
 // -- reductions --------------------------------------------------------------------

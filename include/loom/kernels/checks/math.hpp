@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,24 @@ inline loom::shape xw_plus_b_shape(const node_def& n, const any_tensor& x, const
         "node " + n.describe() + ": the bias of shape " + b.shape().to_string() +
         " does not match the columns of the weights of shape " + w.shape().to_string());
   return loom::shape{x.shape()[0], w.shape()[1]};
+}
+
+// -- add_n --------------------------------------------------------------------------
+
+// The shape of add_n's sum, once every input has input 0's dtype and shape (TF's AddN
+// broadcasts nothing).
+inline loom::shape add_n_shape(const node_def& n, std::span<const any_tensor* const> xs) {
+  if (xs.empty())
+    throw invalid_argument_error("node " + n.describe() + ": add_n needs an input");
+  const any_tensor& first = *xs.front();
+  for (std::size_t i = 1; i < xs.size(); ++i)
+    if (xs[i]->type() != first.type() || xs[i]->shape() != first.shape())
+      throw invalid_argument_error(
+          "node " + n.describe() + ": input " + std::to_string(i) + " is " +
+          std::string(to_string(xs[i]->type())) + xs[i]->shape().to_string() + " but input 0 is " +
+          std::string(to_string(first.type())) + first.shape().to_string() +
+          "; add_n sums tensors of one dtype and shape");
+  return first.shape();
 }
 
 // -- reductions ---------------------------------------------------------------------

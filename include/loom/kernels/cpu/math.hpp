@@ -93,6 +93,34 @@ template <class T> struct xw_plus_b_cpu {
   }
 };
 
+// -- add_n --------------------------------------------------------------------------
+
+// The inputs summed in their order (as the GPU kernel does, so both give the same
+// bits), a chunk at a time so the chunk stays in cache while every input is added
+// to it. Into input 0's buffer where nothing else reads it.
+template <class T> struct add_n_cpu {
+  static void run(kernel_context& c) {
+    const loom::shape s = add_n_shape(c.node, c.inputs);
+    const bool in_place = c.may_forward(0);
+    c.output = in_place ? c.input(0) : any_tensor(c.input(0).type(), s);
+    T* out = c.output.data<T>();
+    const std::size_t k = c.inputs.size();
+    const Eigen::TensorOpCost cost(static_cast<double>(k * sizeof(T)),
+                                   static_cast<double>(sizeof(T)), static_cast<double>(k));
+    parallel_chunks(c.device, c.output.num_elements(), cost,
+                    [&](Eigen::DenseIndex first, Eigen::DenseIndex len) {
+                      T* o = out + first;
+                      if (!in_place)
+                        std::copy_n(c.input(0).data<T>() + first, len, o);
+                      for (std::size_t i = 1; i < k; ++i) {
+                        const T* x = c.input(i).data<T>() + first;
+                        for (Eigen::DenseIndex j = 0; j < len; ++j)
+                          o[j] += x[j];
+                      }
+                    });
+  }
+};
+
 // -- reductions ---------------------------------------------------------------------
 
 // out[o, i] = reduce over j of in[o, j, i].
@@ -241,6 +269,7 @@ template <class T> struct arg_reduction_cpu {
 inline bool register_math_kernels() {
   register_kernels<matmul_cpu>("matmul", floating_types{});
   register_kernels<xw_plus_b_cpu>("xw_plus_b", floating_types{});
+  register_kernels<add_n_cpu>("add_n", numeric_types{});
   for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"})
     register_kernels<reduction_cpu>(op, numeric_types{});
   register_kernels<reduce_grad_cpu>("reduce_grad", floating_types{});

@@ -1,5 +1,6 @@
 // GPU kernels of the non-elementwise math ops (kernels/cpu/math.hpp on the CPU).
 //
+// add_n sums its inputs element by element in their order, as the CPU does.
 // matmul and xw_plus_b run on cuBLAS (sgemm/dgemm): loom's tensors are
 // row-major and cuBLAS is column-major, so C = op(A) op(B) is computed as
 // C^T = op(B)^T op(A)^T over the same buffers; xw_plus_b adds the bias with a
@@ -27,6 +28,7 @@
 namespace loom::detail::cuda_kernels {
 
 // The argument checks, output shapes and layouts of the CPU kernels, with their messages.
+using loom::detail::add_n_shape;
 using loom::detail::arg_reduction_layout;
 using loom::detail::arg_reduction_of;
 using loom::detail::matmul_shape;
@@ -112,6 +114,47 @@ template <class T> struct xw_plus_b_gpu {
     add_bias_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
         c.output.template device_data<T>(), n, w.shape()[1], b.template device_data<T>());
     check_launch();
+  }
+};
+
+// -- add_n -----------------------------------------------------------------------------------
+
+// Up to this many inputs per launch, their addresses in the launch's parameters;
+// more inputs take more launches, each adding its inputs to the output in order.
+inline constexpr int add_n_per_launch = 64;
+template <class T> struct add_n_inputs {
+  const T* x[add_n_per_launch];
+  int count;
+};
+
+// out[e] (or, accumulating, out[e] plus) the inputs' elements e in their order:
+// the CPU kernel's order, so both give the same bits.
+template <class T>
+__global__ void add_n_kernel(T* out, add_n_inputs<T> in, bool accumulate, std::int64_t n) {
+  for (std::int64_t e = global_thread(); e < n; e += grid_threads()) {
+    T acc = accumulate ? out[e] : in.x[0][e];
+    for (int i = accumulate ? 0 : 1; i < in.count; ++i)
+      acc += in.x[i][e];
+    out[e] = acc;
+  }
+}
+
+template <class T> struct add_n_gpu {
+  static void run(kernel_context& c) {
+    const gpu_context& g = gpu_of(c);
+    c.output = g.allocate(c.input(0).type(), add_n_shape(c.node, c.inputs));
+    const std::int64_t n = c.output.num_elements();
+    if (n == 0)
+      return;
+    for (std::size_t first = 0; first < c.inputs.size(); first += add_n_per_launch) {
+      add_n_inputs<T> in{};
+      in.count = static_cast<int>(std::min<std::size_t>(add_n_per_launch, c.inputs.size() - first));
+      for (int i = 0; i < in.count; ++i)
+        in.x[i] = c.inputs[first + static_cast<std::size_t>(i)]->template device_data<T>();
+      add_n_kernel<T><<<grid_for(n), block_threads, 0, g.stream>>>(
+          c.output.template device_data<T>(), in, first > 0, n);
+      check_launch();
+    }
   }
 };
 
@@ -375,6 +418,7 @@ template <class T> struct arg_reduction_gpu {
 inline bool register_math_gpu() {
   register_kernels<matmul_gpu>("matmul", floating_types{}, device_gpu);
   register_kernels<xw_plus_b_gpu>("xw_plus_b", floating_types{}, device_gpu);
+  register_kernels<add_n_gpu>("add_n", numeric_types{}, device_gpu);
   for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"})
     register_kernels<reduction_gpu>(op, numeric_types{}, device_gpu);
   register_kernels<reduce_grad_gpu>("reduce_grad", floating_types{}, device_gpu);
