@@ -20,11 +20,19 @@
 
 namespace loom::detail {
 
-// dst += src over `len` elements.
-template <class T> void add_row(T* dst, const T* src, std::int64_t len) {
+// dst += src over `len` elements of two distinct buffers. At a width with_row_width
+// (below) made a constant, as a fixed-size Eigen array: g++ adds a row of 16 floats
+// with one scalar add per element otherwise (it cannot rule out that the rows
+// overlap), and those adds were most of a sparse gradient's time.
+template <class T, class Len> void add_row(T* dst, const T* src, Len len) {
   if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
-    for (std::int64_t j = 0; j < len; ++j)
-      dst[j] += src[j];
+    if constexpr (std::is_integral_v<Len>) {
+      for (Len j = 0; j < len; ++j)
+        dst[j] += src[j];
+    } else {
+      using row = Eigen::Array<T, static_cast<int>(Len::value), 1>;
+      Eigen::Map<row>(dst) += Eigen::Map<const row>(src);
+    }
   }
 }
 
@@ -145,7 +153,7 @@ template <class T> struct indexed_slices_cpu {
           for (std::int64_t k = 0; k < n; ++k)
             if (id[k] >= 0)
               add_row(out + (o * l.count + static_cast<std::int64_t>(id[k])) * inner,
-                      v + (o * n + k) * inner, inner);
+                      v + (o * n + k) * inner, inner_constant);
       });
     });
   }
@@ -171,7 +179,7 @@ template <class T> struct unsorted_segment_sum_cpu {
         const std::int64_t width = width_constant; // a constant where with_row_width makes one
         for (std::int64_t k = 0; k < n; ++k)
           if (id[k] >= 0)
-            add_row(out + static_cast<std::int64_t>(id[k]) * width, in + k * width, width);
+            add_row(out + static_cast<std::int64_t>(id[k]) * width, in + k * width, width_constant);
       });
     });
   }
@@ -304,7 +312,7 @@ template <class T> struct gather_shards_grad_cpu {
         for (std::int64_t k = 0; k < n; ++k)
           if (const auto s = static_cast<std::int64_t>(slot[k]);
               s >= 0 && split.shard(s) == a.shard)
-            add_row(out + split.row(s) * w, src + k * w, w);
+            add_row(out + split.row(s) * w, src + k * w, width_constant);
       });
     });
   }

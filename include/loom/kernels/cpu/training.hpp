@@ -126,7 +126,7 @@ void run_update(kernel_context& c, std::size_t grad_input, int tensors, Rule&& r
         const std::int64_t width = width_constant; // a constant where with_row_width makes one
         for (std::int64_t k = 0; k < n; ++k)
           add_row(out + slot[static_cast<std::size_t>(k)] * width, grad.data<T>() + k * width,
-                  width);
+                  width_constant);
       });
     }
     const update_targets<T> targets(c);
