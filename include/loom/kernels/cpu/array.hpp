@@ -291,6 +291,10 @@ template <class T> struct gather_shards_cpu {
 };
 
 // Inputs (dy, slots): the rows of dy of shard `shard`, summed at their rows.
+// Without a branch per row: a row of another shard is added to a scratch row,
+// the destination chosen by a mask (whether a row is the shard's is random; as
+// a branch it was mispredicted for half of the rows). In integers, so that no
+// pointer past the output is ever formed.
 template <class T> struct gather_shards_grad_cpu {
   static void run(kernel_context& c) {
     const any_tensor& dy = c.input(0);
@@ -307,12 +311,20 @@ template <class T> struct gather_shards_grad_cpu {
       T* out = c.output.data<T>();
       std::fill_n(out, c.output.num_elements(), T(0));
       const T* src = dy.data<T>();
+      std::vector<T> scratch(static_cast<std::size_t>(width));
+      const auto out_at = reinterpret_cast<std::uintptr_t>(out);
+      const auto scratch_at = reinterpret_cast<std::uintptr_t>(scratch.data());
       with_row_width<T>(width, [&](auto width_constant) {
         const std::int64_t w = width_constant; // a constant where with_row_width makes one
-        for (std::int64_t k = 0; k < n; ++k)
-          if (const auto s = static_cast<std::int64_t>(slot[k]);
-              s >= 0 && split.shard(s) == a.shard)
-            add_row(out + split.row(s) * w, src + k * w, width_constant);
+        for (std::int64_t k = 0; k < n; ++k) {
+          const auto s = static_cast<std::int64_t>(slot[k]);
+          const auto mine = static_cast<std::uintptr_t>(s >= 0) &
+                            static_cast<std::uintptr_t>(split.shard(s) == a.shard);
+          const std::uintptr_t row_at =
+              out_at + static_cast<std::uintptr_t>(split.row(s) * w) * sizeof(T);
+          const std::uintptr_t to = (row_at & -mine) | (scratch_at & (mine - 1));
+          add_row(reinterpret_cast<T*>(to), src + k * w, width_constant);
+        }
       });
     });
   }
