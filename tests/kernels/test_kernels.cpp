@@ -427,11 +427,14 @@ std::vector<double> reduce_ref(const std::vector<double>& values, const shape& s
 
 } // namespace
 
-// add_n over enough elements to split into chunks on the pool: into a fresh
-// buffer, into input 0's where add_n is its only reader, and not into it where
-// the same input comes twice (the sum would read what it had written).
-TEST_CASE_TEMPLATE("add_n: the inputs summed in order, in place where nothing else reads input 0",
-                   T, float, double, std::int32_t, std::int64_t) {
+// add_n over enough elements to split into chunks on the pool, with input 0 a
+// fed tensor (kept by the feed), a value add_n alone reads (which the kernel may
+// sum into), and one value given twice (summing into it would read what it had
+// written). The sums are checked, not which buffer they went to: a session does
+// not show that.
+TEST_CASE_TEMPLATE(
+    "add_n: the inputs summed in order, whether input 0 is fed, read only here, or given twice", T,
+    float, double, std::int32_t, std::int64_t) {
   graph g;
   loom::session s(g, opts());
   const std::int64_t n = 100003;
