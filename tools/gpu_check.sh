@@ -7,7 +7,10 @@
 #      outputs poisoned first; the seed MLP's step through a session on /gpu:0);
 #   2. benchmarks/gpu_elementwise (fused 5-op expression vs device-to-device copy);
 #   3. benchmarks/gpu_step (the MLP step, batch 1024, hidden 1024, vs PyTorch eager);
-#   4. mnist_replica --num_gpus=1 as 1 ps + 2 workers for a short run (loom-launch).
+#   4. mnist_replica --num_gpus=1 as 1 ps + 2 workers for a short run (loom-launch);
+#   5. compute-sanitizer over test_gpu_kernels's device suite: memcheck (out-of-bounds
+#      and misaligned accesses, API errors) and racecheck (shared-memory hazards, warnings
+#      included: a warp-synchronous read and write without __syncwarp is one).
 # Each step's full output goes to $OUT/<step>.log (or ./gpu_check/ without $OUT); a
 # table of PASS/FAIL/SKIP lines comes last. Exit status: 0 when every step that ran passed.
 #
@@ -78,13 +81,18 @@ step() { # step NAME COMMAND...: runs it, logs it, records PASS/FAIL/SKIP
   fi
 }
 
+# The CUDA runtime and cuBLAS of the image's toolkit.
+if [ -d /usr/local/cuda/lib64 ]; then
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
-# Binaries built on another image: say which shared libraries this one lacks.
+# Binaries built on another image: say which shared libraries this one lacks. (One file
+# with the GPU's name: a call brings back 8 files.)
 for b in "${binaries[@]}"; do
   [ -x "$BUILD/$b" ] && ldd "$BUILD/$b" 2>&1 | sed "s|^|$b: |"
-done >"$OUT/ldd.txt"
-grep "not found" "$OUT/ldd.txt" || true
+done >>"$OUT/gpu.txt"
+grep "not found" "$OUT/gpu.txt" || true
 step gpu_device "$BUILD/tests/gpu/test_gpu" --test-suite=cuda_device
 step gpu_kernels_device "$BUILD/tests/gpu/test_gpu_kernels" --test-suite=cuda_device
 step gpu_elementwise "$BUILD/benchmarks/gpu_elementwise"
@@ -98,6 +106,21 @@ elif [ -d /usr/share/datasets/fashion-mnist ] || [ -n "${DATA_DIR:-}" ]; then
     --save_checkpoint_secs 0
 else
   summary+=("SKIP mnist_replica_gpu (no Fashion-MNIST: set DATA_DIR)")
+fi
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ -x "$sanitizer" ]; then
+  # --error-exitcode makes a finding fail the step (the sanitizer otherwise returns the
+  # program's status).
+  step memcheck "$sanitizer" --tool memcheck --error-exitcode 99 \
+    "$BUILD/tests/gpu/test_gpu_kernels" --test-suite=cuda_device
+  step racecheck "$sanitizer" --tool racecheck --error-exitcode 98 --print-limit 1000 \
+    "$BUILD/tests/gpu/test_gpu_kernels" --test-suite=cuda_device
+  if grep -q "RACECHECK SUMMARY: [1-9]" "$OUT/racecheck.log" 2>/dev/null; then
+    summary+=("FAIL racecheck reports hazards: $(grep -m1 'RACECHECK SUMMARY' "$OUT/racecheck.log")")
+    status=1
+  fi
+else
+  summary+=("SKIP memcheck, racecheck (no compute-sanitizer)")
 fi
 
 echo

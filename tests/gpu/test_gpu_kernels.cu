@@ -314,6 +314,8 @@ enum class check {
   elementwise, // each element: |gpu - cpu| <= tol * max(|cpu|, floor); tol 1e-5 float, 1e-12
                // double; floor 1e-3, or the operands' magnitude where a result may cancel
   l2,          // ||gpu - cpu|| <= tol ||cpu||; tol 1e-4 float, 1e-10 double
+  sums,        // each element: |gpu - cpu| <= tol * (the same reduction of |x|); tol 1e-5 float,
+               // 1e-12 double: a sum that cancels is held to its operands' size, as rounding is
 };
 
 template <class T> double as_double(T v) {
@@ -321,7 +323,7 @@ template <class T> double as_double(T v) {
 }
 
 void compare(const any_tensor& cpu, const any_tensor& gpu_value, check how, const std::string& what,
-             double floor = 1e-3) {
+             double floor = 1e-3, const any_tensor* magnitude = nullptr) {
   INFO(what);
   REQUIRE(cpu.empty() == gpu_value.empty());
   if (cpu.empty())
@@ -344,7 +346,25 @@ void compare(const any_tensor& cpu, const any_tensor& gpu_value, check how, cons
       const double f32 = std::is_same_v<T, float>;
       const T* c = cpu.data<T>();
       const T* g = gpu.data<T>();
-      if (how == check::elementwise) {
+      if (how == check::sums) {
+        REQUIRE(magnitude != nullptr);
+        const T* m = magnitude->data<T>();
+        const double tol = f32 ? 1e-5 : 1e-12;
+        std::int64_t bad = 0, first = -1;
+        for (std::int64_t i = 0; i < n; ++i) {
+          const double a = as_double(c[i]), b = as_double(g[i]);
+          // The mean over no elements is NaN on both.
+          const bool same = (std::isnan(a) && std::isnan(b)) ||
+                            std::abs(a - b) <= tol * std::max(as_double(m[i]), 1e-30);
+          if (!same && bad++ == 0)
+            first = i;
+        }
+        INFO("first difference at " << first << ": cpu " << (first >= 0 ? as_double(c[first]) : 0.)
+                                    << ", gpu " << (first >= 0 ? as_double(g[first]) : 0.)
+                                    << ", operands' size "
+                                    << (first >= 0 ? as_double(m[first]) : 0.));
+        CHECK_MESSAGE(bad == 0, bad << " of " << n << " elements beyond the summation bound");
+      } else if (how == check::elementwise) {
         const double tol = f32 ? 1e-5 : 1e-12;
         std::int64_t bad = 0, first = -1;
         for (std::int64_t i = 0; i < n; ++i) {
@@ -476,7 +496,11 @@ std::vector<op_case> make_cases() {
   for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"})
     for (const auto& [s, ax] : reductions)
       for (bool keep : {false, true})
-        cs.push_back({op, numeric, {{s}}, {{"axes", ax}, {"keepdims", keep}}, check::l2});
+        cs.push_back({op,
+                      numeric,
+                      {{s}},
+                      {{"axes", ax}, {"keepdims", keep}},
+                      std::string_view(op) == "reduce_max" ? check::l2 : check::sums});
   // reduce_grad (dy, x): dy has the kept shape.
   for (const char* mode : {"sum", "mean"}) {
     cs.push_back({"reduce_grad",
@@ -736,6 +760,31 @@ const std::set<std::string>& separately_tested() {
                                          "scatter_sub",
                                          "scatter_update"};
   return ops;
+}
+
+// |x| of a floating-point tensor (the operands' size of check::sums).
+any_tensor absolute(const any_tensor& x) {
+  any_tensor out(x.type(), x.shape());
+  visit_dtype(x.type(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<T>)
+      for (std::int64_t i = 0; i < x.num_elements(); ++i)
+        out.data<T>()[i] = std::abs(x.data<T>()[i]);
+    else
+      FAIL("absolute() of a " << to_string(x.type()) << " tensor");
+  });
+  return out;
+}
+
+// The slots shard_slots gives the ids, with a shard_unique node's routing attrs.
+any_tensor slots_of(const node_def& shard_unique, const any_tensor& ids) {
+  node_def n;
+  n.op = "shard_slots";
+  n.name = "slots";
+  n.type = ids.type();
+  n.attrs = shard_unique.attrs;
+  n.attrs.erase("shard");
+  test_resources res;
+  return run_cpu(n, ids.type(), {&ids}, {}, res);
 }
 
 std::string describe_case(const op_case& c, dtype t) {
@@ -1026,35 +1075,51 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
       for (dtype t : c.types) {
         const std::string what = describe_case(c, t);
         INFO(what);
-        node_def n;
-        n.op = c.op;
-        n.name = "case";
-        n.type = t;
-        n.attrs = c.attrs;
-        std::vector<any_tensor> host, dev;
-        if (c.value) {
-          n.attrs["value"] = random_tensor(t, *c.value, gen::any, 0, rng);
-          n.shape = *c.value;
+        // One case that throws fails as itself; the cases after it still run (on a
+        // lent GPU, one run has to show every kernel).
+        try {
+          node_def n;
+          n.op = c.op;
+          n.name = "case";
+          n.type = t;
+          n.attrs = c.attrs;
+          std::vector<any_tensor> host, dev;
+          if (c.value) {
+            n.attrs["value"] = random_tensor(t, *c.value, gen::any, 0, rng);
+            n.shape = *c.value;
+          }
+          for (const in_spec& s : c.in)
+            host.push_back(random_tensor(s.fixed.value_or(t), s.s, s.g, s.classes, rng));
+          // shard_unique's slots are shard_slots of its ids, as in a graph: slots drawn
+          // apart from the ids would name rows that no id writes.
+          if (c.op == "shard_unique")
+            host[1] = slots_of(n, host[0]);
+          for (const any_tensor& h : host)
+            dev.push_back(to_gpu(h));
+          std::vector<const any_tensor*> host_in, dev_in;
+          for (std::size_t i = 0; i < host.size(); ++i) {
+            host_in.push_back(&host[i]);
+            dev_in.push_back(&dev[i]);
+          }
+          test_resources cpu_res, gpu_res;
+          const any_tensor expected = run_cpu(n, t, host_in, {}, cpu_res);
+          const any_tensor got = run_gpu(n, t, dev_in, {}, gpu_res, expected.byte_size());
+          const bool integral = expected.empty() || expected.type() == dtype::boolean ||
+                                expected.type() == dtype::i32 || expected.type() == dtype::i64;
+          any_tensor magnitude;
+          if (c.how == check::sums && !integral) {
+            const any_tensor abs_x = absolute(host[0]);
+            test_resources abs_res;
+            magnitude = run_cpu(n, t, {&abs_x}, {}, abs_res);
+          }
+          compare(expected, got, integral ? check::elementwise : c.how, what, 1e-3, &magnitude);
+          ++runs;
+          // reshape and identity share the input's device memory, as on the CPU.
+          if (c.op == "reshape" || c.op == "reshape_like" || c.op == "identity")
+            CHECK(got.shares_buffer_with(dev[0]));
+        } catch (const std::exception& e) {
+          FAIL_CHECK("threw: " << e.what());
         }
-        for (const in_spec& s : c.in) {
-          host.push_back(random_tensor(s.fixed.value_or(t), s.s, s.g, s.classes, rng));
-          dev.push_back(to_gpu(host.back()));
-        }
-        std::vector<const any_tensor*> host_in, dev_in;
-        for (std::size_t i = 0; i < host.size(); ++i) {
-          host_in.push_back(&host[i]);
-          dev_in.push_back(&dev[i]);
-        }
-        test_resources cpu_res, gpu_res;
-        const any_tensor expected = run_cpu(n, t, host_in, {}, cpu_res);
-        const any_tensor got = run_gpu(n, t, dev_in, {}, gpu_res, expected.byte_size());
-        const bool integral = expected.empty() || expected.type() == dtype::boolean ||
-                              expected.type() == dtype::i32 || expected.type() == dtype::i64;
-        compare(expected, got, integral ? check::elementwise : c.how, what);
-        ++runs;
-        // reshape and identity share the input's device memory, as on the CPU.
-        if (c.op == "reshape" || c.op == "reshape_like" || c.op == "identity")
-          CHECK(got.shares_buffer_with(dev[0]));
       }
     MESSAGE(runs << " kernel runs compared");
   }

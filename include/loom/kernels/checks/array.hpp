@@ -42,14 +42,15 @@ struct gather_attrs {
         drop_negative(n.attr_or<bool>("drop_negative", false)) {}
 };
 // indexed_slices: rows along `axis` of the dense shape (of its third input,
-// else this attribute).
+// else this attribute). The kernel, not this, chooses between them by the inputs
+// it is given; graph inference has already required the attribute without a
+// third input.
 struct slices_attrs {
   int axis;
   std::vector<std::int64_t> dense_shape;
   explicit slices_attrs(const node_def& n)
       : axis(static_cast<int>(n.attr<std::int64_t>("axis"))),
-        dense_shape(n.inputs.size() == 3 ? std::vector<std::int64_t>{}
-                                         : n.attr<std::vector<std::int64_t>>("dense_shape")) {}
+        dense_shape(n.attr_or<std::vector<std::int64_t>>("dense_shape", {})) {}
 };
 // concat (`index` unused) and concat_grad (the part of input `index`).
 struct concat_attrs {

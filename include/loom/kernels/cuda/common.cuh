@@ -85,6 +85,9 @@ template <class T, class F> __device__ T block_reduce(T v, F op, T* scratch) {
       if (lane + static_cast<unsigned>(o) < warps)
         v = op(v, other);
     }
+    // Lane 0 overwrites scratch[0], which lanes past `warps` read above: the
+    // shuffles keep the warp in step, but only a warp barrier orders the memory.
+    __syncwarp();
     if (lane == 0)
       scratch[0] = v;
   }
