@@ -25,6 +25,10 @@
 
 namespace loom::ops {
 
+// relu_grad's Eigen functor: defined beside Eigen's packets, in the kernel layer
+// (kernels/cpu/eigen_tensor.hpp), where every eval() is instantiated.
+template <class T> struct relu_grad_fn;
+
 using int_and_float_types = type_list<float, double, std::int32_t, std::int64_t>;
 
 // The scalar math the apply()s share: the float functions for float (expf,
@@ -107,8 +111,10 @@ LOOM_BINARY_OP(div,      int_and_float_types, T,     a / b,           T(a / b))
 LOOM_BINARY_OP(maximum,  int_and_float_types, T,     a.cwiseMax(b),   scalar::max(a, b))
 LOOM_BINARY_OP(minimum,  int_and_float_types, T,     a.cwiseMin(b),   scalar::min(a, b))
 // The adjoint of relu: dy where the forward input was positive (a = dy, b = x).
+// Its Eigen form is a functor with packet math (relu_grad_fn), not select() over
+// a comparison, which Eigen's Tensor module evaluates a bool at a time.
 LOOM_BINARY_OP(relu_grad, floating_types,     T,
-               (b > b.constant(typename B::Scalar(0))).select(a, a.constant(typename A::Scalar(0))),
+               a.binaryExpr(b, relu_grad_fn<typename A::Scalar>{}),
                b > T(0) ? a : T(0))
 LOOM_BINARY_OP(less,          int_and_float_types, bool, a < b,  a < b)
 LOOM_BINARY_OP(less_equal,    int_and_float_types, bool, a <= b, a <= b)

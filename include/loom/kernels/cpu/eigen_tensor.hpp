@@ -26,6 +26,19 @@
 
 namespace loom {
 
+namespace ops {
+// relu_grad's Eigen form (expr/ops.hpp): dy where x > 0, else +0, as a mask and a
+// bitwise and per packet. select() over the comparison, which it replaces, built a
+// bool per element and converted them back one at a time: 2 % of examples/ctr's
+// worker for a pass over 100 K floats. NaN and -0 give +0, as the scalar form.
+template <class T> struct relu_grad_fn {
+  T operator()(const T& dy, const T& x) const { return x > T(0) ? dy : T(0); }
+  template <class P> P packetOp(const P& dy, const P& x) const {
+    return Eigen::internal::pand(dy, Eigen::internal::pcmp_lt(Eigen::internal::pzero(x), x));
+  }
+};
+} // namespace ops
+
 template <element_type T, int R>
 using tensor_map =
     Eigen::TensorMap<Eigen::Tensor<T, R, Eigen::RowMajor, Eigen::DenseIndex>, Eigen::Aligned>;
@@ -67,3 +80,11 @@ template <element_type T> const_tensor_map<T, 1> eigen_flat(const any_tensor& t)
 }
 
 } // namespace loom
+
+// Tells Eigen that relu_grad_fn has a packet form (its cost: a compare and an and).
+template <class T> struct Eigen::internal::functor_traits<loom::ops::relu_grad_fn<T>> {
+  enum {
+    Cost = 2 * Eigen::NumTraits<T>::AddCost,
+    PacketAccess = Eigen::internal::packet_traits<T>::HasCmp
+  };
+};
