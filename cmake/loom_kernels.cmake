@@ -16,9 +16,9 @@ function(loom_add_kernels source)
   # g++ at -O2 vectorizes a loop only where that needs no check at run time (its "very
   # cheap" cost model): not over a count known only then, which is most of a kernel's
   # loops (a shard's slots, a batch's ids, rows of a runtime width). The dynamic model, as
-  # at -O3, vectorizes them with a check and a scalar tail: examples/ctr +6.6 % examples/s
-  # at -7.7 % CPU over 8 alternated rounds, for +1.6 % of this unit's compile time
-  # (docs/benchmarks.md, "#23, stop 36"). clang's -O2 vectorizes so already.
+  # at -O3, vectorizes them with a check and a scalar tail: examples/ctr -3.9 % CPU (4 of 4
+  # alternated rounds; +6.6 % examples/s with it on every target), for +1.6 % of this unit's
+  # compile time (docs/benchmarks.md, "#23, stop 36"). clang's -O2 vectorizes so already.
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     target_compile_options(loom_kernels PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fvect-cost-model=dynamic>)
   endif()

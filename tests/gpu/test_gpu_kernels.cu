@@ -314,8 +314,10 @@ enum class check {
   elementwise, // each element: |gpu - cpu| <= tol * max(|cpu|, floor); tol 1e-5 float, 1e-12
                // double; floor 1e-3, or the operands' magnitude where a result may cancel
   l2,          // ||gpu - cpu|| <= tol ||cpu||; tol 1e-4 float, 1e-10 double
-  sums,        // each element: |gpu - cpu| <= tol * (the same reduction of |x|); tol 1e-5 float,
-               // 1e-12 double: a sum that cancels is held to its operands' size, as rounding is
+  sums,        // each element: |gpu - cpu| <= tol * (the same reduction of |x|); tol 1e-6 float,
+               // 1e-14 double: a sum that cancels is held to its operands' size, as rounding is
+               // (a few float epsilons of it); an element lost from the longest sum here (70 001
+               // elements, each ~1.4e-5 of the total) fails unless under a tenth of the mean
 };
 
 template <class T> double as_double(T v) {
@@ -349,7 +351,7 @@ void compare(const any_tensor& cpu, const any_tensor& gpu_value, check how, cons
       if (how == check::sums) {
         REQUIRE(magnitude != nullptr);
         const T* m = magnitude->data<T>();
-        const double tol = f32 ? 1e-5 : 1e-12;
+        const double tol = f32 ? 1e-6 : 1e-14;
         std::int64_t bad = 0, first = -1;
         for (std::int64_t i = 0; i < n; ++i) {
           const double a = as_double(c[i]), b = as_double(g[i]);

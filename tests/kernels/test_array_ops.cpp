@@ -6,8 +6,13 @@
 #include <doctest/doctest.h>
 #include <support/messages.hpp>
 
+#include <loom/kernels/context.hpp>
+#include <loom/kernels/cpu/parallel_for.hpp>
+#include <loom/kernels/registry.hpp>
 #include <loom/loom.hpp>
+#include <loom/runtime/resource_manager.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -147,6 +152,26 @@ TEST_CASE("the dense value of a sparse gradient sums the rows of repeated ids") 
   const auto dense = s.run_nodes({slices}, {}).front();
   CHECK(dense.shape() == shape{4, 2});
   CHECK(values_of<double>(dense) == std::vector<double>{3, 4, 0, 0, 6, 8, 0, 0});
+}
+
+TEST_CASE("indexed_slices' kernel given neither a dense_shape nor a third input: one error") {
+  // Graph inference refuses such a node; a kernel run on a hand-made one says what is missing.
+  const any_tensor values = any_tensor::from_vector<double>(shape{1, 2}, {1, 2});
+  const any_tensor indices = ids(shape{1}, {0});
+  const std::array<const any_tensor*, 2> in{&values, &indices};
+  loom::node_def n;
+  n.op = "indexed_slices";
+  n.name = "slices";
+  n.attrs = {{"axis", std::int64_t{0}}};
+  const loom::detail::kernel_fn kernel = loom::detail::kernel_registry::instance().find_for(
+      n, loom::dtype::f64, loom::detail::device_cpu);
+  Eigen::ThreadPool pool(1);
+  loom::cpu_device device(&pool, 1);
+  loom::detail::resource_manager resources;
+  loom::detail::kernel_context c{n, in, {}, device, resources, {}, 0, nullptr, nullptr};
+  const auto what = message_of<loom::invalid_argument_error>([&] { kernel(c); });
+  INFO(what);
+  CHECK(contains(what, "no dense shape: neither a 'dense_shape' attribute nor a third input"));
 }
 
 TEST_CASE("unsorted_segment_sum: rows summed per segment, negative ids dropped, a count known "

@@ -218,6 +218,38 @@ TEST_CASE("elementwise ops: the scalar form keeps Eigen's semantics at the edges
   CHECK(ops::cast<std::int32_t>::apply(-2.75) == -2);
 }
 
+// relu_grad's packet form (a mask and an and, kernels/cpu/eigen_tensor.hpp) at the edges,
+// through the CPU kernel: 37 elements, so packets and a scalar tail both see each case.
+// Zeros are compared by sign bit: == cannot tell -0 from +0.
+TEST_CASE("relu_grad: dy where x > 0, +0 elsewhere, in the packets and the tail") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> xs{inf, -inf, nan, -0.f, 0.f, 1e-30f, -1e-30f, 2.f};
+  const std::vector<float> dys{3.f, -0.f, nan, -inf};
+  std::vector<float> x(37), dy(37);
+  for (std::size_t i = 0; i < 37; ++i) {
+    x[i] = xs[i % xs.size()];
+    dy[i] = dys[(i / xs.size()) % dys.size()];
+  }
+  const any_tensor tdy = tensor_of(dy), tx = tensor_of(x);
+  const std::array<const any_tensor*, 2> in{&tdy, &tx};
+  node_def n;
+  n.op = "relu_grad";
+  n.name = "relu_grad";
+  const any_tensor out = run_registered(n, dtype::f32, in);
+  for (std::size_t i = 0; i < 37; ++i) {
+    INFO("x " << x[i] << ", dy " << dy[i]);
+    const float got = out.data<float>()[i];
+    if (x[i] > 0.f) {
+      CHECK((std::isnan(dy[i]) ? std::isnan(got) : got == dy[i]));
+      CHECK(std::signbit(got) == std::signbit(dy[i]));
+    } else {
+      CHECK(got == 0.f);
+      CHECK_FALSE(std::signbit(got));
+    }
+  }
+}
+
 TEST_CASE("elementwise ops: result dtypes come from the op (comparisons are bool)") {
   static_assert(std::is_same_v<ops::result_for_t<ops::less, float>, bool>);
   static_assert(std::is_same_v<ops::result_for_t<ops::not_equal, std::int64_t>, bool>);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -41,16 +42,28 @@ struct gather_attrs {
       : axis(static_cast<int>(n.attr<std::int64_t>("axis"))),
         drop_negative(n.attr_or<bool>("drop_negative", false)) {}
 };
-// indexed_slices: rows along `axis` of the dense shape (of its third input,
-// else this attribute). The kernel, not this, chooses between them by the inputs
-// it is given; graph inference has already required the attribute without a
-// third input.
+// indexed_slices: rows along `axis` of the dense shape of its third input, else of
+// its attribute. Which one is the kernel's inputs' to say, not the node's declared
+// ones (a kernel can be run on a node that lists none); graph inference has already
+// required the attribute of a node without a third input, and a node that reaches a
+// kernel without either gets one error here.
 struct slices_attrs {
   int axis;
-  std::vector<std::int64_t> dense_shape;
+  std::optional<std::vector<std::int64_t>> dense_shape;
   explicit slices_attrs(const node_def& n)
       : axis(static_cast<int>(n.attr<std::int64_t>("axis"))),
-        dense_shape(n.attr_or<std::vector<std::int64_t>>("dense_shape", {})) {}
+        dense_shape(n.has_attr("dense_shape")
+                        ? std::optional(n.attr<std::vector<std::int64_t>>("dense_shape"))
+                        : std::nullopt) {}
+  loom::shape dense(const node_def& n, std::span<const any_tensor* const> inputs) const {
+    if (inputs.size() == 3)
+      return inputs[2]->shape();
+    if (!dense_shape)
+      throw invalid_argument_error("node " + n.describe() +
+                                   ": no dense shape: neither a 'dense_shape' attribute nor a "
+                                   "third input to take it from");
+    return loom::shape(*dense_shape);
+  }
 };
 // concat (`index` unused) and concat_grad (the part of input `index`).
 struct concat_attrs {

@@ -135,8 +135,7 @@ template <class T> struct indexed_slices_cpu {
     const any_tensor& indices = c.input(1);
     const slices_attrs& a = c.decoded<slices_attrs>();
     const int axis = a.axis;
-    const loom::shape dense =
-        c.inputs.size() == 3 ? c.input(2).shape() : loom::shape(a.dense_shape);
+    const loom::shape dense = a.dense(c.node, c.inputs);
     check_slices(c.node, values, indices, dense, axis);
     const axis_layout l = layout_around(dense, axis);
     const std::int64_t n = indices.num_elements();

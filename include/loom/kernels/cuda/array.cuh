@@ -156,8 +156,7 @@ template <class T> struct indexed_slices_gpu {
     const any_tensor& indices = c.input(1);
     const slices_attrs& a = c.decoded<slices_attrs>();
     const int axis = a.axis;
-    const loom::shape dense =
-        c.inputs.size() == 3 ? c.input(2).shape() : loom::shape(a.dense_shape);
+    const loom::shape dense = a.dense(c.node, c.inputs);
     loom::detail::check_slices(c.node, values, indices, dense, axis);
     const axis_layout l = layout_around(dense, axis);
     with_ids(download(gpu_of(c), indices), [&](const auto* id) {
