@@ -356,6 +356,18 @@ struct slot_split {
     return power_of_two ? x & (parts - 1) : x % parts;
   }
   std::int64_t row(std::int64_t x) const noexcept { return power_of_two ? x >> shift : x / parts; }
+  // Calls f(shard_of, row_of) with the split as two functions that test nothing: for a
+  // loop that would otherwise ask power_of_two at every element.
+  template <class F> decltype(auto) visit(F&& f) const {
+    if (power_of_two) {
+      const std::int64_t mask = parts - 1;
+      const int by = shift;
+      return f([mask](std::int64_t x) { return x & mask; },
+               [by](std::int64_t x) { return x >> by; });
+    }
+    const std::int64_t n = parts;
+    return f([n](std::int64_t x) { return x % n; }, [n](std::int64_t x) { return x / n; });
+  }
 };
 
 // Calls f(where) with where(id) -> (shard, row): the shard of an embedding
@@ -373,11 +385,12 @@ template <class F> decltype(auto) with_shard_router(const shard_route_attrs& a, 
 // (shard_slots names every row of its shard). One loop per kind of split, with
 // no branch in it: whether a slot is the shard's is random, and as a branch
 // (g++ makes one of a `?:` or an `&&` at -O2) it was mispredicted for half of
-// the slots, 2.9 % of a worker's time in examples/ctr. A mask instead.
+// the slots, 2.9 % of a worker's time in examples/ctr. A mask instead, over the
+// split's branch-free form (slot_split::visit).
 template <class I>
 std::int64_t shard_rows_named(const I* slots, std::int64_t count, const slot_split& split,
                               std::int64_t shard) {
-  auto largest = [&](auto shard_of, auto row_of) {
+  return split.visit([&](auto shard_of, auto row_of) {
     std::int64_t rows = 0;
     for (std::int64_t k = 0; k < count; ++k) {
       const auto s = static_cast<std::int64_t>(slots[k]);
@@ -386,16 +399,7 @@ std::int64_t shard_rows_named(const I* slots, std::int64_t count, const slot_spl
       rows = std::max(rows, (row_of(s) + 1) & -mine);
     }
     return rows;
-  };
-  if (split.power_of_two) {
-    const std::int64_t mask = split.parts - 1;
-    const int shift = split.shift;
-    return largest([mask](std::int64_t s) { return s & mask; },
-                   [shift](std::int64_t s) { return s >> shift; });
-  }
-  const std::int64_t parts = split.parts;
-  return largest([parts](std::int64_t s) { return s % parts; },
-                 [parts](std::int64_t s) { return s / parts; });
+  });
 }
 
 // shard_slots on the host, for the CPU kernel and for the GPU kernel's host copy
