@@ -39,6 +39,11 @@ public:
     raw_fixed(std::bit_cast<std::uint64_t>(v));
     return *this;
   }
+  writer& fixed32(std::uint32_t field, std::uint32_t v) {
+    key(field, wire_type::fixed32);
+    raw_fixed(v);
+    return *this;
+  }
   writer& float32(std::uint32_t field, float v) {
     key(field, wire_type::fixed32);
     raw_fixed(std::bit_cast<std::uint32_t>(v));
