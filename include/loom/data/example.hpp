@@ -1,0 +1,422 @@
+// tf.Example parsing (TF's tf.io.parse_example / parse_single_example): a
+// spec names the features a model reads, and parsing a batch of serialized
+// Example protos gives `features` (data/features.hpp):
+//   fixed_len(name, dtype, shape, default)  -> a dense [batch] + shape tensor
+//                                              (TF's FixedLenFeature)
+//   var_len(name, dtype)                    -> a sparse value: indices [N, 2],
+//                                              values [N], dense_shape
+//                                              [batch, longest list]
+//                                              (TF's VarLenFeature)
+// with dtype int64, float32 or string (TF's Int64List, FloatList, BytesList).
+// Features not in the spec are skipped. Errors, each naming the feature and
+// the example's position in the batch: a required feature missing, a feature
+// of another type than the spec's, a fixed-length feature with the wrong
+// number of values, bytes that are no Example.
+//
+// Parsed a batch at a time, straight into the batch's tensors, as TF's
+// fast parser does: `tfrecord_dataset(files) | batch(256) | map(example_parser(spec))`.
+// The wire format is read with core/protobuf_wire.hpp's reader.
+#pragma once
+
+#include <loom/core/error.hpp>
+#include <loom/core/protobuf_wire.hpp>
+#include <loom/core/tensor.hpp>
+#include <loom/data/features.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace loom::data {
+
+class example_spec {
+public:
+  struct feature {
+    std::string name;
+    dtype type;
+    bool fixed;               // FixedLenFeature, else VarLenFeature
+    loom::shape shape;        // fixed only
+    any_tensor default_value; // fixed only; empty: required
+  };
+
+  // A FixedLenFeature; `default_value` (empty: the feature is required) holds
+  // shape's number of elements, or one that fills it.
+  example_spec& fixed_len(std::string name, dtype type, loom::shape shape,
+                          any_tensor default_value = {}) {
+    check_type(name, type);
+    if (!shape.fully_defined())
+      throw invalid_argument_error("example_spec: feature \"" + name + "\" has the partial shape " +
+                                   shape.to_string());
+    if (!default_value.empty()) {
+      if (default_value.type() != type)
+        throw invalid_argument_error("example_spec: feature \"" + name + "\" is " +
+                                     std::string(to_string(type)) + ", its default " +
+                                     default_value.describe());
+      const std::int64_t n = shape.num_elements();
+      if (default_value.num_elements() == 1 && n != 1) {
+        any_tensor filled(type, shape);
+        visit_dtype(
+            type, [&]<class T>() { std::fill_n(filled.data<T>(), n, default_value.data<T>()[0]); });
+        default_value = filled;
+      } else if (default_value.num_elements() != n) {
+        throw invalid_argument_error("example_spec: feature \"" + name + "\" of shape " +
+                                     shape.to_string() + " has a default of " +
+                                     std::to_string(default_value.num_elements()) + " values");
+      }
+      default_value = default_value.reshaped(shape);
+    }
+    add({std::move(name), type, true, std::move(shape), std::move(default_value)});
+    return *this;
+  }
+  template <element_type T>
+  example_spec& fixed_len(std::string name, loom::shape shape, std::vector<T> default_value) {
+    const auto n = static_cast<std::int64_t>(default_value.size());
+    return fixed_len(std::move(name), dtype_of<T>, std::move(shape),
+                     any_tensor::from_vector(loom::shape{n}, default_value));
+  }
+
+  // A VarLenFeature: any number of values per example, batched as sparse.
+  example_spec& var_len(std::string name, dtype type) {
+    check_type(name, type);
+    add({std::move(name), type, false, {}, {}});
+    return *this;
+  }
+
+  const std::vector<feature>& all() const noexcept { return features_; }
+  // The position of a feature in all(), or -1.
+  int find(std::string_view name) const {
+    const auto it = index_.find(name);
+    return it == index_.end() ? -1 : it->second;
+  }
+
+private:
+  static void check_type(const std::string& name, dtype type) {
+    if (type != dtype::i64 && type != dtype::f32 && type != dtype::string)
+      throw invalid_argument_error("example_spec: feature \"" + name + "\" is " +
+                                   std::string(to_string(type)) +
+                                   "; a tf.Example holds int64, float32 or string (bytes)");
+  }
+  void add(feature f) {
+    if (find(f.name) >= 0)
+      throw invalid_argument_error("example_spec: feature \"" + f.name + "\" is given twice");
+    index_.emplace(f.name, static_cast<int>(features_.size()));
+    features_.push_back(std::move(f));
+  }
+
+  // Looked up by string_view, so parsing a key allocates nothing.
+  struct name_hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+  std::vector<feature> features_;
+  std::unordered_map<std::string, int, name_hash, std::equal_to<>> index_;
+};
+
+namespace detail {
+
+// The Feature message's kinds (tensorflow/core/example/feature.proto).
+inline dtype feature_kind(std::uint32_t field) {
+  switch (field) {
+  case 1: return dtype::string;   // BytesList
+  case 2: return dtype::f32;      // FloatList
+  case 3: return dtype::i64;      // Int64List
+  default: return dtype::boolean; // not a kind: the caller skips it
+  }
+}
+
+// One parse: the spec's columns, filled example by example.
+class example_batch_parser {
+public:
+  example_batch_parser(const example_spec& spec, std::size_t batch)
+      : spec_(spec), batch_(batch), columns_(spec.all().size()) {
+    for (std::size_t c = 0; c < columns_.size(); ++c) {
+      const auto& f = spec.all()[c];
+      column& col = columns_[c];
+      if (f.fixed) {
+        col.per_example = f.shape.num_elements();
+        std::vector<std::int64_t> dims{static_cast<std::int64_t>(batch)};
+        dims.insert(dims.end(), f.shape.dims().begin(), f.shape.dims().end());
+        col.dense = any_tensor(f.type, loom::shape(std::move(dims)));
+      } else {
+        col.lengths.assign(batch, 0);
+      }
+    }
+  }
+
+  void parse(std::size_t e, std::string_view serialized) {
+    example_ = e;
+    for (auto& col : columns_)
+      col.seen = false;
+    protobuf::reader example(serialized, "tf.Example");
+    while (!example.done()) {
+      const protobuf::field f = example.next();
+      if (f.number != 1 || f.type != protobuf::wire_type::length_delimited)
+        continue; // Example.features
+      protobuf::reader features(f.bytes, "tf.Features");
+      while (!features.done()) {
+        const protobuf::field entry = features.next();
+        if (entry.number == 1 && entry.type == protobuf::wire_type::length_delimited)
+          parse_entry(entry.bytes);
+      }
+    }
+    for (std::size_t c = 0; c < columns_.size(); ++c) {
+      column& col = columns_[c];
+      const auto& spec = spec_.all()[c];
+      if (col.seen || !spec.fixed)
+        continue;
+      if (spec.default_value.empty())
+        throw invalid_argument_error(
+            "parse_example: example " + std::to_string(e) + ": feature \"" + spec.name + "\" (" +
+            std::string(to_string(spec.type)) + ") is required but missing, and has no default");
+      visit_dtype(spec.type, [&]<class T>() {
+        std::copy_n(spec.default_value.data<T>(), col.per_example,
+                    col.dense.data<T>() + static_cast<std::int64_t>(e) * col.per_example);
+      });
+    }
+  }
+
+  features finish() {
+    features out;
+    for (std::size_t c = 0; c < columns_.size(); ++c) {
+      column& col = columns_[c];
+      const auto& spec = spec_.all()[c];
+      if (spec.fixed) {
+        out.set(spec.name, std::move(col.dense));
+        continue;
+      }
+      std::int64_t total = 0, longest = 0;
+      for (const auto n : col.lengths) {
+        total += n;
+        longest = std::max(longest, n);
+      }
+      any_sparse s;
+      s.indices = tensor<std::int64_t, 2>(loom::shape{total, 2});
+      s.dense_shape = tensor<std::int64_t, 1>(
+          loom::shape{2}, std::vector<std::int64_t>{static_cast<std::int64_t>(batch_), longest});
+      std::int64_t* idx = s.indices.data();
+      for (std::size_t e = 0; e < batch_; ++e)
+        for (std::int64_t k = 0; k < col.lengths[e]; ++k) {
+          *idx++ = static_cast<std::int64_t>(e);
+          *idx++ = k;
+        }
+      if (spec.type == dtype::i64)
+        s.values = any_tensor::from_vector(loom::shape{total}, col.ints);
+      else if (spec.type == dtype::f32)
+        s.values = any_tensor::from_vector(loom::shape{total}, col.floats);
+      else
+        s.values = any_tensor::from_vector(loom::shape{total}, col.strings);
+      out.set(spec.name, std::move(s));
+    }
+    return out;
+  }
+
+private:
+  struct column {
+    std::int64_t per_example = 0;      // fixed
+    any_tensor dense;                  // fixed: [batch] + shape
+    std::vector<std::int64_t> lengths; // var_len: values per example
+    std::vector<std::int64_t> ints;
+    std::vector<float> floats;
+    std::vector<std::string> strings;
+    std::size_t start = 0; // var_len: where this example's values begin
+    bool seen = false;
+  };
+
+  [[noreturn]] void fail(const std::string& name, const std::string& why) const {
+    throw invalid_argument_error("parse_example: example " + std::to_string(example_) +
+                                 ": feature \"" + name + "\": " + why);
+  }
+
+  // A Features map entry: key (1) and Feature (2).
+  void parse_entry(std::string_view entry_bytes) {
+    protobuf::reader entry(entry_bytes, "tf.Features entry");
+    std::string_view key, value;
+    while (!entry.done()) {
+      const protobuf::field f = entry.next();
+      if (f.type != protobuf::wire_type::length_delimited)
+        continue;
+      if (f.number == 1)
+        key = f.bytes;
+      else if (f.number == 2)
+        value = f.bytes;
+    }
+    const int c = spec_.find(key);
+    if (c < 0)
+      return;
+    const auto& spec = spec_.all()[static_cast<std::size_t>(c)];
+    column& col = columns_[static_cast<std::size_t>(c)];
+    // A key given twice: the last wins, as for any protobuf map.
+    if (!spec.fixed) {
+      if (!col.seen)
+        col.start = spec.type == dtype::i64   ? col.ints.size()
+                    : spec.type == dtype::f32 ? col.floats.size()
+                                              : col.strings.size();
+      col.ints.resize(spec.type == dtype::i64 ? col.start : col.ints.size());
+      col.floats.resize(spec.type == dtype::f32 ? col.start : col.floats.size());
+      col.strings.resize(spec.type == dtype::string ? col.start : col.strings.size());
+    }
+    col.seen = true;
+
+    // The Feature: its one kind's list, whose field 1 holds the values.
+    protobuf::reader feature(value, "tf.Feature");
+    std::string_view list;
+    dtype kind = spec.type; // a Feature with no kind set holds no values
+    while (!feature.done()) {
+      const protobuf::field f = feature.next();
+      const dtype k = feature_kind(f.number);
+      if (k == dtype::boolean || f.type != protobuf::wire_type::length_delimited)
+        continue;
+      kind = k;
+      list = f.bytes;
+    }
+    if (kind != spec.type)
+      fail(spec.name, "the spec says " + std::string(to_string(spec.type)) +
+                          ", the example holds " + std::string(to_string(kind)));
+
+    std::int64_t count = 0;
+    const auto e = static_cast<std::int64_t>(example_);
+    const auto too_many = [&] {
+      fail(spec.name, "more values than the " + std::to_string(col.per_example) +
+                          " of the spec's shape " + spec.shape.to_string());
+    };
+    protobuf::reader values(list, "tf.Feature list");
+    while (!values.done()) {
+      const protobuf::field f = values.next();
+      if (f.number != 1)
+        continue;
+      if (spec.type == dtype::string) {
+        if (spec.fixed) {
+          if (count >= col.per_example)
+            too_many();
+          col.dense.data<std::string>()[e * col.per_example + count] = std::string(f.bytes);
+        } else {
+          col.strings.emplace_back(f.bytes);
+        }
+        ++count;
+      } else if (spec.type == dtype::i64) {
+        const auto put = [&](std::int64_t v) {
+          if (spec.fixed) {
+            if (count >= col.per_example)
+              too_many();
+            col.dense.data<std::int64_t>()[e * col.per_example + count] = v;
+          } else {
+            col.ints.push_back(v);
+          }
+          ++count;
+        };
+        if (f.type == protobuf::wire_type::length_delimited) { // packed
+          for (std::string_view p = f.bytes; !p.empty();)
+            put(static_cast<std::int64_t>(packed_varint(p, spec.name)));
+        } else {
+          put(f.as_int64());
+        }
+      } else {
+        const auto put = [&](float v) {
+          if (spec.fixed) {
+            if (count >= col.per_example)
+              too_many();
+            col.dense.data<float>()[e * col.per_example + count] = v;
+          } else {
+            col.floats.push_back(v);
+          }
+          ++count;
+        };
+        if (f.type == protobuf::wire_type::length_delimited) { // packed
+          if (f.bytes.size() % 4 != 0)
+            fail(spec.name, "a packed float list of " + std::to_string(f.bytes.size()) + " bytes");
+          for (std::size_t i = 0; i < f.bytes.size(); i += 4) {
+            std::uint32_t bits = 0;
+            for (std::size_t b = 0; b < 4; ++b)
+              bits |= std::uint32_t{static_cast<std::uint8_t>(f.bytes[i + b])} << (8 * b);
+            put(std::bit_cast<float>(bits));
+          }
+        } else {
+          put(f.as_float());
+        }
+      }
+    }
+    if (spec.fixed && count != col.per_example)
+      fail(spec.name, std::to_string(count) + " values, the spec's shape " +
+                          spec.shape.to_string() + " needs " + std::to_string(col.per_example));
+    if (!spec.fixed)
+      col.lengths[example_] = count;
+  }
+
+  // A varint of a packed list (whose values have no keys, so the field reader
+  // does not apply).
+  std::uint64_t packed_varint(std::string_view& p, const std::string& name) const {
+    std::uint64_t v = 0;
+    for (int shift = 0; shift < 64 && !p.empty(); shift += 7) {
+      const auto b = static_cast<std::uint8_t>(p.front());
+      p.remove_prefix(1);
+      v |= std::uint64_t{b & 0x7fu} << shift;
+      if (!(b & 0x80))
+        return v;
+    }
+    fail(name, "a packed int64 list ends inside a varint");
+  }
+
+  const example_spec& spec_;
+  std::size_t batch_;
+  std::vector<column> columns_;
+  std::size_t example_ = 0;
+};
+
+} // namespace detail
+
+// A batch of serialized Examples parsed with `spec`.
+inline features parse_example(const example_spec& spec, std::span<const std::string> serialized) {
+  detail::example_batch_parser parser(spec, serialized.size());
+  for (std::size_t e = 0; e < serialized.size(); ++e)
+    parser.parse(e, serialized[e]);
+  return parser.finish();
+}
+
+// One serialized Example (TF's parse_single_example): fixed features have the
+// spec's shape, sparse ones indices [N, 1] and dense_shape [length].
+inline features parse_single_example(const example_spec& spec, std::string_view serialized) {
+  detail::example_batch_parser parser(spec, 1);
+  parser.parse(0, serialized);
+  features batch = parser.finish(), out;
+  for (const auto& f : spec.all()) {
+    if (f.fixed) {
+      out.set(f.name, batch.dense_value(f.name).reshaped(f.shape));
+      continue;
+    }
+    const any_sparse& s = batch.sparse_any(f.name);
+    const std::int64_t n = s.indices.dim(0);
+    any_sparse one{tensor<std::int64_t, 2>(loom::shape{n, 1}), s.values,
+                   tensor<std::int64_t, 1>(loom::shape{1}, s.dense_shape(1))};
+    for (std::int64_t k = 0; k < n; ++k)
+      one.indices(k, 0) = s.indices(k, 1);
+    out.set(f.name, std::move(one));
+  }
+  return out;
+}
+
+// parse_example as a callable for map(): a batch of records (what
+// tfrecord_dataset | batch(n) gives) to features.
+class example_parser {
+public:
+  explicit example_parser(example_spec spec)
+      : spec_(std::make_shared<const example_spec>(std::move(spec))) {}
+  features operator()(const tensor<std::string, 1>& serialized) const {
+    return parse_example(*spec_, serialized.flat());
+  }
+
+private:
+  std::shared_ptr<const example_spec> spec_;
+};
+
+} // namespace loom::data

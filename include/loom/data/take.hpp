@@ -1,0 +1,70 @@
+// take(count) (TF's Dataset.take): the first `count` elements; -1 takes all.
+#pragma once
+
+#include <loom/core/error.hpp>
+#include <loom/data/dataset.hpp>
+#include <loom/data/iterator_state.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace loom::data {
+
+template <dataset_recipe Input> class take_dataset {
+public:
+  using element_type = element_of<Input>;
+
+  take_dataset(Input input, std::int64_t count) : input_(std::move(input)), count_(count) {
+    if (count < -1)
+      throw invalid_argument_error("take: count must be -1 (all) or more, got " +
+                                   std::to_string(count));
+  }
+
+  class iterator {
+  public:
+    explicit iterator(const take_dataset& d) : input_(d.input_.make_iterator()), left_(d.count_) {}
+    std::optional<element_type> next() {
+      if (left_ == 0)
+        return std::nullopt;
+      auto x = input_.next();
+      if (x && left_ > 0)
+        --left_;
+      return x;
+    }
+    void save(std::ostream& out) {
+      state::put_tag(out, "take");
+      state::put_i64(out, left_);
+      input_.save(out);
+    }
+    void restore(std::istream& in) {
+      state::expect_tag(in, "take");
+      left_ = state::get_i64(in);
+      input_.restore(in);
+    }
+
+  private:
+    iterator_of<Input> input_;
+    std::int64_t left_;
+  };
+
+  iterator make_iterator() const { return iterator(*this); }
+
+private:
+  Input input_;
+  std::int64_t count_;
+};
+
+struct take_stage {
+  std::int64_t count;
+  template <dataset_recipe D> take_dataset<D> apply(D input) const {
+    return {std::move(input), count};
+  }
+};
+
+inline take_stage take(std::int64_t count) {
+  return {count};
+}
+
+} // namespace loom::data
