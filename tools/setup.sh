@@ -23,6 +23,7 @@ packages=(
   libfarmhash-dev
   libjemalloc-dev
   libboost-dev
+  libsnappy-dev
   libspdlog-dev
   python3-venv
   libbenchmark-dev

@@ -237,10 +237,6 @@ void rewrite(const std::string& from, const std::string& to) {
   tb::write_index(to, reader.num_shards(), entries);
 }
 
-} // namespace tensor_bundle_test
-
-using namespace tensor_bundle_test;
-
 TEST_CASE("crc32c: extended piece by piece, equal to Boost's CRC-32C") {
   std::mt19937 rng(7);
   std::string bytes(1000, '\0');
@@ -620,3 +616,5 @@ TEST_CASE("bad checkpoints: one clear error each") {
                    "checkpoint index " + (dir / "none.index") + ": cannot open"));
   }
 }
+
+} // namespace tensor_bundle_test
