@@ -1,15 +1,21 @@
 // loom-ckpt: lists the tensors of a checkpoint and prints their values (TF's
-// inspect_checkpoint).
+// inspect_checkpoint), of loom's own format or of TensorFlow's (V2, the tensor
+// bundle: PREFIX.index and PREFIX.data-*, core/tensor_bundle.hpp), whichever the path
+// names.
 //
 //   loom-ckpt /tmp/train/model-1000          name, dtype, shape, bytes, checksum
 //   loom-ckpt /tmp/train                     the directory's latest checkpoint
 //   loom-ckpt /tmp/train --print hid/w --limit 50
+//   loom-ckpt inspect /tmp/tf/model.ckpt-3   a TF checkpoint: also each partitioned
+//   loom-ckpt inspect /tmp/tf/model.ckpt-3 --tensor emb    tensor's slices
+//   loom-ckpt convert /tmp/train/model-1000 /tmp/tf/model.ckpt-1000   into TF's format
 //
 // Exits 0 when the file is sound, 1 when it is missing, truncated or corrupt
 // (a bad checksum included), 2 on a usage error.
 #include <loom/core/dtype.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
+#include <loom/core/tensor_bundle.hpp>
 #include <loom/train/saver.hpp>
 
 #include <charconv>
@@ -26,14 +32,19 @@
 
 namespace {
 
-constexpr const char* usage = "usage: loom-ckpt <checkpoint file or directory> [--print NAME] "
-                              "[--limit N]\n"
-                              "  Lists the tensors of a loom checkpoint (a directory means its\n"
-                              "  latest checkpoint); --print prints one tensor's first N values\n"
-                              "  (default 20).\n";
+constexpr const char* usage =
+    "usage: loom-ckpt [inspect] <checkpoint or directory> [--tensor NAME] [--limit N]\n"
+    "  Lists the tensors of a checkpoint, loom's or TensorFlow's (a prefix with a .index\n"
+    "  file), and checks their checksums (a directory means its latest checkpoint);\n"
+    "  --tensor (or --print) prints one tensor's first N values (default 20).\n"
+    "usage: loom-ckpt convert <checkpoint> <TF checkpoint prefix>\n"
+    "  Writes a checkpoint, loom's or TensorFlow's, in TensorFlow's format (V2), which\n"
+    "  TensorFlow restores; a partitioned tensor keeps its slices.\n";
 
 struct options {
+  bool convert = false;
   std::string path;
+  std::string to; // convert's destination
   std::optional<std::string> print;
   std::int64_t limit = 20;
 };
@@ -59,8 +70,14 @@ std::optional<options> parse(int argc, char** argv, int& code) {
       code = 0;
       return std::nullopt;
     }
+    if (i == 1 && (arg == "inspect" || arg == "convert") && argc > 2) {
+      o.convert = arg == "convert";
+      continue;
+    }
     if (auto v = value("--print")) {
       o.print = *v;
+    } else if (auto t = value("--tensor")) {
+      o.print = *t;
     } else if (auto n = value("--limit")) {
       std::int64_t limit = 0;
       auto [end, ec] = std::from_chars(n->data(), n->data() + n->size(), limit);
@@ -70,6 +87,8 @@ std::optional<options> parse(int argc, char** argv, int& code) {
         return std::nullopt;
       }
       o.limit = limit;
+    } else if (o.convert && !o.path.empty() && o.to.empty() && arg.rfind("--", 0) != 0) {
+      o.to = std::string(arg);
     } else if (arg.rfind("--", 0) == 0 || !o.path.empty()) {
       std::cerr << "loom-ckpt: unexpected argument '" << arg << "'\n" << usage;
       code = 2;
@@ -78,7 +97,7 @@ std::optional<options> parse(int argc, char** argv, int& code) {
       o.path = std::string(arg);
     }
   }
-  if (o.path.empty()) {
+  if (o.path.empty() || (o.convert && (o.to.empty() || o.print))) {
     std::cerr << usage;
     code = 2;
     return std::nullopt;
@@ -99,9 +118,9 @@ template <class T> void print_value(std::ostream& out, const T& v) {
     out << v;
 }
 
-void print_tensor(const loom::checkpoint_entry& e, const loom::any_tensor& t, std::int64_t limit) {
+void print_tensor(const std::string& name, const loom::any_tensor& t, std::int64_t limit) {
   std::ostringstream out;
-  out << e.name << ": " << to_string(e.type) << e.shape.to_string() << " = [";
+  out << name << ": " << t.describe() << " = [";
   const std::int64_t n = t.num_elements();
   const std::int64_t shown = std::min(n, limit);
   loom::visit_dtype(t.type(), [&]<class T>() {
@@ -118,6 +137,119 @@ void print_tensor(const loom::checkpoint_entry& e, const loom::any_tensor& t, st
   std::cout << out.str();
 }
 
+// A TF checkpoint: its tensors (a partitioned one with its slices), each read to check
+// its checksum; exit 1 where one fails it.
+int inspect_tf(const std::string& prefix, const options& o) {
+  namespace tb = loom::tensor_bundle;
+  const tb::reader reader(prefix);
+  if (o.print) { // a name it lacks: a not_found_error listing the nearest
+    print_tensor(*o.print, reader.read_tensor(*o.print), o.limit);
+    return 0;
+  }
+  const auto entries = reader.entries();
+  std::size_t name_width = 4;
+  for (const tb::entry* e : entries)
+    name_width = std::max(name_width, e->key.size());
+  std::cout << "TensorFlow checkpoint " << prefix << " (" << entries.size() << " tensors, "
+            << reader.num_shards() << " data file" << (reader.num_shards() == 1 ? "" : "s")
+            << ")\n";
+  std::cout << std::left << std::setw(static_cast<int>(name_width)) << "name"
+            << "  " << std::setw(8) << "dtype"
+            << "  " << std::setw(16) << "shape"
+            << "  " << std::right << std::setw(12) << "bytes"
+            << "  checksum  slices\n";
+  std::vector<std::string> bad;
+  for (const tb::entry* e : entries) {
+    std::uint64_t bytes = e->size;
+    for (const loom::tensor_slice& s : e->slices)
+      bytes += reader.find_part(e->key, s)->size;
+    std::string checksum = "ok";
+    if (!e->type()) {
+      checksum = "-"; // a dtype loom lacks: not read
+    } else {
+      try {
+        reader.read_tensor(e->key);
+      } catch (const loom::data_loss_error& err) {
+        checksum = "BAD";
+        bad.push_back(err.message());
+      } catch (const loom::not_found_error& err) {
+        checksum = "BAD";
+        bad.push_back(err.message()); // a data file is missing
+      }
+    }
+    std::string slices;
+    for (const loom::tensor_slice& s : e->slices)
+      slices += (slices.empty() ? "" : " ") + s.to_string();
+    std::ostringstream row;
+    row << std::left << std::setw(static_cast<int>(name_width)) << e->key << "  " << std::setw(8)
+        << e->dtype_name() << "  " << std::setw(16) << e->shape.to_string() << "  " << std::right
+        << std::setw(12) << bytes << "  " << std::left << std::setw(8) << checksum << "  "
+        << slices;
+    std::string text = row.str();
+    text.erase(text.find_last_not_of(' ') + 1);
+    std::cout << text << "\n";
+  }
+  for (const std::string& b : bad)
+    std::cerr << "loom-ckpt: " << b << "\n";
+  if (!bad.empty()) {
+    std::cerr << "loom-ckpt: checkpoint " << prefix << " is corrupt: " << bad.size() << " of "
+              << entries.size() << " tensors fail to read\n";
+    return 1;
+  }
+  return 0;
+}
+
+bool is_tf_checkpoint(const std::string& prefix) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(loom::tensor_bundle::index_path(prefix), ec);
+}
+
+// Writes checkpoint `from` (either format) as TF checkpoint `to`: a TF checkpoint's
+// tensors into the data files they were in, a loom checkpoint's into one.
+int convert(const std::string& from, const std::string& to) {
+  namespace tb = loom::tensor_bundle;
+  std::vector<std::vector<tb::tensor_to_save>> shards(1);
+  std::size_t count = 0;
+  if (is_tf_checkpoint(from)) {
+    const tb::reader reader(from);
+    shards.resize(static_cast<std::size_t>(reader.num_shards()));
+    auto add = [&](const tb::entry& stored, tb::tensor_to_save t) {
+      shards[static_cast<std::size_t>(stored.shard_id)].push_back(std::move(t));
+    };
+    for (const tb::entry* e : reader.entries()) {
+      if (!e->type()) {
+        std::cerr << "loom-ckpt: not converted: '" << e->key << "' (" << e->dtype_name()
+                  << ", a dtype loom lacks)\n";
+        continue;
+      }
+      ++count;
+      if (!e->partitioned())
+        add(*e, {e->key, reader.read_tensor(e->key), {}, {}});
+      for (const loom::tensor_slice& s : e->slices)
+        add(*reader.find_part(e->key, s), {e->key, reader.read_slice(e->key, s), s, e->shape});
+    }
+  } else {
+    const loom::checkpoint_reader reader(from);
+    for (const loom::checkpoint_entry& e : reader.entries())
+      if (e.name != loom::checkpoint_shards_key) { // a sharded checkpoint's list of files
+        shards[0].push_back({e.name, reader.read(e), {}, {}});
+        ++count;
+      }
+  }
+  const int num_shards = static_cast<int>(shards.size());
+  std::vector<tb::entry> entries;
+  for (int i = 0; i < num_shards; ++i) {
+    const auto& mine = shards[static_cast<std::size_t>(i)];
+    auto written =
+        tb::write_shard(to, i, num_shards, mine.size(), [&](std::size_t k) { return mine[k]; });
+    entries.insert(entries.end(), written.begin(), written.end());
+  }
+  tb::write_index(to, num_shards, std::move(entries));
+  std::cout << "wrote " << count << " tensors to TensorFlow checkpoint " << to << " (" << num_shards
+            << " data file" << (num_shards == 1 ? "" : "s") << ")\n";
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) try {
@@ -132,9 +264,16 @@ int main(int argc, char** argv) try {
   if (!o)
     return code;
 
+  if (o->convert)
+    return convert(o->path, o->to);
+
   std::string path = o->path;
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
+    // TF's state file names a prefix, which is no file of its own.
+    if (const auto state = loom::get_checkpoint_state(path);
+        state && is_tf_checkpoint(state->model_checkpoint_path))
+      return inspect_tf(state->model_checkpoint_path, *o);
     auto latest = loom::latest_checkpoint(path);
     if (!latest) {
       std::cerr << "loom-ckpt: directory " << path
@@ -144,6 +283,9 @@ int main(int argc, char** argv) try {
     path = *latest;
   }
 
+  if (is_tf_checkpoint(path))
+    return inspect_tf(path, *o);
+
   loom::checkpoint_reader reader(path);
   if (o->print) {
     const loom::checkpoint_entry* e = reader.find(*o->print);
@@ -151,7 +293,7 @@ int main(int argc, char** argv) try {
       std::cerr << "loom-ckpt: checkpoint " << path << " has no tensor '" << *o->print << "'\n";
       return 1;
     }
-    print_tensor(*e, reader.read(*e), o->limit);
+    print_tensor(e->name, reader.read(*e), o->limit);
     return 0;
   }
 
