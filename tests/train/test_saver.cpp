@@ -3,6 +3,7 @@
 // missing variables, failed saves that leave the previous checkpoint intact, a
 // checkpoint saved on 2 ps tasks restored on 1, and the loom-ckpt tool.
 #include <loom/api.hpp>
+#include <loom/core/tensor_bundle.hpp>
 #include <loom/train/saver.hpp>
 
 #include <doctest/doctest.h>
@@ -885,4 +886,61 @@ TEST_CASE("a sharded save: each ps writes its own variables, the manifest comes 
                                   shape{2}, {"model-44.data-0-of-2", "model-44.data-0-of-2"})});
   CHECK_THROWS_WITH_AS(loom::checkpoint_reader{twice}, doctest::Contains("is in two of its files"),
                        loom::data_loss_error);
+}
+
+TEST_CASE("loom-ckpt inspects TensorFlow's checkpoints and converts loom's into them") {
+  const std::string tool = LOOM_CKPT_BIN;
+  if (tool.empty()) {
+    MESSAGE("LOOM_BUILD_TOOLS is off: loom-ckpt not built, skipped");
+    return;
+  }
+  auto run = [&](std::vector<std::string> args) {
+    auto c = std::make_unique<loom::testing::child>(tool, std::move(args));
+    auto st = c->wait(std::chrono::seconds(60));
+    REQUIRE_MESSAGE(st, c->report());
+    return std::pair(*st, c->output());
+  };
+  const std::string tf = std::string(LOOM_TEST_SOURCE_DIR) + "/tests/data/tf_checkpoints/";
+  {
+    const auto ran = run({"inspect", tf + "partitioned/model.ckpt-2"});
+    CHECK_MESSAGE(ran.first.success(), ran.second);
+    CHECK(contains(ran.second, "TensorFlow checkpoint"));
+    CHECK(contains(ran.second, "emb/Adagrad"));
+    CHECK(contains(ran.second, "[10, 4]"));
+    CHECK(contains(ran.second, "0,4:0,4 4,3:0,4 7,3:0,4")); // the parts
+  }
+  {
+    const auto ran = run({"inspect", tf + "sharded/model.ckpt", "--tensor", "b/i64"});
+    CHECK_MESSAGE(ran.first.success(), ran.second);
+    CHECK(
+        contains(ran.second, "b/i64: int64[3] = [-9223372036854775808, -1, 9223372036854775807]"));
+  }
+  {
+    const auto ran = run({"inspect", tf + "sharded/model.ckpt", "--tensor", "b/i6"});
+    CHECK(ran.first.code == 1);
+    CHECK(contains(ran.second, "has no tensor 'b/i6' (nearest: 'b/i64'"));
+  }
+
+  temp_dir dir;
+  model m;
+  loom::saver saver(m.g);
+  loom::session s(m.g, opts());
+  s.run(loom::global_variables_initializer(m.g));
+  m.set(s, 3);
+  const auto path = saver.save(s, dir / "model", 5);
+  const std::string converted = dir / "tf.ckpt-5";
+  {
+    const auto ran = run({"convert", path, converted});
+    CHECK_MESSAGE(ran.first.success(), ran.second);
+  }
+  const loom::tensor_bundle::reader r(converted);
+  const loom::checkpoint_reader original(path);
+  CHECK(r.entries().size() == original.entries().size());
+  for (const auto& e : original.entries()) {
+    const loom::any_tensor a = original.read(e), b = r.read_tensor(e.name);
+    CHECK(b.describe() == a.describe());
+    loom::visit_dtype(a.type(), [&]<class T>() {
+      CHECK_MESSAGE(std::equal(a.data<T>(), a.data<T>() + a.num_elements(), b.data<T>()), e.name);
+    });
+  }
 }
