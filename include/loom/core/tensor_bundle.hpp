@@ -45,8 +45,10 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -117,7 +119,8 @@ inline std::string index_path(const std::string& prefix) {
   return prefix + ".index";
 }
 
-// TF's format version: what loom writes (producer) and the oldest it reads.
+// TF's bundle format version: the producer version loom writes and the consumer version
+// it reads as (an index whose min_consumer is newer is refused).
 inline constexpr int format_version = 1;
 
 namespace detail {
@@ -146,8 +149,9 @@ inline void ordered_string(std::string& out, std::string_view s) {
   out.append("\0\1", 2);
 }
 // A signed number in n bytes, n the fewest whose 7n - 1 bits hold it: its two's
-// complement big-endian, with the first n bits (n + 1 past 8 bytes) flipped, so that
-// they read as n ones for a number >= 0 and n zeros for a negative one.
+// complement big-endian (sign-extended), with its first n bits flipped (past 8 bytes they
+// reach into the second byte), so that they read as n ones for a number >= 0 and n zeros
+// for a negative one: the encodings sort as the numbers do.
 inline void ordered_signed_number(std::string& out, std::int64_t v) {
   const std::uint64_t magnitude =
       v < 0 ? ~static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
@@ -274,6 +278,14 @@ inline loom::shape decode_shape(std::string_view bytes, const std::string& what)
       throw data_loss_error(what + " has a dimension of size " + std::to_string(size));
     dims.push_back(size);
   }
+  // The element count must fit an int64 (TF's TensorShape::IsValid), before anyone
+  // multiplies the dimensions.
+  std::int64_t elements = 1;
+  for (std::int64_t d : dims)
+    if (d != 0 && elements > std::numeric_limits<std::int64_t>::max() / d)
+      throw data_loss_error(what + " has a shape of more than 2^63 elements");
+    else
+      elements *= d;
   return loom::shape(std::move(dims));
 }
 
@@ -658,20 +670,25 @@ private:
     }
   }
 
-  // The data file of `shard`, opened on first use.
-  int data_fd(std::int32_t shard) const {
-    auto& fd = data_[shard];
-    if (!fd) {
+  struct data_file {
+    loom::detail::ckpt::fd_handle fd;
+    std::uint64_t size = 0;
+  };
+  // The data file of `shard`, opened on first use (by whichever thread reads first).
+  std::shared_ptr<const data_file> data(std::int32_t shard) const {
+    std::lock_guard lock(data_mutex_);
+    auto& file = data_[shard];
+    if (!file) {
       const std::string path = data_path(prefix_, shard, num_shards_);
-      fd = std::make_shared<loom::detail::ckpt::fd_handle>(
-          ::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-      if (!*fd) {
-        const int err = errno;
-        fd.reset();
-        loom::detail::ckpt::throw_io("checkpoint " + prefix_ + ": data file " + path, err);
-      }
+      auto opened = std::make_shared<data_file>();
+      opened->fd = loom::detail::ckpt::fd_handle(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      struct stat st {};
+      if (!opened->fd || ::fstat(opened->fd.get(), &st) != 0)
+        loom::detail::ckpt::throw_io("checkpoint " + prefix_ + ": data file " + path, errno);
+      opened->size = static_cast<std::uint64_t>(st.st_size);
+      file = std::move(opened);
     }
-    return fd->get();
+    return file;
   }
 
   // The bytes of a stored (not partitioned) entry as a tensor, checked.
@@ -679,28 +696,31 @@ private:
     const std::string path = data_path(prefix_, e.shard_id, num_shards_);
     const std::string what =
         path + ": tensor '" + std::string(name) + "'" + (e.key == name ? "" : " (a part)");
-    std::string bytes(static_cast<std::size_t>(e.size), '\0');
-    if (!loom::detail::ckpt::pread_all(data_fd(e.shard_id), bytes.data(), bytes.size(), e.offset,
-                                       path))
+    const std::shared_ptr<const data_file> file = data(e.shard_id);
+    // Checked before anything is allocated: a corrupt size is an error, not a huge buffer.
+    if (e.offset > file->size || e.size > file->size - e.offset)
       throw data_loss_error(what + " needs bytes [" + std::to_string(e.offset) + ", " +
-                            std::to_string(e.offset + e.size) +
-                            ") of the file, which is shorter: it is truncated");
+                            std::to_string(e.offset + e.size) + ") of the file, which has " +
+                            std::to_string(file->size) + ": it is truncated");
+    auto read_into = [&](void* into) {
+      if (!loom::detail::ckpt::pread_all(file->fd.get(), into, static_cast<std::size_t>(e.size),
+                                         e.offset, path))
+        throw data_loss_error(what + ": the file shrank while it was read");
+    };
     const dtype type = *e.type();
     any_tensor t(type, e.shape);
-    std::uint32_t crc = 0;
-    if (type != dtype::string) {
-      crc = crc32c::value(bytes);
-      check_crc(e, crc, what);
+    if (type != dtype::string) { // straight into the tensor: sizes were checked on open
+      read_into(t.raw_data());
+      check_crc(e, crc32c::extend(0, t.raw_data(), e.size), what);
       if (type == dtype::boolean)
-        for (char b : bytes)
-          if (b != 0 && b != 1)
-            throw data_loss_error(what + " holds a bool byte " +
-                                  std::to_string(static_cast<unsigned char>(b)) +
+        for (unsigned char b : std::span(static_cast<const unsigned char*>(t.raw_data()), e.size))
+          if (b > 1)
+            throw data_loss_error(what + " holds a bool byte " + std::to_string(b) +
                                   " that is neither 0 nor 1");
-      if (!bytes.empty())
-        std::memcpy(t.raw_data(), bytes.data(), bytes.size());
       return t;
     }
+    std::string bytes(static_cast<std::size_t>(e.size), '\0');
+    read_into(bytes.data());
     read_strings(bytes, t.flat<std::string>(), e, what);
     return t;
   }
@@ -760,7 +780,8 @@ private:
   std::vector<entry> all_;                                 // in key order
   std::map<std::string, std::size_t, std::less<>> by_key_; // into all_
   std::vector<std::size_t> names_;                         // all_ minus the parts
-  mutable std::map<std::int32_t, std::shared_ptr<loom::detail::ckpt::fd_handle>> data_;
+  mutable std::mutex data_mutex_;
+  mutable std::map<std::int32_t, std::shared_ptr<const data_file>> data_;
 };
 
 // -- writing ------------------------------------------------------------------------
