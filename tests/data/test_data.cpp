@@ -153,7 +153,7 @@ dataset indexed_dataset(std::int64_t n, std::int64_t features = 3, int classes =
   return d;
 }
 
-std::vector<std::int64_t> example_ids(const batch& b) {
+std::vector<std::int64_t> example_ids(const minibatch& b) {
   std::vector<std::int64_t> ids;
   for (std::int64_t r = 0; r < b.images.dim(0); ++r)
     ids.push_back(static_cast<std::int64_t>(b.images(r, 0)));
@@ -572,7 +572,7 @@ TEST_SUITE("data.batcher") {
   TEST_CASE("batch shapes and contents agree") {
     const dataset d = make_synthetic(50, 7);
     batcher b(d, 16, 1);
-    const batch x = b.next_batch();
+    const minibatch x = b.next_batch();
     CHECK(x.images.shape() == loom::shape{16, 784});
     CHECK(x.labels_one_hot.shape() == loom::shape{16, 10});
     CHECK(x.labels.shape() == loom::shape{16});
@@ -686,8 +686,8 @@ TEST_SUITE("data.batcher") {
   TEST_CASE("batches do not alias each other or the dataset") {
     const dataset d = indexed_dataset(6);
     batcher b(d, 3, 9, false);
-    batch first = b.next_batch();
-    const batch second = b.next_batch();
+    minibatch first = b.next_batch();
+    const minibatch second = b.next_batch();
     first.images(0, 0) = 100.f;
     CHECK(second.images(0, 0) == 3.f);
     CHECK(d.images(0, 0) == 0.f);

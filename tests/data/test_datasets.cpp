@@ -21,8 +21,10 @@
 #include <tuple>
 #include <vector>
 
+// A namespace of their own: test_data's unity unit has helpers of the same names.
+namespace pipeline_tests {
+
 using namespace loom;
-namespace data = loom::data;
 using loom::testing::contains;
 using loom::testing::message_of;
 using loom::testing::scratch_dir;
@@ -423,3 +425,5 @@ TEST_CASE("any_dataset hides a pipeline's type") {
   again.restore(saved);
   CHECK(*again.next() == -1);
 }
+
+} // namespace pipeline_tests

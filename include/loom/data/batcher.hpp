@@ -19,7 +19,8 @@
 
 namespace loom::data {
 
-struct batch {
+// What next_batch gives (named apart from the pipeline's batch() transformation).
+struct minibatch {
   loom::tensor<float, 2> images;         // [batch_size, features]
   loom::tensor<float, 2> labels_one_hot; // [batch_size, num_classes]
   loom::tensor<std::int64_t, 1> labels;  // [batch_size]
@@ -63,12 +64,12 @@ public:
   // The next batch_size examples. A batch that crosses the end of an epoch
   // takes the rest of that epoch followed by the start of the next (freshly
   // shuffled) one, so every example appears exactly once per epoch.
-  batch next_batch() {
+  minibatch next_batch() {
     const std::int64_t n = num_examples(), features = data_.images.dim(1);
     const int k = data_.num_classes;
-    batch b{loom::tensor<float, 2>(loom::shape{batch_size_, features}),
-            loom::tensor<float, 2>(loom::shape{batch_size_, k}, 0.f),
-            loom::tensor<std::int64_t, 1>(loom::shape{batch_size_})};
+    minibatch b{loom::tensor<float, 2>(loom::shape{batch_size_, features}),
+                loom::tensor<float, 2>(loom::shape{batch_size_, k}, 0.f),
+                loom::tensor<std::int64_t, 1>(loom::shape{batch_size_})};
     const float* src = data_.images.data();
     const std::int64_t* src_labels = data_.labels.data();
     float* dst = b.images.data();

@@ -49,8 +49,8 @@ struct csv_options {
   bool header = false; // the first line names the columns: skipped
   char field_delim = ',';
   bool use_quote_delim = true;
-  std::string na_value;         // a field equal to it is missing (as an empty one)
-  std::vector<int> select_cols; // the columns read, ascending; empty: all
+  std::string na_value{};         // a field equal to it is missing (as an empty one)
+  std::vector<int> select_cols{}; // the columns read, ascending; empty: all
   compression file_compression = compression::none;
 };
 

@@ -89,8 +89,11 @@ template <dataset_recipe D> end_of_input end(const D&) {
 // keeps in a member or passes across a library boundary.
 template <class E> class any_iterator {
 public:
-  template <iterator_over<E> I>
-  requires(!std::is_same_v<std::remove_cvref_t<I>, any_iterator>) any_iterator(I it)
+  // The self check comes first: it keeps the concept from asking whether
+  // any_iterator itself is an iterator while it is being copied.
+  template <class I>
+  requires(!std::is_same_v<std::remove_cvref_t<I>, any_iterator> && iterator_over<I, E>)
+      any_iterator(I it)
       : impl_(std::make_unique<model<I>>(std::move(it))) {}
 
   std::optional<E> next() { return impl_->next(); }
@@ -118,8 +121,9 @@ template <class E> class any_dataset {
 public:
   using element_type = E;
 
-  template <dataset_recipe D>
-  requires(!std::is_same_v<D, any_dataset> && std::is_same_v<element_of<D>, E>) any_dataset(D d)
+  template <class D>
+  requires(!std::is_same_v<std::remove_cvref_t<D>, any_dataset> && dataset_recipe<D> &&
+           std::is_same_v<element_of<D>, E>) any_dataset(D d)
       : impl_(std::make_shared<model<D>>(std::move(d))) {}
 
   any_iterator<E> make_iterator() const { return impl_->make_iterator(); }

@@ -1,0 +1,149 @@
+// Tests for csv_dataset: the TSV that TensorFlow's CsvDataset parsed
+// (tests/data/tf/quoted.tsv: empty fields taking defaults, quoted text with the
+// delimiter, a doubled quote and a line break, "\r\n") gives TF's values, and
+// every malformed record is one error naming the file and the line.
+#include <doctest/doctest.h>
+
+#include <loom/data/pipeline.hpp>
+
+#include <support/data_files.hpp>
+#include <support/messages.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+// A namespace of their own: test_data's unity unit has helpers of the same names.
+namespace pipeline_tests {
+
+using namespace loom;
+using loom::testing::contains;
+using loom::testing::message_of;
+using loom::testing::tf_fixture;
+
+namespace {
+
+std::string csv_value_text(const any_tensor& t) {
+  std::string out;
+  visit_dtype(t.type(), [&]<class T>() {
+    const T& v = t.flat<T>()[0];
+    if constexpr (std::is_same_v<T, std::string>) {
+      for (unsigned char c : v) {
+        char buf[3];
+        std::snprintf(buf, sizeof(buf), "%02x", c);
+        out += buf;
+      }
+      if (out.empty())
+        out = "-";
+    } else if constexpr (std::is_same_v<T, float>) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(v));
+      out = buf;
+    } else {
+      out = std::to_string(v);
+    }
+  });
+  return out;
+}
+
+std::vector<data::csv_column> fixture_columns() {
+  return {data::csv_default<std::int64_t>(-1), data::csv_default<std::int32_t>(0),
+          data::csv_default<float>(9.5f), data::csv_default<std::string>("none")};
+}
+
+std::vector<std::vector<any_tensor>> rows_of(const data::csv_dataset& d) {
+  std::vector<std::vector<any_tensor>> rows;
+  for (auto& r : d)
+    rows.push_back(r);
+  return rows;
+}
+
+} // namespace
+
+TEST_CASE("a TSV parses to what TF's CsvDataset parsed from it") {
+  const auto rows = rows_of(data::csv_dataset({tf_fixture("quoted.tsv")}, fixture_columns(),
+                                              {.header = true, .field_delim = '\t'}));
+  std::ifstream expected(tf_fixture("parsed_tsv.txt"));
+  REQUIRE(expected);
+  std::size_t i = 0;
+  for (std::string line; std::getline(expected, line); ++i) {
+    CAPTURE(line);
+    REQUIRE(i < rows.size());
+    std::string got = "row";
+    for (const auto& v : rows[i])
+      got += " " + csv_value_text(v);
+    CHECK(got == line);
+  }
+  CHECK(i == rows.size());
+  CHECK(rows[0][0].type() == dtype::i64);
+  CHECK(rows[0][1].type() == dtype::i32);
+
+  // Batched, column by column.
+  auto batched = data::csv_dataset({tf_fixture("quoted.tsv")}, fixture_columns(),
+                                   {.header = true, .field_delim = '\t'}) |
+                 data::batch(5);
+  for (auto& b : batched) {
+    REQUIRE(b.size() == 4);
+    CHECK(b[2].shape() == shape{5});
+    CHECK(b[3].flat<std::string>()[3] == "two\nlines");
+  }
+}
+
+TEST_CASE("CSV options: select_cols, na_value, quotes off") {
+  loom::testing::scratch_dir dir;
+  loom::testing::write_text_file(dir.file("a.csv"), "1,x,NA,4\n5,\"y\",7,8\n");
+  const auto rows = rows_of(
+      data::csv_dataset({dir.file("a.csv")},
+                        {data::csv_required<std::int64_t>(), data::csv_default<std::int64_t>(-1)},
+                        {.na_value = "NA", .select_cols = {0, 2}}));
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0][1].flat<std::int64_t>()[0] == -1);
+  CHECK(rows[1][1].flat<std::int64_t>()[0] == 7);
+
+  loom::testing::write_text_file(dir.file("q.csv"), "\"a\"\"\n");
+  const auto raw = rows_of(data::csv_dataset(
+      {dir.file("q.csv")}, {data::csv_required<std::string>()}, {.use_quote_delim = false}));
+  CHECK(raw.at(0)[0].flat<std::string>()[0] == "\"a\"\"");
+}
+
+TEST_CASE("a malformed CSV record: one error naming the file and the line") {
+  loom::testing::scratch_dir dir;
+  const auto error_of = [&](const std::string& text, std::vector<data::csv_column> columns) {
+    loom::testing::write_text_file(dir.file("bad.tsv"), text);
+    return message_of<data::corrupt_record_error>([&] {
+      rows_of(data::csv_dataset({dir.file("bad.tsv")}, std::move(columns), {.field_delim = '\t'}));
+    });
+  };
+  const auto two = [] {
+    return std::vector{data::csv_default<std::int64_t>(0), data::csv_default<std::int64_t>(0)};
+  };
+  const std::string where = dir.file("bad.tsv") + ": line ";
+
+  CHECK(contains(error_of("1\t2\n3\t4\t5\n", two()),
+                 where + "2: expected 2 fields, the record has 3"));
+  CHECK(contains(error_of("1\t\"multi\nline\"\n3\n",
+                          {data::csv_default<std::int64_t>(0), data::csv_default<std::string>("")}),
+                 where + "3: expected 2 fields, the record has 1"));
+  CHECK(
+      contains(error_of("1\t\n", {data::csv_default<std::int64_t>(0), data::csv_required<float>()}),
+               where + "1: field 1 is empty and its column has no default"));
+  CHECK(contains(error_of("1\tx\n", two()), where + "1: field 1 is \"x\", not a valid int64"));
+  CHECK(contains(error_of("1\t\"open\n", two()), "the file ends inside a quoted field"));
+  CHECK(contains(error_of("1\tun\"quoted\n", two()), "an unquoted field holds a quote"));
+  CHECK(contains(error_of("1\t\"a\"b\n", two()), "a quoted field must end at a delimiter"));
+
+  // A bad record is consumed: ignore_errors goes on to the next.
+  loom::testing::write_text_file(dir.file("mixed.tsv"), "1\t2\nbad\n3\t4\n");
+  auto it = (data::csv_dataset({dir.file("mixed.tsv")}, two(), {.field_delim = '\t'}) |
+             data::ignore_errors())
+                .make_iterator();
+  CHECK((*it.next())[0].flat<std::int64_t>()[0] == 1);
+  CHECK((*it.next())[0].flat<std::int64_t>()[0] == 3);
+  CHECK_FALSE(it.next());
+  CHECK(it.errors_ignored() == 1);
+}
+
+} // namespace pipeline_tests
