@@ -105,6 +105,9 @@ int main(int argc, char** argv) try {
       .define_string("checkpoint_dir", "",
                      "Where the chief saves and restores checkpoints (default: a new temporary "
                      "directory)")
+      .define_string("checkpoint_format", "loom",
+                     "The checkpoints' format: loom (its own) or tensorflow (TF's V2 checkpoint, "
+                     "which TF's Saver restores)")
       .define_float("save_checkpoint_secs", 60, "Seconds between checkpoints (0: not by time)")
       .define_string("logdir", "",
                      "Where the chief writes TensorBoard summaries (loss, the batch's AUC, "
@@ -274,6 +277,7 @@ int main(int argc, char** argv) try {
       .checkpoint_dir = checkpoint_dir,
       .save_checkpoint_secs = flags.get_float("save_checkpoint_secs"),
       .sharded_checkpoints = flags.get_bool("sharded_checkpoints"),
+      .checkpoint_format = loom::checkpoint_format_from(flags.get_string("checkpoint_format")),
       .summary_dir = flags.get_string("logdir"),
       .save_summaries_steps = flags.get_int("save_summaries_steps"),
       .examples_per_global_step = batch_size * replicas_to_aggregate,

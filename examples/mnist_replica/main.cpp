@@ -52,6 +52,9 @@ int main(int argc, char** argv) try {
       .define_string("checkpoint_dir", "",
                      "Where the chief saves and restores checkpoints (default: a new "
                      "temporary directory, as the seed's tempfile.mkdtemp())")
+      .define_string("checkpoint_format", "loom",
+                     "The checkpoints' format: loom (its own) or tensorflow (TF's V2 checkpoint, "
+                     "which TF's Saver restores)")
       .define_float("save_checkpoint_secs", 60, "Seconds between checkpoints (0: not by time)")
       .define_int("save_checkpoint_steps", 0, "Global steps between checkpoints (0: not by steps)")
       .define_string("logdir", "",
@@ -161,6 +164,7 @@ int main(int argc, char** argv) try {
       .checkpoint_dir = checkpoint_dir,
       .save_checkpoint_secs = flags.get_float("save_checkpoint_secs"),
       .save_checkpoint_steps = flags.get_int("save_checkpoint_steps"),
+      .checkpoint_format = loom::checkpoint_format_from(flags.get_string("checkpoint_format")),
       .summary_dir = flags.get_string("logdir"),
       .save_summaries_steps = flags.get_int("save_summaries_steps"),
       .examples_per_global_step = batch_size * replicas_to_aggregate,

@@ -733,56 +733,60 @@ struct embedding_model {
 } // namespace
 
 TEST_CASE("a partitioned embedding saved in N shards restores into M shards, every id keeping "
-          "its row") {
+          "its row, in either format") {
   const std::int64_t rows = 23;
-  for (const auto strategy : {loom::partition_strategy::mod, loom::partition_strategy::div}) {
-    const bool div = strategy == loom::partition_strategy::div;
-    for (const auto& counts : std::vector<std::pair<std::int64_t, std::int64_t>>{
-             {2, 3}, {3, 2}, {4, 1}, {1, 3}, {2, 2}}) {
-      // Plain variables, not a structured binding: clang 14 cannot capture one (INFO does).
-      const std::int64_t from = counts.first, to = counts.second;
-      INFO(std::string(div ? "div" : "mod") << ": " << from << " -> " << to << " shards");
-      temp_dir dir;
-      {
-        embedding_model saved(rows, from, strategy);
-        loom::session s(saved.g);
-        s.run(loom::global_variables_initializer(saved.g));
-        saved.fill(s, rows, from, div);
-        REQUIRE(saved.ids_intact(s, rows));
-        saved.train_on_first(s, 5);
-        saved.fill(s, rows, from, div); // the rows again, the accumulators trained
-        loom::saver(saved.g).save(s, dir / "model");
+  for (const auto format : {loom::checkpoint_format::loom, loom::checkpoint_format::tensorflow})
+    for (const auto strategy : {loom::partition_strategy::mod, loom::partition_strategy::div}) {
+      const bool div = strategy == loom::partition_strategy::div;
+      for (const auto& counts : std::vector<std::pair<std::int64_t, std::int64_t>>{
+               {2, 3}, {3, 2}, {4, 1}, {1, 3}, {2, 2}}) {
+        // Plain variables, not a structured binding: clang 14 cannot capture one (INFO does).
+        const std::int64_t from = counts.first, to = counts.second;
+        INFO((format == loom::checkpoint_format::loom ? "loom's format, " : "TF's format, ")
+             << (div ? "div" : "mod") << ": " << from << " -> " << to << " shards");
+        temp_dir dir;
+        {
+          embedding_model saved(rows, from, strategy);
+          loom::session s(saved.g);
+          s.run(loom::global_variables_initializer(saved.g));
+          saved.fill(s, rows, from, div);
+          REQUIRE(saved.ids_intact(s, rows));
+          saved.train_on_first(s, 5);
+          saved.fill(s, rows, from, div); // the rows again, the accumulators trained
+          loom::saver(saved.g, {.format = format}).save(s, dir / "model");
+        }
+        embedding_model restored(rows, to, strategy);
+        loom::session s(restored.g);
+        s.run(loom::global_variables_initializer(restored.g));
+        CHECK_FALSE(restored.ids_intact(s, rows)); // zeros before the restore
+        loom::saver(restored.g).restore(s, dir / "model");
+        CHECK(restored.ids_intact(s, rows));
+        // The slots moved with their rows: ids 0-4 trained once (0.1 + 1).
+        const auto acc = restored.accumulators(s, rows, to, div);
+        for (std::int64_t i = 0; i < rows; ++i)
+          CHECK(acc[static_cast<std::size_t>(i)] == doctest::Approx(i < 5 ? 1.1 : 0.1));
       }
-      embedding_model restored(rows, to, strategy);
-      loom::session s(restored.g);
-      s.run(loom::global_variables_initializer(restored.g));
-      CHECK_FALSE(restored.ids_intact(s, rows)); // zeros before the restore
-      loom::saver(restored.g).restore(s, dir / "model");
-      CHECK(restored.ids_intact(s, rows));
-      // The slots moved with their rows: ids 0-4 trained once (0.1 + 1).
-      const auto acc = restored.accumulators(s, rows, to, div);
-      for (std::int64_t i = 0; i < rows; ++i)
-        CHECK(acc[static_cast<std::size_t>(i)] == doctest::Approx(i < 5 ? 1.1 : 0.1));
     }
-  }
 }
 
 TEST_CASE("restoring a partitioned embedding with another strategy is one clear error") {
-  temp_dir dir;
-  {
-    embedding_model saved(10, 2, loom::partition_strategy::mod);
-    loom::session s(saved.g);
-    s.run(loom::global_variables_initializer(saved.g));
-    saved.fill(s, 10, 2, false);
-    loom::saver(saved.g).save(s, dir / "model");
+  for (const auto format : {loom::checkpoint_format::loom, loom::checkpoint_format::tensorflow}) {
+    temp_dir dir;
+    {
+      embedding_model saved(10, 2, loom::partition_strategy::mod);
+      loom::session s(saved.g);
+      s.run(loom::global_variables_initializer(saved.g));
+      saved.fill(s, 10, 2, false);
+      loom::saver(saved.g, {.format = format}).save(s, dir / "model");
+    }
+    embedding_model restored(10, 3, loom::partition_strategy::div);
+    loom::session s(restored.g);
+    s.run(loom::global_variables_initializer(restored.g));
+    const std::string what = loom::testing::message_of<loom::invalid_argument_error>(
+        [&] { loom::saver(restored.g).restore(s, dir / "model"); });
+    CHECK(contains(what, "variable 'emb' was saved in 2 shards spread by the \"mod\" strategy, "
+                         "and is now looked up with \"div\" over 3 shards"));
   }
-  embedding_model restored(10, 3, loom::partition_strategy::div);
-  loom::session s(restored.g);
-  s.run(loom::global_variables_initializer(restored.g));
-  const std::string what = loom::testing::message_of<loom::invalid_argument_error>(
-      [&] { loom::saver(restored.g).restore(s, dir / "model"); });
-  CHECK(contains(what, "variable 'emb' was saved in 2 shards spread by the \"mod\" strategy, and "
-                       "is now looked up with \"div\" over 3 shards"));
 }
 
 TEST_CASE("a partitioned variable no lookup reads restores a \"mod\" checkpoint of the same "
@@ -886,6 +890,46 @@ TEST_CASE("a sharded save: each ps writes its own variables, the manifest comes 
                                   shape{2}, {"model-44.data-0-of-2", "model-44.data-0-of-2"})});
   CHECK_THROWS_WITH_AS(loom::checkpoint_reader{twice}, doctest::Contains("is in two of its files"),
                        loom::data_loss_error);
+}
+
+TEST_CASE("a sharded save in TF's format: each ps writes its own data file, the index comes "
+          "last, and it restores into another count of ps tasks") {
+  temp_dir dir;
+  std::string path;
+  {
+    local_cluster cluster(2, 1);
+    cluster_model m(cluster.spec);
+    loom::saver saver(m.g, {.sharded = true, .format = loom::checkpoint_format::tensorflow});
+    loom::session s(m.g, loom::session_target{cluster.target()}, quiet());
+    m.initialize_to_known_values(s);
+    path = saver.save(s, dir / "model", 42);
+    // round_robin: w and the step on ps 0, b on ps 1; one TF index names both files.
+    const loom::tensor_bundle::reader r(path);
+    CHECK(r.num_shards() == 2);
+    CHECK(r.find("w")->shard_id == 0);
+    CHECK(r.find("global_step")->shard_id == 0);
+    CHECK(r.find("b")->shard_id == 1);
+    CHECK(r.read_tensor("b").flat<float>()[1] == -2.0f);
+    CHECK(files_in(dir.path) ==
+          std::vector<std::string>{"checkpoint", "model-42.data-00000-of-00002",
+                                   "model-42.data-00001-of-00002", "model-42.index"});
+  }
+  {
+    local_cluster cluster(1, 1);
+    cluster_model m(cluster.spec);
+    loom::saver saver(m.g);
+    loom::session s(m.g, loom::session_target{cluster.target()}, quiet());
+    saver.restore(s, *loom::latest_checkpoint(dir.path));
+    auto w = s.run(*m.w);
+    for (std::size_t i = 0; i < 6; ++i)
+      CHECK(w.flat()[i] == static_cast<float>(i + 1));
+    CHECK(s.run(*m.b).flat()[1] == -2.0f);
+    CHECK(s.run(*m.step).item() == 42);
+  }
+  // A data file missing: one clear error naming it.
+  std::filesystem::remove(path + ".data-00001-of-00002");
+  CHECK_THROWS_WITH_AS(loom::tensor_bundle::reader(path).read_tensor("b"),
+                       doctest::Contains("model-42.data-00001-of-00002"), loom::error);
 }
 
 TEST_CASE("loom-ckpt inspects TensorFlow's checkpoints and converts loom's into them") {

@@ -18,12 +18,14 @@
 #include <loom/core/tensor_bundle.hpp>
 #include <loom/train/saver.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -230,11 +232,36 @@ int convert(const std::string& from, const std::string& to) {
     }
   } else {
     const loom::checkpoint_reader reader(from);
-    for (const loom::checkpoint_entry& e : reader.entries())
-      if (e.name != loom::checkpoint_shards_key) { // a sharded checkpoint's list of files
-        shards[0].push_back({e.name, reader.read(e), {}, {}});
-        ++count;
+    // A partitioned variable's shards become its slices of the whole, as TF saves
+    // them (its "<var>/.partitioning" record names them and says how).
+    std::map<std::string, std::pair<std::string, loom::detail::partition_layout>> shard_of;
+    for (const loom::checkpoint_entry& e : reader.entries()) {
+      const std::string suffix = "/.partitioning";
+      if (e.name.size() <= suffix.size() || !e.name.ends_with(suffix))
+        continue;
+      const std::string whole = e.name.substr(0, e.name.size() - suffix.size());
+      const auto layout = loom::detail::partition_layout::parse(
+          reader.read(e), "checkpoint " + from + ", variable '" + whole + "'");
+      for (const std::string& key : layout.shard_keys)
+        shard_of[key] = {whole, layout};
+    }
+    for (const loom::checkpoint_entry& e : reader.entries()) {
+      if (e.name == loom::checkpoint_shards_key) // a sharded checkpoint's list of files
+        continue;
+      loom::any_tensor value = reader.read(e);
+      ++count;
+      const auto it = shard_of.find(e.name);
+      if (it == shard_of.end()) {
+        shards[0].push_back({e.name, std::move(value), {}, {}});
+        continue;
       }
+      const auto& [whole, layout] = it->second;
+      const auto index = static_cast<std::int64_t>(
+          std::find(layout.shard_keys.begin(), layout.shard_keys.end(), e.name) -
+          layout.shard_keys.begin());
+      loom::tensor_slice slice = layout.slice_of(index, value.shape());
+      shards[0].push_back({whole, std::move(value), std::move(slice), layout.full});
+    }
   }
   const int num_shards = static_cast<int>(shards.size());
   std::vector<tb::entry> entries;

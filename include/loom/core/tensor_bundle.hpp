@@ -548,6 +548,10 @@ public:
     }
     if (!e.partitioned() && slice.covers(e.shape))
       return read_data(e, name);
+    // A part read as it was saved (a variable restored into its own partitioning):
+    // straight into its tensor, no copy.
+    if (const entry* part = e.partitioned() ? find_part(name, slice) : nullptr)
+      return read_data(*part, name);
     any_tensor out(*type, shape);
     std::int64_t copied = 0;
     if (!e.partitioned()) {

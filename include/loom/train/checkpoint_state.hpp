@@ -7,6 +7,7 @@
 
 #include <loom/core/checkpoint_format.hpp>
 #include <loom/core/durable_file.hpp>
+#include <loom/core/tensor_bundle.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -56,6 +57,14 @@ inline std::optional<std::string> unquote(std::string_view s) {
 }
 
 } // namespace detail::ckpt
+
+// Whether a checkpoint is at `path`: loom's file, or TensorFlow's index
+// "<path>.index" (TF's checkpoint_exists).
+inline bool checkpoint_exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec) ||
+         std::filesystem::is_regular_file(tensor_bundle::index_path(path), ec);
+}
 
 // A directory's "checkpoint" file (TF's CheckpointState). Paths are as written:
 // relative to the directory when the checkpoint is in it.
@@ -109,14 +118,11 @@ inline std::optional<checkpoint_state> get_checkpoint_state(const std::string& d
 }
 
 // The newest checkpoint of `dir` by its state file (TF's
-// tf.train.latest_checkpoint); nothing without a state file or when the file
-// it names is gone.
+// tf.train.latest_checkpoint), of either format; nothing without a state file
+// or when the checkpoint it names is gone.
 inline std::optional<std::string> latest_checkpoint(const std::string& dir) {
   auto st = get_checkpoint_state(dir);
-  if (!st)
-    return std::nullopt;
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(st->model_checkpoint_path, ec))
+  if (!st || !checkpoint_exists(st->model_checkpoint_path))
     return std::nullopt;
   return st->model_checkpoint_path;
 }
@@ -134,11 +140,11 @@ inline void write_checkpoint_state(const std::string& dir, const std::vector<std
                                  [&](auto&& out) { out(text.data(), text.size()); });
 }
 
-// The checkpoint files of `dir` (a checkpoint's one file, or a sharded one's
-// manifest), oldest first: files that begin with the format's magic, other than
-// a sharded checkpoint's data files and the temporary files of a write that did
-// not finish. Ordered by the step their name ends with ("model.ckpt-1500"),
-// then by time of last change.
+// The checkpoints of `dir`, oldest first: loom's (a checkpoint's one file, or a
+// sharded one's manifest: files that begin with the format's magic, other than a
+// sharded checkpoint's data files) and TensorFlow's (the prefix of each
+// "<prefix>.index"), not the temporary files of a write that did not finish. Ordered by the step
+// their name ends with ("model.ckpt-1500"), then by time of last change.
 inline std::vector<std::string> checkpoint_files_in(const std::string& dir) {
   namespace fs = std::filesystem;
   struct found {
@@ -149,26 +155,31 @@ inline std::vector<std::string> checkpoint_files_in(const std::string& dir) {
   std::vector<found> files;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
+    std::string name = entry.path().filename().string();
     if (!entry.is_regular_file(ec) || name.find(".data-") != std::string::npos ||
         name.find(".tmp-") != std::string::npos)
       continue;
-    std::FILE* f = std::fopen(entry.path().c_str(), "rb");
-    if (!f)
+    std::string path = entry.path().string();
+    if (name.ends_with(".index")) {
+      path.resize(path.size() - std::string_view(".index").size());
+      name.resize(name.size() - std::string_view(".index").size());
+    } else if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+      char head[detail::ckpt::magic.size()] = {};
+      const bool is_checkpoint = std::fread(head, 1, sizeof head, f) == sizeof head &&
+                                 std::memcmp(head, detail::ckpt::magic.data(), sizeof head) == 0;
+      std::fclose(f);
+      if (!is_checkpoint)
+        continue;
+    } else {
       continue;
-    char head[detail::ckpt::magic.size()] = {};
-    const bool is_checkpoint = std::fread(head, 1, sizeof head, f) == sizeof head &&
-                               std::memcmp(head, detail::ckpt::magic.data(), sizeof head) == 0;
-    std::fclose(f);
-    if (!is_checkpoint)
-      continue;
+    }
     std::int64_t step = -1;
     if (const auto dash = name.rfind('-');
         dash != std::string::npos && dash + 1 < name.size() && name.size() - dash <= 19 &&
         std::all_of(name.begin() + static_cast<long>(dash) + 1, name.end(),
                     [](char c) { return c >= '0' && c <= '9'; }))
       step = std::stoll(name.substr(dash + 1));
-    files.push_back({step, entry.last_write_time(ec), entry.path().string()});
+    files.push_back({step, entry.last_write_time(ec), std::move(path)});
   }
   std::sort(files.begin(), files.end(), [](const found& a, const found& b) {
     return a.step != b.step ? a.step < b.step : a.changed < b.changed;
@@ -203,7 +214,7 @@ inline checkpoint_to_restore find_checkpoint_to_restore(const std::string& dir,
   const bool has_state_file = fs::exists(state_file, ec);
   std::string why;
   if (const auto st = get_checkpoint_state(dir)) {
-    if (fs::is_regular_file(st->model_checkpoint_path, ec))
+    if (checkpoint_exists(st->model_checkpoint_path))
       return {st->model_checkpoint_path, {}, {}};
     why = "its state file " + state_file.string() + " names " + st->model_checkpoint_path +
           ", which does not exist";
@@ -223,11 +234,17 @@ inline checkpoint_to_restore find_checkpoint_to_restore(const std::string& dir,
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
     std::string problem;
     try {
-      const checkpoint_reader r(*it);
-      if (r.all_ok())
+      if (fs::is_regular_file(tensor_bundle::index_path(*it), ec)) {
+        const tensor_bundle::reader r(*it); // every tensor read: each checked
+        for (const tensor_bundle::entry* e : r.entries())
+          if (e->type())
+            r.read_tensor(e->key);
         intact.insert(intact.begin(), *it);
-      else
+      } else if (const checkpoint_reader r(*it); r.all_ok()) {
+        intact.insert(intact.begin(), *it);
+      } else {
         problem = "a tensor fails its checksum";
+      }
     } catch (const error& e) {
       problem = e.what();
     }

@@ -74,6 +74,8 @@ struct monitored_session_options {
   // Each ps task writes its own variables' shard of every checkpoint (saver_options::sharded;
   // the tasks and the chief must see checkpoint_dir at the same path).
   bool sharded_checkpoints = false;
+  // The checkpoints' format (saver_options::format); a restore reads either.
+  loom::checkpoint_format checkpoint_format = loom::checkpoint_format::loom;
   // Where the chief writes the graph's summaries (merge_all_summaries) for
   // TensorBoard, by a summary_saver_hook; empty: checkpoint_dir, as TF's.
   // Nothing is written where the graph has no summary.
@@ -131,7 +133,8 @@ public:
                                           "checkpoint directory " +
                                           o_.checkpoint_dir + ": " + ec.message());
         saver_.emplace(g, saver_options{.max_to_keep = o_.max_checkpoints_to_keep,
-                                        .sharded = o_.sharded_checkpoints});
+                                        .sharded = o_.sharded_checkpoints,
+                                        .format = o_.checkpoint_format});
         hooks_.push_back(std::make_shared<checkpoint_saver_hook>(
             *saver_, checkpoint_options{.dir = o_.checkpoint_dir,
                                         .secs = o_.save_checkpoint_secs,

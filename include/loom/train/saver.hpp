@@ -12,16 +12,24 @@
 // task, and a checkpoint restores into a cluster with another number of ps
 // tasks (the names, not the devices, identify the variables).
 //
+// Two formats (saver_options::format): loom's own (core/checkpoint_format.hpp)
+// and TensorFlow's V2 checkpoint (core/tensor_bundle.hpp: PREFIX.index and
+// PREFIX.data-*), which TF's Saver restores. In TF's, a shard of a partitioned
+// variable is saved as TF saves one, as its slice of the whole variable under the
+// whole's name (TF's save_slice_info: "emb" with parts [0:4], [4:7], [7:10], and
+// its slot "emb/Adagrad" likewise), so TF restores it into its own partitioning
+// whatever its count. A restore reads either format (TF's where PREFIX.index
+// exists) into any partitioning.
+//
 // Sharded (saver_options::sharded, TF's Saver(sharded=True)): each task
 // writes its own variables to its shard file in the same run, in parallel,
-// and no saved byte crosses the network; the saver then writes the manifest
-// that names the shards, last, so a checkpoint is whole or absent. The tasks
-// and the saver must see one filesystem at the same path (TF's assumption
-// too: a shared or network filesystem across hosts). A restore reads either
-// kind (checkpoint_reader opens a manifest's shards).
+// and no saved byte crosses the network; the saver then writes the file that
+// names the shards (loom's manifest, TF's index), last, so a checkpoint is whole
+// or absent. The tasks and the saver must see one filesystem at the same path
+// (TF's assumption too: a shared or network filesystem across hosts).
 //
-// The file's format: core/checkpoint_format.hpp; the directory's state
-// file: train/checkpoint_state.hpp; both written durably (durable_file.hpp).
+// The directory's state file: train/checkpoint_state.hpp; every file written
+// durably (durable_file.hpp).
 #pragma once
 
 #include <loom/core/checkpoint_format.hpp>
@@ -30,23 +38,30 @@
 #include <loom/core/error.hpp>
 #include <loom/core/shape.hpp>
 #include <loom/core/tensor.hpp>
+#include <loom/core/tensor_bundle.hpp>
+#include <loom/core/tensor_slice.hpp>
 #include <loom/graph/graph.hpp>
 #include <loom/graph/node.hpp>
 #include <loom/graph/ops/array.hpp>
 #include <loom/runtime/session.hpp>
 #include <loom/train/checkpoint_state.hpp>
 
+#include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -70,6 +85,14 @@ struct partition_layout {
   std::vector<std::string> shard_keys; // the shards' checkpoint keys, in order
 
   static std::string key(const std::string& variable) { return variable + "/.partitioning"; }
+  // Where shard `index`, of shape `part`, lies in the whole (TF's save_slice_info):
+  // its rows along the axis, every other dimension whole, each given as TF gives it.
+  tensor_slice slice_of(std::int64_t index, const loom::shape& part) const {
+    const std::int64_t size = full[axis];
+    std::vector<std::int64_t> starts(static_cast<std::size_t>(part.rank()), 0);
+    starts[static_cast<std::size_t>(axis)] = index * (size / count) + std::min(index, size % count);
+    return tensor_slice(std::move(starts), part.dims());
+  }
   bool div() const noexcept { return strategy != "mod"; }
 
   any_tensor to_tensor() const {
@@ -133,7 +156,41 @@ inline std::optional<partition_layout> layout_of(const node_def& n) {
                           {}};
 }
 
+// Where a shard of a partitioned variable lies in the whole: the whole's shape
+// and the shard's slice of it; nullopt for a variable that is not a shard.
+inline std::optional<std::pair<loom::shape, tensor_slice>> slice_of(const node_def& n) {
+  const auto layout = layout_of(n);
+  if (!layout)
+    return std::nullopt;
+  return std::pair(layout->full,
+                   layout->slice_of(n.attr<std::int64_t>("_partition_index"), n.shape));
+}
+
+// TF's shape_and_slice of a part: its save_slice_info spec, "10 4 0,4:0,4".
+inline std::string slice_spec(const loom::shape& full, const tensor_slice& slice) {
+  std::string out;
+  for (std::int64_t d : full.dims())
+    out += std::to_string(d) + " ";
+  return out + slice.to_string();
+}
+
 } // namespace detail
+
+// How a checkpoint lies on disk.
+enum class checkpoint_format {
+  loom,       // loom's own: one file (core/checkpoint_format.hpp)
+  tensorflow, // TensorFlow's V2 tensor bundle, which TF restores (core/tensor_bundle.hpp)
+};
+
+// A format by its name, "loom" or "tensorflow" (a flag's value).
+inline checkpoint_format checkpoint_format_from(std::string_view name) {
+  if (name == "loom")
+    return checkpoint_format::loom;
+  if (name == "tensorflow")
+    return checkpoint_format::tensorflow;
+  throw invalid_argument_error("checkpoint format '" + std::string(name) +
+                               "': \"loom\" or \"tensorflow\"");
+}
 
 struct saver_options {
   // Checkpoints kept on disk; older ones are deleted. 0 or less keeps every
@@ -141,66 +198,102 @@ struct saver_options {
   int max_to_keep = 5;
   // Variable nodes to save; empty: the global_variables collection.
   std::vector<node_id> var_list{};
+  // Or the variables to save under other names (TF's Saver(var_list={name:
+  // variable})): each variable under its checkpoint name; a shard of a
+  // partitioned variable under the name of the whole (TF's dict of a name and a
+  // PartitionedVariable). Not with var_list.
+  std::vector<std::pair<std::string, node_id>> var_names{};
   // Each task writes its own variables' shard of the checkpoint (above).
   bool sharded = false;
+  // The format save writes; restore reads either.
+  checkpoint_format format = checkpoint_format::loom;
 };
 
 class saver {
 public:
   // What the saver saves, and the nodes that restore it.
   struct saved_variable {
-    std::string name; // the checkpoint key: the variable node's name
+    std::string name; // its key in loom's format: the node's name (a mapped shard:
+                      // "<whole>/part_<i>")
+    // The variable it is saved as in TF's format: the node's name, or, for a shard of
+    // a partitioned variable, the whole's and the shard's slice of it.
+    std::string whole;
+    std::optional<tensor_slice> slice;
+    loom::shape whole_shape;
     node_id variable = no_node;
     node_id value = no_node;  // placeholder fed with the restored value
     node_id assign = no_node; // assigns it, colocated with the variable
     dtype type = dtype::f32;
     loom::shape shape;
+
+    // TF's shape_and_slice of it: "" (whole) or the save_slice_info spec.
+    std::string spec() const { return slice ? detail::slice_spec(whole_shape, *slice) : ""; }
   };
 
-  explicit saver(graph& g, saver_options o = {}) : graph_(g), max_to_keep_(o.max_to_keep) {
-    std::vector<node_id> ids =
-        o.var_list.empty() ? g.collection(collection::global_variables) : o.var_list;
-    if (ids.empty())
+  explicit saver(graph& g, saver_options o = {})
+      : graph_(g), max_to_keep_(o.max_to_keep), format_(o.format) {
+    if (!o.var_list.empty() && !o.var_names.empty())
+      throw invalid_argument_error("saver: var_list and var_names both given; give one");
+    std::vector<std::pair<std::string, node_id>> named = o.var_names;
+    if (named.empty())
+      for (node_id id :
+           o.var_list.empty() ? g.collection(collection::global_variables) : o.var_list)
+        named.emplace_back("", id); // "": by its own name
+    if (named.empty())
       throw invalid_argument_error("saver: no variables to save");
-    for (node_id id : ids) // every id checked before the graph changes
+    for (const auto& [name, id] : named) // every id checked before the graph changes
       if (g.node(id).op != "variable")
         throw invalid_argument_error("saver: node " + g.node(id).describe() + " is not a variable");
+    std::vector<saved_variable> vars;
+    for (const auto& [name, id] : named) {
+      if (std::any_of(vars.begin(), vars.end(), [&](auto& v) { return v.variable == id; }))
+        continue;
+      vars.push_back(describe(g.node(id), name));
+      for (std::size_t i = 0; i + 1 < vars.size(); ++i)
+        if (vars[i].name == vars.back().name)
+          throw invalid_argument_error("saver: variables '" + g.node(vars[i].variable).name +
+                                       "' and '" + g.node(id).name + "' are both saved as '" +
+                                       vars.back().name + "'");
+    }
     // The restore nodes take no name scope, device scope or control dependency
     // of wherever the saver is made.
     auto no_names = g.name_scope("");
     auto no_deps = g.control_dependencies(nullptr);
     auto no_device = g.device(nullptr);
     auto names = g.name_scope("save");
-    for (node_id id : ids) {
-      const node_def& n = g.node(id);
-      if (std::any_of(vars_.begin(), vars_.end(), [&](auto& v) { return v.variable == id; }))
-        continue;
-      saved_variable v{n.name, id, no_node, no_node, n.type, n.shape};
+    for (saved_variable& v : vars) {
+      const node_id id = v.variable;
       v.value =
           g.add_node("placeholder", {}, {{"dtype", v.type}, {"shape", v.shape}}, v.name + "/value");
       // Fed on the variable's task: the value crosses the network once.
       g.mutable_node(v.value).colocation_group = g.node(id).colocation();
       v.assign = g.add_node("assign", {id, v.value}, {}, v.name + "/assign");
-      vars_.push_back(std::move(v));
     }
+    vars_ = std::move(vars);
     if (o.sharded)
       add_shard_writers(g);
   }
 
   // Saves every variable (fetched in one run) to `prefix` or, with a global
-  // step, to "prefix-<step>"; updates the directory's state file and deletes
-  // the checkpoints beyond max_to_keep. Returns the path written.
+  // step, to "prefix-<step>", in the saver's format; updates the directory's
+  // state file and deletes the checkpoints beyond max_to_keep. Returns the path
+  // written. A save that fails leaves any checkpoint of that name as it was.
   std::string save(session& s, const std::string& prefix,
                    std::optional<std::int64_t> global_step = {}) {
     check_session(s);
     if (prefix.empty())
       throw invalid_argument_error("saver::save: empty checkpoint prefix");
     const std::string path = global_step ? prefix + "-" + std::to_string(*global_step) : prefix;
-    // The layout of each partitioned variable, once, beside its shards.
+    // The layout of each partitioned variable, once, beside its shards: how
+    // its ids spread, so that a restore into another count of shards keeps
+    // each id's row (TF's format has no field for it; TF ignores the extra
+    // string tensor).
     std::vector<std::pair<std::string, any_tensor>> records;
     for (const auto& [whole, layout] : partitioned_layouts())
       records.emplace_back(detail::partition_layout::key(whole), layout.to_tensor());
-    if (!shard_writers_.empty())
+    if (format_ == checkpoint_format::tensorflow)
+      save_tensorflow(s, path, std::move(records));
+    else if (!shard_writers_.empty())
       save_sharded(s, path, std::move(records));
     else
       save_one_file(s, path, std::move(records));
@@ -209,20 +302,19 @@ public:
   }
 
 private:
-  void save_one_file(
-      session& s, const std::string& path,
-      std::vector<std::pair<std::string, any_tensor>>
-          records) { // Fetched in groups of at most group_bytes, each in one run, and written
-    // as they come: a model larger than a message or than this process's
-    // memory saves in pieces. (Each group is one snapshot; in async training
-    // other workers may update between groups, as between TF's SaveV2 reads.)
-    std::vector<any_tensor> group;
-    std::size_t group_begin = 0;
-    write_checkpoint_file(path, vars_.size() + records.size(), [&](std::size_t i) {
-      if (i >= vars_.size())
-        return std::move(records[i - vars_.size()]);
-      if (i >= group_begin + group.size()) {
-        group_begin = i;
+  // The variables' values in order, fetched in groups of at most group_bytes,
+  // each in one run, as value(i) asks for them: a model larger than a message
+  // or than this process's memory saves in pieces. (Each group is one snapshot;
+  // in async training other workers may update between groups, as between TF's
+  // SaveV2 reads.)
+  std::function<any_tensor(std::size_t)> fetch_in_groups(session& s) const {
+    struct state {
+      std::vector<any_tensor> group;
+      std::size_t begin = 0;
+    };
+    return [this, &s, st = std::make_shared<state>()](std::size_t i) {
+      if (i < st->begin || i >= st->begin + st->group.size()) {
+        st->begin = i;
         std::vector<node_id> ids;
         std::size_t bytes = 0;
         for (std::size_t j = i;
@@ -230,16 +322,26 @@ private:
           ids.push_back(vars_[j].variable);
           bytes += bytes_of(vars_[j]);
         }
-        group = s.run_nodes(ids, {});
-        for (std::size_t k = 0; k < group.size(); ++k) {
-          const saved_variable& v = vars_[group_begin + k];
-          if (group[k].type() != v.type || !(group[k].shape() == v.shape))
-            throw internal_error("saver: variable '" + v.name + "' is " + group[k].describe() +
+        st->group = s.run_nodes(ids, {});
+        for (std::size_t k = 0; k < st->group.size(); ++k) {
+          const saved_variable& v = vars_[st->begin + k];
+          if (st->group[k].type() != v.type || !(st->group[k].shape() == v.shape))
+            throw internal_error("saver: variable '" + v.name + "' is " + st->group[k].describe() +
                                  ", its node says " + std::string(to_string(v.type)) +
                                  v.shape.to_string());
         }
       }
-      return std::pair<std::string, any_tensor>(vars_[i].name, std::move(group[i - group_begin]));
+      return std::move(st->group[i - st->begin]);
+    };
+  }
+
+  void save_one_file(session& s, const std::string& path,
+                     std::vector<std::pair<std::string, any_tensor>> records) {
+    auto value = fetch_in_groups(s);
+    write_checkpoint_file(path, vars_.size() + records.size(), [&](std::size_t i) {
+      if (i >= vars_.size())
+        return std::move(records[i - vars_.size()]);
+      return std::pair<std::string, any_tensor>(vars_[i].name, value(i));
     });
   }
 
@@ -262,6 +364,65 @@ private:
                           [&](std::size_t i) { return std::move(records[i]); });
   }
 
+  // TF's format: the data files under a temporary prefix (the saver's one, or
+  // each task's where sharded, and the saver's partitioning records in a file
+  // of their own after those), then moved to `path`, then the index, last.
+  void save_tensorflow(session& s, const std::string& path,
+                       std::vector<std::pair<std::string, any_tensor>> records) {
+    namespace tb = tensor_bundle;
+    const std::string staging = path + ".tmp-" + std::to_string(::getpid());
+    const int task_files = static_cast<int>(shard_writers_.size());
+    const int num_shards = shard_writers_.empty() ? 1 : task_files + (has_records_ ? 1 : 0);
+    if (!records.empty() && !shard_writers_.empty() && !has_records_)
+      throw internal_error("saver: partitioning records at save that the saver did not expect");
+    std::vector<tb::entry> entries;
+    try {
+      if (shard_writers_.empty()) {
+        auto value = fetch_in_groups(s);
+        entries = tb::write_shard(staging, 0, 1, vars_.size() + records.size(), [&](std::size_t i) {
+          if (i >= vars_.size()) {
+            auto& [name, tensor] = records[i - vars_.size()];
+            return tb::tensor_to_save{name, std::move(tensor), {}, {}};
+          }
+          return tb::tensor_to_save{vars_[i].whole, value(i), vars_[i].slice, vars_[i].whole_shape};
+        });
+      } else {
+        const auto written = s.run_nodes(shard_writers_, {},
+                                         {{filename_, any_tensor::scalar<std::string>(staging)}});
+        for (std::size_t w = 0; w < written.size(); ++w) {
+          const std::string* out = written[w].data<std::string>();
+          for (std::int64_t k = 0; k + 1 < written[w].num_elements(); k += 2)
+            entries.push_back(tb::detail::decode_entry(
+                out[k], out[k + 1], "saver: the entry of shard " + std::to_string(w)));
+        }
+        if (has_records_) {
+          auto more =
+              tb::write_shard(staging, task_files, num_shards, records.size(), [&](std::size_t i) {
+                auto& [name, tensor] = records[i];
+                return tb::tensor_to_save{name, std::move(tensor), {}, {}};
+              });
+          entries.insert(entries.end(), more.begin(), more.end());
+        }
+      }
+    } catch (...) {
+      remove_shard_files(staging);
+      throw;
+    }
+    // The previous checkpoint of this name, if any, loses its index before its
+    // data files are replaced: it is absent, never an index naming other data.
+    std::error_code ec;
+    std::filesystem::remove(tb::index_path(path), ec);
+    std::vector<std::string> keep;
+    for (int i = 0; i < num_shards; ++i) {
+      keep.push_back(tb::data_path(path, i, num_shards));
+      if (::rename(tb::data_path(staging, i, num_shards).c_str(), keep.back().c_str()) != 0)
+        detail::ckpt::throw_io(
+            "checkpoint " + path + ": cannot move its data file into place " + keep.back(), errno);
+    }
+    tb::write_index(path, num_shards, std::move(entries));
+    remove_shard_files(path, keep); // an earlier checkpoint's of this name, of another count
+  }
+
   // One shard writer per task that holds variables: the variables grouped by
   // the device their colocation group asked for (a slot goes with its
   // variable), each group's writer colocated with its first variable.
@@ -280,35 +441,51 @@ private:
       }
       groups[static_cast<std::size_t>(it - devices.begin())].push_back(&v);
     }
+    // TF's format: the saver writes the partitioning records to a data file of
+    // its own, after the tasks' files.
+    has_records_ = format_ == checkpoint_format::tensorflow && !partitioned_layouts().empty();
+    const auto num_shards = static_cast<std::int64_t>(groups.size() + (has_records_ ? 1 : 0));
     filename_ = g.add_node("placeholder", {}, {{"dtype", dtype::string}, {"shape", loom::shape{}}},
                            "filename");
+    auto strings = [](const std::vector<std::string>& v) {
+      return any_tensor::from_vector<std::string>(loom::shape{static_cast<std::int64_t>(v.size())},
+                                                  v);
+    };
     for (std::size_t i = 0; i < groups.size(); ++i) {
       std::vector<node_id> inputs{filename_};
-      std::vector<std::string> names;
+      std::vector<std::string> names, specs;
       for (const saved_variable* v : groups[i]) {
         inputs.push_back(v->variable);
-        names.push_back(v->name);
+        names.push_back(format_ == checkpoint_format::tensorflow ? v->whole : v->name);
+        specs.push_back(v->spec());
+      }
+      attr_map attrs{{"names", strings(names)},
+                     {"shard", static_cast<std::int64_t>(i)},
+                     {"num_shards", num_shards}};
+      if (format_ == checkpoint_format::tensorflow) {
+        attrs.emplace("format", std::string("tensorflow"));
+        attrs.emplace("shape_and_slices", strings(specs));
       }
       const node_id w =
-          g.add_node("save_shard", inputs,
-                     {{"names", any_tensor::from_vector<std::string>(
-                                    loom::shape{static_cast<std::int64_t>(names.size())}, names)},
-                      {"shard", static_cast<std::int64_t>(i)},
-                      {"num_shards", static_cast<std::int64_t>(groups.size())}},
-                     "shard_" + std::to_string(i));
+          g.add_node("save_shard", inputs, std::move(attrs), "shard_" + std::to_string(i));
       g.mutable_node(w).colocation_group = g.node(groups[i].front()->variable).colocation();
       shard_writers_.push_back(w);
     }
   }
 
-  // Deletes the shard files of the checkpoint at `path` (whatever their count).
-  static void remove_shard_files(const std::string& path) {
+  // Deletes the data files of the checkpoint at `path` (whatever their count and
+  // format) but those in `keep`.
+  static void remove_shard_files(const std::string& path,
+                                 const std::vector<std::string>& keep = {}) {
     const std::filesystem::path p(path);
     const std::string stem = p.filename().string() + ".data-";
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(
              p.has_parent_path() ? p.parent_path() : std::filesystem::path("."), ec))
-      if (entry.path().filename().string().rfind(stem, 0) == 0)
+      if (entry.path().filename().string().rfind(stem, 0) == 0 &&
+          std::none_of(keep.begin(), keep.end(), [&](const std::string& k) {
+            return std::filesystem::path(k).filename() == entry.path().filename();
+          }))
         std::filesystem::remove(entry.path(), ec);
   }
 
@@ -317,9 +494,8 @@ private:
     const std::string dir = detail::ckpt::parent_dir(path);
     if (last_checkpoints_.empty()) // adopt what an earlier run kept here (TF's recover)
       if (auto st = get_checkpoint_state(dir)) {
-        std::error_code ec;
         for (auto& p : st->all_model_checkpoint_paths)
-          if (std::filesystem::is_regular_file(p, ec))
+          if (checkpoint_exists(p))
             last_checkpoints_.push_back(p);
       }
     auto same = [&](const std::string& p) { return same_file_name(p, path); };
@@ -337,49 +513,32 @@ private:
                            max_to_keep_ > 0 ? last_checkpoints_ : std::vector<std::string>{path});
     for (auto& p : doomed) { // after the state file stops naming them
       ::unlink(p.c_str());
+      ::unlink(tensor_bundle::index_path(p).c_str());
       remove_shard_files(p);
     }
   }
 
 public:
-  // Restores every variable from the checkpoint at `path`, after checking the
-  // file and that it holds each variable with its dtype and shape, feeding
-  // them in groups of at most group_bytes (one run each). A shard of a
-  // partitioned variable saved with another count of shards (or saved whole,
-  // or restored whole) is put together row by row from the saved shards, each
-  // id's row where the lookup now finds it. Extra tensors in the file are
-  // ignored.
+  // Restores every variable from the checkpoint at `path`, of either format
+  // (TF's where "<path>.index" exists), after checking that it holds each
+  // variable with its dtype and shape, feeding them in groups of at most
+  // group_bytes (one run each). A shard of a partitioned variable saved with
+  // another count of shards (or saved whole, or restored whole) gets its rows
+  // from the saved shards, each id's row where the lookup now finds it (TF's
+  // format: its slice of the whole, as TF restores it, unless the variable is
+  // looked up with the "mod" strategy). Extra tensors in the file are ignored.
   void restore(session& s, const std::string& path) {
     check_session(s);
-    checkpoint_reader reader(path);
-    for (const auto& e : reader.entries())
-      if (!e.crc_ok)
-        reader.read(e); // throws, naming the tensor
-    // Every variable checked before anything is fed.
-    std::vector<std::optional<relayout>> plans;
-    std::map<std::string, std::size_t> shards_left; // per repartitioned variable
-    for (const auto& v : vars_) {
-      plans.push_back(plan_relayout(reader, path, v));
-      if (plans.back()) {
-        ++shards_left[plans.back()->whole];
-        continue;
-      }
-      const checkpoint_entry* e = reader.find(v.name);
-      if (!e)
-        throw not_found_error("checkpoint " + path + ": no tensor '" + v.name +
-                              "' for the variable of that name (the file holds " +
-                              std::to_string(reader.entries().size()) + " tensors" +
-                              names_sample(reader) + ")");
-      if (e->type != v.type)
-        throw invalid_argument_error("checkpoint " + path + ": tensor '" + v.name + "' is " +
-                                     std::string(to_string(e->type)) + ", the variable is " +
-                                     std::string(to_string(v.type)));
-      if (!(e->shape == v.shape))
-        throw invalid_argument_error("checkpoint " + path + ": tensor '" + v.name + "' has shape " +
-                                     e->shape.to_string() + ", the variable has " +
-                                     v.shape.to_string());
-    }
-    std::map<std::string, std::vector<any_tensor>> saved; // the saved shards being relaid out
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(tensor_bundle::index_path(path), ec))
+      restore_tensorflow(s, path);
+    else
+      restore_loom(s, path);
+  }
+
+private:
+  // Feeds each variable value(i), in groups of at most group_bytes, one run each.
+  void feed_in_groups(session& s, const std::function<any_tensor(std::size_t)>& value) {
     std::vector<std::pair<node_id, any_tensor>> feeds;
     std::vector<node_id> targets;
     std::size_t bytes = 0;
@@ -394,19 +553,189 @@ public:
       const saved_variable& v = vars_[i];
       if (bytes > 0 && bytes + bytes_of(v) > group_bytes)
         flush();
-      if (const auto& plan = plans[i]) {
-        feeds.emplace_back(v.value, relaid(reader, *plan, v, saved[plan->whole]));
-        if (--shards_left[plan->whole] == 0)
-          saved.erase(plan->whole);
-      } else {
-        feeds.emplace_back(v.value, reader.read(*reader.find(v.name)));
-      }
+      feeds.emplace_back(v.value, value(i));
       targets.push_back(v.assign);
       bytes += bytes_of(v);
     }
     flush();
   }
 
+  // Every checksum checked before anything is fed.
+  void restore_loom(session& s, const std::string& path) {
+    checkpoint_reader reader(path);
+    for (const auto& e : reader.entries())
+      if (!e.crc_ok)
+        reader.read(e); // throws, naming the tensor
+    // Every variable checked before anything is fed.
+    std::vector<std::optional<relayout>> plans;
+    std::map<std::string, std::size_t> shards_left; // per repartitioned variable
+    for (const auto& v : vars_) {
+      plans.push_back(plan_relayout(reader, path, v));
+      if (plans.back()) {
+        ++shards_left[plans.back()->whole];
+        continue;
+      }
+      const checkpoint_entry* e = reader.find(v.name);
+      if (!e) {
+        std::vector<std::string> names;
+        for (const auto& entry : reader.entries())
+          names.push_back(entry.name);
+        throw not_found_error("checkpoint " + path + ": no tensor '" + v.name +
+                              "' for the variable of that name" + nearest(v.name, names));
+      }
+      if (e->type != v.type)
+        throw invalid_argument_error("checkpoint " + path + ": tensor '" + v.name + "' is " +
+                                     std::string(to_string(e->type)) + ", the variable is " +
+                                     std::string(to_string(v.type)));
+      if (!(e->shape == v.shape))
+        throw invalid_argument_error("checkpoint " + path + ": tensor '" + v.name + "' has shape " +
+                                     e->shape.to_string() + ", the variable has " +
+                                     v.shape.to_string());
+    }
+    std::map<std::string, std::vector<any_tensor>> saved; // the saved shards being relaid out
+    feed_in_groups(s, [&](std::size_t i) {
+      const saved_variable& v = vars_[i];
+      const auto& plan = plans[i];
+      if (!plan)
+        return reader.read(*reader.find(v.name));
+      any_tensor value = relaid(reader, *plan, v, saved[plan->whole]);
+      if (--shards_left[plan->whole] == 0)
+        saved.erase(plan->whole);
+      return value;
+    });
+  }
+
+  // TF's format: each variable is its whole tensor, or its slice of it (read
+  // from whichever saved parts overlap it); a "mod"-spread shard restored into
+  // another count of shards gets each id's row. Every variable is checked
+  // before anything is fed; each tensor's checksum as it is read.
+  void restore_tensorflow(session& s, const std::string& path) {
+    const tensor_bundle::reader reader(path);
+    std::vector<std::optional<mod_relayout>> plans;
+    for (const auto& v : vars_) {
+      const tensor_bundle::entry* e = reader.find(v.whole);
+      const std::string what = "checkpoint " + path + ": tensor '" + v.whole + "'";
+      const std::string variable =
+          v.slice ? "the partitioned variable '" +
+                        graph_.node(v.variable).attr<std::string>("_partition_of") + "'"
+                  : "the variable '" + graph_.node(v.variable).name + "'";
+      if (!e)
+        throw not_found_error("checkpoint " + path + ": no tensor '" + v.whole + "' for " +
+                              variable + nearest(v.whole, reader.nearest_names(v.whole)));
+      if (e->tf_dtype != tensor_bundle::tf_dtype_of(v.type))
+        throw invalid_argument_error(what + " is " + e->dtype_name() + ", " + variable + " is " +
+                                     std::string(to_string(v.type)));
+      if (e->shape != v.whole_shape)
+        throw invalid_argument_error(what + " has shape " + e->shape.to_string() + ", " + variable +
+                                     " has " + v.whole_shape.to_string());
+      plans.push_back(plan_mod_relayout(reader, *e, v));
+    }
+    std::map<std::string, any_tensor> wholes; // read once per "mod" variable relaid out
+    feed_in_groups(s, [&](std::size_t i) {
+      const saved_variable& v = vars_[i];
+      if (const auto& plan = plans[i]) {
+        auto [it, fresh] = wholes.try_emplace(v.whole);
+        if (fresh)
+          it->second = reader.read_tensor(v.whole);
+        return mod_relaid(it->second, *plan, v);
+      }
+      return v.slice ? reader.read_slice(v.whole, *v.slice) : reader.read_tensor(v.whole);
+    });
+  }
+
+  // How a shard looked up with "mod" takes its rows from a whole tensor that
+  // holds the concatenation of `saved` "mod" shards (TF's format).
+  struct mod_relayout {
+    std::int64_t saved = 1; // shards, in the file
+    std::int64_t count = 1; // shards, in the graph
+    std::int64_t index = 0; // this shard's, in the graph
+  };
+
+  // nullopt where v's slice of the whole is its value: the file's and the
+  // graph's partitionings agree, or ids spread "div" (contiguous ranges, which
+  // is what slices are).
+  std::optional<mod_relayout> plan_mod_relayout(const tensor_bundle::reader& reader,
+                                                const tensor_bundle::entry& e,
+                                                const saved_variable& v) const {
+    const node_def& node = graph_.node(v.variable);
+    const auto now = layout_in_graph(node);
+    mod_relayout r;
+    r.count = now ? now->count : 1;
+    r.index = now ? node.attr<std::int64_t>("_partition_index") : 0;
+    r.saved = e.partitioned() ? static_cast<std::int64_t>(e.slices.size()) : 1;
+    if (r.saved == r.count)
+      return std::nullopt;
+    std::string was; // the strategy the saver recorded, if it was loom's
+    if (const tensor_bundle::entry* record = reader.find(detail::partition_layout::key(v.whole));
+        record && record->type() == dtype::string)
+      was = detail::partition_layout::parse(reader.read_tensor(record->key),
+                                            "checkpoint " + reader.prefix() + ", variable '" +
+                                                v.whole + "'")
+                .strategy;
+    const std::string is = now ? now->strategy : "";
+    const std::string where = "checkpoint " + reader.prefix() + ", variable '" + v.whole + "'";
+    if (r.saved > 1 && r.count > 1 && !was.empty() && !is.empty() && was != is)
+      throw invalid_argument_error(
+          where + " was saved in " + std::to_string(r.saved) + " shards spread by the \"" + was +
+          "\" strategy, and is now looked up with \"" + is + "\" over " + std::to_string(r.count) +
+          " shards: its rows would change ids (look it up with the strategy it was saved with)");
+    const std::string said = r.count > 1 && !is.empty() ? is : r.saved > 1 ? was : is;
+    if (said != "mod")
+      return std::nullopt;
+    // The saved parts must be get_variable's: along axis 0, in its sizes.
+    const std::int64_t rows = e.shape.rank() > 0 ? e.shape[0] : 0;
+    bool as_made = (!now || now->axis == 0) && v.type != dtype::string;
+    for (const tensor_slice& part : e.slices)
+      for (int d = 1; d < part.rank(); ++d)
+        as_made = as_made && part.begin(d) == 0 && part.end_in(e.shape, d) == e.shape[d];
+    for (std::int64_t p = 0; as_made && p < r.saved && e.partitioned(); ++p) {
+      const std::int64_t begin = p * (rows / r.saved) + std::min(p, rows % r.saved);
+      as_made = std::any_of(e.slices.begin(), e.slices.end(), [&](const tensor_slice& part) {
+        return part.begin(0) == begin &&
+               part.end_in(e.shape, 0) - begin == detail::shard_rows(p, r.saved, rows, true);
+      });
+    }
+    if (!as_made)
+      throw unimplemented_error(where + ": a variable looked up with the \"mod\" strategy "
+                                        "restores into another count of shards only from numeric "
+                                        "parts split along axis 0 as get_variable splits them");
+    return r;
+  }
+
+  any_tensor mod_relaid(const any_tensor& whole, const mod_relayout& r,
+                        const saved_variable& v) const {
+    const std::int64_t rows = v.whole_shape[0];
+    const auto width =
+        static_cast<std::size_t>(rows == 0 ? 0 : v.whole_shape.num_elements() / rows);
+    const std::size_t row_bytes = width * size_of(v.type);
+    any_tensor out(v.type, v.shape);
+    auto* dst = static_cast<std::byte*>(out.raw_data());
+    const auto* src = static_cast<const std::byte*>(whole.raw_data());
+    for (std::int64_t row = 0; row < v.shape[0]; ++row) {
+      const std::int64_t id = detail::id_at(r.index, row, r.count, rows, false);
+      const auto from = detail::route_id(id, r.saved, rows, false);
+      const std::int64_t at = detail::id_at(from.shard, from.row, r.saved, rows, true);
+      std::memcpy(dst + static_cast<std::size_t>(row) * row_bytes,
+                  src + static_cast<std::size_t>(at) * row_bytes, row_bytes);
+    }
+    return out;
+  }
+
+  // ", nearest: 'a', 'b'" of the given names (nearest first), or why none.
+  static std::string nearest(std::string_view name, std::vector<std::string> names) {
+    if (names.empty())
+      return " (the checkpoint holds no tensors)";
+    std::stable_sort(names.begin(), names.end(), [&](const std::string& a, const std::string& b) {
+      return tensor_bundle::detail::edit_distance(name, a) <
+             tensor_bundle::detail::edit_distance(name, b);
+    });
+    std::string out;
+    for (std::size_t i = 0; i < names.size() && i < 3; ++i)
+      out += (i ? ", '" : " (nearest: '") + names[i] + "'";
+    return out + ")";
+  }
+
+public:
   const std::vector<saved_variable>& variables() const noexcept { return vars_; }
   // The checkpoints this saver keeps, oldest first (TF's last_checkpoints).
   const std::vector<std::string>& last_checkpoints() const noexcept { return last_checkpoints_; }
@@ -447,7 +776,7 @@ private:
       const auto layout = layout_in_graph(n);
       if (!layout)
         continue;
-      auto [it, fresh] = out.try_emplace(n.attr<std::string>("_partition_of"), *layout);
+      auto [it, fresh] = out.try_emplace(v.whole, *layout);
       if (fresh)
         it->second.shard_keys.assign(static_cast<std::size_t>(layout->count), "");
       const auto index = static_cast<std::size_t>(n.attr<std::int64_t>("_partition_index"));
@@ -478,7 +807,7 @@ private:
     const node_def& node = graph_.node(v.variable);
     const auto now = layout_in_graph(node);
     relayout r;
-    r.whole = now ? node.attr<std::string>("_partition_of") : v.name;
+    r.whole = v.whole;
     const checkpoint_entry* record = reader.find(detail::partition_layout::key(r.whole));
     if (!now && !record)
       return std::nullopt; // neither side partitioned
@@ -566,6 +895,24 @@ private:
     return out;
   }
 
+  // What the saver saves of variable n, under `name` ("": its own).
+  static saved_variable describe(const node_def& n, const std::string& name) {
+    saved_variable v;
+    v.variable = n.id;
+    v.type = n.type;
+    v.shape = n.shape;
+    v.whole_shape = n.shape;
+    const auto part = detail::slice_of(n);
+    v.whole = !name.empty() ? name : part ? n.attr<std::string>("_partition_of") : n.name;
+    v.name = name.empty() ? n.name : v.whole;
+    if (part) {
+      std::tie(v.whole_shape, v.slice) = *part;
+      if (!name.empty())
+        v.name = v.whole + "/part_" + std::to_string(n.attr<std::int64_t>("_partition_index"));
+    }
+    return v;
+  }
+
   void check_session(const session& s) const {
     if (!(s.graph_ref() == graph_))
       throw invalid_argument_error("saver: the session runs another graph than the saver's");
@@ -578,24 +925,13 @@ private:
     return ea || eb ? a == b : pa == pb;
   }
 
-  static std::string names_sample(const checkpoint_reader& r) {
-    std::string out;
-    std::size_t shown = 0;
-    for (const auto& e : r.entries()) {
-      if (shown == 8) {
-        out += ", ...";
-        break;
-      }
-      out += (shown++ ? ", '" : ": '") + e.name + "'";
-    }
-    return out;
-  }
-
   graph graph_;
   int max_to_keep_;
+  checkpoint_format format_;
   std::vector<saved_variable> vars_;
   node_id filename_ = no_node;         // sharded: the path fed to every shard writer
   std::vector<node_id> shard_writers_; // sharded: one save_shard per task
+  bool has_records_ = false;           // sharded, TF's format: the saver writes a data file too
   std::vector<std::string> last_checkpoints_;
 };
 

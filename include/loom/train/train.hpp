@@ -8,6 +8,7 @@
 #include <loom/train/global_step.hpp>
 #include <loom/train/gradient_descent.hpp>
 #include <loom/train/hooks.hpp>
+#include <loom/train/init_from_checkpoint.hpp>
 #include <loom/train/momentum.hpp>
 #include <loom/train/monitored_session.hpp>
 #include <loom/train/optimizer.hpp>

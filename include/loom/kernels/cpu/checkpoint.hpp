@@ -1,35 +1,79 @@
-// CPU kernel of save_shard (graph/ops/checkpoint.hpp): the task writes the
-// values of its own variables to its shard of a sharded checkpoint, durably
-// (core/durable_file.hpp), so that no saved byte crosses the network. The
-// manifest that makes the checkpoint whole is the saver's, written after
-// every shard (train/saver.hpp).
+// CPU kernels of the checkpoint ops (graph/ops/checkpoint.hpp). save_shard: the task
+// writes the values of its own variables to its data file of a sharded checkpoint,
+// durably (core/durable_file.hpp), so that no saved byte crosses the network; the
+// file that makes the checkpoint whole (loom's manifest, TF's index) is the saver's,
+// written after every data file (train/saver.hpp). restore_slice: the task reads a
+// tensor, or a slice of it, from a TensorFlow checkpoint (core/tensor_bundle.hpp).
 #pragma once
 
 #include <loom/core/checkpoint_format.hpp>
+#include <loom/core/tensor_bundle.hpp>
+#include <loom/core/tensor_slice.hpp>
 #include <loom/graph/ops/checkpoint.hpp>
 #include <loom/kernels/registry.hpp>
 
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace loom::detail {
 
 template <class T> struct save_shard_cpu {
   static void run(kernel_context& c) {
     const std::string& path = c.input(0).template data<std::string>()[0];
-    const any_tensor& names = c.node.attr<any_tensor>("names");
-    const std::string* name = names.data<std::string>();
-    write_checkpoint_file(checkpoint_shard_path(path, c.node.attr<std::int64_t>("shard"),
-                                                c.node.attr<std::int64_t>("num_shards")),
-                          c.inputs.size() - 1, [&](std::size_t i) {
-                            return std::pair<std::string, any_tensor>(name[i], c.input(i + 1));
-                          });
+    const std::string* name = c.node.attr<any_tensor>("names").data<std::string>();
+    const auto shard = c.node.attr<std::int64_t>("shard");
+    const auto num_shards = c.node.attr<std::int64_t>("num_shards");
+    const std::size_t count = c.inputs.size() - 1;
+    if (c.node.attr_or<std::string>("format", "loom") == "loom") {
+      write_checkpoint_file(checkpoint_shard_path(path, shard, num_shards), count,
+                            [&](std::size_t i) {
+                              return std::pair<std::string, any_tensor>(name[i], c.input(i + 1));
+                            });
+      c.output = any_tensor::from_vector<std::string>(loom::shape{0}, {});
+      return;
+    }
+    const std::string* spec = c.node.attr<any_tensor>("shape_and_slices").data<std::string>();
+    const std::vector<tensor_bundle::entry> entries = tensor_bundle::write_shard(
+        path, static_cast<int>(shard), static_cast<int>(num_shards), count, [&](std::size_t i) {
+          tensor_bundle::tensor_to_save t{name[i], c.input(i + 1), {}, {}};
+          if (!spec[i].empty())
+            std::tie(t.full_shape, t.slice) = tensor_slice::parse_spec(spec[i]);
+          return t;
+        });
+    std::vector<std::string> out;
+    for (const tensor_bundle::entry& e : entries) {
+      out.push_back(e.key);
+      out.push_back(tensor_bundle::detail::encode_entry(e));
+    }
+    c.output = any_tensor::from_vector<std::string>(
+        loom::shape{static_cast<std::int64_t>(out.size())}, std::move(out));
+  }
+};
+
+template <class T> struct restore_slice_cpu {
+  static void run(kernel_context& c) {
+    const tensor_bundle::reader reader(c.node.attr<std::string>("prefix"));
+    const auto& name = c.node.attr<std::string>("tensor_name");
+    const auto& spec = c.node.attr<std::string>("shape_and_slice");
+    if (spec.empty()) {
+      c.output = reader.read_tensor(name, c.node.type, c.node.shape);
+      return;
+    }
+    auto [full, slice] = tensor_slice::parse_spec(spec);
+    const tensor_bundle::entry* e = reader.find(name);
+    if (e && (e->tf_dtype != tensor_bundle::tf_dtype_of(c.node.type) || e->shape != full))
+      throw invalid_argument_error("checkpoint " + reader.prefix() + ": tensor '" + name + "' is " +
+                                   e->dtype_name() + e->shape.to_string() + ", restored into " +
+                                   std::string(to_string(c.node.type)) + full.to_string());
+    c.output = reader.read_slice(name, slice);
   }
 };
 
 inline bool register_checkpoint_kernels() {
   register_kernels<save_shard_cpu>("save_shard", type_list<std::string>{});
+  register_kernels<restore_slice_cpu>("restore_slice", all_types{});
   return true;
 }
 
