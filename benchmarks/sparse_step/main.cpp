@@ -383,14 +383,15 @@ int big_model_round_trip(std::int64_t table_rows) {
     phase("20 sparse steps", t0);
     for (const auto& r : m.rows)
       before.push_back(s.run(r, {{m.ids, probe}}));
-    loom::saver saver(m.g);
+    // loom's format, whose files this part reports (checkpoint_formats compares TF's).
+    loom::saver saver(m.g, {.format = loom::checkpoint_format::loom});
     t0 = clk::now();
     path = saver.save(s, (dir / "model").string());
     phase("save (one file, fetched in groups)", t0);
     std::printf("   checkpoint: %.2f GB\n", static_cast<double>(fs::file_size(path)) / 1e9);
     fs::remove(path);
     // Each ps task writes its own shard, in parallel; the restore below reads them.
-    loom::saver sharded(m.g, {.sharded = true});
+    loom::saver sharded(m.g, {.sharded = true, .format = loom::checkpoint_format::loom});
     t0 = clk::now();
     path = sharded.save(s, (dir / "sharded").string());
     phase("save sharded (each ps writes its own shard)", t0);

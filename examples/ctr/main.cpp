@@ -105,7 +105,7 @@ int main(int argc, char** argv) try {
       .define_string("checkpoint_dir", "",
                      "Where the chief saves and restores checkpoints (default: a new temporary "
                      "directory)")
-      .define_string("checkpoint_format", "loom",
+      .define_string("checkpoint_format", "tensorflow",
                      "The checkpoints' format: loom (its own) or tensorflow (TF's V2 checkpoint, "
                      "which TF's Saver restores)")
       .define_float("save_checkpoint_secs", 60, "Seconds between checkpoints (0: not by time)")

@@ -8,6 +8,7 @@
 // missing it fails at once, saying what to do (require_prerequisites); built
 // without examples on purpose, every case is skipped (needs_examples).
 #include <loom/core/checkpoint_format.hpp>
+#include <loom/core/tensor_bundle.hpp>
 #include <loom/data/mnist.hpp>
 #include <loom/train/checkpoint_state.hpp>
 
@@ -384,7 +385,13 @@ void check_every_checkpoint_intact(const temp_dir& dir) {
   CHECK(!files.empty());
   for (const auto& f : files) {
     INFO(f);
-    CHECK(loom::checkpoint_reader(f).all_ok());
+    if (std::filesystem::exists(loom::tensor_bundle::index_path(f))) { // TF's format
+      const loom::tensor_bundle::reader r(f);
+      for (const auto* e : r.entries())
+        CHECK_NOTHROW(r.read_tensor(e->key)); // each checked against its CRC-32C
+    } else {
+      CHECK(loom::checkpoint_reader(f).all_ok());
+    }
   }
 }
 
@@ -611,11 +618,14 @@ TEST_CASE("examples/ctr, async, 1 ps + 2 workers: partitioned tables trained wit
   }
   check_event_file_tags(dir, {"loss", "auc", "examples/s", "embeddings/deep", "embeddings/wide",
                               "dnn/layer_0/kernel", "linear/dense_weights"});
-  // ctr saves sharded by default: the ps task wrote the tables' shard of the final checkpoint.
+  // ctr saves sharded by default, in TF's format: the ps task wrote the tables' data file
+  // of the final checkpoint, the chief the partitioning records' and the index.
   const auto latest = loom::latest_checkpoint(dir.path.string());
   REQUIRE(latest);
-  CHECK(loom::checkpoint_reader(*latest).shard_paths() ==
-        std::vector<std::string>{*latest + ".data-0-of-1"});
+  const loom::tensor_bundle::reader r(*latest);
+  CHECK(r.num_shards() == 2);
+  REQUIRE(r.find("global_step"));
+  CHECK(r.find("global_step")->shard_id == 0);
 }
 
 // Sync replicas and hash tables in one run: the partitioned tables' sync path is

@@ -1,7 +1,8 @@
 // Checkpoints: a save/restore round trip of every dtype, max_to_keep and the
 // state file, latest_checkpoint, corrupt and truncated files, mismatched and
-// missing variables, failed saves that leave the previous checkpoint intact, a
-// checkpoint saved on 2 ps tasks restored on 1, and the loom-ckpt tool.
+// missing variables, failed saves that leave the previous checkpoint intact (in
+// loom's format), a checkpoint saved on 2 ps tasks restored on 1, partitioned and
+// sharded saves in both formats, and the loom-ckpt tool.
 #include <loom/api.hpp>
 #include <loom/core/tensor_bundle.hpp>
 #include <loom/train/saver.hpp>
@@ -79,6 +80,10 @@ std::vector<std::string> files_in(const std::string& dir) {
   return out;
 }
 
+// The tests that look into loom's own format ask for it (TF's is the default;
+// test_tf_checkpoints.cpp and the cases below that name it test that one).
+constexpr auto loom_format = loom::checkpoint_format::loom;
+
 loom::session_options opts() {
   return {.intra_op_threads = 2};
 }
@@ -134,7 +139,7 @@ struct model {
 TEST_CASE("save and restore round-trip every dtype in a local session") {
   temp_dir dir;
   model m;
-  loom::saver saver(m.g);
+  loom::saver saver(m.g, {.format = loom_format});
   CHECK(saver.variables().size() == 6);
   loom::session s(m.g, opts());
   s.run(loom::global_variables_initializer(m.g));
@@ -189,7 +194,7 @@ TEST_CASE("saving an uninitialised variable fails and writes nothing") {
 TEST_CASE("var_list saves only the given variables; a node that is not a variable is refused") {
   temp_dir dir;
   model m;
-  loom::saver some(m.g, {.var_list = {m.w.id(), m.step.id()}});
+  loom::saver some(m.g, {.var_list = {m.w.id(), m.step.id()}, .format = loom_format});
   CHECK(some.variables().size() == 2);
   loom::session s(m.g, opts());
   s.run(loom::global_variables_initializer(m.g));
@@ -216,7 +221,7 @@ TEST_CASE("var_list saves only the given variables; a node that is not a variabl
 TEST_CASE("max_to_keep deletes the oldest checkpoints and the state file lists the kept ones") {
   temp_dir dir;
   model m;
-  loom::saver saver(m.g, {.max_to_keep = 2});
+  loom::saver saver(m.g, {.max_to_keep = 2, .format = loom_format});
   loom::session s(m.g, opts());
   s.run(loom::global_variables_initializer(m.g));
   for (int step = 1; step <= 4; ++step) {
@@ -239,13 +244,13 @@ TEST_CASE("max_to_keep deletes the oldest checkpoints and the state file lists t
   CHECK(saver.last_checkpoints() == std::vector<std::string>{dir / "model-4", dir / "model-3"});
 
   // A new saver (a restarted program) takes over what the state file keeps.
-  loom::saver again(m.g, {.max_to_keep = 2});
+  loom::saver again(m.g, {.max_to_keep = 2, .format = loom_format});
   again.save(s, dir / "model", 5);
   CHECK(files_in(dir.path) == std::vector<std::string>{"checkpoint", "model-3", "model-5"});
 
   // max_to_keep 0 keeps every file and lists only the newest.
   temp_dir all;
-  loom::saver keep_all(m.g, {.max_to_keep = 0});
+  loom::saver keep_all(m.g, {.max_to_keep = 0, .format = loom_format});
   for (int step = 1; step <= 3; ++step)
     keep_all.save(s, all / "m", step);
   CHECK(files_in(all.path) == std::vector<std::string>{"checkpoint", "m-1", "m-2", "m-3"});
@@ -258,7 +263,7 @@ TEST_CASE("latest_checkpoint reads the state file and falls back to nothing") {
   CHECK(!loom::latest_checkpoint(dir.path));
   CHECK(!loom::latest_checkpoint(dir / "no_such_dir"));
   model m;
-  loom::saver saver(m.g);
+  loom::saver saver(m.g, {.format = loom_format});
   loom::session s(m.g, opts());
   s.run(loom::global_variables_initializer(m.g));
   saver.save(s, dir / "model", 10);
@@ -279,7 +284,7 @@ TEST_CASE("latest_checkpoint reads the state file and falls back to nothing") {
 TEST_CASE("a corrupt byte fails the checksum of its tensor, naming the file and the tensor") {
   temp_dir dir;
   model m;
-  loom::saver saver(m.g);
+  loom::saver saver(m.g, {.format = loom_format});
   loom::session s(m.g, opts());
   s.run(loom::global_variables_initializer(m.g));
   m.set(s, 1);
@@ -311,7 +316,7 @@ TEST_CASE("a corrupt byte fails the checksum of its tensor, naming the file and 
 TEST_CASE("a truncated or malformed file is a clear error, never a crash or a huge allocation") {
   temp_dir dir;
   model m;
-  loom::saver saver(m.g);
+  loom::saver saver(m.g, {.format = loom_format});
   loom::session s(m.g, opts());
   s.run(loom::global_variables_initializer(m.g));
   const auto path = saver.save(s, dir / "model", 1);
@@ -375,7 +380,7 @@ TEST_CASE("a truncated or malformed file is a clear error, never a crash or a hu
 TEST_CASE("a checkpoint with another shape, dtype or without a variable is a clear error") {
   temp_dir dir;
   model m;
-  loom::saver saver(m.g);
+  loom::saver saver(m.g, {.format = loom_format});
   loom::session s(m.g, opts());
   s.run(loom::global_variables_initializer(m.g));
   m.set(s, 1);
@@ -428,7 +433,7 @@ TEST_CASE("a checkpoint with another shape, dtype or without a variable is a cle
 TEST_CASE("a failed save never leaves a torn file; the previous checkpoint still restores") {
   temp_dir dir;
   model m;
-  loom::saver saver(m.g);
+  loom::saver saver(m.g, {.format = loom_format});
   loom::session s(m.g, opts());
   s.run(loom::global_variables_initializer(m.g));
   m.set(s, 1);
@@ -587,7 +592,7 @@ TEST_CASE("loom-ckpt lists a checkpoint, prints a tensor, and exits 1 on a bad f
   }
   temp_dir dir;
   model m;
-  loom::saver saver(m.g);
+  loom::saver saver(m.g, {.format = loom_format});
   loom::session s(m.g, opts());
   s.run(loom::global_variables_initializer(m.g));
   m.set(s, 1);
@@ -831,7 +836,7 @@ TEST_CASE("a sharded save: each ps writes its own variables, the manifest comes 
   {
     local_cluster cluster(2, 1);
     cluster_model m(cluster.spec);
-    loom::saver saver(m.g, {.max_to_keep = 2, .sharded = true});
+    loom::saver saver(m.g, {.max_to_keep = 2, .sharded = true, .format = loom_format});
     std::ostringstream placements;
     auto o = quiet();
     o.log_device_placement = true;
@@ -967,7 +972,7 @@ TEST_CASE("loom-ckpt inspects TensorFlow's checkpoints and converts loom's into 
 
   temp_dir dir;
   model m;
-  loom::saver saver(m.g);
+  loom::saver saver(m.g, {.format = loom_format});
   loom::session s(m.g, opts());
   s.run(loom::global_variables_initializer(m.g));
   m.set(s, 3);
@@ -976,6 +981,26 @@ TEST_CASE("loom-ckpt inspects TensorFlow's checkpoints and converts loom's into 
   {
     const auto ran = run({"convert", path, converted});
     CHECK_MESSAGE(ran.first.success(), ran.second);
+  }
+  {
+    // A partitioned table becomes its slices of the whole, as the saver writes TF's
+    // format, and its ids keep their rows through the conversion.
+    embedding_model saved(10, 3, loom::partition_strategy::mod);
+    loom::session s3(saved.g);
+    s3.run(loom::global_variables_initializer(saved.g));
+    saved.fill(s3, 10, 3, false);
+    const std::string loom_path =
+        loom::saver(saved.g, {.format = loom_format}).save(s3, dir / "table");
+    const auto ran = run({"convert", loom_path, dir / "table_tf"});
+    CHECK_MESSAGE(ran.first.success(), ran.second);
+    const loom::tensor_bundle::reader table(dir / "table_tf");
+    REQUIRE(table.find("emb"));
+    CHECK(table.find("emb")->slices.size() == 3);
+    CHECK_FALSE(table.find("emb/part_0"));
+    embedding_model restored(10, 2, loom::partition_strategy::mod);
+    loom::session s4(restored.g);
+    loom::saver(restored.g).restore(s4, dir / "table_tf");
+    CHECK(restored.ids_intact(s4, 10));
   }
   const loom::tensor_bundle::reader r(converted);
   const loom::checkpoint_reader original(path);

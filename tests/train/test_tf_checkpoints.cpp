@@ -321,7 +321,7 @@ TEST_CASE("init_from_checkpoint: a map entry matching nothing, a missing tensor,
                  "has no tensor 'hid_ww' for variable 'model/hid_w' (nearest: 'hid_w'"));
   CHECK(contains(error({{"sm_w", "model/hid_w"}}),
                  "tensor 'sm_w' of checkpoint " + mlp +
-                     " is float32[8, 3], variable 'model/hid_w' is f32[20, 8]"));
+                     " is float32[8, 3], variable 'model/hid_w' is float32[20, 8]"));
   CHECK(contains(error({{"/", "model/"}, {"nope/", "none/"}}), "no variable of the graph"));
   CHECK(g.size() == nodes); // every entry checked before the graph changes
   CHECK(contains(error({{"x", "model/"}}), "a scope maps to a scope"));

@@ -41,22 +41,6 @@
 
 namespace loom {
 
-namespace detail {
-
-// Up to three of `names` nearest to `name` by edit distance, as " (nearest: 'a', 'b')".
-inline std::string nearest_of(std::string_view name, std::vector<std::string> names) {
-  std::stable_sort(names.begin(), names.end(), [&](const std::string& a, const std::string& b) {
-    return tensor_bundle::detail::edit_distance(name, a) <
-           tensor_bundle::detail::edit_distance(name, b);
-  });
-  std::string out;
-  for (std::size_t i = 0; i < names.size() && i < 3; ++i)
-    out += (i ? ", '" : " (nearest: '") + names[i] + "'";
-  return out.empty() ? " (there are none)" : out + ")";
-}
-
-} // namespace detail
-
 // `checkpoint`: a TF checkpoint's prefix, or a directory (its latest checkpoint).
 // `assignment_map`: {checkpoint name, graph name} pairs, as TF's dict.
 inline void

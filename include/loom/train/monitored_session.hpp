@@ -74,8 +74,9 @@ struct monitored_session_options {
   // Each ps task writes its own variables' shard of every checkpoint (saver_options::sharded;
   // the tasks and the chief must see checkpoint_dir at the same path).
   bool sharded_checkpoints = false;
-  // The checkpoints' format (saver_options::format); a restore reads either.
-  loom::checkpoint_format checkpoint_format = loom::checkpoint_format::loom;
+  // The checkpoints' format (saver_options::format: TF's by default); a restore
+  // reads either.
+  loom::checkpoint_format checkpoint_format = loom::checkpoint_format::tensorflow;
   // Where the chief writes the graph's summaries (merge_all_summaries) for
   // TensorBoard, by a summary_saver_hook; empty: checkpoint_dir, as TF's.
   // Nothing is written where the graph has no summary.

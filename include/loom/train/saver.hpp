@@ -13,7 +13,7 @@
 // tasks (the names, not the devices, identify the variables).
 //
 // Two formats (saver_options::format): loom's own (core/checkpoint_format.hpp)
-// and TensorFlow's V2 checkpoint (core/tensor_bundle.hpp: PREFIX.index and
+// and, the default, TensorFlow's V2 checkpoint (core/tensor_bundle.hpp: PREFIX.index and
 // PREFIX.data-*), which TF's Saver restores. In TF's, a shard of a partitioned
 // variable is saved as TF saves one, as its slice of the whole variable under the
 // whole's name (TF's save_slice_info: "emb" with parts [0:4], [4:7], [7:10], and
@@ -174,6 +174,19 @@ inline std::string slice_spec(const loom::shape& full, const tensor_slice& slice
   return out + slice.to_string();
 }
 
+// " (nearest: 'a', 'b', 'c')": up to three of `names` nearest to `name` by edit
+// distance, for an error about a name that is not there.
+inline std::string nearest_of(std::string_view name, std::vector<std::string> names) {
+  std::stable_sort(names.begin(), names.end(), [&](const std::string& a, const std::string& b) {
+    return tensor_bundle::detail::edit_distance(name, a) <
+           tensor_bundle::detail::edit_distance(name, b);
+  });
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < 3; ++i)
+    out += (i ? ", '" : " (nearest: '") + names[i] + "'";
+  return out.empty() ? " (there are none)" : out + ")";
+}
+
 } // namespace detail
 
 // How a checkpoint lies on disk.
@@ -205,8 +218,10 @@ struct saver_options {
   std::vector<std::pair<std::string, node_id>> var_names{};
   // Each task writes its own variables' shard of the checkpoint (above).
   bool sharded = false;
-  // The format save writes; restore reads either.
-  checkpoint_format format = checkpoint_format::loom;
+  // The format save writes; restore reads either. TF's by default: its save and
+  // restore measured no slower than loom's own (docs/benchmarks.md, "Checkpoint
+  // formats"), and TF reads it.
+  checkpoint_format format = checkpoint_format::tensorflow;
 };
 
 class saver {
@@ -249,11 +264,14 @@ public:
       if (std::any_of(vars.begin(), vars.end(), [&](auto& v) { return v.variable == id; }))
         continue;
       vars.push_back(describe(g.node(id), name));
+      // One name per variable; a name TF's format saves a whole variable under
+      // takes no other (shards of one variable share theirs).
+      const saved_variable& v = vars.back();
       for (std::size_t i = 0; i + 1 < vars.size(); ++i)
-        if (vars[i].name == vars.back().name)
+        if (vars[i].name == v.name || (vars[i].whole == v.whole && (!vars[i].slice || !v.slice)))
           throw invalid_argument_error("saver: variables '" + g.node(vars[i].variable).name +
                                        "' and '" + g.node(id).name + "' are both saved as '" +
-                                       vars.back().name + "'");
+                                       v.whole + "'");
     }
     // The restore nodes take no name scope, device scope or control dependency
     // of wherever the saver is made.
@@ -581,7 +599,8 @@ private:
         for (const auto& entry : reader.entries())
           names.push_back(entry.name);
         throw not_found_error("checkpoint " + path + ": no tensor '" + v.name +
-                              "' for the variable of that name" + nearest(v.name, names));
+                              "' for the variable of that name" +
+                              detail::nearest_of(v.name, std::move(names)));
       }
       if (e->type != v.type)
         throw invalid_argument_error("checkpoint " + path + ": tensor '" + v.name + "' is " +
@@ -621,7 +640,8 @@ private:
                   : "the variable '" + graph_.node(v.variable).name + "'";
       if (!e)
         throw not_found_error("checkpoint " + path + ": no tensor '" + v.whole + "' for " +
-                              variable + nearest(v.whole, reader.nearest_names(v.whole)));
+                              variable +
+                              detail::nearest_of(v.whole, reader.nearest_names(v.whole)));
       if (e->tf_dtype != tensor_bundle::tf_dtype_of(v.type))
         throw invalid_argument_error(what + " is " + e->dtype_name() + ", " + variable + " is " +
                                      std::string(to_string(v.type)));
@@ -719,20 +739,6 @@ private:
                   src + static_cast<std::size_t>(at) * row_bytes, row_bytes);
     }
     return out;
-  }
-
-  // ", nearest: 'a', 'b'" of the given names (nearest first), or why none.
-  static std::string nearest(std::string_view name, std::vector<std::string> names) {
-    if (names.empty())
-      return " (the checkpoint holds no tensors)";
-    std::stable_sort(names.begin(), names.end(), [&](const std::string& a, const std::string& b) {
-      return tensor_bundle::detail::edit_distance(name, a) <
-             tensor_bundle::detail::edit_distance(name, b);
-    });
-    std::string out;
-    for (std::size_t i = 0; i < names.size() && i < 3; ++i)
-      out += (i ? ", '" : " (nearest: '") + names[i] + "'";
-    return out + ")";
   }
 
 public:
