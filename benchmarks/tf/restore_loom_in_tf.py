@@ -1,5 +1,5 @@
-"""Restores a checkpoint loom wrote (in TensorFlow's format) into the same model written in
-TensorFlow (tf.compat.v1) and evaluates it there, so a loom-trained model is shown to hand
+"""Restores a checkpoint loom wrote (in TensorFlow's format, the saver's default) into the
+same model written in TensorFlow (tf.compat.v1) and evaluates it there, so a loom-trained model is shown to hand
 over to TF intact. Run by hand with PyPI TensorFlow (never in `make test`):
 
   mnist   examples/mnist_replica's checkpoint into seed 002's model (hid_w, hid_b, sm_w,
@@ -12,8 +12,20 @@ over to TF intact. Run by hand with PyPI TensorFlow (never in `make test`):
           --checkpoint_dir /tmp/mnist_ckpt --data_dir /usr/share/datasets/fashion-mnist \
           --expect 0.8512
 
+  ctr     examples/ctr's checkpoint (its partitioned tables saved as TF saves partitioned
+          variables) into benchmarks/tf/ctr_tf.py's model (tf.get_variable with
+          fixed_size_partitioner; its dense layers' variables under tf.layers' names), then the AUC of the test set the loom run
+          evaluated (its --data_dir's test.bin); --expect: the AUC loom printed.
+
+      build/examples/ctr --write_data=/tmp/ctr_data --write_workers=1 --train_steps=2000
+      build/tools/loom-launch --ps 1 --workers 1 -- build/examples/ctr \
+          --data_dir=/tmp/ctr_data --train_steps=2000 --checkpoint_dir=/tmp/ctr_ckpt
+      /work/tf-venv/bin/python benchmarks/tf/restore_loom_in_tf.py ctr \
+          --checkpoint_dir /tmp/ctr_ckpt --data_dir /tmp/ctr_data --expect 0.9043
+
 The Saver restores every variable of the graph by name (a name the checkpoint lacks, or a
-shape that differs, is TF's error), from the directory's latest checkpoint.
+shape that differs, is TF's error), from the directory's latest checkpoint; ctr's layers
+that tf.layers names otherwise (dnn/logit, linear/kernel) through a name map.
 """
 
 import argparse
@@ -93,15 +105,91 @@ def mnist(args):
     return 0
 
 
+def ctr(args):
+    import numpy as np
+    import tensorflow as tf
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import ctr_tf  # the same model's TF code: data layout, feeds, AUC
+
+    tf1 = tf.compat.v1
+    tf1.disable_eager_execution()
+    checkpoint = tf.train.latest_checkpoint(args.checkpoint_dir)
+    if checkpoint is None:
+        sys.exit("no checkpoint in %s (its 'checkpoint' state file)" % args.checkpoint_dir)
+    shapes = tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
+    vocab = ctr_tf.read_vocab(args.data_dir)
+    dim = shapes["field_0/embedding"][1]
+    hidden = []
+    while "dnn/layer_%d/kernel" % (len(hidden) + 1) in shapes:  # the last is the logit's
+        hidden.append(shapes["dnn/layer_%d/kernel" % len(hidden)][1])
+    g = tf1.Graph()
+    with g.as_default():
+        ids = [tf1.placeholder(tf.int64, [None]) for _ in range(ctr_tf.NUM_SINGLE)]
+        sparse = [tf1.sparse_placeholder(tf.int64) for _ in range(ctr_tf.NUM_MULTI)]
+        dense = tf1.placeholder(tf.float32, [None, ctr_tf.NUM_DENSE])
+        label = tf1.placeholder(tf.float32, [None, 1])
+        deep_in, wide_in = [], []
+        for f in range(ctr_tf.NUM_FIELDS):  # as ctr_tf.py builds it
+            part = tf1.fixed_size_partitioner(min(args.shards, vocab[f]))
+            emb = tf1.get_variable("field_%d/embedding" % f, [vocab[f], dim], partitioner=part)
+            wide = tf1.get_variable("field_%d/wide" % f, [vocab[f], 1], partitioner=part)
+            if f < ctr_tf.NUM_SINGLE:
+                deep_in.append(tf1.nn.embedding_lookup(emb, ids[f]))
+                wide_in.append(tf1.nn.embedding_lookup(wide, ids[f]))
+            else:
+                sp = sparse[f - ctr_tf.NUM_SINGLE]
+                deep_in.append(tf1.nn.embedding_lookup_sparse(emb, sp, None, combiner="mean"))
+                wide_in.append(tf1.nn.embedding_lookup_sparse(wide, sp, None, combiner="sum"))
+        def layer(x, units, name):  # tf.layers.dense's variables (Keras 3 has no tf.layers)
+            with tf1.variable_scope(name):
+                kernel = tf1.get_variable("kernel", [x.shape[1], units])
+                return tf1.nn.xw_plus_b(x, kernel, tf1.get_variable("bias", [units]))
+
+        h = tf.concat(deep_in + [dense], 1)
+        for k, units in enumerate(hidden):
+            h = tf.nn.relu(layer(h, units, "dnn/layer_%d" % k))
+        logit = layer(h, 1, "dnn/logit") + tf.add_n(wide_in) + layer(dense, 1, "linear")
+        probability = tf.sigmoid(logit)
+        # loom's names of what ctr_tf.py's tf.layers names otherwise; a partitioned variable's parts
+        # under the whole's name (TF's save_slice_info), as TF's Saver keys them.
+        loom_name = {"dnn/logit/kernel": "dnn/layer_%d/kernel" % len(hidden),
+                     "dnn/logit/bias": "dnn/layer_%d/bias" % len(hidden),
+                     "linear/kernel": "linear/dense_weights", "linear/bias": "linear/bias"}
+        var_list = {}
+        for v in g.get_collection(tf1.GraphKeys.GLOBAL_VARIABLES):
+            info = v._get_save_slice_info()
+            if info is not None:
+                var_list.setdefault(info.full_name, []).append(v)
+            else:
+                var_list[loom_name.get(v.op.name, v.op.name)] = v
+        saver = tf1.train.Saver(var_list)
+        test = np.fromfile(os.path.join(args.data_dir, "test.bin"), ctr_tf.record_dtype())
+        with tf1.Session(graph=g) as sess:
+            saver.restore(sess, checkpoint)
+            scores = [sess.run(probability, ctr_tf.feeds((ids, sparse, dense, label),
+                                                         test[i:i + 4096]))[:, 0]
+                      for i in range(0, len(test), 4096)]
+    value = ctr_tf.auc(np.concatenate(scores), test["label"])
+    print("TensorFlow %s restored %s (%d tensors): test AUC = %.4f"
+          % (tf.__version__, checkpoint, len(var_list), value))
+    if args.expect is not None:
+        ok = abs(value - args.expect) <= 1e-4
+        print("loom printed %.4f: %s" % (args.expect, "the same (to 1e-4)" if ok else "DIFFERENT"))
+        return 0 if ok else 1
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", choices=["mnist"])
+    p.add_argument("model", choices=["mnist", "ctr"])
     p.add_argument("--checkpoint_dir", required=True)
     p.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
-    p.add_argument("--expect", type=float, help="the accuracy loom printed")
+    p.add_argument("--expect", type=float, help="the accuracy or AUC loom printed")
+    p.add_argument("--shards", type=int, default=2, help="ctr: its tables' shards (--shards)")
     args = p.parse_args()
-    return mnist(args)
+    return mnist(args) if args.model == "mnist" else ctr(args)
 
 
 if __name__ == "__main__":

@@ -260,7 +260,9 @@ public:
       if (g.node(id).op != "variable")
         throw invalid_argument_error("saver: node " + g.node(id).describe() + " is not a variable");
     std::vector<saved_variable> vars;
-    for (const auto& [name, id] : named) {
+    for (const auto& entry : named) {
+      const std::string& name = entry.first;
+      const node_id id = entry.second; // not a structured binding: clang 14 cannot capture one
       if (std::any_of(vars.begin(), vars.end(), [&](auto& v) { return v.variable == id; }))
         continue;
       vars.push_back(describe(g.node(id), name));
