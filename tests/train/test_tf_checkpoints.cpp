@@ -327,8 +327,9 @@ TEST_CASE("init_from_checkpoint: a map entry matching nothing, a missing tensor,
   CHECK(contains(error({{"x", "model/"}}), "a scope maps to a scope"));
 }
 
-TEST_CASE("restoring TF's format: a missing name lists the nearest, a shape mismatch names "
-          "both shapes; a failed save leaves the checkpoint of its name as it was") {
+TEST_CASE("restoring TF's format: a missing name lists the nearest, a shape or dtype mismatch "
+          "names both, a corrupt byte the file and the tensor; a failed save leaves the "
+          "checkpoint of its name as it was") {
   scratch dir;
   seed_mlp m;
   loom::saver saver(m.g, {.format = loom::checkpoint_format::tensorflow});
@@ -350,6 +351,37 @@ TEST_CASE("restoring TF's format: a missing name lists the nearest, a shape mism
                          doctest::Contains("tensor 'sm_w' has shape [8, 3], the variable 'sm_w' "
                                            "has [3, 8]"),
                          loom::invalid_argument_error);
+    loom::graph g3;
+    loom::variable<double, 1> b(g3, "sm_b", shape{3}, loom::zeros_initializer{});
+    loom::session s5(g3);
+    CHECK_THROWS_WITH_AS(loom::saver(g3).restore(s5, path),
+                         doctest::Contains("tensor 'sm_b' is float32, the variable 'sm_b' is "
+                                           "float64"),
+                         loom::invalid_argument_error);
+  }
+  {
+    // A corrupt byte in a copy's data: the restore names the data file and the tensor.
+    const std::string copy = dir / "copy";
+    fs::copy_file(path + ".index", copy + ".index");
+    fs::copy_file(path + ".data-00000-of-00001", copy + ".data-00000-of-00001");
+    const loom::tensor_bundle::reader r(copy);
+    const auto offset = static_cast<std::streamoff>(r.find("hid_b")->offset);
+    {
+      std::fstream f(copy + ".data-00000-of-00001",
+                     std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(offset);
+      const char c = static_cast<char>(f.get());
+      f.seekp(offset);
+      f.put(static_cast<char>(c ^ 0x20));
+    }
+    seed_mlp other;
+    loom::session s6(other.g);
+    const std::string what = loom::testing::message_of<loom::data_loss_error>(
+        [&] { loom::saver(other.g).restore(s6, copy); });
+    CHECK_MESSAGE(contains(what, copy + ".data-00000-of-00001: tensor 'hid_b' fails its checksum"),
+                  what);
+    fs::remove(copy + ".index");
+    fs::remove(copy + ".data-00000-of-00001");
   }
   // A save that fails (a variable never initialized) writes nothing over it.
   const std::string index = [&] {

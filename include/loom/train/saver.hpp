@@ -685,8 +685,6 @@ private:
     r.count = now ? now->count : 1;
     r.index = now ? node.attr<std::int64_t>("_partition_index") : 0;
     r.saved = e.partitioned() ? static_cast<std::int64_t>(e.slices.size()) : 1;
-    if (r.saved == r.count)
-      return std::nullopt;
     std::string was; // the strategy the saver recorded, if it was loom's
     if (const tensor_bundle::entry* record = reader.find(detail::partition_layout::key(v.whole));
         record && record->type() == dtype::string)
@@ -702,7 +700,7 @@ private:
           "\" strategy, and is now looked up with \"" + is + "\" over " + std::to_string(r.count) +
           " shards: its rows would change ids (look it up with the strategy it was saved with)");
     const std::string said = r.count > 1 && !is.empty() ? is : r.saved > 1 ? was : is;
-    if (said != "mod")
+    if (r.saved == r.count || said != "mod")
       return std::nullopt;
     // The saved parts must be get_variable's: along axis 0, in its sizes.
     const std::int64_t rows = e.shape.rank() > 0 ? e.shape[0] : 0;
