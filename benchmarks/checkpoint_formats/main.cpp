@@ -74,10 +74,10 @@ struct figures {
     seconds[what + (f == loom::checkpoint_format::loom ? " loom" : " tf")].push_back(s);
   }
   void print(const std::vector<std::string>& whats) const {
-    std::printf("   %-34s %10s %10s %8s\n", "median of rounds (s)", "loom", "TF", "TF/loom");
+    std::printf("   %-36s %10s %10s %8s\n", "median of rounds (s)", "loom", "TF", "TF/loom");
     for (const auto& w : whats) {
       const double l = median(seconds.at(w + " loom")), t = median(seconds.at(w + " tf"));
-      std::printf("   %-34s %10.3f %10.3f %8.3f\n", w.c_str(), l, t, t / l);
+      std::printf("   %-36s %10.3f %10.3f %8.3f\n", w.c_str(), l, t, t / l);
     }
     std::fflush(stdout);
   }
