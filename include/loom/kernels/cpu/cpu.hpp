@@ -6,6 +6,7 @@
 #include <loom/kernels/cpu/checkpoint.hpp>
 #include <loom/kernels/cpu/elementwise.hpp>
 #include <loom/kernels/cpu/hash_embedding.hpp>
+#include <loom/kernels/cpu/iterator.hpp>
 #include <loom/kernels/cpu/math.hpp>
 #include <loom/kernels/cpu/nn.hpp>
 #include <loom/kernels/cpu/random.hpp>
