@@ -20,6 +20,9 @@
 // too: a shared or network filesystem across hosts). A restore reads either
 // kind (checkpoint_reader opens a manifest's shards).
 //
+// Beside the variables, the position of each iterator of the graph
+// (train/iterator_checkpoint.hpp): save() writes it, restore() puts it back.
+//
 // The file's format: core/checkpoint_format.hpp; the directory's state
 // file: train/checkpoint_state.hpp; both written durably (durable_file.hpp).
 #pragma once
@@ -35,6 +38,7 @@
 #include <loom/graph/ops/array.hpp>
 #include <loom/runtime/session.hpp>
 #include <loom/train/checkpoint_state.hpp>
+#include <loom/train/iterator_checkpoint.hpp>
 
 #include <unistd.h>
 
@@ -170,6 +174,7 @@ public:
     auto no_names = g.name_scope("");
     auto no_deps = g.control_dependencies(nullptr);
     auto no_device = g.device(nullptr);
+    iterators_ = detail::iterator_checkpoint(g);
     auto names = g.name_scope("save");
     for (node_id id : ids) {
       const node_def& n = g.node(id);
@@ -200,6 +205,8 @@ public:
     std::vector<std::pair<std::string, any_tensor>> records;
     for (const auto& [whole, layout] : partitioned_layouts())
       records.emplace_back(detail::partition_layout::key(whole), layout.to_tensor());
+    for (auto& position : iterators_.save(s))
+      records.push_back(std::move(position));
     if (!shard_writers_.empty())
       save_sharded(s, path, std::move(records));
     else
@@ -405,6 +412,17 @@ public:
       bytes += bytes_of(v);
     }
     flush();
+    iterators_.restore(s, [&](const std::string& key) { return reader.read_tensor(key); });
+  }
+
+  // Puts the graph's iterators back where the checkpoint at `path` left them, the
+  // variables untouched (a chief restarted while the ps tasks kept its variables).
+  void restore_iterators(session& s, const std::string& path) {
+    check_session(s);
+    if (iterators_.empty())
+      return;
+    checkpoint_reader reader(path);
+    iterators_.restore(s, [&](const std::string& key) { return reader.read_tensor(key); });
   }
 
   const std::vector<saved_variable>& variables() const noexcept { return vars_; }
@@ -593,6 +611,7 @@ private:
 
   graph graph_;
   int max_to_keep_;
+  detail::iterator_checkpoint iterators_;
   std::vector<saved_variable> vars_;
   node_id filename_ = no_node;         // sharded: the path fed to every shard writer
   std::vector<node_id> shard_writers_; // sharded: one save_shard per task

@@ -8,6 +8,7 @@
 #include <loom/kernels/cpu/conv.hpp>
 #include <loom/kernels/cpu/elementwise.hpp>
 #include <loom/kernels/cpu/hash_embedding.hpp>
+#include <loom/kernels/cpu/iterator.hpp>
 #include <loom/kernels/cpu/math.hpp>
 #include <loom/kernels/cpu/nn.hpp>
 #include <loom/kernels/cpu/one_hot.hpp>
