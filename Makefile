@@ -16,12 +16,15 @@ export CMAKE_BUILD_PARALLEL_LEVEL
 FORMAT_DIRS := $(wildcard include examples tests benchmarks tools)
 # The demo: a local cluster of 1 ps + 2 workers (tools/launch) training the seed's MLP
 # (examples/mnist_replica) on Fashion-MNIST, then the wide & deep click model
-# (examples/ctr: partitioned embeddings, sparse updates) on generated click logs.
+# (examples/ctr: partitioned embeddings, sparse updates) on generated click logs, and the
+# same model trained from those logs written as TFRecord files of tf.Example, which each
+# step reads through an input pipeline (each worker its file).
 # DEMO_ARGS=--sync_replicas for synchronous replicas (both runs).
 DEMO_ARGS ?=
 DEMO_TRAIN_ARGS := --data_dir /usr/share/datasets/fashion-mnist --train_steps 12000 \
   --learning_rate 0.001 --log_every 1000
 DEMO_CTR_ARGS := --train_steps 3000 --log_every 500
+DEMO_CTR_DATA := $(BUILD_DIR)/demo-ctr-data
 
 .PHONY: all setup configure build test demo bench plots format clean
 
@@ -47,6 +50,11 @@ demo: setup
 	  ./$(BUILD_DIR)/examples/mnist_replica $(DEMO_TRAIN_ARGS) $(DEMO_ARGS)
 	./$(BUILD_DIR)/tools/loom-launch --ps 1 --workers 2 -- \
 	  ./$(BUILD_DIR)/examples/ctr $(DEMO_CTR_ARGS) $(DEMO_ARGS)
+	./$(BUILD_DIR)/examples/ctr --write_data $(DEMO_CTR_DATA) --write_formats tfrecord \
+	  $(DEMO_CTR_ARGS)
+	./$(BUILD_DIR)/tools/loom-launch --ps 1 --workers 2 -- \
+	  ./$(BUILD_DIR)/examples/ctr $(DEMO_CTR_ARGS) --format tfrecord \
+	  --train_files '$(DEMO_CTR_DATA)/train-*.tfrecord' $(DEMO_ARGS)
 
 bench: build
 	@found=0; \

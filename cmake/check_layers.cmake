@@ -7,7 +7,9 @@
 #
 # The layers, lowest first. A layer may include itself and those before it, except where
 # its row narrows that: net/ knows nothing of graphs (DESIGN §1), and data/ reads files
-# into tensors. kernels/cuda/ (CUDA code, compiled by nvcc) is included only from
+# into tensors. data/ comes right after core/ so that the iterator's op and kernel
+# (graph/ops/iterator.hpp, kernels/cpu/iterator.hpp) wrap a dataset, as every other op wraps
+# its library (DESIGN §6c). kernels/cuda/ (CUDA code, compiled by nvcc) is included only from
 # kernels/; the layers below reach GPU kernels through customization points
 # (graph/lower.hpp's detail::register_fused_kernels) and the GPU backend interface
 # (kernels/gpu_backend.hpp). api.hpp and loom.hpp, at the top, may include anything.
@@ -18,7 +20,7 @@ if(NOT DEFINED INCLUDE_DIR)
 endif()
 get_filename_component(INCLUDE_DIR "${INCLUDE_DIR}" ABSOLUTE)
 
-set(order core expr graph placement kernels cluster net runtime train data)
+set(order core data expr graph placement kernels cluster net runtime train)
 set(narrowed_net core cluster net)
 set(narrowed_data core data)
 

@@ -24,12 +24,10 @@ and prints each worker's lines; each worker ends with
 """
 import argparse
 import os
-import socket
-import subprocess
 import sys
-import tempfile
-import threading
 import time
+
+import tf_cluster
 
 NUM_FIELDS, NUM_MULTI, MAX_IDS, NUM_DENSE = 26, 4, 5, 13
 NUM_SINGLE = NUM_FIELDS - NUM_MULTI
@@ -200,65 +198,6 @@ def worker_or_ps(a):
             auc(test["teacher"], test["label"])), flush=True)
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def launch(a, rest):
-    ports = free_ports(a.ps + a.workers)
-    ps_hosts = ",".join("127.0.0.1:%d" % p for p in ports[:a.ps])
-    worker_hosts = ",".join("127.0.0.1:%d" % p for p in ports[a.ps:])
-    base = [sys.executable, os.path.abspath(__file__), "--ps_hosts", ps_hosts,
-            "--worker_hosts", worker_hosts] + rest
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    # A ps's output goes to a file, shown if it dies: TF's workers wait for a lost ps
-    # forever, so a ps that exits early (its port taken between free_ports and its
-    # bind, a crash) would otherwise hang the benchmark without a word.
-    ps_logs = [tempfile.TemporaryFile(mode="w+") for _ in range(a.ps)]
-    ps = [subprocess.Popen(base + ["--job_name", "ps", "--task_index", str(i)], env=env,
-                           stdout=ps_logs[i], stderr=subprocess.STDOUT)
-          for i in range(a.ps)]
-    workers = [subprocess.Popen(base + ["--job_name", "worker", "--task_index", str(i)],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True) for i in range(a.workers)]
-    lost = []
-
-    def watch(i, p):
-        code = p.wait()
-        if any(w.poll() is None for w in workers):
-            lost.append("ps task %d exited with status %d before the workers finished" % (i, code))
-            for w in workers:
-                w.kill()
-
-    for i, p in enumerate(ps):
-        threading.Thread(target=watch, args=(i, p), daemon=True).start()
-    failed = 0
-    try:
-        for i, w in enumerate(workers):
-            for line in w.stdout:
-                print("[worker:%d] %s" % (i, line), end="", flush=True)
-            failed |= w.wait() != 0
-    finally:
-        for p in workers + ps:
-            p.kill()
-            p.wait()
-    for message in lost:
-        print("ctr_tf.py: " + message, file=sys.stderr)
-    if lost:
-        for i, log in enumerate(ps_logs):
-            log.seek(0)
-            tail = log.read()[-2000:]
-            print("ctr_tf.py: ps task %d's output (last 2000 characters):\n%s" % (i, tail),
-                  file=sys.stderr)
-    return 1 if failed or lost else 0
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--data_dir", required=True)
@@ -288,7 +227,7 @@ def main():
         if flag in rest:
             i = rest.index(flag)
             del rest[i:i + 2]
-    return launch(a, rest)
+    return tf_cluster.launch(os.path.abspath(__file__), a.ps, a.workers, rest, "ctr_tf.py")
 
 
 if __name__ == "__main__":

@@ -12,10 +12,15 @@
 //   loom-launch --ps 1 --workers 2 -- ctr --train_steps=3000 [--sync_replicas]
 //
 // `ctr --write_data=DIR` writes the same streams to files instead of training
-// (for benchmarks/tf/ctr_tf.py, which trains TensorFlow on them).
+// (for benchmarks/tf/ctr_tf.py, which trains TensorFlow on them), also as TFRecord
+// files of tf.Example and as Criteo-layout TSV (--write_formats, click_files.hpp);
+// `ctr --train_files=GLOB --format=tfrecord|tsv` trains from such files through an
+// input pipeline that each step reads without feeds (make_one_shot_iterator), each
+// worker its shard of the files.
 #include <loom/loom.hpp>
 
 #include "click_data.hpp"
+#include "click_files.hpp"
 #include "wide_deep.hpp"
 
 #include <chrono>
@@ -31,6 +36,14 @@
 #include <vector>
 
 namespace {
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');)
+    out.push_back(item);
+  return out;
+}
 
 std::vector<std::int64_t> parse_list(const std::string& flag, const std::string& text) {
   std::vector<std::int64_t> out;
@@ -64,6 +77,39 @@ std::pair<double, double> evaluate(loom::session& s, const ctr::wide_deep& model
       scores.push_back(p(static_cast<std::int64_t>(i), 0));
       teacher.push_back(batch[i].teacher_probability);
       labels.push_back(batch[i].label);
+    }
+  }
+  return {ctr::auc(scores, labels), ctr::auc(teacher, labels)};
+}
+
+// The same from files: the model's scores on the test files' batches, fed into the
+// iterator's outputs `in`, and the teacher's on the same examples (the test stream,
+// which the files hold in order).
+std::pair<double, double> evaluate_files(loom::session& s, const ctr::wide_deep& model,
+                                         const ctr::file_batch_handles& in,
+                                         const loom::data::any_dataset<ctr::file_batch>& test,
+                                         ctr::example_source teacher_stream) {
+  std::vector<float> scores, teacher, labels;
+  for (auto& batch : test) {
+    loom::feed_dict f{{std::get<0>(in), std::get<0>(batch)}};
+    const auto feed_sparse = [&](const loom::sparse_tensor<std::int64_t>& sp,
+                                 const loom::data::sparse_value<std::int64_t>& v) {
+      f.emplace_back(sp.indices, v.indices);
+      f.emplace_back(sp.values, v.values);
+      f.emplace_back(sp.dense_shape, v.dense_shape);
+    };
+    feed_sparse(std::get<1>(in), std::get<1>(batch));
+    feed_sparse(std::get<2>(in), std::get<2>(batch));
+    feed_sparse(std::get<3>(in), std::get<3>(batch));
+    feed_sparse(std::get<4>(in), std::get<4>(batch));
+    f.emplace_back(std::get<5>(in), std::get<5>(batch));
+    f.emplace_back(std::get<6>(in), std::get<6>(batch));
+    const auto p = s.run(model.probability, f);
+    const auto& y = std::get<6>(batch);
+    for (std::int64_t i = 0; i < p.dim(0); ++i) {
+      scores.push_back(p(i, 0));
+      labels.push_back(y(i, 0));
+      teacher.push_back(teacher_stream.next().teacher_probability);
     }
   }
   return {ctr::auc(scores, labels), ctr::auc(teacher, labels)};
@@ -145,6 +191,19 @@ int main(int argc, char** argv) try {
                      "Read the data from the files --write_data wrote there (train_<task "
                      "index>.bin, test.bin) instead of generating it; the other data flags must "
                      "be those it was written with")
+      .define_string("write_formats", "bin",
+                     "With --write_data: the formats written, a list of bin (the binary records "
+                     "ctr_tf.py reads), tfrecord (train-<i>.tfrecord, test.tfrecord: tf.Example) "
+                     "and tsv (train-<i>.tsv, test.tsv: Criteo's layout)")
+      .define_string("train_files", "",
+                     "Train from these files (a glob, e.g. DIR/train-*.tfrecord) through an "
+                     "input pipeline, each worker its shard, instead of generating the data")
+      .define_string("test_files", "",
+                     "With --train_files: the test set's files (a glob; default: the test "
+                     "stream generated in memory, as the ids of --format=tfrecord are; "
+                     "--format=tsv needs them, its ids being hashed)")
+      .define_string("format", "tfrecord", "With --train_files: tfrecord or tsv")
+      .define_int("input_threads", 2, "With --train_files: threads parsing the batches")
       .define_int("write_workers", 2, "With --write_data: train streams to write")
       .define_int("write_examples", 0,
                   "With --write_data: examples per train stream (default: train_steps x "
@@ -173,17 +232,41 @@ int main(int argc, char** argv) try {
       if (!meta)
         throw loom::invalid_argument_error("cannot write " + dir + "/meta.txt");
     }
-    ctr::write_examples(dir + "/test.bin", test, flags.get_int("test_examples"));
     const std::int64_t n = flags.get_int("write_examples") > 0
                                ? flags.get_int("write_examples")
                                : flags.get_int("train_steps") * batch_size;
-    for (std::int64_t w = 0; w < flags.get_int("write_workers"); ++w) {
-      ctr::generator train(data, static_cast<std::uint64_t>(w + 1));
-      ctr::write_examples(dir + "/train_" + std::to_string(w) + ".bin", train, n);
+    for (const std::string& format : split_list(flags.get_string("write_formats"))) {
+      // Each format from fresh generators: the same streams in every format.
+      const auto write = [&](auto train_name, const std::string& test_name, auto write_stream) {
+        ctr::generator test_stream(data, 0);
+        write_stream(dir + "/" + test_name, test_stream, flags.get_int("test_examples"));
+        for (std::int64_t w = 0; w < flags.get_int("write_workers"); ++w) {
+          ctr::generator train(data, static_cast<std::uint64_t>(w + 1));
+          write_stream(dir + "/" + train_name(w), train, n);
+        }
+        std::printf("wrote %s/%s and %lld train stream(s) of %lld examples (%s)\n", dir.c_str(),
+                    test_name.c_str(), static_cast<long long>(flags.get_int("write_workers")),
+                    static_cast<long long>(n), train_name(0).c_str());
+      };
+      const auto numbered = [](const char* ext) {
+        return [ext](std::int64_t w) {
+          char name[32];
+          std::snprintf(name, sizeof name, "train-%05lld.%s", static_cast<long long>(w), ext);
+          return std::string(name);
+        };
+      };
+      if (format == "bin")
+        write([](std::int64_t w) { return "train_" + std::to_string(w) + ".bin"; }, "test.bin",
+              ctr::write_examples);
+      else if (format == "tfrecord")
+        write(numbered("tfrecord"), "test.tfrecord", ctr::write_tfrecord);
+      else if (format == "tsv")
+        write(numbered("tsv"), "test.tsv", ctr::write_tsv);
+      else
+        throw loom::invalid_argument_error("--write_formats: '" + format +
+                                           "' is not bin, tfrecord or tsv");
     }
-    std::printf("wrote %s/test.bin and %lld train stream(s) of %lld examples (%zu bytes each)\n",
-                dir.c_str(), static_cast<long long>(flags.get_int("write_workers")),
-                static_cast<long long>(n), sizeof(ctr::example));
+    std::fflush(stdout);
     return 0;
   }
 
@@ -206,12 +289,30 @@ int main(int argc, char** argv) try {
       cluster, {.ps_device = "/job:ps/cpu:0", .worker_device = worker_task}));
   auto global_step = loom::create_global_step(g);
   const ctr::generator sample(data, 0);
-  ctr::wide_deep model(g, {.vocab = sample.vocab(),
-                           .embedding_dim = flags.get_int("embedding_dim"),
-                           .hidden = parse_list("hidden_units", flags.get_string("hidden_units")),
-                           .shards = flags.get_int("shards"),
-                           .seed = flags.get_int("seed"),
-                           .hash_tables = flags.get_bool("hash_embeddings")});
+  const ctr::model_options model_options{
+      .vocab = sample.vocab(),
+      .embedding_dim = flags.get_int("embedding_dim"),
+      .hidden = parse_list("hidden_units", flags.get_string("hidden_units")),
+      .shards = flags.get_int("shards"),
+      .seed = flags.get_int("seed"),
+      .hash_tables = flags.get_bool("hash_embeddings")};
+  // From files: the model reads what the iterator gives each step, on this worker.
+  const std::string train_files = flags.get_string("train_files");
+  const std::string format = flags.get_string("format");
+  std::optional<ctr::file_batch_handles> file_inputs;
+  std::optional<loom::output<float, 0>> input_wait;
+  if (!train_files.empty()) {
+    if (format == "tsv" && flags.get_string("test_files").empty())
+      throw loom::invalid_argument_error("--format=tsv needs --test_files (its ids are hashed)");
+    auto it = loom::make_one_shot_iterator(
+        g, ctr::file_batches(train_files, format, num_workers, task_index, batch_size,
+                             static_cast<int>(flags.get_int("input_threads")), sample.vocab()));
+    file_inputs = it.get_next();
+    input_wait = it.wait_ms();
+  }
+  ctr::wide_deep model = file_inputs
+                             ? ctr::wide_deep(g, model_options, ctr::inputs_of(*file_inputs))
+                             : ctr::wide_deep(g, model_options);
   std::int64_t rows = 0;
   for (std::int64_t v : sample.vocab())
     rows += v;
@@ -256,6 +357,8 @@ int main(int argc, char** argv) try {
   // cross the network and be bucketed at every summary: 66 M floats at --max_vocab 10^6) and
   // the dense weights.
   loom::scalar_summary("loss", model.loss);
+  if (input_wait)
+    loom::scalar_summary("input_wait_ms", *input_wait);
   loom::scalar_summary("auc", batch_auc(model));
   loom::histogram_summary("embeddings/deep", loom::concat(model.deep_embedded, 1));
   loom::histogram_summary("embeddings/wide", loom::concat(model.wide_embedded, 1));
@@ -308,17 +411,24 @@ int main(int argc, char** argv) try {
     return data_dir.empty() ? ctr::example_source(data, stream)
                             : ctr::example_source(ctr::read_examples(data_dir + "/" + file));
   };
-  ctr::example_source train = source("train_" + std::to_string(task_index) + ".bin",
-                                     static_cast<std::uint64_t>(task_index + 1));
   using clock = std::chrono::steady_clock;
   const auto begin = clock::now();
   std::int64_t local_step = 0;
-  std::vector<ctr::example> batch(static_cast<std::size_t>(batch_size));
-  while (!sess.should_stop()) {
-    for (auto& e : batch)
-      e = train.next();
-    sess.run(*train_step, model.feeds(batch));
-    ++local_step;
+  if (file_inputs) { // each step reads its batch from the pipeline, no feed
+    while (!sess.should_stop()) {
+      sess.run(*train_step);
+      ++local_step;
+    }
+  } else {
+    ctr::example_source train = source("train_" + std::to_string(task_index) + ".bin",
+                                       static_cast<std::uint64_t>(task_index + 1));
+    std::vector<ctr::example> batch(static_cast<std::size_t>(batch_size));
+    while (!sess.should_stop()) {
+      for (auto& e : batch)
+        e = train.next();
+      sess.run(*train_step, model.feeds(batch));
+      ++local_step;
+    }
   }
   const double secs = std::chrono::duration<double>(clock::now() - begin).count();
   std::printf("%s: Training ends: %lld local steps, global step %lld, %.1f s (%.0f examples/s "
@@ -328,7 +438,14 @@ int main(int argc, char** argv) try {
               static_cast<double>(local_step * batch_size) / secs);
   std::fflush(stdout);
   const auto [test_auc, teacher_auc] =
-      evaluate(sess.raw_session(), model, source("test.bin", 0), flags.get_int("test_examples"));
+      file_inputs && !flags.get_string("test_files").empty()
+          ? evaluate_files(sess.raw_session(), model, *file_inputs,
+                           ctr::file_batches(flags.get_string("test_files"), format, 1, 0, 4096,
+                                             static_cast<int>(flags.get_int("input_threads")),
+                                             sample.vocab(), /*drop_remainder=*/false),
+                           ctr::example_source(data, 0))
+          : evaluate(sess.raw_session(), model, source("test.bin", 0),
+                     flags.get_int("test_examples"));
   std::printf("%s: test AUC = %.4f (the teacher's AUC, the best possible: %.4f)\n", label.c_str(),
               test_auc, teacher_auc);
   if (hashed_rows)

@@ -36,12 +36,35 @@ struct model_options {
   bool hash_tables = false;
 };
 
+// What the model reads: placeholders fed a batch of examples (feeds()), or the
+// tensors an input pipeline's iterator gives each step (click_files.hpp).
+struct model_inputs {
+  std::vector<loom::output<std::int64_t, 1>> ids; // single-hot fields, [batch] each
+  std::vector<loom::sparse_tensor<std::int64_t>> multi_ids;
+  loom::output<float, 2> dense; // [batch, num_dense]
+  loom::output<float, 2> label; // [batch, 1]
+};
+
+inline model_inputs placeholder_inputs(loom::graph& g) {
+  std::vector<loom::output<std::int64_t, 1>> ids;
+  std::vector<loom::sparse_tensor<std::int64_t>> multi_ids;
+  for (int k = 0; k < num_single_hot; ++k)
+    ids.push_back(
+        loom::placeholder<std::int64_t, 1>(g, loom::shape{-1}, "ids_" + std::to_string(k)));
+  for (int k = 0; k < num_multi_hot; ++k)
+    multi_ids.push_back(loom::sparse_placeholder<std::int64_t>(
+        g, "multi_ids_" + std::to_string(num_single_hot + k)));
+  return {std::move(ids), std::move(multi_ids),
+          loom::placeholder<float, 2>(g, loom::shape{-1, num_dense}, "dense"),
+          loom::placeholder<float, 2>(g, loom::shape{-1, 1}, "label")};
+}
+
 struct wide_deep {
   bool hash_tables;
-  std::vector<loom::placeholder<std::int64_t, 1>> ids; // single-hot fields, [batch]
+  std::vector<loom::output<std::int64_t, 1>> ids; // single-hot fields, [batch]
   std::vector<loom::sparse_tensor<std::int64_t>> multi_ids;
-  loom::placeholder<float, 2> dense;
-  loom::placeholder<float, 2> label; // [batch, 1]
+  loom::output<float, 2> dense;
+  loom::output<float, 2> label; // [batch, 1]
   std::vector<loom::partitioned_variable<float, 2>> deep_tables, wide_tables;
   std::vector<loom::hash_embedding<float>> deep_hashed, wide_hashed; // with hash_tables
   // Per field, what the batch looked up: its deep embedding [batch, dim] and its wide weight
@@ -53,14 +76,16 @@ struct wide_deep {
   loom::output<float, 2> probability;
   loom::output<float, 0> loss; // the mean over the batch
 
-  wide_deep(loom::graph& g, const model_options& o)
-      : hash_tables(o.hash_tables), dense(g, loom::shape{-1, num_dense}, "dense"),
-        label(g, loom::shape{-1, 1}, "label"), logit(build(g, o)),
+  wide_deep(loom::graph& g, const model_options& o) : wide_deep(g, o, placeholder_inputs(g)) {}
+  wide_deep(loom::graph& g, const model_options& o, model_inputs in)
+      : hash_tables(o.hash_tables), ids(std::move(in.ids)), multi_ids(std::move(in.multi_ids)),
+        dense(std::move(in.dense)), label(std::move(in.label)), logit(build(g, o)),
         probability(loom::lower(loom::sigmoid(logit))),
         loss(loom::named(loom::reduce_mean(loom::sigmoid_cross_entropy_with_logits(label, logit)),
                          "loss")) {}
 
-  // The feeds of a batch of examples.
+  // The feeds of a batch of examples (the inputs being placeholders or not: a fed node
+  // takes the fed value).
   loom::feed_dict feeds(const std::vector<example>& batch) const {
     const auto n = static_cast<std::int64_t>(batch.size());
     loom::feed_dict f;
@@ -116,11 +141,11 @@ private:
       throw loom::invalid_argument_error("ctr::wide_deep: " + std::to_string(o.vocab.size()) +
                                          " vocabularies for " + std::to_string(num_fields) +
                                          " fields");
-    for (int k = 0; k < num_single_hot; ++k)
-      ids.emplace_back(g, loom::shape{-1}, "ids_" + std::to_string(k));
-    for (int k = 0; k < num_multi_hot; ++k)
-      multi_ids.push_back(loom::sparse_placeholder<std::int64_t>(
-          g, "multi_ids_" + std::to_string(num_single_hot + k)));
+    if (ids.size() != static_cast<std::size_t>(num_single_hot) ||
+        multi_ids.size() != static_cast<std::size_t>(num_multi_hot))
+      throw loom::invalid_argument_error("ctr::wide_deep: inputs for " +
+                                         std::to_string(ids.size()) + " single-hot and " +
+                                         std::to_string(multi_ids.size()) + " multi-hot fields");
 
     std::vector<loom::output<float, 2>> deep_in, wide_in;
     for (int f = 0; f < num_fields; ++f) {

@@ -126,7 +126,9 @@ TEST_CASE("unary elementwise ops") {
        {unary{"neg", -2, 2, {}}, unary{"exp", -2, 2, {}}, unary{"log", 0.2, 3, {}},
         unary{"sqrt", 0.2, 3, {}}, unary{"square", -2, 2, {}}, unary{"abs", -2, 2, {0}},
         unary{"relu", -2, 2, {0}}, unary{"sigmoid", -3, 3, {}}, unary{"tanh", -2, 2, {}},
-        unary{"reciprocal", 0.3, 2, {}}, unary{"identity", -2, 2, {}}}) {
+        unary{"reciprocal", 0.3, 2, {}}, unary{"identity", -2, 2, {}}, unary{"rsqrt", 0.3, 2, {}},
+        unary{"elu", -2, 2, {0}}, unary{"softplus", -3, 3, {}}, unary{"cos", -3, 3, {}},
+        unary{"sin", -3, 3, {}}}) {
     INFO("op " << u.op);
     graph g;
     feeds_t others;
@@ -140,7 +142,7 @@ TEST_CASE("binary elementwise ops, with every kind of broadcasting") {
   struct shapes {
     shape a, b;
   };
-  for (const char* op : {"add", "sub", "mul", "div", "maximum", "minimum"}) {
+  for (const char* op : {"add", "sub", "mul", "div", "maximum", "minimum", "pow"}) {
     for (const shapes& sh :
          {shapes{shape{3, 4}, shape{3, 4}}, shapes{shape{3, 4}, shape{4}},
           shapes{shape{3, 4}, shape{3, 1}}, shapes{shape{}, shape{3, 4}},
@@ -155,6 +157,8 @@ TEST_CASE("binary elementwise ops, with every kind of broadcasting") {
       // For maximum/minimum, a on the 0.05 + 0.1 k grid and b on the 0.1 k grid never tie.
       auto av = random_tensor(sh.a, -2, 2);
       auto bv = random_tensor(sh.b, std::string(op) == "div" ? 0.5 : -2, 2);
+      if (std::string(op) == "pow") // a positive base, where the exponent has a gradient
+        av = random_tensor(sh.a, 0.3, 2);
       if (choose) {
         for (double& v : av.flat<double>())
           v = std::round(v * 10) / 10 + 0.05;
@@ -653,4 +657,176 @@ TEST_CASE("embedding_lookup_sparse: the gradient of each combiner reaches the ta
         g, g.add_node("reshape", {combined}, {{"dims", std::vector<std::int64_t>{3, 2}}}), others);
     check_gradients(g, y, {{table.id(), random_tensor(shape{5, 2}, -1, 1)}}, others);
   }
+}
+
+TEST_CASE("transpose, strided_slice (every mask), pad, tile, expand_dims and squeeze") {
+  struct strided_case {
+    const char* what;
+    shape x;
+    std::string op;
+    loom::attr_map attrs;
+  };
+  using v = std::vector<std::int64_t>;
+  const std::vector<strided_case> cases{
+      {"transpose", shape{2, 3, 4}, "transpose", {{"perm", v{2, 0, 1}}}},
+      {"slice with steps",
+       shape{4, 5},
+       "strided_slice",
+       {{"begin", v{1, 0}}, {"end", v{4, 5}}, {"strides", v{2, 2}}}},
+      {"backward with a new axis and a shrunk one",
+       shape{4, 5},
+       "strided_slice",
+       {{"begin", v{-1, 0, 2}},
+        {"end", v{0, 0, 3}},
+        {"strides", v{-1, 1, 1}},
+        {"begin_mask", std::int64_t{1}},
+        {"end_mask", std::int64_t{1}},
+        {"new_axis_mask", std::int64_t{2}},
+        {"shrink_axis_mask", std::int64_t{4}}}},
+      {"ellipsis",
+       shape{2, 3, 4},
+       "strided_slice",
+       {{"begin", v{0, 1}},
+        {"end", v{0, 3}},
+        {"strides", v{1, 1}},
+        {"ellipsis_mask", std::int64_t{1}}}},
+      {"pad", shape{2, 3}, "pad", {{"paddings", v{1, 0, 2, 1}}}},
+      {"tile", shape{2, 3}, "tile", {{"multiples", v{3, 2}}}},
+      {"expand_dims", shape{2, 3}, "expand_dims", {{"axis", std::int64_t{1}}}},
+      {"squeeze", shape{2, 1, 3}, "squeeze", {{"axes", v{1}}}},
+  };
+  for (const strided_case& c : cases) {
+    INFO(c.what);
+    graph g;
+    feeds_t others;
+    const node_id x = placeholder(g, c.x, "x");
+    std::vector<node_id> inputs{x};
+    if (c.op == "pad")
+      inputs.push_back(loom::scalar_node(g, 0.5));
+    const node_id y = weighted(g, g.add_node(c.op, inputs, c.attrs), others);
+    check_gradients(g, y, {{x, random_tensor(c.x, -1, 1)}}, others);
+  }
+}
+
+TEST_CASE("the gradients of strided ops on an input whose batch is known only when it runs") {
+  graph g;
+  loom::placeholder<double, 2> x(g, shape{-1, 3}, "x");
+  auto w = loom::constant(g, tensor<double, 2>(shape{1, 6}, {1, 2, 3, 4, 5, 6}));
+  // x[1:, :] tiled twice along the columns, then weighted: each element of x but the first
+  // row gets the weights of its two copies.
+  auto y = loom::tile(loom::slice(x, {1, 0}, {-1, -1}), {1, 2});
+  auto [dx] = loom::gradients(loom::reduce_sum(y * w), x);
+  loom::session s(g, loom::session_options{.intra_op_threads = 2});
+  const auto got = s.run(dx, {{x, tensor<double, 2>(shape{3, 3}, 1.0)}});
+  REQUIRE(got.shape() == shape{3, 3});
+  CHECK(std::vector<double>(got.flat().begin(), got.flat().end()) ==
+        std::vector<double>{0, 0, 0, 5, 7, 9, 5, 7, 9});
+}
+
+TEST_CASE("stack, unstack and split pass each part its share of dy") {
+  graph g;
+  feeds_t others;
+  loom::placeholder<double, 2> x(g, shape{3, 4}, "x");
+  const auto parts = loom::split(x, std::vector<std::int64_t>{1, 3}, 1);
+  const auto rows = loom::unstack(parts[1], 0);
+  auto restacked = loom::stack(std::vector<loom::output<double, 1>>{rows[2], rows[0]}, 1);
+  const node_id y = weighted(g, restacked.id(), others);
+  check_gradients(g, y, {{x.id(), random_tensor(shape{3, 4}, -1, 1)}}, others);
+}
+
+TEST_CASE("conv2d: the input and the filter, SAME and VALID, strided and dilated") {
+  struct conv_grad_case {
+    shape x, f;
+    loom::attr_map attrs;
+  };
+  using v = std::vector<std::int64_t>;
+  for (const conv_grad_case& c :
+       {conv_grad_case{shape{2, 5, 4, 2},
+                       shape{3, 2, 2, 3},
+                       {{"strides", v{1, 1, 1, 1}}, {"padding", std::string("SAME")}}},
+        conv_grad_case{shape{1, 6, 5, 2},
+                       shape{2, 3, 2, 2},
+                       {{"strides", v{1, 2, 2, 1}}, {"padding", std::string("VALID")}}},
+        conv_grad_case{shape{1, 6, 6, 1},
+                       shape{2, 2, 1, 2},
+                       {{"strides", v{1, 1, 1, 1}},
+                        {"dilations", v{1, 2, 2, 1}},
+                        {"padding", std::string("SAME")}}},
+        conv_grad_case{shape{2, 3, 3, 4},
+                       shape{1, 1, 4, 2},
+                       {{"strides", v{1, 1, 1, 1}}, {"padding", std::string("VALID")}}}}) {
+    INFO("x " << c.x.to_string() << ", filter " << c.f.to_string());
+    graph g;
+    feeds_t others;
+    const node_id x = placeholder(g, c.x, "x");
+    const node_id f = placeholder(g, c.f, "f");
+    const node_id y = weighted(g, g.add_node("conv2d", {x, f}, c.attrs), others);
+    check_gradients(g, y, {{x, random_tensor(c.x, -1, 1)}, {f, random_tensor(c.f, -1, 1)}}, others);
+  }
+}
+
+TEST_CASE("max_pool and avg_pool: VALID and SAME, overlapping windows") {
+  using v = std::vector<std::int64_t>;
+  for (const char* op : {"max_pool", "avg_pool"})
+    for (const char* padding : {"VALID", "SAME"}) {
+      INFO(op << ", " << padding);
+      graph g;
+      feeds_t others;
+      const node_id x = placeholder(g, shape{2, 5, 4, 2}, "x");
+      const node_id y = weighted(g,
+                                 g.add_node(op, {x},
+                                            {{"ksize", v{1, 3, 2, 1}},
+                                             {"strides", v{1, 2, 1, 1}},
+                                             {"padding", std::string(padding)}}),
+                                 others);
+      check_gradients(g, y, {{x, random_tensor(shape{2, 5, 4, 2}, -1, 1)}}, others);
+    }
+}
+
+TEST_CASE("batch_matmul: the four adjoint combinations and broadcast batch dimensions") {
+  struct bmm_case {
+    shape a, b;
+    bool adj_x, adj_y;
+  };
+  for (const bmm_case& c : {bmm_case{shape{2, 3, 4}, shape{2, 4, 5}, false, false},
+                            bmm_case{shape{2, 4, 3}, shape{2, 4, 5}, true, false},
+                            bmm_case{shape{2, 3, 4}, shape{2, 5, 4}, false, true},
+                            bmm_case{shape{2, 4, 3}, shape{2, 5, 4}, true, true},
+                            bmm_case{shape{3, 1, 2, 4}, shape{2, 4, 3}, false, false},
+                            bmm_case{shape{2, 3, 4}, shape{4, 2}, false, false}}) {
+    INFO(c.a.to_string() << " x " << c.b.to_string() << (c.adj_x ? " adj_x" : "")
+                         << (c.adj_y ? " adj_y" : ""));
+    graph g;
+    feeds_t others;
+    const node_id a = placeholder(g, c.a, "a");
+    const node_id b = placeholder(g, c.b, "b");
+    const node_id y = weighted(
+        g, g.add_node("batch_matmul", {a, b}, {{"adj_x", c.adj_x}, {"adj_y", c.adj_y}}), others);
+    check_gradients(g, y, {{a, random_tensor(c.a, -1, 1)}, {b, random_tensor(c.b, -1, 1)}}, others);
+  }
+}
+
+TEST_CASE("a DIN-style attention over a multi-hot field: masked softmax and two batch_matmuls") {
+  // history [batch, len, dim] of embedded ids, some positions padding (mask false); query
+  // [batch, dim]: scores = history . query, padding masked out, softmax over the length,
+  // the weighted sum of the history.
+  graph g;
+  feeds_t others;
+  loom::placeholder<double, 3> history(g, shape{2, 4, 3}, "history");
+  loom::placeholder<double, 2> query(g, shape{2, 3}, "query");
+  loom::placeholder<bool, 2> mask(g, shape{2, 4}, "mask");
+  auto scores = loom::reshape(loom::batch_matmul(history, loom::expand_dims(query, -1)),
+                              std::array<std::int64_t, 2>{2, 4});
+  auto masked = loom::where(mask, scores, scores * 0.0 - 1e9);
+  auto weights = loom::softmax(masked);
+  auto pooled = loom::squeeze(loom::batch_matmul(loom::expand_dims(weights, 1), history), 1);
+  loom::tensor<bool, 2> m(shape{2, 4});
+  for (int i = 0; i < 8; ++i)
+    m.data()[i] = !(i == 3 || i == 6 || i == 7); // example 0 has 3 ids, example 1 two
+  others.emplace_back(mask.id(), m.value());
+  const node_id y = weighted(g, pooled.id(), others);
+  check_gradients(g, y,
+                  {{history.id(), random_tensor(shape{2, 4, 3}, -1, 1)},
+                   {query.id(), random_tensor(shape{2, 3}, -1, 1)}},
+                  others);
 }

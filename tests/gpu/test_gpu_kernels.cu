@@ -49,6 +49,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -425,13 +426,14 @@ std::vector<op_case> make_cases() {
   using S = loom::shape;
   // Elementwise: odd sizes, one element, zero elements and every broadcasting form.
   const std::vector<std::pair<std::string, std::vector<dtype>>> unary{
-      {"neg", numeric},    {"exp", floats},  {"log", floats},       {"sqrt", floats},
-      {"square", numeric}, {"abs", numeric}, {"sign", numeric},     {"relu", numeric},
-      {"sigmoid", floats}, {"tanh", floats}, {"reciprocal", floats}};
+      {"neg", numeric},    {"exp", floats},      {"log", floats},        {"sqrt", floats},
+      {"square", numeric}, {"abs", numeric},     {"sign", numeric},      {"relu", numeric},
+      {"sigmoid", floats}, {"tanh", floats},     {"reciprocal", floats}, {"rsqrt", floats},
+      {"elu", floats},     {"softplus", floats}, {"cos", floats},        {"sin", floats}};
   for (const auto& [op, types] : unary) {
-    const gen g = op == "log" || op == "sqrt" ? gen::positive
-                  : op == "reciprocal"        ? gen::nonzero
-                                              : gen::any;
+    const gen g = op == "log" || op == "sqrt" || op == "rsqrt" ? gen::positive
+                  : op == "reciprocal"                         ? gen::nonzero
+                                                               : gen::any;
     // 2100003 elements: past one pass of the grid-stride loop (8192 blocks x 256 threads).
     for (const S& s : {S{1003}, S{1}, S{}, S{0}, S{7, 5, 3}, S{2100003}})
       cs.push_back({op, types, {{s, {}, g}}});
@@ -448,6 +450,8 @@ std::vector<op_case> make_cases() {
   for (const auto& [op, types] : binary)
     for (const auto& [a, b] : pairs)
       cs.push_back({op, types, {{a}, {b, {}, op == "div" ? gen::nonzero : gen::any}}});
+  for (const auto& [a, b] : pairs) // pow of a positive base (a negative one is NaN on both)
+    cs.push_back({"pow", floats, {{a, {}, gen::positive}, {b}}, {}, check::l2});
   cs.push_back(
       {"clip_by_value", numeric, {{S{37, 11}}, {S{}, {}, gen::low}, {S{}, {}, gen::high}}});
   cs.push_back(
@@ -472,6 +476,17 @@ std::vector<op_case> make_cases() {
   mm(S{3, 0}, S{0, 4}, false, false);
   mm(S{0, 5}, S{5, 4}, false, false);
   cs.push_back({"xw_plus_b", floats, {{S{33, 17}}, {S{17, 10}}, {S{10}}}, {}, check::l2});
+  // batch_matmul: each adjoint combination, broadcast batches (a strided batched GEMM where
+  // an operand is whole or broadcast whole, one GEMM per batch otherwise), no batches.
+  for (const auto& [a, b, ax, ay] :
+       std::vector<std::tuple<S, S, bool, bool>>{{S{7, 5, 9}, S{7, 9, 4}, false, false},
+                                                 {S{7, 9, 5}, S{7, 9, 4}, true, false},
+                                                 {S{7, 5, 9}, S{7, 4, 9}, false, true},
+                                                 {S{7, 9, 5}, S{7, 4, 9}, true, true},
+                                                 {S{7, 5, 9}, S{9, 4}, false, false},
+                                                 {S{3, 1, 5, 9}, S{4, 9, 2}, false, false},
+                                                 {S{0, 5, 9}, S{0, 9, 4}, false, false}})
+    cs.push_back({"batch_matmul", floats, {{a}, {b}}, {{"adj_x", ax}, {"adj_y", ay}}, check::l2});
   cs.push_back({"xw_plus_b", floats, {{S{1, 1003}}, {S{1003, 1}}, {S{1}}}, {}, check::l2});
   // add_n: a few inputs, more inputs than one launch takes (64), no elements.
   cs.push_back({"add_n", numeric, {{S{3, 4}}, {S{3, 4}}, {S{3, 4}}}});
@@ -532,6 +547,79 @@ std::vector<op_case> make_cases() {
       cs.push_back({op, numeric, {{s}}, {{"axis", axis}}});
   cs.push_back({"reshape", no_strings, {{S{6, 4}}}, {{"dims", axes{3, -1}}}});
   cs.push_back({"reshape_like", no_strings, {{S{6, 4}}, {S{2, 12}}}});
+  cs.push_back({"expand_dims", no_strings, {{S{6, 4}}}, {{"axis", -2L}}});
+  cs.push_back({"squeeze", no_strings, {{S{6, 1, 4}}}, {{"axes", axes{1}}}});
+
+  // The strided ops: permutations, slices forward and back with every mask, pads and
+  // tiles, empty tensors, and one copy past a pass of the grid.
+  for (const auto& [s, perm] : std::vector<std::pair<S, axes>>{{S{7, 5, 3}, axes{2, 0, 1}},
+                                                               {S{64, 33}, axes{1, 0}},
+                                                               {S{4, 1, 3, 2}, axes{3, 2, 1, 0}},
+                                                               {S{0, 3}, axes{1, 0}},
+                                                               {S{2100003}, axes{0}}})
+    cs.push_back({"transpose", no_strings, {{s}}, {{"perm", perm}}});
+  const attr_map stepped{{"begin", axes{1, -1}}, {"end", axes{8, 0}}, {"strides", axes{2, -2}}};
+  const attr_map masked{{"begin", axes{0, 2, -1}},   {"end", axes{0, 0, 0}},
+                        {"strides", axes{1, 1, -1}}, {"ellipsis_mask", 1L},
+                        {"new_axis_mask", 2L},       {"shrink_axis_mask", 0L},
+                        {"begin_mask", 4L},          {"end_mask", 4L}};
+  const attr_map shrunk{{"begin", axes{3, 0}},
+                        {"end", axes{4, 0}},
+                        {"strides", axes{1, 1}},
+                        {"end_mask", 2L},
+                        {"shrink_axis_mask", 1L}};
+  cs.push_back({"strided_slice", no_strings, {{S{9, 7}}}, stepped});
+  cs.push_back({"strided_slice", no_strings, {{S{4, 5, 6}}}, masked});
+  cs.push_back({"strided_slice", no_strings, {{S{9, 7}}}, shrunk});
+  cs.push_back({"strided_slice_grad", no_strings, {{S{4, 3}}, {S{9, 7}}}, stepped});
+  cs.push_back({"strided_slice_grad", no_strings, {{S{4, 5, 1, 6}}, {S{4, 5, 6}}}, masked});
+  attr_map shrunk_static = shrunk;
+  shrunk_static["shape"] = axes{9, 7};
+  cs.push_back({"strided_slice_grad", no_strings, {{S{7}}}, shrunk_static});
+  cs.push_back({"pad", no_strings, {{S{5, 3}}, {S{}}}, {{"paddings", axes{1, 2, 0, 3}}}});
+  cs.push_back({"pad", no_strings, {{S{0, 3}}, {S{}}}, {{"paddings", axes{1, 1, 1, 1}}}});
+  cs.push_back({"tile", no_strings, {{S{5, 3}}}, {{"multiples", axes{2, 3}}}});
+  cs.push_back({"tile", no_strings, {{S{1003}}}, {{"multiples", axes{3}}}});
+  cs.push_back({"tile", no_strings, {{S{2, 3}}}, {{"multiples", axes{0, 2}}}});
+  // Convolutions and poolings (L2: cuBLAS and Eigen sum the patches in other orders):
+  // SAME and VALID, strides, a dilation, a 1x1 filter, and a batch past the patch budget.
+  const auto window = [](axes strides, const char* padding, axes dilations = axes{1, 1, 1, 1}) {
+    return attr_map{
+        {"strides", strides}, {"padding", std::string(padding)}, {"dilations", dilations}};
+  };
+  // (x, filter, attributes, y's shape)
+  const std::vector<std::tuple<S, S, attr_map, S>> convs{
+      {S{2, 7, 6, 3}, S{3, 3, 3, 4}, window(axes{1, 1, 1, 1}, "SAME"), S{2, 7, 6, 4}},
+      {S{2, 7, 6, 3}, S{3, 2, 3, 4}, window(axes{1, 2, 3, 1}, "VALID"), S{2, 3, 2, 4}},
+      {S{1, 9, 9, 2}, S{3, 3, 2, 2}, window(axes{1, 1, 1, 1}, "SAME", axes{1, 2, 2, 1}),
+       S{1, 9, 9, 2}},
+      {S{3, 4, 5, 6}, S{1, 1, 6, 5}, window(axes{1, 1, 1, 1}, "SAME"), S{3, 4, 5, 5}},
+      {S{64, 28, 28, 4}, S{5, 5, 4, 2}, window(axes{1, 1, 1, 1}, "SAME"), S{64, 28, 28, 2}}};
+  for (const auto& [x, f, a, y] : convs) {
+    cs.push_back({"conv2d", floats, {{x}, {f}}, a, check::l2});
+    cs.push_back({"conv2d_backprop_input", floats, {{f}, {y}, {x}}, a, check::l2});
+    cs.push_back({"conv2d_backprop_filter", floats, {{x}, {y}, {f}}, a, check::l2});
+  }
+  for (const char* padding : {"VALID", "SAME"}) {
+    attr_map a{{"ksize", axes{1, 3, 2, 1}},
+               {"strides", axes{1, 2, 1, 1}},
+               {"padding", std::string(padding)}};
+    cs.push_back({"max_pool", numeric, {{S{2, 5, 7, 3}}}, a});
+    cs.push_back({"avg_pool", floats, {{S{2, 5, 7, 3}}}, a, check::l2});
+    const S y = padding == std::string("SAME") ? S{2, 3, 7, 3} : S{2, 2, 6, 3};
+    cs.push_back({"max_pool_grad", floats, {{S{2, 5, 7, 3}}, {y}, {y}}, a, check::l2});
+    cs.push_back({"avg_pool_grad", floats, {{y}, {S{2, 5, 7, 3}}}, a, check::l2});
+  }
+  for (dtype id : {dtype::i32, dtype::i64}) {
+    cs.push_back({"one_hot",
+                  no_strings,
+                  {{S{33}, id, gen::some_negative, 10}, {S{}}, {S{}}},
+                  {{"depth", 10L}, {"axis", -1L}}});
+    cs.push_back({"one_hot",
+                  no_strings,
+                  {{S{4, 5}, id, gen::labels, 3}, {S{}}, {S{}}},
+                  {{"depth", 3L}, {"axis", 1L}}});
+  }
 
   // Softmax and cross-entropies (L2: exp and row sums differ in order).
   // 8200 rows: more rows than blocks (8192), so the row loop takes a second pass.
@@ -1117,7 +1205,8 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
           compare(expected, got, integral ? check::elementwise : c.how, what, 1e-3, &magnitude);
           ++runs;
           // reshape and identity share the input's device memory, as on the CPU.
-          if (c.op == "reshape" || c.op == "reshape_like" || c.op == "identity")
+          if (c.op == "reshape" || c.op == "reshape_like" || c.op == "identity" ||
+              c.op == "expand_dims" || c.op == "squeeze")
             CHECK(got.shares_buffer_with(dev[0]));
         } catch (const std::exception& e) {
           FAIL_CHECK("threw: " << e.what());

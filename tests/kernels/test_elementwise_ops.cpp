@@ -34,15 +34,21 @@ using namespace loom;
 // Eigen's vectorised max/min (maximum, minimum, relu, clip_by_value) do not
 // promise which operand a NaN comparison returns, packet or scalar, so NaN is
 // left out of those ops' inputs; every other op gets it.
+// elu and softplus are built on max and min too.
 template <class Op>
 constexpr bool nan_defined =
     !std::is_same_v<Op, ops::maximum> && !std::is_same_v<Op, ops::minimum> &&
-    !std::is_same_v<Op, ops::relu> && !std::is_same_v<Op, ops::clip_by_value>;
+    !std::is_same_v<Op, ops::relu> && !std::is_same_v<Op, ops::clip_by_value> &&
+    !std::is_same_v<Op, ops::elu> && !std::is_same_v<Op, ops::softplus>;
 
-// Ops whose float results come from a math library on each side.
+// Ops whose float results come from a math library on each side (rsqrt: Eigen's packet
+// form may be a reciprocal of a square root rounded once or twice).
 template <class Op>
-constexpr bool transcendental = std::is_same_v<Op, ops::exp> || std::is_same_v<Op, ops::log> ||
-                                std::is_same_v<Op, ops::tanh> || std::is_same_v<Op, ops::sigmoid>;
+constexpr bool transcendental =
+    std::is_same_v<Op, ops::exp> || std::is_same_v<Op, ops::log> || std::is_same_v<Op, ops::tanh> ||
+    std::is_same_v<Op, ops::sigmoid> || std::is_same_v<Op, ops::rsqrt> ||
+    std::is_same_v<Op, ops::elu> || std::is_same_v<Op, ops::softplus> ||
+    std::is_same_v<Op, ops::pow> || std::is_same_v<Op, ops::cos> || std::is_same_v<Op, ops::sin>;
 
 // Operand k of op Op, 37 elements (past any packet, with a tail). Operand 1
 // equals operand 0 at every third element, so binary ops see ties.

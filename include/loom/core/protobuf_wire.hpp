@@ -105,6 +105,12 @@ struct field {
 class reader {
 public:
   reader(std::string_view message, std::string what) : rest_(message), what_(std::move(what)) {}
+  // A name that is a string literal is kept as a pointer, not copied: a parser of many
+  // small messages (data/example.hpp's, four readers per feature) then allocates and
+  // copies nothing per message.
+  template <std::size_t N>
+  reader(std::string_view message, const char (&literal)[N])
+      : rest_(message), literal_what_(literal) {}
 
   bool done() const noexcept { return rest_.empty(); }
 
@@ -149,7 +155,8 @@ public:
 
 private:
   [[noreturn]] void fail(const std::string& why) const {
-    throw data_loss_error("malformed " + what_ + ": " + why);
+    throw data_loss_error("malformed " + (literal_what_ ? std::string(literal_what_) : what_) +
+                          ": " + why);
   }
   std::uint64_t raw_varint() {
     std::uint64_t v = 0;
@@ -176,6 +183,7 @@ private:
 
   std::string_view rest_;
   std::string what_;
+  const char* literal_what_ = nullptr;
 };
 
 } // namespace loom::protobuf

@@ -1,6 +1,8 @@
-// Every part of the input pipeline (DESIGN.md §6c, docs/input-pipelines.md).
+// Every part of the input pipeline (DESIGN.md §6c, docs/input-pipelines.md), and
+// string_to_hash_bucket_fast for its categorical features.
 #pragma once
 
+#include <loom/core/fingerprint.hpp>
 #include <loom/data/batch.hpp>
 #include <loom/data/cache.hpp>
 #include <loom/data/csv_dataset.hpp>

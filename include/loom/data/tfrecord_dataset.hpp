@@ -10,6 +10,7 @@
 // read in that file: the error is thrown and the next file follows.
 #pragma once
 
+#include <loom/core/crc32c.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tfrecord.hpp>
 #include <loom/data/dataset.hpp>
@@ -95,6 +96,13 @@ public:
       ++file_index_;
     }
 
+    // TFRecord's masked CRC-32C, by the CPU's crc32 instruction where there is
+    // one (core/crc32c.hpp): every byte read is checksummed, and the table-driven
+    // CRC cost a third of a parse's time.
+    static std::uint32_t masked_crc(std::string_view bytes) {
+      return tfrecord::mask(crc32c::value(bytes));
+    }
+
     // The file's next record; nullopt at its end.
     std::optional<std::string> read_record() {
       input_file& f = *file_;
@@ -112,8 +120,7 @@ public:
         throw corrupt_record_error(path, where() + ": the file ends inside the record's header");
       }
       const std::string_view h(header_);
-      if (tfrecord::masked_crc32c(h.substr(0, 8)) !=
-          tfrecord::detail::read_le<std::uint32_t>(h.substr(8))) {
+      if (masked_crc(h.substr(0, 8)) != tfrecord::detail::read_le<std::uint32_t>(h.substr(8))) {
         next_file();
         throw corrupt_record_error(path, where() + ": the length's CRC does not match");
       }
@@ -131,7 +138,7 @@ public:
                                              std::to_string(length) + " bytes declared)");
       }
       ++record_;
-      if (tfrecord::masked_crc32c(data) != tfrecord::detail::read_le<std::uint32_t>(footer_))
+      if (masked_crc(data) != tfrecord::detail::read_le<std::uint32_t>(footer_))
         throw corrupt_record_error(path, where() + ": the data's CRC does not match");
       return data;
     }

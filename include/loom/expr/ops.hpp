@@ -28,6 +28,12 @@ namespace loom::ops {
 // relu_grad's Eigen functor: defined beside Eigen's packets, in the kernel layer
 // (kernels/cpu/eigen_tensor.hpp), where every eval() is instantiated.
 template <class T> struct relu_grad_fn;
+// pow's Eigen functor (kernels/cpu/eigen_tensor.hpp): the Tensor module has a pow of a
+// scalar exponent only.
+template <class T> struct pow_fn;
+// cos's and sin's (Eigen's packet forms; the Tensor module names neither).
+template <class T> struct cos_fn;
+template <class T> struct sin_fn;
 
 using int_and_float_types = type_list<float, double, std::int32_t, std::int64_t>;
 
@@ -58,6 +64,30 @@ template <class T> LOOM_HOST_DEVICE inline T tanh(T a) {
     return ::tanhf(a);
   else
     return ::tanh(a);
+}
+template <class T> LOOM_HOST_DEVICE inline T cos(T a) {
+  if constexpr (std::is_same_v<T, float>)
+    return ::cosf(a);
+  else
+    return ::cos(a);
+}
+template <class T> LOOM_HOST_DEVICE inline T sin(T a) {
+  if constexpr (std::is_same_v<T, float>)
+    return ::sinf(a);
+  else
+    return ::sin(a);
+}
+template <class T> LOOM_HOST_DEVICE inline T log1p(T a) {
+  if constexpr (std::is_same_v<T, float>)
+    return ::log1pf(a);
+  else
+    return ::log1p(a);
+}
+template <class T> LOOM_HOST_DEVICE inline T pow(T a, T b) {
+  if constexpr (std::is_same_v<T, float>)
+    return ::powf(a, b);
+  else
+    return ::pow(a, b);
 }
 template <class T> LOOM_HOST_DEVICE inline T max(T a, T b) {
   return a < b ? b : a;
@@ -102,6 +132,20 @@ LOOM_UNARY_OP(relu,       int_and_float_types, a.cwiseMax(typename A::Scalar(0))
 LOOM_UNARY_OP(sigmoid,    floating_types,      a.sigmoid(),                 T(1) / (T(1) + scalar::exp(T(-a))))
 LOOM_UNARY_OP(tanh,       floating_types,      a.tanh(),                    scalar::tanh(a))
 LOOM_UNARY_OP(reciprocal, floating_types,      a.inverse(),                 T(1) / a)
+LOOM_UNARY_OP(cos,        floating_types,      a.unaryExpr(cos_fn<typename A::Scalar>{}), scalar::cos(a))
+LOOM_UNARY_OP(sin,        floating_types,      a.unaryExpr(sin_fn<typename A::Scalar>{}), scalar::sin(a))
+LOOM_UNARY_OP(rsqrt,      floating_types,      a.rsqrt(),                   T(1) / scalar::sqrt(a))
+// elu (TF's Elu): exp(x) - 1 below zero, x elsewhere. The Eigen form adds a zero to
+// each side instead of choosing (Eigen's select goes a bool at a time): exp(min(x, 0))
+// - 1 is exactly 0 for x >= 0, and max(x, 0) exactly 0 for x < 0.
+LOOM_UNARY_OP(elu,        floating_types,
+              a.cwiseMax(typename A::Scalar(0)) + (a.cwiseMin(typename A::Scalar(0)).exp() - typename A::Scalar(1)),
+              a < T(0) ? T(scalar::exp(a) - T(1)) : a)
+// softplus, log(1 + exp(x)), as max(x, 0) + log1p(exp(-|x|)): no overflow for a large x,
+// no loss of the small result for a very negative one.
+LOOM_UNARY_OP(softplus,   floating_types,
+              a.cwiseMax(typename A::Scalar(0)) + (-a.abs()).exp().log1p(),
+              T(scalar::max(a, T(0)) + scalar::log1p(scalar::exp(T(a < T(0) ? a : -a)))))
 
 //             name      dtypes               result Eigen form       scalar form
 LOOM_BINARY_OP(add,      int_and_float_types, T,     a + b,           T(a + b))
@@ -110,6 +154,7 @@ LOOM_BINARY_OP(mul,      int_and_float_types, T,     a * b,           T(a * b))
 LOOM_BINARY_OP(div,      int_and_float_types, T,     a / b,           T(a / b))
 LOOM_BINARY_OP(maximum,  int_and_float_types, T,     a.cwiseMax(b),   scalar::max(a, b))
 LOOM_BINARY_OP(minimum,  int_and_float_types, T,     a.cwiseMin(b),   scalar::min(a, b))
+LOOM_BINARY_OP(pow,      floating_types,      T,     a.binaryExpr(b, pow_fn<typename A::Scalar>{}), scalar::pow(a, b))
 // The adjoint of relu: dy where the forward input was positive (a = dy, b = x).
 // Its Eigen form is a functor with packet math (relu_grad_fn), not select() over
 // a comparison, which Eigen's Tensor module evaluates a bool at a time.
@@ -186,9 +231,9 @@ template <element_type U> struct cast {
 // Every elementwise op but cast (registered per destination dtype at run
 // time): what the graph, the CPU and the GPU register, from this one list.
 using elementwise_ops =
-    type_list<neg, exp, log, sqrt, square, abs, sign, relu, sigmoid, tanh, reciprocal, add, sub,
-              mul, div, maximum, minimum, relu_grad, less, less_equal, greater, greater_equal,
-              equal, not_equal, clip_by_value, select>;
+    type_list<neg, exp, log, sqrt, square, abs, sign, relu, sigmoid, tanh, reciprocal, rsqrt, elu,
+              softplus, cos, sin, add, sub, mul, div, maximum, minimum, pow, relu_grad, less, less_equal,
+              greater, greater_equal, equal, not_equal, clip_by_value, select>;
 
 // Op's result type when every operand has element type T (select's condition
 // too: its result<> ignores that operand).

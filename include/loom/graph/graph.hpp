@@ -35,6 +35,13 @@ inline constexpr std::string_view trainable_variables = "trainable_variables";
 inline constexpr std::string_view local_variables = "local_variables";
 inline constexpr std::string_view global_step = "global_step";
 inline constexpr std::string_view train_op = "train_op";
+// The ops a train step must also run (batch normalization's moving averages), TF's UPDATE_OPS.
+inline constexpr std::string_view update_ops = "update_ops";
+inline constexpr std::string_view regularization_losses = "regularization_losses";
+// Metrics' state: local variables a checkpoint does not save (TF's METRIC_VARIABLES).
+inline constexpr std::string_view metric_variables = "metric_variables";
+// The shadows of an exponential moving average (TF's MOVING_AVERAGE_VARIABLES).
+inline constexpr std::string_view moving_average_variables = "moving_average_variables";
 } // namespace collection
 
 // A maximal elementwise region lowered from one typed expression: the region's

@@ -9,6 +9,7 @@
 #include <loom/graph/ops/state.hpp>
 #include <loom/graph/output.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -112,25 +113,92 @@ struct truncated_normal_initializer {
     return detail::random_node(g, "truncated_normal", t, s, mean, stddev, seed);
   }
 };
-// Glorot/Xavier uniform: limit sqrt(6 / (fan_in + fan_out)), fans as TF computes them.
+namespace detail {
+// A variable's fans as TF computes them (its _compute_fans): a vector's length both ways;
+// for rank >= 2 the last two dimensions times the product of the others (a filter's
+// receptive field).
+struct fans {
+  double in = 1, out = 1;
+};
+inline fans fans_of(const loom::shape& s) {
+  fans f;
+  if (s.rank() == 1)
+    f.in = f.out = static_cast<double>(s[0]);
+  else if (s.rank() >= 2) {
+    double receptive = 1;
+    for (int i = 0; i + 2 < s.rank(); ++i)
+      receptive *= static_cast<double>(s[i]);
+    f.in = static_cast<double>(s[s.rank() - 2]) * receptive;
+    f.out = static_cast<double>(s[s.rank() - 1]) * receptive;
+  }
+  return f;
+}
+} // namespace detail
+
+// TF's VarianceScaling: variance scale / n, n the fan in, out or their mean; drawn from a
+// normal truncated at two standard deviations (its stddev corrected for the truncation, as
+// TF's), an untruncated normal, or a uniform. Each initializer here makes one shard `part`
+// of a partitioned variable of shape `s` with the whole variable's fans, as TF's
+// partition_info makes them.
+struct variance_scaling_initializer {
+  enum class fan_mode { fan_in, fan_out, fan_avg };
+  enum class distribution_kind { truncated_normal, untruncated_normal, uniform };
+  double scale = 1.0;
+  fan_mode mode = fan_mode::fan_in;
+  distribution_kind distribution = distribution_kind::truncated_normal;
+  std::optional<std::int64_t> seed{};
+
+  node_id make(graph& g, dtype t, const loom::shape& s) const { return make_part(g, t, s, s); }
+  node_id make_part(graph& g, dtype t, const loom::shape& part, const loom::shape& s) const {
+    if (!(scale > 0))
+      throw invalid_argument_error("variance_scaling_initializer: scale " + std::to_string(scale) +
+                                   " must be positive");
+    const detail::fans f = detail::fans_of(s);
+    const double n = mode == fan_mode::fan_in    ? f.in
+                     : mode == fan_mode::fan_out ? f.out
+                                                 : (f.in + f.out) / 2;
+    const double variance = scale / std::max(1.0, n);
+    switch (distribution) {
+    case distribution_kind::truncated_normal: // 0.8796...: the stddev of a unit normal cut at 2
+      return detail::random_node(g, "truncated_normal", t, part, 0,
+                                 std::sqrt(variance) / 0.87962566103423978, seed);
+    case distribution_kind::untruncated_normal:
+      return detail::random_node(g, "random_normal", t, part, 0, std::sqrt(variance), seed);
+    case distribution_kind::uniform: break;
+    }
+    const double limit = std::sqrt(3 * variance);
+    return detail::random_node(g, "random_uniform", t, part, -limit, limit, seed);
+  }
+};
+
+// Glorot/Xavier uniform: limit sqrt(6 / (fan_in + fan_out)) (TF's default for get_variable).
 struct glorot_uniform_initializer {
   std::optional<std::int64_t> seed{};
   node_id make(graph& g, dtype t, const loom::shape& s) const { return make_part(g, t, s, s); }
-  // One shard `part` of a partitioned variable of shape `s`: the fans are the
-  // whole variable's, as TF's partition_info makes them.
   node_id make_part(graph& g, dtype t, const loom::shape& part, const loom::shape& s) const {
-    double fan_in = 1, fan_out = 1;
-    if (s.rank() == 1)
-      fan_in = fan_out = static_cast<double>(s[0]);
-    else if (s.rank() >= 2) {
-      double receptive = 1;
-      for (int i = 0; i + 2 < s.rank(); ++i)
-        receptive *= static_cast<double>(s[i]);
-      fan_in = static_cast<double>(s[s.rank() - 2]) * receptive;
-      fan_out = static_cast<double>(s[s.rank() - 1]) * receptive;
-    }
-    const double limit = std::sqrt(6.0 / (fan_in + fan_out));
+    const detail::fans f = detail::fans_of(s);
+    const double limit = std::sqrt(6.0 / (f.in + f.out));
     return detail::random_node(g, "random_uniform", t, part, -limit, limit, seed);
+  }
+};
+// Glorot normal (tf.glorot_normal_initializer): a truncated normal of variance 2 / (in + out).
+struct glorot_normal_initializer {
+  std::optional<std::int64_t> seed{};
+  node_id make(graph& g, dtype t, const loom::shape& s) const { return make_part(g, t, s, s); }
+  node_id make_part(graph& g, dtype t, const loom::shape& part, const loom::shape& s) const {
+    using v = variance_scaling_initializer;
+    return v{1.0, v::fan_mode::fan_avg, v::distribution_kind::truncated_normal, seed}.make_part(
+        g, t, part, s);
+  }
+};
+// He normal (tf.keras.initializers.he_normal): a truncated normal of variance 2 / fan_in.
+struct he_normal_initializer {
+  std::optional<std::int64_t> seed{};
+  node_id make(graph& g, dtype t, const loom::shape& s) const { return make_part(g, t, s, s); }
+  node_id make_part(graph& g, dtype t, const loom::shape& part, const loom::shape& s) const {
+    using v = variance_scaling_initializer;
+    return v{2.0, v::fan_mode::fan_in, v::distribution_kind::truncated_normal, seed}.make_part(
+        g, t, part, s);
   }
 };
 

@@ -1,13 +1,14 @@
 // Kernels that touch a tensor's metadata (its shape, its buffer handle) and
 // never its elements, so one definition serves every device: reshape and
-// reshape_like give the same buffer under another shape, identity passes its
-// input on, no_op does nothing. Each device's kernels register them for that
-// device (register_metadata_kernels, called by kernels/cpu/state.hpp and
-// kernels/cuda/state.cuh), so that a program without the GPU kernels has no
-// GPU kernel of these either. Host code only, so nvcc compiles it too.
+// reshape_like, expand_dims and squeeze give the same buffer under another shape, identity passes
+// its input on, no_op does nothing. Each device's kernels register them for that device
+// (register_metadata_kernels, called by kernels/cpu/state.hpp and kernels/cuda/state.cuh), so that
+// a program without the GPU kernels has no GPU kernel of these either. Host code only, so nvcc
+// compiles it too.
 #pragma once
 
 #include <loom/graph/ops/math.hpp>
+#include <loom/graph/ops/strided.hpp>
 #include <loom/kernels/registry.hpp>
 
 #include <cstdint>
@@ -36,6 +37,18 @@ template <class T> struct reshape_like_kernel {
   }
 };
 
+template <class T> struct expand_dims_kernel {
+  static void run(kernel_context& c) {
+    c.output = c.input(0).reshaped(expanded_shape(c.node, c.input(0).shape()));
+  }
+};
+
+template <class T> struct squeeze_kernel {
+  static void run(kernel_context& c) {
+    c.output = c.input(0).reshaped(squeezed_shape(c.node, c.input(0).shape()));
+  }
+};
+
 template <class T> struct identity_kernel {
   static void run(kernel_context& c) { c.output = c.input(0); }
 };
@@ -49,6 +62,8 @@ template <class T> struct no_op_kernel {
 template <class Types> bool register_metadata_kernels(const std::string& device) {
   register_kernels<reshape_kernel>("reshape", Types{}, device);
   register_kernels<reshape_like_kernel>("reshape_like", Types{}, device);
+  register_kernels<expand_dims_kernel>("expand_dims", Types{}, device);
+  register_kernels<squeeze_kernel>("squeeze", Types{}, device);
   register_kernels<identity_kernel>("identity", Types{}, device);
   register_kernels<no_op_kernel>("no_op", Types{}, device);
   return true;

@@ -192,9 +192,16 @@ public:
   // the feeds, plus the global step and the hooks' requests; traced into
   // `metadata` with options.trace_level = trace_level::full (TF's
   // MonitoredSession.run(fetches, feed_dict, options, run_metadata)).
+  //
+  // A step that finds the end of its input (an iterator's out_of_range,
+  // graph/ops/iterator.hpp) is a clean stop, as TF's: should_stop() turns true
+  // and run returns an empty result (nothing for an operation), its hooks not
+  // called: the step trained on no batch (what of it does not depend on the
+  // batch may have run, as in TF).
   template <class F>
   auto run(const F& fetch, const feed_dict& feeds = {}, const run_options& options = {},
            run_metadata* metadata = nullptr) {
+    using result_type = decltype(session_->run_with_extra(fetch, feeds, {}, options).first);
     if (should_stop_)
       throw failed_precondition_error("monitored_training_session: run after should_stop()");
     std::vector<node_id> extra{global_step_};
@@ -220,6 +227,12 @@ public:
         should_stop_ = should_stop_ || ctx.stop_requested;
         recovered();
         return result;
+      } catch (const out_of_range_error& e) {
+        std::fprintf(o_.log, "%s: the input ended (%s); stopping\n", o_.label.c_str(), e.what());
+        std::fflush(o_.log);
+        should_stop_ = true;
+        recovered();
+        return result_type{};
       } catch (const error& e) {
         prepare_recovery(e, "step");
         create_session_recovering();
@@ -506,6 +519,15 @@ private:
                    static_cast<long long>(
                        *session_->run_nodes({global_step_}, {}).front().data<std::int64_t>()));
       std::fflush(o_.log);
+      // The chief's own input, though, restarts with it: it goes on from the latest
+      // checkpoint's position (train/iterator_checkpoint.hpp).
+      if (const auto latest = saver_ && !graph_.collection(collection::iterators).empty()
+                                  ? latest_checkpoint(o_.checkpoint_dir)
+                                  : std::nullopt) {
+        saver_->restore_iterators(*session_, *latest);
+        std::fprintf(o_.log, "%s: the input goes on from %s\n", o_.label.c_str(), latest->c_str());
+        std::fflush(o_.log);
+      }
       return;
     }
     if (saver_) {

@@ -28,6 +28,10 @@
 // or absent. The tasks and the saver must see one filesystem at the same path
 // (TF's assumption too: a shared or network filesystem across hosts).
 //
+// Beside the variables, the position of each iterator of the graph
+// (train/iterator_checkpoint.hpp), in either format: save() writes it,
+// restore() puts it back.
+//
 // The directory's state file: train/checkpoint_state.hpp; every file written
 // durably (durable_file.hpp).
 #pragma once
@@ -45,6 +49,7 @@
 #include <loom/graph/ops/array.hpp>
 #include <loom/runtime/session.hpp>
 #include <loom/train/checkpoint_state.hpp>
+#include <loom/train/iterator_checkpoint.hpp>
 
 #include <stdio.h>
 #include <unistd.h>
@@ -280,6 +285,7 @@ public:
     auto no_names = g.name_scope("");
     auto no_deps = g.control_dependencies(nullptr);
     auto no_device = g.device(nullptr);
+    iterators_ = detail::iterator_checkpoint(g);
     auto names = g.name_scope("save");
     for (saved_variable& v : vars) {
       const node_id id = v.variable;
@@ -311,6 +317,8 @@ public:
     std::vector<std::pair<std::string, any_tensor>> records;
     for (const auto& [whole, layout] : partitioned_layouts())
       records.emplace_back(detail::partition_layout::key(whole), layout.to_tensor());
+    for (auto& position : iterators_.save(s))
+      records.push_back(std::move(position));
     if (format_ == checkpoint_format::tensorflow)
       save_tensorflow(s, path, std::move(records));
     else if (!shard_writers_.empty())
@@ -385,8 +393,9 @@ private:
   }
 
   // TF's format: the data files under a temporary prefix (the saver's one, or
-  // each task's where sharded, and the saver's partitioning records in a file
-  // of their own after those), then moved to `path`, then the index, last.
+  // each task's where sharded, and the saver's records, partitionings and
+  // iterator positions, in a file of their own after those), then moved to
+  // `path`, then the index, last.
   void save_tensorflow(session& s, const std::string& path,
                        std::vector<std::pair<std::string, any_tensor>> records) {
     namespace tb = tensor_bundle;
@@ -461,9 +470,10 @@ private:
       }
       groups[static_cast<std::size_t>(it - devices.begin())].push_back(&v);
     }
-    // TF's format: the saver writes the partitioning records to a data file of
-    // its own, after the tasks' files.
-    has_records_ = format_ == checkpoint_format::tensorflow && !partitioned_layouts().empty();
+    // TF's format: the saver writes the partitioning records and the iterators'
+    // positions to a data file of its own, after the tasks' files.
+    has_records_ = format_ == checkpoint_format::tensorflow &&
+                   (!partitioned_layouts().empty() || !iterators_.empty());
     const auto num_shards = static_cast<std::int64_t>(groups.size() + (has_records_ ? 1 : 0));
     filename_ = g.add_node("placeholder", {}, {{"dtype", dtype::string}, {"shape", loom::shape{}}},
                            "filename");
@@ -549,14 +559,34 @@ public:
   // looked up with the "mod" strategy). Extra tensors in the file are ignored.
   void restore(session& s, const std::string& path) {
     check_session(s);
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(tensor_bundle::index_path(path), ec))
+    if (is_tensorflow(path))
       restore_tensorflow(s, path);
     else
       restore_loom(s, path);
   }
 
+  // Puts the graph's iterators back where the checkpoint at `path` (either
+  // format) left them, the variables untouched (a chief restarted while the ps
+  // tasks kept its variables).
+  void restore_iterators(session& s, const std::string& path) {
+    check_session(s);
+    if (iterators_.empty())
+      return;
+    if (is_tensorflow(path)) {
+      const tensor_bundle::reader reader(path);
+      iterators_.restore(s, [&](const std::string& key) { return reader.read_tensor(key); });
+    } else {
+      checkpoint_reader reader(path);
+      iterators_.restore(s, [&](const std::string& key) { return reader.read_tensor(key); });
+    }
+  }
+
 private:
+  static bool is_tensorflow(const std::string& path) {
+    std::error_code ec;
+    return std::filesystem::is_regular_file(tensor_bundle::index_path(path), ec);
+  }
+
   // Feeds each variable value(i), in groups of at most group_bytes, one run each.
   void feed_in_groups(session& s, const std::function<any_tensor(std::size_t)>& value) {
     std::vector<std::pair<node_id, any_tensor>> feeds;
@@ -624,6 +654,7 @@ private:
         saved.erase(plan->whole);
       return value;
     });
+    iterators_.restore(s, [&](const std::string& key) { return reader.read_tensor(key); });
   }
 
   // TF's format: each variable is its whole tensor, or its slice of it (read
@@ -663,6 +694,7 @@ private:
       }
       return v.slice ? reader.read_slice(v.whole, *v.slice) : reader.read_tensor(v.whole);
     });
+    iterators_.restore(s, [&](const std::string& key) { return reader.read_tensor(key); });
   }
 
   // How a shard looked up with "mod" takes its rows from a whole tensor that
@@ -934,6 +966,7 @@ private:
   graph graph_;
   int max_to_keep_;
   checkpoint_format format_;
+  detail::iterator_checkpoint iterators_;
   std::vector<saved_variable> vars_;
   node_id filename_ = no_node;         // sharded: the path fed to every shard writer
   std::vector<node_id> shard_writers_; // sharded: one save_shard per task

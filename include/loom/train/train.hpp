@@ -4,11 +4,14 @@
 
 #include <loom/train/adagrad.hpp>
 #include <loom/train/adam.hpp>
+#include <loom/train/clip_ops.hpp>
 #include <loom/train/ftrl.hpp>
 #include <loom/train/global_step.hpp>
 #include <loom/train/gradient_descent.hpp>
 #include <loom/train/hooks.hpp>
 #include <loom/train/init_from_checkpoint.hpp>
+#include <loom/train/learning_rate_decay.hpp>
+#include <loom/train/moving_averages.hpp>
 #include <loom/train/momentum.hpp>
 #include <loom/train/monitored_session.hpp>
 #include <loom/train/optimizer.hpp>

@@ -123,6 +123,26 @@ inline bool register_elementwise_ops() {
   gradients["reciprocal"] = [=](graph& g, const node_def& n, node_id dy) {
     return std::vector{neg(g, mul(g, dy, op(g, "square", {n.id})))};
   };
+  // TF's RsqrtGrad: dy * -y^3 / 2.
+  gradients["rsqrt"] = [=](graph& g, const node_def& n, node_id dy) {
+    node_id y3 = mul(g, n.id, op(g, "square", {n.id}));
+    return std::vector{mul(g, dy, mul(g, scalar(g, dt(g, dy), -0.5), y3))};
+  };
+  // TF's EluGrad: dy * (y + 1) below zero, dy elsewhere.
+  gradients["elu"] = [=](graph& g, const node_def& n, node_id dy) {
+    node_id below = op(g, "less", {in(n, 0), scalar(g, dt(g, dy), 0.0)});
+    node_id scaled = mul(g, dy, add(g, n.id, scalar(g, dt(g, dy), 1.0)));
+    return std::vector{select(g, below, scaled, dy)};
+  };
+  gradients["cos"] = [=](graph& g, const node_def& n, node_id dy) {
+    return std::vector{neg(g, mul(g, dy, op(g, "sin", {in(n, 0)})))};
+  };
+  gradients["sin"] = [=](graph& g, const node_def& n, node_id dy) {
+    return std::vector{mul(g, dy, op(g, "cos", {in(n, 0)}))};
+  };
+  gradients["softplus"] = [=](graph& g, const node_def& n, node_id dy) {
+    return std::vector{mul(g, dy, op(g, "sigmoid", {in(n, 0)}))};
+  };
   gradients["add"] = [=](graph& g, const node_def& n, node_id dy) {
     return std::vector{sum_to(g, dy, in(n, 0)), sum_to(g, dy, in(n, 1))};
   };
@@ -146,6 +166,17 @@ inline bool register_elementwise_ops() {
       return std::vector{sum_to(g, select(g, c, dy, zero), a),
                          sum_to(g, select(g, c, zero, dy), b)};
     };
+  };
+  // TF's PowGrad: z = x^y; dx = dy y x^(y-1); dy' = dy z log(x) where x > 0, else 0.
+  gradients["pow"] = [=](graph& g, const node_def& n, node_id dy) {
+    node_id x = in(n, 0), y = in(n, 1);
+    const dtype t = dt(g, dy);
+    node_id dx = mul(g, dy, mul(g, y, op(g, "pow", {x, sub(g, y, scalar(g, t, 1.0))})));
+    node_id positive = op(g, "greater", {x, scalar(g, t, 0.0)});
+    node_id safe_x = select(g, positive, x, ones_like(g, x));
+    node_id log_x = select(g, positive, op(g, "log", {safe_x}), zeros_like(g, x));
+    node_id dexp = mul(g, dy, mul(g, n.id, log_x));
+    return std::vector{sum_to(g, dx, x), sum_to(g, dexp, y)};
   };
   gradients["maximum"] = choose("greater_equal");
   gradients["minimum"] = choose("less_equal");

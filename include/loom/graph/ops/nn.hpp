@@ -9,6 +9,7 @@
 #include <loom/graph/output.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -230,6 +231,71 @@ auto sigmoid_cross_entropy_with_logits(const L& labels, const Z& logits) {
   const auto relu_logits = where(nonnegative, logits, logits * T(0));
   const auto neg_abs_logits = where(nonnegative, -logits, logits);
   return relu_logits - logits * labels + log(T(1) + exp(neg_abs_logits));
+}
+
+// x where x > 0, else alpha x (tf.nn.leaky_relu): an expression, fused with its neighbours;
+// its gradient is dy or alpha dy by the same choice.
+template <expression E> auto leaky_relu(const E& x, double alpha = 0.2) {
+  using T = value_type_of<E>;
+  static_assert(floating_type<T>, "loom::leaky_relu: needs float or double");
+  return where(greater(x, T(0)), x, x * static_cast<T>(alpha));
+}
+
+// sum(x^2) / 2 (tf.nn.l2_loss): a weight decay term.
+template <expression E> output<value_type_of<E>, 0> l2_loss(const E& x) {
+  using T = value_type_of<E>;
+  static_assert(floating_type<T>, "loom::l2_loss: needs float or double");
+  return lower(reduce_sum(square(x)) * T(0.5));
+}
+
+namespace detail {
+// x with each element kept with probability 1 - rate and scaled by 1 / (1 - rate), else
+// 0: the mask a seeded uniform draw of x's shape when the step runs (TF's dropout).
+template <expression E>
+output<value_type_of<E>, rank_of<E>> dropped_out(const E& x, double rate,
+                                                 std::optional<std::int64_t> seed) {
+  using T = value_type_of<E>;
+  static_assert(floating_type<T>, "loom::dropout: needs float or double");
+  if (!(rate >= 0 && rate < 1))
+    throw invalid_argument_error("loom::dropout: rate " + std::to_string(rate) +
+                                 " is outside [0, 1) (the fraction of elements dropped)");
+  auto lx = lower(x);
+  if (rate == 0)
+    return lx;
+  graph g = lx.graph();
+  const auto [s1, s2] = g.next_seeds(seed);
+  output<T, rank_of<E>> u(
+      g, g.add_node("random_uniform", {lx.id()},
+                    {{"dtype", dtype_of<T>}, {"seed", s1}, {"seed2", s2}, {"a", 0.0}, {"b", 1.0}}));
+  return lower(lx * cast<T>(greater_equal(u, static_cast<T>(rate))) *
+               static_cast<T>(1 / (1 - rate)));
+}
+} // namespace detail
+
+// dropout(x, rate) while training (tf.layers.dropout / tf.nn.dropout with rate): each
+// element zeroed with probability `rate` (in [0, 1)), the rest scaled by 1 / (1 - rate);
+// x itself when not training. `seed`: the op seed (with the graph's seed, TF's rule).
+template <expression E>
+output<value_type_of<E>, rank_of<E>> dropout(const E& x, double rate,
+                                             std::optional<std::int64_t> seed = std::nullopt,
+                                             bool training = true) {
+  if (!training) {
+    if (!(rate >= 0 && rate < 1))
+      throw invalid_argument_error("loom::dropout: rate " + std::to_string(rate) +
+                                   " is outside [0, 1) (the fraction of elements dropped)");
+    return lower(x);
+  }
+  return detail::dropped_out(x, rate, seed);
+}
+// The same with `training` a bool scalar of the graph (a placeholder fed true while
+// training): the choice is made when the step runs.
+template <expression E, expression B>
+output<value_type_of<E>, rank_of<E>> dropout(const E& x, double rate,
+                                             std::optional<std::int64_t> seed, const B& training) {
+  static_assert(std::is_same_v<value_type_of<B>, bool> && rank_of<B> == 0,
+                "loom::dropout: `training` is a bool or a bool scalar of the graph");
+  auto lx = lower(x);
+  return lower(where(training, detail::dropped_out(lx, rate, seed), lx));
 }
 
 } // namespace loom

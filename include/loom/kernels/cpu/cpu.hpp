@@ -3,14 +3,19 @@
 #pragma once
 
 #include <loom/kernels/cpu/array.hpp>
+#include <loom/kernels/cpu/batch_matmul.hpp>
 #include <loom/kernels/cpu/checkpoint.hpp>
+#include <loom/kernels/cpu/conv.hpp>
 #include <loom/kernels/cpu/elementwise.hpp>
 #include <loom/kernels/cpu/hash_embedding.hpp>
+#include <loom/kernels/cpu/iterator.hpp>
 #include <loom/kernels/cpu/math.hpp>
 #include <loom/kernels/cpu/nn.hpp>
+#include <loom/kernels/cpu/one_hot.hpp>
 #include <loom/kernels/cpu/random.hpp>
 #include <loom/kernels/cpu/scatter.hpp>
 #include <loom/kernels/cpu/state.hpp>
+#include <loom/kernels/cpu/strided.hpp>
 #include <loom/kernels/cpu/string.hpp>
 #include <loom/kernels/cpu/summary.hpp>
 #include <loom/kernels/cpu/sync.hpp>

@@ -7,6 +7,7 @@
 #include <loom/core/dtype.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
+#include <loom/expr/ops.hpp>
 
 // Kernels evaluate on Eigen's ThreadPoolDevice, which exists only when this is
 // defined before Eigen's Tensor module is first included.
@@ -37,6 +38,13 @@ template <class T> struct relu_grad_fn {
     return Eigen::internal::pand(dy, Eigen::internal::pcmp_lt(Eigen::internal::pzero(x), x));
   }
 };
+// pow's Eigen form: std::pow per element (Eigen has no packet pow of two tensors).
+template <class T> struct pow_fn {
+  T operator()(const T& a, const T& b) const { return ops::scalar::pow(a, b); }
+};
+// cos and sin: Eigen's functors, with their packet forms.
+template <class T> struct cos_fn : Eigen::internal::scalar_cos_op<T> {};
+template <class T> struct sin_fn : Eigen::internal::scalar_sin_op<T> {};
 } // namespace ops
 
 template <element_type T, int R>
@@ -88,3 +96,9 @@ template <class T> struct Eigen::internal::functor_traits<loom::ops::relu_grad_f
     PacketAccess = Eigen::internal::packet_traits<T>::HasCmp
   };
 };
+template <class T>
+struct Eigen::internal::functor_traits<loom::ops::cos_fn<T>>
+    : Eigen::internal::functor_traits<Eigen::internal::scalar_cos_op<T>> {};
+template <class T>
+struct Eigen::internal::functor_traits<loom::ops::sin_fn<T>>
+    : Eigen::internal::functor_traits<Eigen::internal::scalar_sin_op<T>> {};

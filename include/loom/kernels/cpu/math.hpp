@@ -1,16 +1,15 @@
 // CPU kernels of the non-elementwise math ops.
 //
-// matmul and xw_plus_b use Eigen's Matrix GEMM (its fastest path), split by
-// rows over the session's thread pool because Eigen parallelises GEMM only
-// with OpenMP. Reductions collapse the input to alternating runs of kept and
-// reduced dimensions, then reduce one run at a time as [outer, run, inner],
-// so any rank and any set of axes needs only three Eigen instantiations per
-// dtype and reducer.
+// matmul and xw_plus_b run the CPU's one GEMM (kernels/cpu/gemm.hpp). Reductions collapse the input
+// to alternating runs of kept and reduced dimensions, then reduce one run at a time as [outer, run,
+// inner], so any rank and any set of axes needs only three Eigen instantiations per dtype and
+// reducer.
 #pragma once
 
 #include <loom/kernels/checks/math.hpp>
 #include <loom/kernels/cpu/eigen_tensor.hpp>
 #include <loom/kernels/cpu/elementwise.hpp>
+#include <loom/kernels/cpu/gemm.hpp>
 #include <loom/kernels/cpu/state.hpp>
 #include <loom/kernels/registry.hpp>
 
@@ -25,51 +24,12 @@ namespace loom::detail {
 
 using index_t = Eigen::Index;
 
-template <class T>
-using row_major_matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
 // op(a) op(b) (+ bias on every row) into out, which is [m, n] and allocated.
 template <class T>
 void gemm(const cpu_device& d, const any_tensor& a, bool ta, const any_tensor& b, bool tb,
           const T* bias, any_tensor& out) {
-  using cmap = Eigen::Map<const row_major_matrix<T>>;
-  const cmap A(a.data<T>(), a.shape()[0], a.shape()[1]);
-  const cmap B(b.data<T>(), b.shape()[0], b.shape()[1]);
-  const index_t m = out.shape()[0], n = out.shape()[1], k = ta ? A.rows() : A.cols();
-  Eigen::Map<row_major_matrix<T>> C(out.data<T>(), m, n);
-  if (m == 0 || n == 0)
-    return;
-  // C starts as the bias rows (or zeros) and the product is added to it: Eigen's
-  // product into C zero-fills C first anyway, and a bias added after it would be
-  // another pass over C.
-  auto rows = [&](index_t first, index_t last) {
-    auto c = C.middleRows(first, last - first);
-    if (bias)
-      c.rowwise() = Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(bias, n);
-    else
-      c.setZero();
-    if (k == 0)
-      return;
-    if (!ta) {
-      auto a_rows = A.middleRows(first, last - first);
-      if (tb)
-        c.noalias() += a_rows * B.transpose();
-      else
-        c.noalias() += a_rows * B;
-    } else {
-      auto a_rows = A.middleCols(first, last - first).transpose();
-      if (tb)
-        c.noalias() += a_rows * B.transpose();
-      else
-        c.noalias() += a_rows * B;
-    }
-  };
-  // Per row: k*n multiply-adds, a few per cycle with SIMD. Small products stay
-  // on this thread.
-  const Eigen::TensorOpCost per_row(static_cast<double>(k * sizeof(T)),
-                                    static_cast<double>(n * sizeof(T)),
-                                    static_cast<double>(k) * static_cast<double>(n) / 4.0);
-  parallel_for(d, m, per_row, rows);
+  const index_t m = out.shape()[0], n = out.shape()[1], k = a.shape()[ta ? 0 : 1];
+  gemm_rows(d, a.data<T>(), ta, b.data<T>(), tb, out.data<T>(), m, n, k, false, bias);
 }
 
 template <class T> struct matmul_cpu {

@@ -40,7 +40,7 @@ template <class T> struct random_cpu {
     const std::uint64_t mixed = seed || seed2 ? seed * 0x9E3779B97F4A7C15ull ^ (seed2 + 1) : 0;
     std::mt19937_64& e = c.resources.random_engine(n, mixed);
     const double a = n.attr<double>("a"), b = n.attr<double>("b");
-    c.output = any_tensor(dtype_of<T>, n.shape);
+    c.output = any_tensor(dtype_of<T>, c.inputs.empty() ? n.shape : c.input(0).shape());
     T* out = c.output.data<T>();
     const std::int64_t count = c.output.num_elements();
     if (n.op == "random_uniform") {

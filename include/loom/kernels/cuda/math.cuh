@@ -58,28 +58,37 @@ inline int blas_dim(const node_def& n, std::int64_t d) {
   return static_cast<int>(std::max<std::int64_t>(d, 1));
 }
 
+// C [m, n] = op(A) op(B) (+ C where `accumulate`), row-major on this GPU: the GPU's one
+// matrix product (matmul, xw_plus_b, conv2d over patches, batch_matmul per batch).
+template <class T>
+void gemm_rows(const kernel_context& c, const T* a, bool ta, const T* b, bool tb, T* out,
+               std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate) {
+  const gpu_context& g = gpu_of(c);
+  if (m == 0 || n == 0)
+    return;
+  if (k == 0) {
+    if (!accumulate)
+      LOOM_CUDA_CHECK(
+          cudaMemsetAsync(out, 0, static_cast<std::size_t>(m * n) * sizeof(T), g.stream));
+    return;
+  }
+  const T one = T(1), beta = accumulate ? T(1) : T(0);
+  // Column-major, the buffers hold A^T and B^T; C^T = op(B)^T op(A)^T.
+  cuda::check_cublas(gemm_call(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                               ta ? CUBLAS_OP_T : CUBLAS_OP_N, blas_dim(c.node, n),
+                               blas_dim(c.node, m), blas_dim(c.node, k), &one, b,
+                               blas_dim(c.node, tb ? k : n), a, blas_dim(c.node, ta ? m : k), &beta,
+                               out, blas_dim(c.node, n)),
+                     "gemm");
+}
+
 // out ([m, n], allocated) = op(a) op(b), all row-major on this GPU.
 template <class T>
 void gemm(const kernel_context& c, const any_tensor& a, bool ta, const any_tensor& b, bool tb,
           any_tensor& out) {
-  const gpu_context& g = gpu_of(c);
-  const std::int64_t m = out.shape()[0], n = out.shape()[1], k = a.shape()[ta ? 0 : 1];
-  if (m == 0 || n == 0)
-    return;
-  T* C = out.template device_data<T>();
-  if (k == 0) { // an empty sum: zeros (all-zero bytes are 0.0)
-    LOOM_CUDA_CHECK(cudaMemsetAsync(C, 0, out.byte_size(), g.stream));
-    return;
-  }
-  const T one = T(1), zero = T(0);
-  // Column-major, the buffers hold A^T and B^T; C^T = op(B)^T op(A)^T.
-  cuda::check_cublas(gemm_call(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                               ta ? CUBLAS_OP_T : CUBLAS_OP_N, blas_dim(c.node, n),
-                               blas_dim(c.node, m), blas_dim(c.node, k), &one,
-                               b.template device_data<T>(), blas_dim(c.node, b.shape()[1]),
-                               a.template device_data<T>(), blas_dim(c.node, a.shape()[1]), &zero,
-                               C, blas_dim(c.node, n)),
-                     "gemm");
+  gemm_rows(c, a.template device_data<T>(), ta, b.template device_data<T>(), tb,
+            out.template device_data<T>(), out.shape()[0], out.shape()[1], a.shape()[ta ? 0 : 1],
+            false);
 }
 
 template <class T>

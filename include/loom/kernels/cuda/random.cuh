@@ -91,7 +91,7 @@ template <class T> struct random_gpu {
     const std::uint64_t key = c.resources.random_engine(n, mixed)();
     const double a = n.attr<double>("a"), b = n.attr<double>("b");
     const gpu_context& g = gpu_of(c);
-    c.output = g.allocate(dtype_of<T>, n.shape);
+    c.output = g.allocate(dtype_of<T>, c.inputs.empty() ? n.shape : c.input(0).shape());
     const std::int64_t count = c.output.num_elements();
     if (count == 0)
       return;

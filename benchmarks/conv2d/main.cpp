@@ -1,0 +1,155 @@
+// conv2d forward, its input gradient and its filter gradient alone, on the shapes of
+// examples/cnn's two convolutions (batch 50, NHWC, 5x5, SAME), in GFLOP/s; with --tf the
+// same three in TensorFlow (tf.nn.conv2d and tf.gradients in a tf.compat.v1 session, from
+// PyPI into build/tf-venv, on this machine in the same run) and loom's ratio to it.
+//
+//   conv2d [--tf] [--reps=N] [--threads=N]
+#include <loom/loom.hpp>
+
+#include "../bench_util.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct conv_shape {
+  const char* name;
+  std::int64_t batch, size, in, out, k;
+  double flops() const { // multiply-adds of one pass, twice
+    return 2.0 * static_cast<double>(batch * size * size * out * k * k * in);
+  }
+};
+
+const std::vector<conv_shape> shapes{{"conv1 50x28x28x1 * 5x5x1x32", 50, 28, 1, 32, 5},
+                                     {"conv2 50x14x14x32 * 5x5x32x64", 50, 14, 32, 64, 5}};
+
+loom::tensor<float, 4> random_tensor(const loom::shape& s, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> v(static_cast<std::size_t>(s.num_elements()));
+  for (float& x : v)
+    x = static_cast<float>(rng() >> 40) * 0x1.0p-24f - 0.5f;
+  return loom::tensor<float, 4>(s, v);
+}
+
+// Median seconds of forward, input gradient and filter gradient in loom.
+std::vector<double> loom_times(const conv_shape& c, int reps, int threads) {
+  loom::graph g;
+  loom::placeholder<float, 4> x(g, loom::shape{c.batch, c.size, c.size, c.in}, "x");
+  loom::placeholder<float, 4> f(g, loom::shape{c.k, c.k, c.in, c.out}, "f");
+  loom::placeholder<float, 4> dy(g, loom::shape{c.batch, c.size, c.size, c.out}, "dy");
+  auto y = loom::conv2d(x, f);
+  const auto grads = loom::gradients(g, {y.id()}, {x.id(), f.id()}, {dy.id()});
+  loom::session s(g, loom::session_options{.intra_op_threads = threads});
+  const auto xv = random_tensor(x.shape(), 1), fv = random_tensor(f.shape(), 2),
+             dv = random_tensor(dy.shape(), 3);
+  const loom::feed_dict feeds{{x, xv}, {f, fv}, {dy, dv}};
+  std::vector<double> out;
+  out.push_back(loom::bench::median_seconds([&] { s.run(y, feeds); }, reps));
+  for (loom::node_id grad : grads) {
+    const loom::output<float, 4> d(g, grad);
+    out.push_back(loom::bench::median_seconds([&] { s.run(d, feeds); }, reps));
+  }
+  return out;
+}
+
+const char* tf_script = R"PY(
+import sys, time
+import numpy as np
+import tensorflow.compat.v1 as tf
+tf.disable_eager_execution()
+batch, size, cin, cout, k, reps, threads = (int(v) for v in sys.argv[1:8])
+x = tf.placeholder(tf.float32, [batch, size, size, cin])
+f = tf.placeholder(tf.float32, [k, k, cin, cout])
+dy = tf.placeholder(tf.float32, [batch, size, size, cout])
+y = tf.nn.conv2d(x, f, [1, 1, 1, 1], "SAME")
+dx, df = tf.gradients(y, [x, f], dy)
+rng = np.random.RandomState(0)
+feeds = {x: rng.rand(batch, size, size, cin).astype(np.float32),
+         f: rng.rand(k, k, cin, cout).astype(np.float32),
+         dy: rng.rand(batch, size, size, cout).astype(np.float32)}
+config = tf.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=1)
+with tf.Session(config=config) as s:
+    for t in (y, dx, df):
+        s.run(t, feeds)
+        times = []
+        for _ in range(reps):
+            a = time.perf_counter(); s.run(t, feeds); times.append(time.perf_counter() - a)
+        print(sorted(times)[len(times) // 2])
+)PY";
+
+} // namespace
+
+int main(int argc, char** argv) try {
+  loom::flags flags("conv2d and its gradients alone, loom against TensorFlow.");
+  flags.define_bool("tf", false, "Also run TensorFlow (PyPI, in build/tf-venv) on the same shapes")
+      .define_int("reps", 20, "Repetitions of each pass (the median is reported)")
+      .define_int("threads", 2, "Intra-op threads of each (loom's pool and TF's)");
+  if (!flags.parse(argc, argv))
+    return 0;
+  const int reps = static_cast<int>(flags.get_int("reps"));
+  const int threads = static_cast<int>(flags.get_int("threads"));
+  const bool with_tf = flags.get_bool("tf");
+  namespace fs = std::filesystem;
+  const fs::path venv = fs::path(LOOM_BUILD_DIR) / "tf-venv";
+  const std::string python = (venv / "bin" / "python").string();
+  if (with_tf &&
+      loom::bench::run_command(loom::bench::shell_quote(python) + " -c 'import tensorflow'")
+              .status != 0) {
+    std::printf("installing tensorflow-cpu 2.15.1 from PyPI into %s ...\n", venv.c_str());
+    const auto r = loom::bench::run_command(
+        "python3 -m venv " + loom::bench::shell_quote(venv.string()) + " && " +
+        loom::bench::shell_quote((venv / "bin" / "pip").string()) +
+        " install -q tensorflow-cpu==2.15.1");
+    if (r.status != 0) {
+      std::fprintf(stderr, "conv2d --tf: cannot install TensorFlow:\n%s", r.output.c_str());
+      return 1;
+    }
+  }
+  const fs::path script = fs::temp_directory_path() / "loom-conv2d-bench.py";
+  if (with_tf) {
+    std::FILE* out = std::fopen(script.c_str(), "w");
+    if (!out || std::fputs(tf_script, out) < 0 || std::fclose(out) != 0) {
+      std::fprintf(stderr, "conv2d --tf: cannot write %s\n", script.c_str());
+      return 1;
+    }
+  }
+  std::printf("%-32s %-16s %10s %10s %10s %10s\n", "shape", "pass", "loom ms", "GFLOP/s", "TF ms",
+              "loom/TF");
+  const char* passes[] = {"forward", "input gradient", "filter gradient"};
+  for (const conv_shape& c : shapes) {
+    const auto mine = loom_times(c, reps, threads);
+    std::vector<double> theirs;
+    if (with_tf) {
+      std::ostringstream cmd;
+      cmd << loom::bench::shell_quote(python) << " " << loom::bench::shell_quote(script.string())
+          << " " << c.batch << " " << c.size << " " << c.in << " " << c.out << " " << c.k << " "
+          << reps << " " << threads;
+      const auto r = loom::bench::run_command("TF_CPP_MIN_LOG_LEVEL=2 " + cmd.str());
+      std::istringstream lines(r.output);
+      for (double t; lines >> t;)
+        theirs.push_back(t);
+      if (r.status != 0 || theirs.size() != 3) {
+        std::fprintf(stderr, "conv2d --tf: TensorFlow failed:\n%s", r.output.c_str());
+        return 1;
+      }
+    }
+    for (int p = 0; p < 3; ++p) {
+      std::printf("%-32s %-16s %10.2f %10.1f", c.name, passes[p], mine[p] * 1e3,
+                  c.flops() / mine[p] / 1e9);
+      if (with_tf)
+        std::printf(" %10.2f %10.2f", theirs[p] * 1e3, theirs[p] / mine[p]);
+      std::printf("\n");
+    }
+  }
+  if (with_tf)
+    std::printf("(loom/TF: TF's time over loom's; above 1, loom is faster)\n");
+  return 0;
+} catch (const loom::error& e) {
+  std::fprintf(stderr, "conv2d: %s\n", e.what());
+  return 1;
+}

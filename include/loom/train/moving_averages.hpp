@@ -1,0 +1,134 @@
+// tf.train.ExponentialMovingAverage: a shadow variable per variable ("w/ExponentialMovingAverage"),
+// colocated with it (so on its ps), starting at the variable's initial value, and an apply op
+// that moves every shadow toward its variable: shadow -= (1 - decay) (shadow - variable),
+// decay min(decay, (1 + n) / (10 + n)) with a step count n. variables_to_restore() names the
+// shadows as a saver's name map reads them, to evaluate with the averages.
+#pragma once
+
+#include <loom/core/error.hpp>
+#include <loom/graph/graph.hpp>
+#include <loom/graph/lower.hpp>
+#include <loom/graph/variables.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+class exponential_moving_average {
+public:
+  // `num_updates`: an integer scalar (the global step) for TF's warm-up of the decay.
+  explicit exponential_moving_average(double decay,
+                                      std::optional<output<std::int64_t, 0>> num_updates = {},
+                                      std::string name = "ExponentialMovingAverage")
+      : decay_(decay), num_updates_(std::move(num_updates)), name_(std::move(name)) {
+    if (!(decay >= 0 && decay <= 1))
+      throw invalid_argument_error("loom::exponential_moving_average: decay " +
+                                   std::to_string(decay) + " must be in [0, 1]");
+  }
+
+  // Creates the shadows of `vars` (float or double variables; once each) and returns the op
+  // that updates them all.
+  operation apply(graph& g, const std::vector<node_id>& vars) {
+    std::vector<node_id> updates;
+    for (node_id v : vars) {
+      const node_def& var = g.node(v);
+      if (var.op != "variable" || (var.type != dtype::f32 && var.type != dtype::f64))
+        throw invalid_argument_error("loom::exponential_moving_average: " + var.describe() +
+                                     " is not a float or double variable");
+      if (shadows_.count(v))
+        throw invalid_argument_error("loom::exponential_moving_average: " + var.describe() +
+                                     " already has an average");
+      const node_id shadow = make_shadow(g, v);
+      shadows_[v] = shadow;
+      // shadow -= (shadow - var) * (1 - decay), beside both (the shadow is colocated).
+      const node_id rate = build::sub(g, build::scalar(g, var.type, 1.0), decay_node(g, var.type));
+      const node_id step = build::mul(g, build::sub(g, shadow, v), rate);
+      const node_id update = g.add_node("assign_sub", {shadow, step});
+      g.mutable_node(update).colocation_group = g.node(shadow).colocation();
+      updates.push_back(update);
+    }
+    return group(g, updates, name_);
+  }
+
+  // The shadow of a variable apply() was given.
+  node_id average(node_id var) const {
+    auto it = shadows_.find(var);
+    if (it == shadows_.end())
+      throw not_found_error("loom::exponential_moving_average: no average of node " +
+                            std::to_string(var) + " (give it to apply() first)");
+    return it->second;
+  }
+
+  // For restoring the averages into the variables (TF's variables_to_restore): the shadow's
+  // checkpoint name -> the variable, for every variable apply() was given.
+  std::map<std::string, node_id> variables_to_restore(const graph& g) const {
+    std::map<std::string, node_id> out;
+    for (const auto& [var, shadow] : shadows_)
+      out[g.node(shadow).name] = var;
+    return out;
+  }
+
+private:
+  node_id make_shadow(graph& g, node_id v) {
+    const node_def& var = g.node(v);
+    // Named after the variable, outside any name scope; on the variable's device.
+    auto names = g.name_scope("");
+    const node_id assign = static_cast<node_id>(var.attr<std::int64_t>("initializer"));
+    if (assign < 0)
+      throw invalid_argument_error("loom::exponential_moving_average: variable '" + var.name +
+                                   "' has no initializer");
+    // The variable's own initial value, so both start equal (one evaluation per run).
+    const node_id initial = g.node(assign).inputs[1];
+    node_id shadow;
+    visit_dtype(var.type, [&]<class T>() {
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        auto init = [&]<int R>() {
+          variable<T, R> s(g, var.name + "/" + name_, output<T, R>(g, initial),
+                           variable_options{.trainable = false});
+          shadow = s.id();
+        };
+        switch (var.shape.rank()) {
+        case 0: init.template operator()<0>(); break;
+        case 1: init.template operator()<1>(); break;
+        case 2: init.template operator()<2>(); break;
+        case 3: init.template operator()<3>(); break;
+        case 4: init.template operator()<4>(); break;
+        default:
+          throw unimplemented_error("loom::exponential_moving_average: variable '" + var.name +
+                                    "' of rank " + std::to_string(var.shape.rank()) +
+                                    " (ranks 0 to 4 are supported)");
+        }
+      }
+    });
+    // Beside the variable, and its initial value too (the shadow's constructor colocated
+    // the value with the shadow).
+    const std::string group = g.node(v).colocation();
+    g.mutable_node(shadow).colocation_group = group;
+    if (g.node(initial).colocation_group == g.node(shadow).name)
+      g.mutable_node(initial).colocation_group = group;
+    g.add_to_collection(collection::moving_average_variables, shadow);
+    return shadow;
+  }
+
+  node_id decay_node(graph& g, dtype t) const {
+    const node_id decay = build::scalar(g, t, decay_);
+    if (!num_updates_)
+      return decay;
+    const node_id n = g.add_node("cast", {num_updates_->id()}, {{"dst", t}});
+    const node_id warm = build::div(g, build::add(g, build::scalar(g, t, 1.0), n),
+                                    build::add(g, build::scalar(g, t, 10.0), n));
+    return g.add_node("minimum", {decay, warm});
+  }
+
+  double decay_;
+  std::optional<output<std::int64_t, 0>> num_updates_;
+  std::string name_;
+  std::map<node_id, node_id> shadows_;
+};
+
+} // namespace loom

@@ -1,0 +1,174 @@
+// conv2d and its backprops, max_pool and avg_pool and their gradients on the CPU, against
+// naive loops over TF's definitions (SAME and VALID, strides, dilations, a 1x1 filter, a
+// batch whose patches take several chunks), and their shape errors.
+#include <doctest/doctest.h>
+#include <support/messages.hpp>
+
+#include <loom/loom.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+using loom::graph;
+using loom::shape;
+using loom::tensor;
+using loom::testing::contains;
+using loom::testing::message_of;
+
+namespace {
+
+tensor<double, 4> random_nhwc(const shape& s, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<double> v(static_cast<std::size_t>(s.num_elements()));
+  for (double& x : v)
+    x = static_cast<double>(rng() >> 11) * 0x1.0p-53 * 2 - 1;
+  return tensor<double, 4>(s, v);
+}
+
+struct geometry {
+  std::int64_t out, pad;
+};
+// TF's output size and leading padding along one dimension.
+geometry along(std::int64_t in, std::int64_t k, std::int64_t stride, std::int64_t dilation,
+               bool same) {
+  const std::int64_t eff = (k - 1) * dilation + 1;
+  if (!same)
+    return {(in - eff) / stride + 1, 0};
+  const std::int64_t out = (in + stride - 1) / stride;
+  return {out, std::max<std::int64_t>((out - 1) * stride + eff - in, 0) / 2};
+}
+
+struct conv_case {
+  shape x, f;
+  std::array<std::int64_t, 2> strides, dilations;
+  const char* padding;
+};
+
+// The convolution by its definition: y[n, i, j, o] = sum x[n, i*s - p + a*d, ...] f[a, b, c, o].
+std::vector<double> naive_conv(const conv_case& k, const tensor<double, 4>& x,
+                               const tensor<double, 4>& f) {
+  const bool same = std::string(k.padding) == "SAME";
+  const auto h = along(k.x[1], k.f[0], k.strides[0], k.dilations[0], same);
+  const auto w = along(k.x[2], k.f[1], k.strides[1], k.dilations[1], same);
+  std::vector<double> y;
+  for (std::int64_t n = 0; n < k.x[0]; ++n)
+    for (std::int64_t i = 0; i < h.out; ++i)
+      for (std::int64_t j = 0; j < w.out; ++j)
+        for (std::int64_t o = 0; o < k.f[3]; ++o) {
+          double sum = 0;
+          for (std::int64_t a = 0; a < k.f[0]; ++a)
+            for (std::int64_t b = 0; b < k.f[1]; ++b) {
+              const std::int64_t r = i * k.strides[0] - h.pad + a * k.dilations[0];
+              const std::int64_t s = j * k.strides[1] - w.pad + b * k.dilations[1];
+              if (r < 0 || r >= k.x[1] || s < 0 || s >= k.x[2])
+                continue;
+              for (std::int64_t c = 0; c < k.x[3]; ++c)
+                sum += x.flat()[static_cast<std::size_t>(((n * k.x[1] + r) * k.x[2] + s) * k.x[3] +
+                                                         c)] *
+                       f.flat()[static_cast<std::size_t>(((a * k.f[1] + b) * k.f[2] + c) * k.f[3] +
+                                                         o)];
+            }
+          y.push_back(sum);
+        }
+  return y;
+}
+
+} // namespace
+
+TEST_CASE("conv2d against its definition: SAME and VALID, strides, dilations, 1x1, chunks") {
+  const std::vector<conv_case> cases{
+      {shape{2, 7, 6, 3}, shape{3, 3, 3, 4}, {1, 1}, {1, 1}, "SAME"},
+      {shape{2, 7, 6, 3}, shape{3, 2, 3, 4}, {2, 3}, {1, 1}, "SAME"},
+      {shape{2, 7, 6, 3}, shape{3, 3, 3, 2}, {2, 1}, {1, 1}, "VALID"},
+      {shape{1, 9, 9, 2}, shape{3, 3, 2, 2}, {1, 1}, {2, 2}, "SAME"},
+      {shape{1, 9, 8, 2}, shape{2, 3, 2, 2}, {1, 2}, {3, 1}, "VALID"},
+      {shape{3, 4, 5, 6}, shape{1, 1, 6, 5}, {1, 1}, {1, 1}, "SAME"},
+      {shape{2, 5, 5, 1}, shape{5, 5, 1, 3}, {1, 1}, {1, 1}, "SAME"}, // a window past the input
+      // 64 images of 28x28 outputs by 5x5x4 patches: past the patch budget, several chunks.
+      {shape{64, 28, 28, 4}, shape{5, 5, 4, 2}, {1, 1}, {1, 1}, "SAME"},
+  };
+  for (const conv_case& k : cases) {
+    INFO("x " << k.x.to_string() << ", filter " << k.f.to_string() << ", strides " << k.strides[0]
+              << "x" << k.strides[1] << ", dilations " << k.dilations[0] << "x" << k.dilations[1]
+              << ", " << k.padding);
+    graph g;
+    loom::placeholder<double, 4> x(g, shape{-1, k.x[1], k.x[2], k.x[3]}, "x");
+    loom::placeholder<double, 4> f(g, k.f, "f");
+    auto y =
+        loom::conv2d(x, f, {.strides = k.strides, .padding = k.padding, .dilations = k.dilations});
+    loom::session s(g);
+    const auto xv = random_nhwc(k.x, 1), fv = random_nhwc(k.f, 2);
+    const auto got = s.run(y, {{x, xv}, {f, fv}});
+    const auto want = naive_conv(k, xv, fv);
+    REQUIRE(static_cast<std::size_t>(got.shape().num_elements()) == want.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < want.size(); ++i)
+      worst = std::max(worst, std::abs(got.flat()[i] - want[i]));
+    CHECK(worst < 1e-12);
+  }
+}
+
+TEST_CASE("max_pool and avg_pool against their definitions, SAME windows counting the input") {
+  for (const char* padding : {"VALID", "SAME"}) {
+    INFO(padding);
+    graph g;
+    loom::placeholder<double, 4> x(g, shape{2, 5, 7, 3}, "x");
+    auto mx = loom::max_pool(x, {3, 2}, {.strides = {2, 2}, .padding = padding});
+    auto av = loom::avg_pool(x, {3, 2}, {.strides = {2, 2}, .padding = padding});
+    loom::session s(g);
+    const auto xv = random_nhwc(shape{2, 5, 7, 3}, 3);
+    const auto m = s.run(mx, {{x, xv}});
+    const auto a = s.run(av, {{x, xv}});
+    const bool same = std::string(padding) == "SAME";
+    const auto h = along(5, 3, 2, 1, same), w = along(7, 2, 2, 1, same);
+    REQUIRE(m.shape() == shape{2, h.out, w.out, 3});
+    std::size_t e = 0;
+    for (std::int64_t n = 0; n < 2; ++n)
+      for (std::int64_t i = 0; i < h.out; ++i)
+        for (std::int64_t j = 0; j < w.out; ++j)
+          for (std::int64_t c = 0; c < 3; ++c, ++e) {
+            double best = -1e300, sum = 0;
+            int count = 0;
+            for (std::int64_t r = i * 2 - h.pad; r < i * 2 - h.pad + 3; ++r)
+              for (std::int64_t q = j * 2 - w.pad; q < j * 2 - w.pad + 2; ++q)
+                if (r >= 0 && r < 5 && q >= 0 && q < 7) {
+                  const double v =
+                      xv.flat()[static_cast<std::size_t>(((n * 5 + r) * 7 + q) * 3 + c)];
+                  best = std::max(best, v);
+                  sum += v;
+                  ++count;
+                }
+            CHECK(m.flat()[e] == best);
+            CHECK(std::abs(a.flat()[e] - sum / count) < 1e-15);
+          }
+  }
+}
+
+TEST_CASE("bias_add adds along the channels; conv shapes that do not fit are one error") {
+  graph g;
+  loom::placeholder<float, 4> x(g, shape{-1, 28, 28, 3}, "x");
+  loom::placeholder<float, 4> wrong(g, shape{5, 5, 4, 8}, "wrong");
+  loom::placeholder<float, 4> big(g, shape{30, 30, 3, 8}, "big");
+  auto error = [](auto&& f) { return message_of<loom::invalid_argument_error>(f); };
+  CHECK(contains(error([&] { loom::conv2d(x, wrong); }),
+                 "the input of shape [?, 28, 28, 3] has 3 channels, but the filter of shape "
+                 "[5, 5, 4, 8] expects 4"));
+  CHECK(contains(error([&] { loom::conv2d(x, big, {.padding = "VALID"}); }),
+                 "does not fit the input of shape [?, 28, 28, 3] with VALID padding"));
+  CHECK(contains(error([&] { loom::conv2d(x, big, {.padding = "FULL"}); }),
+                 "padding \"FULL\"; expected \"SAME\" or \"VALID\""));
+  CHECK(contains(error([&] {
+                   loom::max_pool(x, {2, 2}, {.strides = {0, 1}});
+                 }),
+                 "strides [1, 0, 1, 1] must be [1, h, w, 1]"));
+  loom::placeholder<float, 1> b(g, shape{3}, "b");
+  auto y = loom::lower(loom::bias_add(x, b));
+  loom::session s(g);
+  const auto got = s.run(y, {{x, tensor<float, 4>(shape{1, 28, 28, 3}, 1.f)},
+                             {b, tensor<float, 1>(shape{3}, {1, 2, 3})}});
+  CHECK(got.flat()[0] == 2.f);
+  CHECK(got.flat()[5] == 4.f);
+}
