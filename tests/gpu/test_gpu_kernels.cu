@@ -107,6 +107,12 @@ const std::set<std::string>& cpu_only_ops() {
       // ps tasks that hold such tables do.
       "hash_embedding_rows",
       "hash_embedding_size",
+      // An input pipeline's iterator: a host resource of the task that made the dataset;
+      // its elements are host tensors (TF's IteratorGetNext runs on the CPU too), and a
+      // step on a GPU receives them there like a feed.
+      "iterator_get_next",
+      "iterator_component",
+      "iterator_wait_ms",
   };
   return ops;
 }
@@ -608,6 +614,8 @@ std::vector<op_case> make_cases() {
     cs.push_back({"avg_pool", floats, {{S{2, 5, 7, 3}}}, a, check::l2});
     const S y = padding == std::string("SAME") ? S{2, 3, 7, 3} : S{2, 2, 6, 3};
     cs.push_back({"max_pool_grad", floats, {{S{2, 5, 7, 3}}, {y}, {y}}, a, check::l2});
+    // Integers tie: both devices give a window's dy to its first largest element.
+    cs.push_back({"max_pool_grad", {dtype::i32, dtype::i64}, {{S{2, 5, 7, 3}}, {y}, {y}}, a});
     cs.push_back({"avg_pool_grad", floats, {{y}, {S{2, 5, 7, 3}}}, a, check::l2});
   }
   for (dtype id : {dtype::i32, dtype::i64}) {
