@@ -113,6 +113,9 @@ const std::set<std::string>& cpu_only_ops() {
       "iterator_get_next",
       "iterator_component",
       "iterator_wait_ms",
+      // init_from_checkpoint's read of a checkpoint's slice: files on the variable's task's
+      // host, as the saver's own ops read them.
+      "restore_slice",
   };
   return ops;
 }
