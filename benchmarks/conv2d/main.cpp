@@ -9,6 +9,7 @@
 #include "../bench_util.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <sstream>
@@ -130,9 +131,15 @@ int main(int argc, char** argv) try {
           << " " << c.batch << " " << c.size << " " << c.in << " " << c.out << " " << c.k << " "
           << reps << " " << threads;
       const auto r = loom::bench::run_command("TF_CPP_MIN_LOG_LEVEL=2 " + cmd.str());
+      // The script prints one time per line; TensorFlow's own log lines go to the same
+      // stream and are skipped.
       std::istringstream lines(r.output);
-      for (double t; lines >> t;)
-        theirs.push_back(t);
+      for (std::string line; std::getline(lines, line);) {
+        char* end = nullptr;
+        const double t = std::strtod(line.c_str(), &end);
+        if (end != line.c_str() && *end == '\0')
+          theirs.push_back(t);
+      }
       if (r.status != 0 || theirs.size() != 3) {
         std::fprintf(stderr, "conv2d --tf: TensorFlow failed:\n%s", r.output.c_str());
         return 1;
