@@ -232,8 +232,8 @@ template <element_type U> struct cast {
 // time): what the graph, the CPU and the GPU register, from this one list.
 using elementwise_ops =
     type_list<neg, exp, log, sqrt, square, abs, sign, relu, sigmoid, tanh, reciprocal, rsqrt, elu,
-              softplus, cos, sin, add, sub, mul, div, maximum, minimum, pow, relu_grad, less, less_equal,
-              greater, greater_equal, equal, not_equal, clip_by_value, select>;
+              softplus, cos, sin, add, sub, mul, div, maximum, minimum, pow, relu_grad, less,
+              less_equal, greater, greater_equal, equal, not_equal, clip_by_value, select>;
 
 // Op's result type when every operand has element type T (select's condition
 // too: its result<> ignores that operand).

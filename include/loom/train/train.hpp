@@ -11,9 +11,9 @@
 #include <loom/train/hooks.hpp>
 #include <loom/train/init_from_checkpoint.hpp>
 #include <loom/train/learning_rate_decay.hpp>
-#include <loom/train/moving_averages.hpp>
 #include <loom/train/momentum.hpp>
 #include <loom/train/monitored_session.hpp>
+#include <loom/train/moving_averages.hpp>
 #include <loom/train/optimizer.hpp>
 #include <loom/train/rmsprop.hpp>
 #include <loom/train/saver.hpp>
