@@ -13,10 +13,10 @@
 // gradients on its own batches; worker 0 is the chief: it initializes or
 // restores, saves checkpoints, and when training ends shuts the cluster down,
 // so every task exits 0.
-#include <loom/data/batcher.hpp>
 #include <loom/data/mnist.hpp>
 #include <loom/loom.hpp>
 
+#include "../common/mnist_input.hpp"
 #include "../common/seed_mlp.hpp"
 
 #include <chrono>
@@ -190,8 +190,10 @@ int main(int argc, char** argv) try {
   loom::monitored_training_session sess(g, std::move(o));
   std::printf("%s: Session initialization complete.\n", label.c_str());
 
-  loom::data::batcher batches(mnist.train, batch_size,
-                              static_cast<std::uint64_t>(seed + task_index));
+  // mnist.train.next_batch(batch_size), as an input pipeline on its own thread.
+  auto batches = loom::examples::mnist_batches(mnist.train, batch_size,
+                                               static_cast<std::uint64_t>(seed + task_index))
+                     .make_iterator();
   using clock = std::chrono::steady_clock;
   const auto begin = clock::now();
   std::printf("Training begins @ %f\n",
@@ -200,14 +202,14 @@ int main(int argc, char** argv) try {
   std::int64_t local_step = 0;
   const std::int64_t trace_step = flags.get_int("trace_step");
   while (!sess.should_stop()) {
-    auto b = batches.next_batch();
+    auto [images, labels] = *batches.next(); // repeated: never the end
     if (++local_step != trace_step) {
-      sess.run(*train_step, {{x, b.images}, {y_, b.labels_one_hot}});
+      sess.run(*train_step, {{x, images}, {y_, labels}});
       continue;
     }
     loom::run_metadata trace;
-    sess.run(*train_step, {{x, b.images}, {y_, b.labels_one_hot}},
-             {.trace_level = loom::trace_level::full}, &trace);
+    sess.run(*train_step, {{x, images}, {y_, labels}}, {.trace_level = loom::trace_level::full},
+             &trace);
     std::string path = flags.get_string("trace_file");
     if (path.empty()) {
       const std::string name = "timeline-worker" + std::to_string(task_index) + "-step" +

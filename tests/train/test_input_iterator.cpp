@@ -13,6 +13,7 @@
 #include "support/cluster.hpp"
 #include "support/launchers.hpp"
 #include "support/process.hpp"
+#include "support/stderr_capture.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +22,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -120,6 +122,98 @@ TEST_CASE("the pull is in a traced step's timeline, where the step waited for it
       found = found ||
               (n.node_name == "input" && n.op == "iterator_get_next" && n.end_ns >= n.start_ns);
   CHECK(found);
+}
+
+TEST_CASE("make_initializable_iterator: no pull before the initializer, a new pass at each run") {
+  loom::graph g;
+  auto it = loom::make_initializable_iterator(g, ten_examples());
+  auto [x, y] = it.get_next();
+  loom::session s(g, {.intra_op_threads = 1});
+  try {
+    s.run(y);
+    FAIL("pulled before the initializer ran");
+  } catch (const loom::failed_precondition_error& e) {
+    CHECK(std::string(e.what()).find("not initialized: run its initializer()") !=
+          std::string::npos);
+  }
+  s.run(it.initializer());
+  CHECK(values_of(s.run(y)) == std::vector<std::int64_t>{100, 101, 102, 103});
+  CHECK(values_of(s.run(y)) == std::vector<std::int64_t>{104, 105, 106, 107});
+  s.run(it.initializer()); // a new pass, from the first element
+  CHECK(values_of(s.run(y)) == std::vector<std::int64_t>{100, 101, 102, 103});
+  s.run(y);
+  s.run(y);
+  try {
+    s.run(y);
+    FAIL("no out_of_range after the end of the pass");
+  } catch (const loom::out_of_range_error& e) {
+    CHECK(std::string(e.what()).find("end of input after 3 elements") != std::string::npos);
+  }
+  // Its pass is the initializer's: a saver does not save its position.
+  CHECK(g.collection(loom::collection::iterators).empty());
+}
+
+TEST_CASE("make_initializable_iterator: a dataset made from the tensors fed to its initializer") {
+  loom::graph g;
+  auto values = loom::placeholder<std::int64_t, 1>(g, loom::shape{-1}, "values");
+  auto it = loom::make_initializable_iterator(
+      g,
+      [](const loom::tensor<std::int64_t, 1>& v) {
+        return data::from_tensor_slices(v) | data::batch(2);
+      },
+      std::tuple{values});
+  const auto batch = it.get_next();
+  static_assert(std::is_same_v<decltype(it)::handles, loom::output<std::int64_t, 1>>);
+  loom::session s(g, {.intra_op_threads = 1});
+  using ids = loom::tensor<std::int64_t, 1>;
+  s.run(it.initializer(), {{values, ids(loom::shape{3}, {1, 2, 3})}});
+  CHECK(values_of(s.run(batch)) == std::vector<std::int64_t>{1, 2});
+  CHECK(values_of(s.run(batch)) == std::vector<std::int64_t>{3});
+  CHECK_THROWS_AS(s.run(batch), loom::out_of_range_error);
+  s.run(it.initializer(), {{values, ids(loom::shape{2}, {10, 20})}});
+  CHECK(values_of(s.run(batch)) == std::vector<std::int64_t>{10, 20});
+  // The initializer's input is a placeholder: run without its feed, one clear error.
+  CHECK_THROWS_WITH_AS(s.run(it.initializer()), doctest::Contains("values"),
+                       loom::invalid_argument_error);
+}
+
+TEST_CASE("a pipeline that does not keep up says so once in the log, with its numbers; one "
+          "that does, never") {
+  auto pulls = [](auto dataset, std::chrono::milliseconds between_steps) {
+    loom::graph g;
+    auto it = loom::make_one_shot_iterator(g, std::move(dataset));
+    const auto& x = it.get_next();
+    loom::session s(g, {.intra_op_threads = 1});
+    loom::testing::stderr_capture err;
+    for (int step = 0; step < 120; ++step) {
+      std::this_thread::sleep_for(between_steps);
+      s.run(x);
+    }
+    return err.text();
+  };
+  // 3 ms to make each element, steps that take none: the steps wait for their input.
+  const std::string slow = pulls(data::range(0, 120) | data::map([](std::int64_t v) {
+                                   std::this_thread::sleep_for(3ms);
+                                   return v;
+                                 }) | data::batch(1),
+                                 0ms);
+  const std::regex said("input pipeline does not keep up: over 50 steps the steps waited "
+                        "([0-9.]+) ms a step for their batches, ([0-9]+) % of the ([0-9.]+) ms");
+  std::smatch m;
+  REQUIRE(std::regex_search(slow, m, said));
+  MESSAGE("the log said: " << m[0]);
+  CHECK(std::stod(m[1]) >= 2.5); // about the 3 ms each element takes
+  CHECK(std::stoi(m[2]) >= 50);  // most of the time between steps
+  const auto count = [](const std::string& text) {
+    std::size_t n = 0;
+    for (auto at = text.find("does not keep up"); at != std::string::npos;
+         at = text.find("does not keep up", at + 1))
+      ++n;
+    return n;
+  };
+  CHECK(count(slow) == 1); // once, though every window after is as slow
+  // Elements read ahead, steps of 2 ms: never a wait worth saying.
+  CHECK(count(pulls(data::range(0, 120) | data::batch(1) | data::prefetch(8), 2ms)) == 0);
 }
 
 TEST_CASE("a saver saves the iterator's position and a restore goes on from it") {

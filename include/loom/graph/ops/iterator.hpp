@@ -29,7 +29,22 @@
 //   std::tuple<E...>           -> std::tuple<what each E gives...>
 // Map a parsed tf.Example (data::features) to a tuple in the pipeline to read it here.
 //
-// The iterator's position saves with the checkpoint: the saver saves the state of each
+// make_initializable_iterator (TF's dataset.make_initializable_iterator()) gives an
+// iterator whose pass starts when its initializer() runs, and again at each run: an
+// epoch of a validation set, or a dataset made from fed tensors (TF's placeholders in
+// a dataset, such as a list of file names) by a C++ function of them:
+//
+//   auto files = loom::placeholder<std::string, 1>(g, loom::shape{-1}, "files");
+//   auto it = loom::make_initializable_iterator(g, [](const loom::tensor<std::string, 1>& f) {
+//     return data::tfrecord_dataset({f.flat().begin(), f.flat().end()}) | data::batch(256);
+//   }, std::tuple{files});
+//   s.run(it.initializer(), {{files, train_files}});
+//
+// A pull before the first initializer run fails with failed_precondition, as in TF.
+//
+// The iterator's position saves with the checkpoint (one-shot iterators only: an
+// initializable iterator's pass is the initializer's, as TF's are not saved unless
+// asked): the saver saves the state of each
 // iterator of its graph's "iterators" collection (iterator_save) and a restore puts it
 // back (iterator_restore) before the next pull (train/saver.hpp).
 #pragma once
@@ -44,6 +59,7 @@
 #include <loom/graph/sparse_tensor.hpp>
 
 #include <atomic>
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <istream>
@@ -54,6 +70,7 @@
 #include <ostream>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -76,7 +93,10 @@ public:
   virtual void restore(std::istream& in) = 0;
 };
 
-using component_iterator_factory = std::function<std::unique_ptr<component_iterator>()>;
+// Makes a pass from the arguments an initializer was run with (none for a one-shot
+// iterator, whose pass is made at its first pull or restore).
+using component_iterator_factory =
+    std::function<std::unique_ptr<component_iterator>(const std::vector<any_tensor>& args)>;
 
 // The datasets of this process's iterators, by the key their get_next node names
 // (attr "dataset"). Keys are unique in the process, so two graphs' iterators of one
@@ -193,6 +213,18 @@ inline bool register_iterator_ops() {
              },
          .stateful = true,
          .type_input = -1});
+  // Inputs: the arguments of the dataset's function (any number, of any type); attr
+  // dataset. Starts a new pass over the dataset made from them; no output.
+  r.add({.name = "iterator_init",
+         .num_inputs = -1,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>&) {
+               n.type = dtype::i64;
+               n.shape = loom::shape{};
+             },
+         .stateful = true,
+         .no_output = true,
+         .type_input = -1});
   // Input: a get_next's ticket; attrs dataset, index, dtype, shape. Output: tensor
   // `index` of that ticket's element.
   r.add({.name = "iterator_component",
@@ -282,20 +314,35 @@ private:
   handles next_;
 };
 
-// An iterator over one pass of `dataset` (TF's dataset.make_one_shot_iterator()),
-// named `name` (unique in the graph: its position's checkpoint key is
-// "<name>/.iterator_state"). Its nodes take the current device scope; it must run on
-// this process's task (see the top of this file).
-template <data::dataset_recipe D>
-dataset_iterator<data::element_of<D>> make_one_shot_iterator(graph& g, D dataset,
-                                                             std::string name = "iterator") {
-  using E = data::element_of<D>;
-  const std::string key = detail::dataset_registry::instance().add(
-      name, [d = std::move(dataset)]() -> std::unique_ptr<detail::component_iterator> {
-        return std::make_unique<detail::flattening_iterator<D>>(d);
-      });
-  const node_id pull = g.add_node("iterator_get_next", {}, {{"dataset", key}}, name);
-  g.add_to_collection(collection::iterators, pull);
+// An iterator whose pass starts at each run of its initializer()
+// (make_initializable_iterator).
+template <class E> class initializable_iterator : public dataset_iterator<E> {
+public:
+  initializable_iterator(dataset_iterator<E> nodes, operation init)
+      : dataset_iterator<E>(std::move(nodes)), init_(std::move(init)) {}
+  // Starts a new pass (TF's iterator.initializer): run it before the first pull, and
+  // again for each new pass; where the dataset is made from tensors, feed them here.
+  const operation& initializer() const noexcept { return init_; }
+
+private:
+  operation init_;
+};
+
+namespace detail {
+
+// The nodes of an iterator over `make`'s passes, named `name`: its pull and one
+// component per tensor of E. An initializable iterator's pull fails until an
+// initializer ran; a one-shot iterator's position is saved with the checkpoint.
+template <class E>
+dataset_iterator<E> iterator_nodes(graph& g, component_iterator_factory make,
+                                   const std::string& name, bool initializable) {
+  const std::string key = dataset_registry::instance().add(name, std::move(make));
+  attr_map pull_attrs{{"dataset", key}};
+  if (initializable)
+    pull_attrs.emplace("initializable", true);
+  const node_id pull = g.add_node("iterator_get_next", {}, std::move(pull_attrs), name);
+  if (!initializable)
+    g.add_to_collection(collection::iterators, pull);
   const std::string group = g.node(pull).colocation();
   std::int64_t index = 0;
   auto component = [&]<element_type T, int R>() {
@@ -310,8 +357,95 @@ dataset_iterator<data::element_of<D>> make_one_shot_iterator(graph& g, D dataset
     g.mutable_node(id).colocation_group = group;
     return output<T, R>(g, id);
   };
-  auto next = detail::element_parts<E>::make(component);
+  auto next = element_parts<E>::make(component);
   return {output<std::int64_t, 0>(g, pull), std::move(next)};
+}
+
+template <class E>
+operation iterator_initializer(graph& g, const dataset_iterator<E>& it, std::vector<node_id> args) {
+  const node_def& pull = it.pull().node();
+  const node_id id =
+      g.add_node("iterator_init", std::move(args), {{"dataset", pull.attr<std::string>("dataset")}},
+                 pull.name + "/initializer");
+  g.mutable_node(id).colocation_group = pull.colocation();
+  return {g, id};
+}
+
+} // namespace detail
+
+// An iterator over one pass of `dataset` (TF's dataset.make_one_shot_iterator()),
+// named `name` (unique in the graph: its position's checkpoint key is
+// "<name>/.iterator_state"). Its nodes take the current device scope; it must run on
+// this process's task (see the top of this file).
+template <data::dataset_recipe D>
+dataset_iterator<data::element_of<D>> make_one_shot_iterator(graph& g, D dataset,
+                                                             std::string name = "iterator") {
+  return detail::iterator_nodes<data::element_of<D>>(
+      g,
+      [d = std::move(dataset)](
+          const std::vector<any_tensor>&) -> std::unique_ptr<detail::component_iterator> {
+        return std::make_unique<detail::flattening_iterator<D>>(d);
+      },
+      name, false);
+}
+
+// An iterator over `dataset` whose pass starts at each run of its initializer()
+// (TF's dataset.make_initializable_iterator()).
+template <data::dataset_recipe D>
+initializable_iterator<data::element_of<D>>
+make_initializable_iterator(graph& g, D dataset, std::string name = "iterator") {
+  auto nodes = detail::iterator_nodes<data::element_of<D>>(
+      g,
+      [d = std::move(dataset)](
+          const std::vector<any_tensor>&) -> std::unique_ptr<detail::component_iterator> {
+        return std::make_unique<detail::flattening_iterator<D>>(d);
+      },
+      name, true);
+  auto init = detail::iterator_initializer(g, nodes, {});
+  return {std::move(nodes), std::move(init)};
+}
+
+namespace detail {
+// An argument of a dataset function: an output or a placeholder, of T and rank R...
+template <class H>
+concept fed_handle = expression<H> && node_handle<H>;
+// ...which the function takes as a tensor<T, R>, and returns a dataset.
+template <class H> using fed_tensor = tensor<value_type_of<H>, rank_of<H>>;
+template <class H> using fed_argument = const fed_tensor<H>&;
+template <class F, class... Args>
+concept dataset_function = std::invocable<const F&, fed_argument<Args>...> &&
+    data::dataset_recipe<std::invoke_result_t<const F&, fed_argument<Args>...>>;
+} // namespace detail
+
+// An iterator over the dataset `make_dataset` makes from the values its initializer
+// is run with: make_dataset takes a tensor<T, R> for each output or placeholder of T
+// and rank R in `args` (placeholders, usually, fed at the initializer's run) and
+// returns a dataset.
+template <class F, detail::fed_handle... Args>
+requires detail::dataset_function<F, Args...>
+auto make_initializable_iterator(graph& g, F make_dataset, const std::tuple<Args...>& args,
+                                 std::string name = "iterator") {
+  using D = std::invoke_result_t<const F&, detail::fed_argument<Args>...>;
+  using E = data::element_of<D>;
+  auto make =
+      [f = std::move(make_dataset),
+       name](const std::vector<any_tensor>& values) -> std::unique_ptr<detail::component_iterator> {
+    if (values.size() != sizeof...(Args))
+      throw internal_error("iterator '" + name + "': its initializer ran with " +
+                           std::to_string(values.size()) + " arguments, not " +
+                           std::to_string(sizeof...(Args)));
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      const D dataset = f(detail::fed_tensor<Args>::from(
+          values[I], "iterator '" + name + "': initializer argument " + std::to_string(I))...);
+      return std::make_unique<detail::flattening_iterator<D>>(dataset);
+    }
+    (std::index_sequence_for<Args...>{});
+  };
+  auto nodes = detail::iterator_nodes<E>(g, std::move(make), name, true);
+  std::vector<node_id> inputs;
+  std::apply([&](const auto&... a) { (inputs.push_back(a.id()), ...); }, args);
+  auto init = detail::iterator_initializer(g, nodes, std::move(inputs));
+  return initializable_iterator<E>(std::move(nodes), std::move(init));
 }
 
 } // namespace loom

@@ -40,8 +40,9 @@ struct iterator_resource : resource_base {
 
   std::mutex mu;
   std::unique_ptr<component_iterator> it; // made at the first pull or restore
-  std::int64_t pulls = 0;
-  std::deque<pulled> recent; // the last tickets_kept pulls, oldest first
+  std::int64_t pulls = 0;                 // tickets given, over every pass
+  std::int64_t pass_first_ticket = 0;     // the current pass's first
+  std::deque<pulled> recent;              // the last tickets_kept pulls, oldest first
   std::optional<clock::time_point> last_pull_end;
   double window_wait_ms = 0, window_total_ms = 0;
   std::int64_t window_pulls = 0;
@@ -94,22 +95,29 @@ inline std::shared_ptr<iterator_resource> iterator_of(kernel_context& c) {
       }));
 }
 
+// A one-shot iterator's pass, made at its first pull or restore.
 inline void make_iterator(iterator_resource& r, const node_def& n) {
-  r.it = dataset_registry::instance().find(n.attr<std::string>("dataset"), n)();
+  r.it = dataset_registry::instance().find(n.attr<std::string>("dataset"), n)({});
 }
 
 template <class T> struct iterator_get_next_cpu {
   static void run(kernel_context& c) {
     auto r = iterator_of(c);
     std::lock_guard lock(r->mu);
-    if (!r->it)
+    if (!r->it) {
+      if (c.node.attr_or<bool>("initializable", false))
+        throw failed_precondition_error(
+            "iterator " + c.node.describe() +
+            ": not initialized: run its initializer() before the first pull "
+            "(make_initializable_iterator)");
       make_iterator(*r, c.node);
+    }
     const auto start = iterator_resource::clock::now();
     auto parts = r->it->next();
     const auto end = iterator_resource::clock::now();
     if (!parts)
       throw out_of_range_error("iterator " + c.node.describe() + ": end of input after " +
-                               std::to_string(r->pulls) + " elements");
+                               std::to_string(r->pulls - r->pass_first_ticket) + " elements");
     r->account(c.node, start, end);
     iterator_resource::pulled p;
     p.ticket = r->pulls++;
@@ -177,12 +185,32 @@ template <class T> struct iterator_restore_cpu {
   }
 };
 
+// A new pass of an initializable iterator, made from the initializer's inputs.
+template <class T> struct iterator_init_cpu {
+  static void run(kernel_context& c) {
+    auto r = iterator_of(c);
+    std::vector<any_tensor> args;
+    for (const any_tensor* in : c.inputs)
+      args.push_back(*in);
+    auto pass =
+        dataset_registry::instance().find(c.node.attr<std::string>("dataset"), c.node)(args);
+    std::lock_guard lock(r->mu);
+    r->it = std::move(pass);
+    r->pass_first_ticket = r->pulls;
+    r->recent.clear();
+    r->last_pull_end.reset();
+    r->window_wait_ms = r->window_total_ms = 0;
+    r->window_pulls = 0;
+  }
+};
+
 inline bool register_iterator_kernels() {
   register_kernels<iterator_get_next_cpu>("iterator_get_next", type_list<std::int64_t>{});
   register_kernels<iterator_component_cpu>(
       "iterator_component",
       type_list<float, double, std::int32_t, std::int64_t, bool, std::string>{});
   register_kernels<iterator_wait_ms_cpu>("iterator_wait_ms", type_list<float>{});
+  register_kernels<iterator_init_cpu>("iterator_init", type_list<std::int64_t>{});
   register_kernels<iterator_save_cpu>("iterator_save", type_list<std::string>{});
   register_kernels<iterator_restore_cpu>("iterator_restore", type_list<std::string>{});
   return true;
