@@ -1,4 +1,4 @@
-# The layer check (DESIGN.md §1, docs/architecture.md "Layers"): every header under
+# The layer check (docs/architecture.md, its table of layers): every header under
 # include/loom/<layer>/ includes only loom headers of the layers it may. Run by ctest
 # (tests/CMakeLists.txt, test "layers"), so `make test` fails on a forbidden include with
 # the file, the line and the rule:

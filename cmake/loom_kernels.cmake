@@ -18,7 +18,8 @@ function(loom_add_kernels source)
   # loops (a shard's slots, a batch's ids, rows of a runtime width). The dynamic model, as
   # at -O3, vectorizes them with a check and a scalar tail: examples/ctr -3.9 % CPU (4 of 4
   # alternated rounds; +6.6 % examples/s with it on every target), for +1.6 % of this unit's
-  # compile time (docs/benchmarks.md, "#23, stop 36"). clang's -O2 vectorizes so already.
+  # compile time (docs/benchmarks.md, "Compiler and allocator settings"). clang's -O2
+  # vectorizes so already.
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     target_compile_options(loom_kernels PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fvect-cost-model=dynamic>)
   endif()
@@ -33,8 +34,8 @@ endfunction()
 # A step allocates and frees thousands of small blocks on several threads (outputs,
 # messages, the executor's state); with glibc's malloc, malloc and free were 6-8 % of each
 # examples/ctr task's samples (malloc_consolidate, unlink_chunk), and jemalloc gave it +4.8 %
-# examples/s at -2.6 % CPU (docs/benchmarks.md, "#23, stop 31"). TF's CPU performance
-# guides preload tcmalloc or jemalloc for the same reason. Static, so that a
+# examples/s at -2.6 % CPU (docs/benchmarks.md, "Compiler and allocator settings"). TF's CPU
+# performance guides preload tcmalloc or jemalloc for the same reason. Static, so that a
 # program runs where libjemalloc.so is not installed (the GPU machine); its malloc and free
 # then serve the whole process, libstdc++'s operator new included. Never under a
 # sanitizer, which brings its own allocator.

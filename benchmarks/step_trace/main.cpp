@@ -14,8 +14,13 @@
 //
 // Compiled with -DLOOM_STEP_TRACE_UNTRACED_ONLY it runs untraced steps alone
 // (rounds x steps of them), so that it also compiles against headers from
-// before tracing: the before and after of the untraced step (docs/benchmarks.md,
-// "Tracing a step", has the commands).
+// before tracing: the before and after of the untraced step. Built by hand against each
+// tree's include/ with the build's flags and run alternately, e.g.
+//   g++ -std=c++20 -O2 -DNDEBUG -march=x86-64-v3 -DEIGEN_FAST_MATH=0 -DASIO_STANDALONE
+//     -DASIO_DISABLE_VARIABLE_TEMPLATES -DLOOM_STEP_TRACE_UNTRACED_ONLY -I<tree>/include
+//     -Itests -isystem /usr/include/eigen3 benchmarks/step_trace/main.cpp
+//     -lz -lssl -lcrypto -l:libfarmhash.a -lpthread
+// (docs/benchmarks.md, "Tracing a step", has the figures).
 //
 //   step_trace [--rounds=50] [--steps=10]
 //   step_trace --smoke     one round of two steps each: a test that it still runs

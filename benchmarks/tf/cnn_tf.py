@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """examples/cnn's network in TensorFlow (tf.compat.v1), for the comparison with loom
-(docs/benchmarks.md, "examples/cnn against TensorFlow").
+(docs/benchmarks.md, "Models: conv2d and examples/cnn").
 
 The "Deep MNIST for experts" CNN as examples/common/deep_cnn.hpp builds it with
 loom::layers: conv 5x5x32 (relu, SAME), max pool 2x2, conv 5x5x64 (relu, SAME), max

@@ -102,10 +102,12 @@ int main(int argc, char** argv) try {
   loom::examples::deep_cnn model(g, flags.get_bool("batch_norm"));
   on_ps.reset();
   // The test accuracy's totals are this worker's own: each worker evaluates the test set.
+  // [snippet:test-accuracy]
   auto accuracy = [&] {
     auto on_worker = g.device(worker_task);
     return loom::metrics::accuracy(model.labels, model.predictions);
   }();
+  // [snippet-end:test-accuracy]
 
   loom::adam_optimizer adam{flags.get_float("learning_rate")};
   std::unique_ptr<loom::sync_replicas_optimizer> sync;
@@ -113,6 +115,7 @@ int main(int argc, char** argv) try {
   std::optional<loom::operation> train_step;
   {
     // Batch normalization's moving averages move with every step (TF's UPDATE_OPS idiom).
+    // [snippet:update-ops]
     auto after = g.control_dependencies(g.collection(loom::collection::update_ops));
     if (flags.get_bool("sync_replicas")) {
       replicas_to_aggregate = flags.get_int("replicas_to_aggregate") > 0
@@ -128,6 +131,7 @@ int main(int argc, char** argv) try {
     } else {
       train_step = adam.minimize(model.loss, global_step);
     }
+    // [snippet-end:update-ops]
   }
 
   const std::string label = "Worker " + std::to_string(task_index);

@@ -44,6 +44,7 @@ private:
   }
 
   output<float, 2> build(graph&, bool batch_norm, std::optional<std::int64_t> seed) {
+    // [snippet:network]
     auto relu_after = [&](const auto& y) {
       if (!batch_norm)
         return lower(relu(y));
@@ -59,6 +60,7 @@ private:
     return layers::dense(dropped, 10,
                          {.kernel_initializer = truncated_normal_initializer{.stddev = 0.1},
                           .bias_initializer = constant_initializer{0.1}});
+    // [snippet-end:network]
   }
 };
 

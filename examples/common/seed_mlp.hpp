@@ -24,6 +24,7 @@ struct seed_mlp {
   output<float, 0> cross_entropy;
   output<float, 0> accuracy;
 
+  // [snippet:model]
   // Variables as the seed creates them: truncated normal weights, zero biases.
   seed_mlp(graph& g, std::int64_t hidden)
       : hid_w(g, "hid_w", shape{image_pixels * image_pixels, hidden},
@@ -36,6 +37,7 @@ struct seed_mlp {
         y(lower(softmax(xw_plus_b(relu(xw_plus_b(x, hid_w, hid_b)), sm_w, sm_b)))),
         cross_entropy(named(-reduce_sum(y_ * log(clip_by_value(y, 1e-10, 1.0))), "cross_entropy")),
         accuracy(lower(reduce_mean(cast<float>(equal(argmax(y, 1), argmax(y_, 1)))))) {}
+  // [snippet-end:model]
 };
 
 } // namespace loom::examples

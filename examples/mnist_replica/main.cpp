@@ -29,6 +29,7 @@
 #include <string>
 
 int main(int argc, char** argv) try {
+  // [snippet:flags]
   loom::flags flags("Seed 002: distributed training of the seed's MLP on Fashion-MNIST.");
   loom::define_cluster_flags(flags, {.ps_hosts = "127.0.0.1:2222",
                                      .worker_hosts = "127.0.0.1:2223,127.0.0.1:2224",
@@ -76,16 +77,20 @@ int main(int argc, char** argv) try {
                   "With --sync_replicas: how long a worker waits for its step's update");
   if (!flags.parse(argc, argv))
     return 0;
+  // [snippet-end:flags]
 
   // The cluster and this task: flags, TF_CONFIG, srun or mpirun
   // (loom/cluster/cluster_resolver.hpp).
+  // [snippet:resolve-cluster]
   const auto role = loom::resolve_cluster(flags).require_task();
   const std::string job = role.job_name;
   const std::int64_t task_index = role.task_index;
   std::printf("job name = %s\ntask index = %lld\n", job.c_str(),
               static_cast<long long>(task_index));
   std::fflush(stdout);
+  // [snippet-end:resolve-cluster]
 
+  // [snippet:server]
   const auto& cluster = role.cluster;
   const int num_workers = cluster.num_tasks("worker");
   loom::server server(cluster, job, static_cast<int>(task_index));
@@ -93,13 +98,19 @@ int main(int argc, char** argv) try {
     server.join();
     return 0;
   }
+  // [snippet-end:server]
+  // [snippet:is-chief]
   const bool is_chief = task_index == 0;
+  // [snippet-end:is-chief]
 
+  // [snippet:data]
   const auto mnist = loom::data::read_mnist(flags.get_string("data_dir"));
   const auto hidden = flags.get_int("hidden_units");
   const auto batch_size = flags.get_int("batch_size");
   const auto seed = flags.get_int("seed");
+  // [snippet-end:data]
 
+  // [snippet:device-setter]
   loom::graph g;
   g.set_random_seed(seed);
   // The seed's worker_device: a GPU with --num_gpus, else the CPU.
@@ -114,14 +125,22 @@ int main(int argc, char** argv) try {
       num_gpus > 0 ? worker_task + "/gpu:" + std::to_string(task_index % num_gpus) : worker_task;
   auto scope = g.device(loom::make_replica_device_setter(
       cluster, {.ps_device = "/job:ps/cpu:0", .worker_device = worker_device}));
+  // [snippet-end:device-setter]
+  // [snippet:global-step]
   auto global_step = loom::create_global_step(g);
+  // [snippet-end:global-step]
+  // [snippet:model]
   loom::examples::seed_mlp model(g, hidden);
   auto& x = model.x;
   auto& y_ = model.y_;
   auto& cross_entropy = model.cross_entropy;
   auto& accuracy = model.accuracy;
+  // [snippet-end:model]
 
+  // [snippet:adam]
   loom::adam_optimizer adam{flags.get_float("learning_rate")};
+  // [snippet-end:adam]
+  // [snippet:sync-replicas]
   std::unique_ptr<loom::sync_replicas_optimizer> sync;
   std::int64_t replicas_to_aggregate = 1;
   std::optional<loom::operation> train_step;
@@ -137,16 +156,22 @@ int main(int argc, char** argv) try {
                   .name = "mnist_sync_replicas"});
     train_step = sync->minimize(cross_entropy, global_step);
   } else {
+    // [snippet:async-minimize]
     train_step = adam.minimize(cross_entropy, global_step);
+    // [snippet-end:async-minimize]
   }
+  // [snippet-end:sync-replicas]
 
   // What the chief's summary_saver_hook writes for TensorBoard (merge_all_summaries), with
   // examples/s (monitored_session_options::examples_per_global_step).
+  // [snippet:summaries]
   loom::scalar_summary("loss", cross_entropy);
   loom::scalar_summary("accuracy", accuracy);
   loom::histogram_summary("hid_w", model.hid_w);
   loom::histogram_summary("sm_w", model.sm_w);
+  // [snippet-end:summaries]
 
+  // [snippet:monitored-session]
   std::string checkpoint_dir = flags.get_string("checkpoint_dir");
   if (checkpoint_dir.empty() && is_chief) {
     auto dir =
@@ -177,9 +202,11 @@ int main(int argc, char** argv) try {
                                                    .examples_per_global_step =
                                                        batch_size * replicas_to_aggregate})},
       .sync_replicas = sync.get(),
+      // [snippet:session-config]
       .config = {.allow_soft_placement = true,
                  .device_filters = {"/job:ps", worker_task},
                  .step_timeout = std::chrono::milliseconds(0)},
+      // [snippet-end:session-config]
       .shutdown_wait = std::chrono::seconds(flags.get_int("shutdown_wait_secs")),
       .label = label};
   if (is_chief)
@@ -189,7 +216,9 @@ int main(int argc, char** argv) try {
   std::fflush(stdout);
   loom::monitored_training_session sess(g, std::move(o));
   std::printf("%s: Session initialization complete.\n", label.c_str());
+  // [snippet-end:monitored-session]
 
+  // [snippet:training-loop]
   // mnist.train.next_batch(batch_size), as an input pipeline on its own thread.
   auto batches = loom::examples::mnist_batches(mnist.train, batch_size,
                                                static_cast<std::uint64_t>(seed + task_index))
@@ -232,18 +261,25 @@ int main(int argc, char** argv) try {
               static_cast<long long>(local_step), static_cast<long long>(sess.global_step()));
   std::printf("Training elapsed time: %f s (%.0f examples/s on this worker)\n", secs,
               static_cast<double>(local_step * batch_size) / secs);
+  // [snippet-end:training-loop]
 
+  // [snippet:validation]
   auto& s = sess.raw_session();
   const auto val_labels = loom::data::one_hot(mnist.validation.labels, 10);
   const float val_xent = s.run(cross_entropy, {{x, mnist.validation.images}, {y_, val_labels}});
   std::printf("After %lld training step(s), validation cross entropy = %g\n",
               static_cast<long long>(sess.global_step()), static_cast<double>(val_xent));
+  // [snippet-end:validation]
+  // [snippet:test-accuracy]
   const float test_acc =
       s.run(accuracy, {{x, mnist.test.images}, {y_, loom::data::one_hot(mnist.test.labels, 10)}});
   std::printf("%s: test accuracy = %.4f\n", label.c_str(), static_cast<double>(test_acc));
+  // [snippet-end:test-accuracy]
   std::fflush(stdout);
+  // [snippet:close]
   sess.close();
   return 0;
+  // [snippet-end:close]
 } catch (const loom::error& e) {
   std::cerr << "mnist_replica: " << e.what() << "\n";
   return 1;

@@ -12,7 +12,7 @@
 // spdlog in the linked runtime, the one unit per program that compiles the kernels and the
 // runtime (runtime/spdlog_sink.hpp, included by runtime/linked_runtime.hpp), which installs
 // its sink and reads LOOM_LOG_LEVEL before main(). So a unit that logs parses no spdlog
-// (it cost 3 s per unit, 11 s header-only: docs/benchmarks.md, "#21 logger"), and a program
+// (it cost 3 s per unit, 11 s header-only: docs/benchmarks.md, "Build cost"), and a program
 // needs no shared library for it. A program without the runtime (one built from
 // <loom/api.hpp> alone) has no sink: its lines go to stderr bare, "loom: <level>: ...".
 #pragma once

@@ -57,8 +57,8 @@ using plan_done_fn = std::function<void(std::vector<any_tensor>& values, std::ex
 // server_options): 0 or less means LOOM_INTRA_OP_THREADS where it is set, else
 // one per hardware thread. loom-launch sets it to each task's share of the
 // host's cores: tasks that share a host and each size their pool to every core
-// oversubscribe it (docs/benchmarks.md, #23: examples/ctr's 1 ps + 2 workers on
-// 2 cores under load). Throws invalid_argument_error naming the variable when it
+// oversubscribe it (measured on examples/ctr's 1 ps + 2 workers sharing 2 cores
+// under load). Throws invalid_argument_error naming the variable when it
 // is not a number of threads.
 inline int intra_op_threads(int requested, const environment& env = process_environment()) {
   if (requested > 0)

@@ -7,7 +7,7 @@
 // header-only unless SPDLOG_COMPILED_LIB): a loom program then needs neither libspdlog.so
 // nor libfmt.so where it runs (the GPU machines' image has neither), and the by-hand g++
 // command needs no -l for them. That costs this one unit the parse of their implementations
-// (docs/benchmarks.md, "#21 logger").
+// (docs/benchmarks.md, "Build cost").
 #pragma once
 
 #include <loom/core/log.hpp>

@@ -224,8 +224,8 @@ struct saver_options {
   // Each task writes its own variables' shard of the checkpoint (above).
   bool sharded = false;
   // The format save writes; restore reads either. TF's by default: its save and
-  // restore measured no slower than loom's own (docs/benchmarks.md, "Checkpoint
-  // formats"), and TF reads it.
+  // restore measured no slower than loom's own (docs/benchmarks.md,
+  // "Checkpoints"), and TF reads it.
   checkpoint_format format = checkpoint_format::tensorflow;
 };
 
