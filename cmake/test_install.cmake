@@ -75,7 +75,8 @@ if(LOOM_IT_PART STREQUAL "package")
       "share/cmake/loom/loom_kernels.cmake"
       "share/cmake/loom/loom_kernels.cpp"
       "share/cmake/loom/loom_cuda.cmake"
-      "share/cmake/loom/loom_cuda_kernels.cu")
+      "share/cmake/loom/loom_cuda_kernels.cu"
+      "share/pkgconfig/loom.pc")
     if(NOT EXISTS "${prefix}/${required}")
       list(APPEND missing "${required}")
     endif()
@@ -83,6 +84,41 @@ if(LOOM_IT_PART STREQUAL "package")
   if(missing)
     list(JOIN missing "\n  " missing_text)
     message(FATAL_ERROR "install test FAILED: not installed under ${prefix}:\n  ${missing_text}")
+  endif()
+
+  # pkg-config's file gives the by-hand command's flags: each -D, -l and -pthread of the
+  # page's command is in `pkg-config --cflags --libs loom`.
+  find_program(pkg_config NAMES pkg-config)
+  if(NOT pkg_config)
+    message(FATAL_ERROR "install test FAILED: no pkg-config to read share/pkgconfig/loom.pc "
+                        "(tools/setup.sh installs it)")
+  endif()
+  set(ENV{PKG_CONFIG_PATH} "${prefix}/share/pkgconfig")
+  run_step("pkg-config --cflags --libs loom" "${pkg_config}" --cflags --libs loom)
+  separate_arguments(pc_flags UNIX_COMMAND "${step_output}")
+  file(STRINGS "${LOOM_IT_SOURCE_DIR}/docs/getting-started.md" doc_lines
+       REGEX "`g\\+\\+ -std=c\\+\\+20 [^`]*`")
+  string(REGEX MATCH "`(g\\+\\+ -std=c\\+\\+20 [^`]*)`" _ "${doc_lines}")
+  separate_arguments(doc_cmd UNIX_COMMAND "${CMAKE_MATCH_1}")
+  set(absent "")
+  foreach(arg IN LISTS doc_cmd)
+    if(arg MATCHES "^(-D|-l|-pthread|-std=)" AND NOT arg IN_LIST pc_flags)
+      list(APPEND absent "${arg}")
+    endif()
+  endforeach()
+  set(pc_include_ok FALSE) # -I of the installed headers (relocatable: ${pcfiledir}/../..)
+  foreach(flag IN LISTS pc_flags)
+    if(flag MATCHES "^-I(.+)$")
+      file(REAL_PATH "${CMAKE_MATCH_1}" dir)
+      file(REAL_PATH "${prefix}/include" want)
+      if(dir STREQUAL want)
+        set(pc_include_ok TRUE)
+      endif()
+    endif()
+  endforeach()
+  if(absent OR NOT pc_include_ok)
+    message(FATAL_ERROR "install test FAILED: loom.pc's flags (${step_output}) lack the "
+                        "getting-started command's ${absent} or -I${prefix}/include")
   endif()
 
   message(STATUS "install test: installed into ${prefix}")

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages loom needs to build, test, format and run its demo.
+# Installs the Debian 12 packages loom needs to build and run its demo (no option), to
+# build and run its tests (--test), or to draw its plots (--plots).
 # Idempotent: only touches apt when something is missing. Run as root (or with sudo available).
 # Set LOOM_SKIP_SETUP=1 to skip it entirely (e.g. on a machine provisioned another way).
 set -euo pipefail
 
+# What `make demo` needs (the default): the compilers, the libraries and the dataset, and
+# doctest, which configuring the tree needs. Nothing here starts a service.
 packages=(
   build-essential
   g++
-  clang
-  clang-14
   cmake
   ninja-build
   make
-  pkg-config
   libeigen3-dev
   libasio-dev
   libcereal-dev
@@ -25,25 +25,43 @@ packages=(
   libboost-dev
   libsnappy-dev
   libspdlog-dev
-  python3-venv
-  libbenchmark-dev
-  clang-format
-  ccache
   dataset-fashion-mnist
-  # ctest slurm, mpirun and netns (tests/cluster): a single-node Slurm the test starts
-  # itself, mpirun, network namespaces and tc (26 packages, 9.9 MB to download)
-  slurmctld
-  slurmd
-  slurm-client
-  munge
-  openmpi-bin
-  iproute2
 )
-# `tools/setup.sh --plots` (run by `make plots`) adds what tools/plots.py draws with;
-# `make test` and `make demo` do not need it.
-if [[ "${1:-}" == "--plots" ]]; then
-  packages+=(python3-matplotlib)
-fi
+# `tools/setup.sh --test` (run by `make test`) adds what only the tests and benchmarks use:
+# clang (the header checks and the install tests), pkg-config (the install test reads
+# loom.pc), clang-format, ccache, Google Benchmark, python3 (the docs' snippet check) and
+# python3-venv (TensorBoard's environment),
+# a headless Chromium (the TensorBoard page check), and for the tests that run real
+# launchers a single-node Slurm the test starts itself, mpirun, network namespaces and tc.
+# `tools/setup.sh --plots` (run by `make plots`) adds what tools/plots.py draws with.
+case "${1:-}" in
+  "") ;;
+  --test)
+    packages+=(
+      clang
+      clang-14
+      pkg-config
+      clang-format
+      ccache
+      libbenchmark-dev
+      python3
+      python3-venv
+      chromium-headless-shell
+      slurmctld
+      slurmd
+      slurm-client
+      munge
+      openmpi-bin
+      iproute2
+    )
+    ;;
+  --plots) packages+=(python3-matplotlib) ;;
+  *)
+    echo "setup: unknown option '$1' (none: the demo's packages; --test: also the tests';" \
+         "--plots: also tools/plots.py's)" >&2
+    exit 2
+    ;;
+esac
 
 if [[ "${LOOM_SKIP_SETUP:-0}" == "1" ]]; then
   echo "setup: skipped (LOOM_SKIP_SETUP=1)"

@@ -148,7 +148,8 @@ int main(int argc, char** argv) try {
                                                    .every_n_steps = flags.get_int("log_every"),
                                                    .batch_size = batch_size,
                                                    .examples_per_global_step =
-                                                       batch_size * replicas_to_aggregate})},
+                                                       batch_size * replicas_to_aggregate,
+                                                   .last_step = flags.get_int("train_steps")})},
       .sync_replicas = sync.get(),
       .config = {.allow_soft_placement = true,
                  .device_filters = {"/job:ps", worker_task},

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -200,7 +201,8 @@ int main(int argc, char** argv) try {
                                                    .every_n_steps = flags.get_int("log_every"),
                                                    .batch_size = batch_size,
                                                    .examples_per_global_step =
-                                                       batch_size * replicas_to_aggregate})},
+                                                       batch_size * replicas_to_aggregate,
+                                                   .last_step = flags.get_int("train_steps")})},
       .sync_replicas = sync.get(),
       // [snippet:session-config]
       .config = {.allow_soft_placement = true,
@@ -225,8 +227,12 @@ int main(int argc, char** argv) try {
                      .make_iterator();
   using clock = std::chrono::steady_clock;
   const auto begin = clock::now();
-  std::printf("Training begins @ %f\n",
-              std::chrono::duration<double>(begin.time_since_epoch()).count());
+  // The seed prints time.time(); here the same instant as a person reads it, then the
+  // seconds since the epoch.
+  const std::time_t now = std::time(nullptr);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+  std::printf("Training begins @ %s (%lld)\n", when, static_cast<long long>(now));
   std::fflush(stdout);
   std::int64_t local_step = 0;
   const std::int64_t trace_step = flags.get_int("trace_step");

@@ -60,6 +60,19 @@ TEST_CASE("a wrong flag is one error naming it") {
       "--task_index"));
   CHECK(contains(message_of<loom::invalid_argument_error>([&] { parse(f, {"--task_index"}, out); }),
                  "needs a value"));
+  // A value left out before the next flag is that error, not the next flag as the value.
+  loom::flags g = cluster_flags();
+  const auto missing = message_of<loom::invalid_argument_error>([&] {
+    parse(g, {"--ps_hosts", "--task_index=1"}, out);
+  });
+  CHECK(contains(missing, "flag --ps_hosts needs a value (the next argument, '--task_index=1', "
+                          "is a flag; write --ps_hosts=VALUE)"));
+  // A flag read as another type: both types named.
+  CHECK(contains(message_of<loom::invalid_argument_error>([&] { (void)f.get_int("ps_hosts"); }),
+                 "flag --ps_hosts is a string flag, read as an integer"));
+  CHECK(
+      contains(message_of<loom::invalid_argument_error>([&] { (void)f.get_bool("learning_rate"); }),
+               "flag --learning_rate is a float flag, read as a boolean"));
 }
 
 TEST_CASE("--help prints the flags and --version loom's version; parse then says stop") {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <future>
 #include <mutex>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,6 +60,39 @@ TEST_CASE("an unreachable peer gives a clear error after the connect deadline") 
   call_options co;
   co.timeout = 200ms;
   CHECK_THROWS_AS(ch.call("ping", empty{}, {}, co), unavailable_error);
+}
+
+TEST_CASE("a channel that retries says so at once, then once per log interval with the "
+          "attempts so far") {
+  const auto port = free_port();
+  const std::string addr = "127.0.0.1:" + std::to_string(port);
+  log_capture logs;
+  channel_options o = local_channel("", logs.fn());
+  o.connect_timeout = 1000ms;
+  o.initial_backoff = 10ms;
+  o.max_backoff = 10ms;
+  o.log_interval = 300ms;
+  channel ch(addr, o);
+  CHECK_THROWS_AS(ch.connect(), unavailable_error);
+  std::string text;
+  {
+    std::lock_guard lk(logs.m);
+    for (const auto& line : logs.lines)
+      text += line + "\n";
+  }
+  std::size_t lines = 0;
+  for (auto at = text.find("waiting for ps task 0 at " + addr); at != std::string::npos;
+       at = text.find("waiting for ps task 0 at " + addr, at + 1))
+    ++lines;
+  MESSAGE(text);
+  // About 90 attempts in 1 s: a line at the first, then one every 300 ms.
+  CHECK(lines >= 2);
+  CHECK(lines <= 5);
+  CHECK(contains(text, "waiting for ps task 0 at " + addr + " (attempt 1 in "));
+  const std::regex later(R"(still waiting for ps task 0 at [0-9.:]+ \(attempt ([0-9]+) in)");
+  std::smatch m;
+  REQUIRE(std::regex_search(text, m, later));
+  CHECK(std::stoi(m[1]) > 5);
 }
 
 TEST_CASE("a channel waits for a server that starts later") {

@@ -116,6 +116,23 @@ TEST_CASE("a missing feed names the placeholder") {
   CHECK(s.run(y, {{x, tensor<float, 1>(shape{3}, 1.0f)}})(2) == 2.0f);
 }
 
+TEST_CASE("a fetch, target or feed of another graph is an error naming it") {
+  graph g;
+  graph other;
+  loom::placeholder<float, 1> x(g, shape{3}, "x");
+  loom::placeholder<float, 1> z(other, shape{3}, "z");
+  auto w = loom::lower(z * 2.0f);
+  loom::session s(g, opts());
+  CHECK(contains(message_of<loom::invalid_argument_error>([&] { s.run(w); }),
+                 "fetch " + w.node().describe() + " belongs to another graph than the session's"));
+  CHECK(contains(message_of<loom::invalid_argument_error>([&] { s.run(loom::as_operation(w)); }),
+                 "target " + w.node().describe() + " belongs to another graph"));
+  CHECK(contains(message_of<loom::invalid_argument_error>([&] {
+                   s.run(x, {{z, tensor<float, 1>(shape{3}, 1.0f)}});
+                 }),
+                 "feed 'z' (placeholder) belongs to another graph"));
+}
+
 TEST_CASE("feeding a node that is not a placeholder replaces its value, as in TF") {
   graph g;
   loom::placeholder<float, 1> x(g, shape{2}, "x");

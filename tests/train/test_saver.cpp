@@ -11,6 +11,7 @@
 #include <support/cluster.hpp>
 #include <support/messages.hpp>
 #include <support/process.hpp>
+#include <support/stderr_capture.hpp>
 
 #include <signal.h>
 #include <sys/resource.h>
@@ -898,6 +899,60 @@ TEST_CASE("a sharded save: each ps writes its own variables, the manifest comes 
                                   shape{2}, {"model-44.data-0-of-2", "model-44.data-0-of-2"})});
   CHECK_THROWS_WITH_AS(loom::checkpoint_reader{twice}, doctest::Contains("is in two of its files"),
                        loom::data_loss_error);
+}
+
+TEST_CASE("a save or restore of progress_every_bytes or more says its progress in the log; a "
+          "smaller one says nothing") {
+  temp_dir dir;
+  loom::graph g;
+  std::vector<loom::variable<float, 1>> vars;
+  for (const char* name : {"a", "b", "c"}) // 4 kB each
+    vars.emplace_back(g, name, shape{1000}, loom::zeros_initializer{});
+  for (const auto format : {loom::checkpoint_format::tensorflow, loom::checkpoint_format::loom}) {
+    CAPTURE(static_cast<int>(format));
+    loom::saver saver(g, {.format = format, .progress_every_bytes = 5000});
+    loom::saver quiet_saver(g, {.format = format});
+    loom::session s(g, opts());
+    s.run(loom::global_variables_initializer(g));
+    std::string text, quiet_text, path;
+    {
+      loom::testing::stderr_capture err;
+      path = saver.save(s, dir / "model");
+      saver.restore(s, path);
+      text = err.text();
+    }
+    {
+      loom::testing::stderr_capture err;
+      quiet_saver.restore(s, quiet_saver.save(s, dir / "quiet"));
+      quiet_text = err.text();
+    }
+    MESSAGE(text);
+    // A line when 8 of the 12 kB are done (past 5 000 bytes), then the total at the end.
+    CHECK(contains(text, "saving checkpoint " + path + ": 8.0 kB of 12.0 kB (67 %)"));
+    CHECK(contains(text, "saved checkpoint " + path + ": 12.0 kB in "));
+    CHECK(contains(text, "restoring checkpoint " + path + ": 8.0 kB of 12.0 kB (67 %)"));
+    CHECK(contains(text, "restored checkpoint " + path + ": 12.0 kB in "));
+    CHECK_FALSE(contains(quiet_text, "checkpoint")); // 12 kB, under the default 1 GiB
+  }
+}
+
+TEST_CASE("a sharded save says each shard's progress in the log of the task that writes it") {
+  temp_dir dir;
+  local_cluster cluster(2, 1);
+  cluster_model m(cluster.spec);
+  loom::saver saver(
+      m.g,
+      {.sharded = true, .format = loom::checkpoint_format::tensorflow, .progress_every_bytes = 16});
+  loom::session s(m.g, loom::session_target{cluster.target()}, quiet());
+  m.initialize_to_known_values(s);
+  loom::testing::stderr_capture err;
+  const std::string path = saver.save(s, dir / "model", 42);
+  const std::string text = err.text();
+  MESSAGE(text);
+  // ps 0 writes w (24 bytes) and the step (8): a line past 16 bytes, then its total.
+  CHECK(contains(text, "saving shard 0 of checkpoint "));
+  CHECK(contains(text, "saved shard 0 of checkpoint "));
+  CHECK(contains(text, ": 32 B in "));
 }
 
 TEST_CASE("a sharded save in TF's format: each ps writes its own data file, the index comes "

@@ -10,6 +10,10 @@
 #include <cmath>
 #include <cstdint>
 #include <numbers>
+#include <regex>
+#include <span>
+#include <string>
+#include <thread>
 #include <vector>
 
 using loom::graph;
@@ -41,6 +45,40 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
 }
 
 } // namespace
+
+TEST_CASE("logging_hook: where the last step is known, how far, how fast and the time left") {
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out != nullptr);
+  loom::graph g;
+  loom::placeholder<float, 0> loss(g, loom::shape{}, "loss");
+  const auto value = loom::any_tensor::scalar<float>(0.5f);
+  loom::logging_hook hook(loss.id(), {.label = "Worker 0",
+                                      .every_n_steps = 2,
+                                      .batch_size = 10,
+                                      .examples_per_global_step = 10,
+                                      .last_step = 100,
+                                      .out = out});
+  loom::run_context c;
+  for (std::int64_t step = 1; step <= 2; ++step) {
+    c.global_step = 25 * step;
+    if (step == 2)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    hook.after_run(c, std::span<const loom::any_tensor>(&value, 1));
+  }
+  std::rewind(out);
+  char line[256] = {};
+  REQUIRE(std::fgets(line, sizeof line, out) != nullptr);
+  std::fclose(out);
+  const std::string text = line;
+  MESSAGE(text);
+  CHECK(text.find("Worker 0: step 2  global step 50  loss 0.5000") == 0);
+  // 25 global steps in about 50 ms: about 500 a second, 50 steps (about 0.1 s) left.
+  const std::regex progress(R"(  50\.0 % done  ([0-9.]+) steps/s  0:00:00 left\n$)");
+  std::smatch m;
+  REQUIRE(std::regex_search(text, m, progress));
+  CHECK(std::stod(m[1]) > 50);
+  CHECK(std::stod(m[1]) < 600);
+}
 
 TEST_CASE("exponential, piecewise constant, polynomial and cosine decay, and a warmup") {
   const std::vector<std::int64_t> steps{0, 1, 99, 100, 101, 250, 1000, 5000};

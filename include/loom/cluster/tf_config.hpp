@@ -95,7 +95,8 @@ inline std::string kind(const rj::Value& v) {
   if (v.IsBool())
     return "a boolean";
   if (v.IsInt64() || v.IsUint64())
-    return "the integer " + std::to_string(v.IsInt64() ? v.GetInt64() : 0);
+    return "the integer " +
+           (v.IsInt64() ? std::to_string(v.GetInt64()) : std::to_string(v.GetUint64()));
   if (v.IsNumber())
     return "the number " + std::to_string(v.GetDouble());
   if (v.IsString())

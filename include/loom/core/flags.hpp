@@ -82,10 +82,14 @@ public:
       if (!text) {
         if (std::holds_alternative<bool>(e.current))
           text = "true";
-        else if (i + 1 < argc)
+        else if (i + 1 < argc && std::string_view(argv[i + 1]).substr(0, 2) != "--")
           text = argv[++i];
-        else
-          throw invalid_argument_error("flag --" + name + " needs a value");
+        else // `--job_name --task_index=1`: the value was left out, not "--task_index=1"
+          throw invalid_argument_error("flag --" + name + " needs a value" +
+                                       (i + 1 < argc
+                                            ? " (the next argument, '" + std::string(argv[i + 1]) +
+                                                  "', is a flag; write --" + name + "=VALUE)"
+                                            : std::string()));
       }
       e.current = convert(name, e.current, *text);
       e.set = true;
@@ -128,7 +132,13 @@ private:
     const entry& e = find(n);
     if (auto* v = std::get_if<T>(&e.current))
       return *v;
-    throw invalid_argument_error("flag --" + n + " is read with the wrong type");
+    throw invalid_argument_error("flag --" + n + " is " + type_name(e.current) + " flag, read as " +
+                                 type_name(value(T{})));
+  }
+
+  static std::string type_name(const value& v) {
+    static constexpr const char* names[] = {"a string", "an integer", "a float", "a boolean"};
+    return names[v.index()];
   }
 
   std::string known() const {

@@ -69,6 +69,9 @@ struct channel_options {
   std::chrono::milliseconds reconnect_timeout{1000}; // after a loss, all retries included
   std::chrono::milliseconds initial_backoff{50};
   std::chrono::milliseconds max_backoff{2000};
+  // While it retries, a line at the first failure, then one per interval with the
+  // attempts so far (TF says "still waiting" every 10 s), not one per attempt.
+  std::chrono::milliseconds log_interval{10000};
   std::chrono::milliseconds default_timeout{300000}; // per call, when the call sets none
   // call_handle::get() first waits this long yielding the CPU (no sleep), so a
   // fast reply reaches the caller without a futex wake-up; then it blocks.
@@ -501,6 +504,7 @@ private:
   void connect_with_retries(clock::time_point limit) {
     auto backoff = opts_.initial_backoff;
     const auto start = clock::now();
+    std::optional<clock::time_point> last_line;
     for (int attempt = 1;; ++attempt) {
       std::string why;
       try {
@@ -528,13 +532,17 @@ private:
                                   " ms)");
         }
         const auto wait = std::min<clock::duration>(backoff, limit - now);
-        log_line(opts_.log,
-                 "waiting for " + *peer_ + " (attempt " + std::to_string(attempt) + ": " + why +
-                     "); retrying in " +
-                     std::to_string(
-                         std::chrono::duration_cast<std::chrono::milliseconds>(wait).count()) +
-                     " ms",
-                 logging::level::info);
+        if (!last_line || now - *last_line >= opts_.log_interval) {
+          const auto ms = [](clock::duration d) {
+            return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+          };
+          log_line(opts_.log,
+                   (last_line ? "still waiting for " : "waiting for ") + *peer_ + " (attempt " +
+                       std::to_string(attempt) + " in " + ms(now - start) + " ms: " + why +
+                       "); retrying in " + ms(wait) + " ms",
+                   logging::level::info);
+          last_line = now;
+        }
         wake_.wait_for(lk, wait, [&] { return stopped_; });
         if (stopped_)
           throw cancelled_error("the channel to " + *peer_ + " was stopped");

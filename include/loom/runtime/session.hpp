@@ -203,12 +203,12 @@ private:
   // its value into the result.
   template <class F> auto resolve(const F& f, detail::run_request& req) {
     if constexpr (std::is_same_v<F, operation>) {
-      check_graph(f.graph());
+      check_graph(f.graph(), f.id(), "target");
       add_once(req.targets, f.id());
       return [](std::vector<any_tensor>&) { return nothing{}; };
     } else if constexpr (expression<F>) {
       auto out = lower(f);
-      check_graph(out.graph());
+      check_graph(out.graph(), out.id(), "fetch");
       using T = value_type_of<F>;
       constexpr int R = rank_of<F>;
       const node_id id = out.id();
@@ -243,9 +243,11 @@ private:
     return &metadata->step_stats;
   }
 
-  void check_graph(const graph& g) const {
+  // `what` (a fetch, a target or a feed) is node `id` of `g`, which must be the session's graph.
+  void check_graph(const graph& g, node_id id, const char* what) const {
     if (!(g == graph_))
-      throw invalid_argument_error("a fetch belongs to another graph than the session's");
+      throw invalid_argument_error(std::string(what) + " " + g.node(id).describe() +
+                                   " belongs to another graph than the session's");
   }
 
   std::vector<any_tensor>
@@ -259,8 +261,7 @@ private:
       req.fed.push_back(id);
     };
     for (const feed& f : feeds) {
-      if (!(f.graph_ref() == graph_))
-        throw invalid_argument_error("a feed belongs to another graph than the session's");
+      check_graph(f.graph_ref(), f.id(), "feed");
       add_feed(f.id(), f.value());
     }
     if (raw_feeds)

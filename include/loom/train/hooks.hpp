@@ -7,6 +7,7 @@
 #include <loom/runtime/session.hpp>
 #include <loom/train/saver.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -85,6 +86,9 @@ struct logging_options {
   // Examples one global step stands for: the batch size in async training,
   // batch size x replicas_to_aggregate with synchronous replicas.
   std::int64_t examples_per_global_step = 1;
+  // The global step training stops at (stop_at_step_hook's); where known (> 0), each
+  // line also says how far training is, its global steps a second and the time left.
+  std::int64_t last_step = 0;
   std::FILE* out = stdout;
 };
 
@@ -107,11 +111,12 @@ public:
     const auto global = static_cast<double>(c.global_step - last_global_);
     std::fprintf(o_.out,
                  "%s: step %lld  global step %lld  loss %.4f  %.0f examples/s  "
-                 "(cluster %.0f examples/s)\n",
+                 "(cluster %.0f examples/s)%s\n",
                  o_.label.c_str(), static_cast<long long>(local_),
                  static_cast<long long>(c.global_step), loss,
                  secs > 0 ? steps * static_cast<double>(o_.batch_size) / secs : 0.0,
-                 secs > 0 ? global * static_cast<double>(o_.examples_per_global_step) / secs : 0.0);
+                 secs > 0 ? global * static_cast<double>(o_.examples_per_global_step) / secs : 0.0,
+                 progress(c.global_step, secs > 0 ? global / secs : 0.0).c_str());
     std::fflush(o_.out);
     last_ = now;
     last_local_ = local_;
@@ -120,6 +125,25 @@ public:
 
 private:
   using clock = std::chrono::steady_clock;
+
+  // "  12.5 % done  250.0 steps/s  0:00:42 left", at `rate` global steps a second.
+  std::string progress(std::int64_t global_step, double rate) const {
+    if (o_.last_step <= 0)
+      return {};
+    const auto left = static_cast<double>(std::max<std::int64_t>(o_.last_step - global_step, 0));
+    char eta[32] = "?";
+    if (rate > 0) {
+      const auto s = static_cast<long long>(left / rate + 0.5);
+      std::snprintf(eta, sizeof eta, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+    }
+    char line[96];
+    std::snprintf(line, sizeof line, "  %.1f %% done  %.1f steps/s  %s left",
+                  100.0 * static_cast<double>(std::min(global_step, o_.last_step)) /
+                      static_cast<double>(o_.last_step),
+                  rate, eta);
+    return line;
+  }
+
   node_id loss_;
   logging_options o_;
   std::int64_t local_ = 0, last_local_ = 0, last_global_ = 0;

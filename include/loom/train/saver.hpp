@@ -36,6 +36,7 @@
 // durably (durable_file.hpp).
 #pragma once
 
+#include <loom/core/byte_progress.hpp>
 #include <loom/core/checkpoint_format.hpp>
 #include <loom/core/dtype.hpp>
 #include <loom/core/durable_file.hpp>
@@ -227,6 +228,10 @@ struct saver_options {
   // restore measured no slower than loom's own (docs/benchmarks.md,
   // "Checkpoints"), and TF reads it.
   checkpoint_format format = checkpoint_format::tensorflow;
+  // A save or restore of at least this many bytes says in the log (on each task that
+  // writes a shard) each time it has done this many more, and its total and rate at
+  // the end (core/byte_progress.hpp); smaller ones log nothing.
+  std::uint64_t progress_every_bytes = detail::byte_progress::default_every;
 };
 
 class saver {
@@ -251,7 +256,8 @@ public:
   };
 
   explicit saver(graph& g, saver_options o = {})
-      : graph_(g), max_to_keep_(o.max_to_keep), format_(o.format) {
+      : graph_(g), max_to_keep_(o.max_to_keep), format_(o.format),
+        progress_every_(o.progress_every_bytes) {
     if (!o.var_list.empty() && !o.var_names.empty())
       throw invalid_argument_error("saver: var_list and var_names both given; give one");
     std::vector<std::pair<std::string, node_id>> named = o.var_names;
@@ -363,14 +369,27 @@ private:
     };
   }
 
+  // The progress of a save or restore of every variable, in the log where it is large.
+  detail::byte_progress progress(const char* doing, const char* done,
+                                 const std::string& path) const {
+    std::uint64_t total = 0;
+    for (const auto& v : vars_)
+      total += bytes_of(v);
+    return {std::string(doing) + " checkpoint " + path, std::string(done) + " checkpoint " + path,
+            total, progress_every_};
+  }
+
   void save_one_file(session& s, const std::string& path,
                      std::vector<std::pair<std::string, any_tensor>> records) {
     auto value = fetch_in_groups(s);
+    auto said = progress("saving", "saved", path);
     write_checkpoint_file(path, vars_.size() + records.size(), [&](std::size_t i) {
       if (i >= vars_.size())
         return std::move(records[i - vars_.size()]);
+      said.add(bytes_of(vars_[i]));
       return std::pair<std::string, any_tensor>(vars_[i].name, value(i));
     });
+    said.finish();
   }
 
   // Every task writes its shard in one run; then the manifest, last.
@@ -408,13 +427,16 @@ private:
     try {
       if (shard_writers_.empty()) {
         auto value = fetch_in_groups(s);
+        auto said = progress("saving", "saved", path);
         entries = tb::write_shard(staging, 0, 1, vars_.size() + records.size(), [&](std::size_t i) {
           if (i >= vars_.size()) {
             auto& [name, tensor] = records[i - vars_.size()];
             return tb::tensor_to_save{name, std::move(tensor), {}, {}};
           }
+          said.add(bytes_of(vars_[i]));
           return tb::tensor_to_save{vars_[i].whole, value(i), vars_[i].slice, vars_[i].whole_shape};
         });
+        said.finish();
       } else {
         const auto written = s.run_nodes(shard_writers_, {},
                                          {{filename_, any_tensor::scalar<std::string>(staging)}});
@@ -491,7 +513,8 @@ private:
       }
       attr_map attrs{{"names", strings(names)},
                      {"shard", static_cast<std::int64_t>(i)},
-                     {"num_shards", num_shards}};
+                     {"num_shards", num_shards},
+                     {"progress_every_bytes", static_cast<std::int64_t>(progress_every_)}};
       if (format_ == checkpoint_format::tensorflow) {
         attrs.emplace("format", std::string("tensorflow"));
         attrs.emplace("shape_and_slices", strings(specs));
@@ -588,7 +611,9 @@ private:
   }
 
   // Feeds each variable value(i), in groups of at most group_bytes, one run each.
-  void feed_in_groups(session& s, const std::function<any_tensor(std::size_t)>& value) {
+  void feed_in_groups(session& s, const std::string& path,
+                      const std::function<any_tensor(std::size_t)>& value) {
+    auto said = progress("restoring", "restored", path);
     std::vector<std::pair<node_id, any_tensor>> feeds;
     std::vector<node_id> targets;
     std::size_t bytes = 0;
@@ -606,8 +631,10 @@ private:
       feeds.emplace_back(v.value, value(i));
       targets.push_back(v.assign);
       bytes += bytes_of(v);
+      said.add(bytes_of(v));
     }
     flush();
+    said.finish();
   }
 
   // Every checksum checked before anything is fed.
@@ -644,7 +671,7 @@ private:
                                      v.shape.to_string());
     }
     std::map<std::string, std::vector<any_tensor>> saved; // the saved shards being relaid out
-    feed_in_groups(s, [&](std::size_t i) {
+    feed_in_groups(s, path, [&](std::size_t i) {
       const saved_variable& v = vars_[i];
       const auto& plan = plans[i];
       if (!plan)
@@ -684,7 +711,7 @@ private:
       plans.push_back(plan_mod_relayout(reader, *e, v));
     }
     std::map<std::string, any_tensor> wholes; // read once per "mod" variable relaid out
-    feed_in_groups(s, [&](std::size_t i) {
+    feed_in_groups(s, path, [&](std::size_t i) {
       const saved_variable& v = vars_[i];
       if (const auto& plan = plans[i]) {
         auto [it, fresh] = wholes.try_emplace(v.whole);
@@ -966,6 +993,7 @@ private:
   graph graph_;
   int max_to_keep_;
   checkpoint_format format_;
+  std::uint64_t progress_every_;
   detail::iterator_checkpoint iterators_;
   std::vector<saved_variable> vars_;
   node_id filename_ = no_node;         // sharded: the path fed to every shard writer

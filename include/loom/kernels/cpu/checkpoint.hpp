@@ -6,6 +6,7 @@
 // tensor, or a slice of it, from a TensorFlow checkpoint (core/tensor_bundle.hpp).
 #pragma once
 
+#include <loom/core/byte_progress.hpp>
 #include <loom/core/checkpoint_format.hpp>
 #include <loom/core/tensor_bundle.hpp>
 #include <loom/core/tensor_slice.hpp>
@@ -26,22 +27,35 @@ template <class T> struct save_shard_cpu {
     const auto shard = c.node.attr<std::int64_t>("shard");
     const auto num_shards = c.node.attr<std::int64_t>("num_shards");
     const std::size_t count = c.inputs.size() - 1;
+    std::uint64_t total = 0;
+    for (std::size_t i = 0; i < count; ++i)
+      total += c.input(i + 1).byte_size();
+    const std::string what = " shard " + std::to_string(shard) + " of checkpoint " + path;
+    byte_progress said(
+        "saving" + what, "saved" + what, total,
+        static_cast<std::uint64_t>(c.node.attr_or<std::int64_t>(
+            "progress_every_bytes", static_cast<std::int64_t>(byte_progress::default_every))));
+    auto input = [&](std::size_t i) -> const any_tensor& {
+      said.add(c.input(i + 1).byte_size());
+      return c.input(i + 1);
+    };
     if (c.node.attr_or<std::string>("format", "loom") == "loom") {
-      write_checkpoint_file(checkpoint_shard_path(path, shard, num_shards), count,
-                            [&](std::size_t i) {
-                              return std::pair<std::string, any_tensor>(name[i], c.input(i + 1));
-                            });
+      write_checkpoint_file(
+          checkpoint_shard_path(path, shard, num_shards), count,
+          [&](std::size_t i) { return std::pair<std::string, any_tensor>(name[i], input(i)); });
+      said.finish();
       c.output = any_tensor::from_vector<std::string>(loom::shape{0}, {});
       return;
     }
     const std::string* spec = c.node.attr<any_tensor>("shape_and_slices").data<std::string>();
     const std::vector<tensor_bundle::entry> entries = tensor_bundle::write_shard(
         path, static_cast<int>(shard), static_cast<int>(num_shards), count, [&](std::size_t i) {
-          tensor_bundle::tensor_to_save t{name[i], c.input(i + 1), {}, {}};
+          tensor_bundle::tensor_to_save t{name[i], input(i), {}, {}};
           if (!spec[i].empty())
             std::tie(t.full_shape, t.slice) = tensor_slice::parse_spec(spec[i]);
           return t;
         });
+    said.finish();
     std::vector<std::string> out;
     for (const tensor_bundle::entry& e : entries) {
       out.push_back(e.key);
