@@ -264,7 +264,7 @@ TEST_CASE("reductions over axes, with and without keepdims") {
     std::vector<std::int64_t> axes;
     bool keep;
   };
-  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"})
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"})
     for (const reduction& r :
          {reduction{{}, false}, reduction{{}, true}, reduction{{0}, false}, reduction{{1}, true},
           reduction{{2}, false}, reduction{{-1}, true}, reduction{{0, 2}, false},
@@ -829,4 +829,17 @@ TEST_CASE("a DIN-style attention over a multi-hot field: masked softmax and two 
                   {{history.id(), random_tensor(shape{2, 4, 3}, -1, 1)},
                    {query.id(), random_tensor(shape{2, 3}, -1, 1)}},
                   others);
+}
+
+TEST_CASE("reduce_prod with zeros: TF's exclusive products, no division") {
+  // One zero in a row: the zero's gradient is the product of the others; two zeros: all zero.
+  any_tensor x = any_tensor::from_vector<double>(
+      shape{3, 4}, {0.5, 0.0, -1.5, 2.0, 0.0, 1.25, 0.0, -0.75, 1.5, -0.5, 2.0, 0.8});
+  for (const auto& axes : {std::vector<std::int64_t>{1}, std::vector<std::int64_t>{}}) {
+    graph g;
+    feeds_t others;
+    const node_id xp = placeholder(g, shape{3, 4}, "x");
+    const node_id red = g.add_node("reduce_prod", {xp}, {{"axes", axes}, {"keepdims", false}});
+    check_gradients(g, weighted(g, red, others), {{xp, x}}, others);
+  }
 }

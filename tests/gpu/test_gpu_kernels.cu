@@ -519,14 +519,37 @@ std::vector<op_case> make_cases() {
                                                    {S{0, 3}, axes{0}},
                                                    {S{4, 1, 3, 1, 5}, axes{1, 2}},
                                                    {S{}, axes{}}};
-  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"})
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min"})
     for (const auto& [s, ax] : reductions)
       for (bool keep : {false, true})
         cs.push_back({op,
                       numeric,
                       {{s}},
                       {{"axes", ax}, {"keepdims", keep}},
-                      std::string_view(op) == "reduce_max" ? check::l2 : check::sums});
+                      std::string_view(op) == "reduce_max" || std::string_view(op) == "reduce_min"
+                          ? check::l2
+                          : check::sums});
+  for (const char* op : {"reduce_any", "reduce_all"})
+    for (const auto& [s, ax] : reductions)
+      cs.push_back({op, {dtype::boolean}, {{s}}, {{"axes", ax}, {"keepdims", false}}});
+  // Products of few elements each (a long product of [-3, 3] overflows, in an order-dependent
+  // step): L2, as the orders differ.
+  for (const auto& [s, ax] : std::vector<std::pair<S, axes>>{{S{7, 13}, axes{1}},
+                                                             {S{7, 13}, axes{0}},
+                                                             {S{300, 29}, axes{1}},
+                                                             {S{4, 1, 3, 1, 5}, axes{1, 2}},
+                                                             {S{0, 3}, axes{0}},
+                                                             {S{}, axes{}}})
+    cs.push_back({"reduce_prod", numeric, {{s}}, {{"axes", ax}, {"keepdims", false}}, check::l2});
+  // reduce_prod_grad (dy, x): dy has the kept shape.
+  cs.push_back(
+      {"reduce_prod_grad", floats, {{S{5, 9}}, {S{5, 7, 9}}}, {{"axes", axes{1}}}, check::l2});
+  cs.push_back({"reduce_prod_grad", floats, {{S{}}, {S{5, 7}}}, {{"axes", axes{}}}, check::l2});
+  cs.push_back({"reduce_prod_grad",
+                floats,
+                {{S{7, 1}}, {S{5, 7, 9}}},
+                {{"axes", axes{0, 2}}, {"keepdims", true}},
+                check::l2});
   // reduce_grad (dy, x): dy has the kept shape.
   for (const char* mode : {"sum", "mean"}) {
     cs.push_back({"reduce_grad",
@@ -631,6 +654,7 @@ std::vector<op_case> make_cases() {
                   {{S{4, 5}, id, gen::labels, 3}, {S{}}, {S{}}},
                   {{"depth", 3L}, {"axis", 1L}}});
   }
+
 
   // Softmax and cross-entropies (L2: exp and row sums differ in order).
   // 8200 rows: more rows than blocks (8192), so the row loop takes a second pass.
