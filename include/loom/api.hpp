@@ -29,6 +29,7 @@
 #include <loom/graph/ops/math.hpp>
 #include <loom/graph/ops/nn.hpp>
 #include <loom/graph/ops/one_hot.hpp>
+#include <loom/graph/ops/range.hpp>
 #include <loom/graph/ops/scatter.hpp>
 #include <loom/graph/ops/strided.hpp>
 #include <loom/graph/ops/string.hpp>

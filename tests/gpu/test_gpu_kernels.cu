@@ -655,6 +655,12 @@ std::vector<op_case> make_cases() {
                   {{"depth", 3L}, {"axis", 1L}}});
   }
 
+  // range: start below limit, a positive step (ints: [-9, -1], [1, 9], [1, 9]).
+  cs.push_back({"range",
+                numeric,
+                {{S{}, {}, gen::low}, {S{}, {}, gen::high}, {S{}, {}, gen::positive}},
+                {},
+                check::l2});
 
   // Softmax and cross-entropies (L2: exp and row sums differ in order).
   // 8200 rows: more rows than blocks (8192), so the row loop takes a second pass.

@@ -254,3 +254,43 @@ TEST_CASE("bad perms, specs, paddings, multiples, axes and depths: one error eac
                  }),
                  "index 7 of entry 0 is outside dimension 0 of an input of shape [2, 4]"));
 }
+
+TEST_CASE("range: TF's lengths for numbers and for scalars known when the step runs") {
+  graph g;
+  loom::session s(g);
+  auto three = loom::range(g, 3, 18, 3);
+  CHECK(three.shape() == shape{5});
+  CHECK(flat_values(s.run(three)) == std::vector<int>{3, 6, 9, 12, 15});
+  CHECK(flat_values(s.run(loom::range(g, std::int64_t{4}))) ==
+        std::vector<std::int64_t>{0, 1, 2, 3});
+  auto down = loom::range(g, 3.0, 1.0, -0.5);
+  CHECK(down.shape() == shape{4});
+  CHECK(flat_values(s.run(down)) == std::vector<double>{3, 2.5, 2, 1.5});
+  auto frac = loom::range(g, 0.f, 1.f, 0.3f); // ceil(1 / 0.3) = 4 elements
+  CHECK(frac.shape() == shape{4});
+  const auto fv = flat_values(s.run(frac));
+  REQUIRE(fv.size() == 4);
+  CHECK(fv[3] == doctest::Approx(0.9f));
+  CHECK(loom::range(g, 5, 5).shape() == shape{0});
+  loom::placeholder<std::int64_t, 0> start(g, shape{}, "start"), limit(g, shape{}, "limit"),
+      delta(g, shape{}, "delta");
+  auto fed = loom::range(start, limit, delta);
+  CHECK(fed.shape() == shape{-1});
+  const tensor<std::int64_t, 0> two = 2, seven = 7, zero = 0;
+  CHECK(flat_values(s.run(fed, {{start, two}, {limit, seven}, {delta, two}})) ==
+        std::vector<std::int64_t>{2, 4, 6});
+  CHECK(flat_values(
+            s.run(fed, {{start, seven}, {limit, two}, {delta, tensor<std::int64_t, 0>(-2)}})) ==
+        std::vector<std::int64_t>{7, 5, 3});
+  auto error = [](auto&& f) { return message_of<loom::invalid_argument_error>(f); };
+  CHECK(contains(error([&] { loom::range(g, 1, 5, 0); }),
+                 "range(start 1, limit 5, delta 0): delta must not be 0"));
+  CHECK(contains(error([&] { loom::range(g, 5, 1, 1); }),
+                 "start must not exceed limit when delta is positive"));
+  CHECK(contains(error([&] { loom::range(g, 1.0, 5.0, -1.0); }),
+                 "start must not be below limit when delta is negative"));
+  CHECK(contains(error([&] {
+                   s.run(fed, {{start, two}, {limit, seven}, {delta, zero}});
+                 }),
+                 "range(start 2, limit 7, delta 0): delta must not be 0"));
+}

@@ -13,6 +13,7 @@
 #include <loom/kernels/cpu/nn.hpp>
 #include <loom/kernels/cpu/one_hot.hpp>
 #include <loom/kernels/cpu/random.hpp>
+#include <loom/kernels/cpu/range.hpp>
 #include <loom/kernels/cpu/scatter.hpp>
 #include <loom/kernels/cpu/state.hpp>
 #include <loom/kernels/cpu/strided.hpp>

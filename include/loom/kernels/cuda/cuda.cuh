@@ -25,6 +25,7 @@
 #include <loom/kernels/cuda/nn.cuh>
 #include <loom/kernels/cuda/one_hot.cuh>
 #include <loom/kernels/cuda/random.cuh>
+#include <loom/kernels/cuda/range.cuh>
 #include <loom/kernels/cuda/scatter.cuh>
 #include <loom/kernels/cuda/state.cuh>
 #include <loom/kernels/cuda/strided.cuh>
