@@ -25,6 +25,7 @@
 #include <loom/graph/ops/checkpoint.hpp>
 #include <loom/graph/ops/conv.hpp>
 #include <loom/graph/ops/elementwise.hpp>
+#include <loom/graph/ops/gather_nd.hpp>
 #include <loom/graph/ops/iterator.hpp>
 #include <loom/graph/ops/math.hpp>
 #include <loom/graph/ops/nn.hpp>

@@ -843,3 +843,22 @@ TEST_CASE("reduce_prod with zeros: TF's exclusive products, no division") {
     check_gradients(g, weighted(g, red, others), {{xp, x}}, others);
   }
 }
+
+TEST_CASE("gather_nd: params get dy scattered back, repeated tuples summed") {
+  struct gather_nd_case {
+    shape params, indices;
+    std::vector<std::int64_t> values;
+  };
+  for (const gather_nd_case& c :
+       {gather_nd_case{shape{4, 3}, shape{3, 2}, {1, 2, 3, 0, 1, 2}}, // elements, one twice
+        gather_nd_case{shape{4, 3}, shape{3, 1}, {2, 0, 2}},          // rows, one twice
+        gather_nd_case{shape{2, 3, 2}, shape{2, 2, 2}, {0, 1, 1, 2, 1, 0, 0, 1}}}) {
+    INFO("params " << c.params.to_string() << ", indices " << c.indices.to_string());
+    graph g;
+    feeds_t others;
+    const node_id params = placeholder(g, c.params, "params");
+    const node_id indices = ids_constant(g, c.indices, c.values);
+    const node_id y = weighted(g, g.add_node("gather_nd", {params, indices}), others);
+    check_gradients(g, y, {{params, random_tensor(c.params, -1, 1)}}, others);
+  }
+}

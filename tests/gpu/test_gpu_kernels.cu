@@ -661,6 +661,19 @@ std::vector<op_case> make_cases() {
                 {{S{}, {}, gen::low}, {S{}, {}, gen::high}, {S{}, {}, gen::positive}},
                 {},
                 check::l2});
+  // gather_nd: tuples of 2 into [5, 5, 3], of 1 into [6, 4] (a batch of them), of 0; and its
+  // gradient, repeated tuples summed in the CPU's order.
+  for (dtype id : {dtype::i32, dtype::i64}) {
+    cs.push_back({"gather_nd", no_strings, {{S{5, 5, 3}}, {S{7, 2}, id, gen::labels, 5}}});
+    cs.push_back({"gather_nd", no_strings, {{S{6, 4}}, {S{3, 2, 1}, id, gen::labels, 6}}});
+    cs.push_back({"gather_nd", no_strings, {{S{6, 4}}, {S{3, 0}, id, gen::labels, 6}}});
+    cs.push_back({"gather_nd_grad",
+                  floats,
+                  {{S{40, 3}}, {S{40, 2}, id, gen::labels, 5}},
+                  {{"shape", axes{5, 5, 3}}}});
+    cs.push_back(
+        {"gather_nd_grad", floats, {{S{3, 2, 4}}, {S{3, 2, 1}, id, gen::labels, 6}, {S{6, 4}}}});
+  }
 
   // Softmax and cross-entropies (L2: exp and row sums differ in order).
   // 8200 rows: more rows than blocks (8192), so the row loop takes a second pass.

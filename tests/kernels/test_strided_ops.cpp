@@ -294,3 +294,45 @@ TEST_CASE("range: TF's lengths for numbers and for scalars known when the step r
                  }),
                  "range(start 2, limit 7, delta 0): delta must not be 0"));
 }
+
+TEST_CASE("gather_nd: elements, rows and a batch of tuples; an index outside params") {
+  graph g;
+  loom::placeholder<float, 2> m(g, shape{3, 2}, "m");
+  loom::placeholder<std::int32_t, 2> pairs(g, shape{-1, 2}, "pairs");
+  loom::placeholder<std::int64_t, 2> rows(g, shape{-1, 1}, "rows");
+  loom::placeholder<double, 3> cube(g, shape{2, 2, 2}, "cube");
+  loom::placeholder<std::int64_t, 3> batch(g, shape{2, 1, 2}, "batch");
+  loom::session s(g);
+  const auto mv = iota_tensor<float, 2>(shape{3, 2}); // [[0, 1], [2, 3], [4, 5]]
+  auto elements = loom::gather_nd<2>(m, pairs);
+  CHECK(elements.shape() == shape{-1});
+  CHECK(flat_values(
+            s.run(elements,
+                  {{m, mv}, {pairs, tensor<std::int32_t, 2>(shape{3, 2}, {0, 0, 2, 1, 1, 0})}})) ==
+        std::vector<float>{0, 5, 2});
+  auto picked = loom::gather_nd<1>(m, rows);
+  CHECK(picked.shape() == shape{-1, 2});
+  CHECK(
+      flat_values(s.run(picked, {{m, mv}, {rows, tensor<std::int64_t, 2>(shape{2, 1}, {2, 0})}})) ==
+      std::vector<float>{4, 5, 0, 1});
+  auto slices = loom::gather_nd<2>(cube, batch);
+  CHECK(slices.shape() == shape{2, 1, 2});
+  CHECK(flat_values(
+            s.run(slices, {{cube, iota_tensor<double, 3>(shape{2, 2, 2})},
+                           {batch, tensor<std::int64_t, 3>(shape{2, 1, 2}, {0, 1, 1, 0})}})) ==
+        std::vector<double>{2, 3, 4, 5});
+  auto error = [](auto&& f) { return message_of<loom::invalid_argument_error>(f); };
+  CHECK(contains(
+      error([&] {
+        s.run(elements, {{m, mv}, {pairs, tensor<std::int32_t, 2>(shape{2, 2}, {0, 0, 3, 1})}});
+      }),
+      "indices[1] = [3, 1] does not index into params of shape [3, 2] (index 3 of "
+      "dimension 0 is outside [0, 3))"));
+  CHECK(contains(error([&] { loom::gather_nd<1>(m, pairs); }), "hold tuples of length 2, not 1"));
+  loom::placeholder<std::int32_t, 2> triples(g, shape{4, 3}, "triples");
+  CHECK(contains(error([&] {
+                   g.add_node("gather_nd", {m.id(), triples.id()});
+                 }),
+                 "index tuples of length 3 (indices [4, 3]) index more dimensions than params "
+                 "of shape [3, 2] have"));
+}

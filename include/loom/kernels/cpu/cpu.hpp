@@ -7,6 +7,7 @@
 #include <loom/kernels/cpu/checkpoint.hpp>
 #include <loom/kernels/cpu/conv.hpp>
 #include <loom/kernels/cpu/elementwise.hpp>
+#include <loom/kernels/cpu/gather_nd.hpp>
 #include <loom/kernels/cpu/hash_embedding.hpp>
 #include <loom/kernels/cpu/iterator.hpp>
 #include <loom/kernels/cpu/math.hpp>

@@ -21,6 +21,7 @@
 #include <loom/kernels/cuda/batch_matmul.cuh>
 #include <loom/kernels/cuda/conv.cuh>
 #include <loom/kernels/cuda/elementwise.cuh>
+#include <loom/kernels/cuda/gather_nd.cuh>
 #include <loom/kernels/cuda/math.cuh>
 #include <loom/kernels/cuda/nn.cuh>
 #include <loom/kernels/cuda/one_hot.cuh>
