@@ -35,6 +35,7 @@
 #include <loom/graph/ops/strided.hpp>
 #include <loom/graph/ops/string.hpp>
 #include <loom/graph/ops/summary.hpp>
+#include <loom/graph/ops/top_k.hpp>
 #include <loom/graph/output.hpp>
 #include <loom/graph/partitioned_variable.hpp>
 #include <loom/graph/sparse_tensor.hpp>

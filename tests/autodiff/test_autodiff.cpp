@@ -862,3 +862,21 @@ TEST_CASE("gather_nd: params get dy scattered back, repeated tuples summed") {
     check_gradients(g, y, {{params, random_tensor(c.params, -1, 1)}}, others);
   }
 }
+
+TEST_CASE("top_k: the values' gradient goes back to their positions") {
+  for (std::int64_t k : {1, 3, 5}) {
+    INFO("k " << k);
+    graph g;
+    feeds_t others;
+    const node_id x = placeholder(g, shape{3, 5}, "x");
+    const node_id at = g.add_node("top_k_indices", {x}, {{"k", k}, {"sorted", true}});
+    const node_id values = g.add_node("top_k_values", {x, at});
+    // Distinct values at least 0.1 apart, so that no step of the differences reorders them.
+    any_tensor xv(loom::dtype::f64, shape{3, 5});
+    const double base[] = {0.3, -1.2, 2.5, 0.9, -0.4};
+    for (int r = 0; r < 3; ++r)
+      for (int j = 0; j < 5; ++j)
+        xv.data<double>()[r * 5 + j] = base[(j + r) % 5] * (1 + 0.1 * r);
+    check_gradients(g, weighted(g, values, others), {{x, xv}}, others);
+  }
+}

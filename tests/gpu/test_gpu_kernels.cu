@@ -674,6 +674,13 @@ std::vector<op_case> make_cases() {
     cs.push_back(
         {"gather_nd_grad", floats, {{S{3, 2, 4}}, {S{3, 2, 1}, id, gen::labels, 6}, {S{6, 4}}}});
   }
+  // top_k: ties among the ints (by position on both), k from 0 to the row.
+  for (const auto& [s, k] : std::vector<std::pair<S, std::int64_t>>{
+           {S{7, 13}, 5}, {S{1003}, 1}, {S{3, 40}, 40}, {S{4, 0}, 0}, {S{2, 3, 9}, 4}})
+    cs.push_back({"top_k_indices", numeric, {{s}}, {{"k", k}, {"sorted", true}}});
+  cs.push_back({"top_k_values", numeric, {{S{7, 13}}, {S{7, 5}, dtype::i32, gen::labels, 13}}});
+  cs.push_back(
+      {"top_k_grad", floats, {{S{7, 5}}, {S{7, 5}, dtype::i32, gen::labels, 13}, {S{7, 13}}}});
 
   // Softmax and cross-entropies (L2: exp and row sums differ in order).
   // 8200 rows: more rows than blocks (8192), so the row loop takes a second pass.

@@ -336,3 +336,35 @@ TEST_CASE("gather_nd: elements, rows and a batch of tuples; an index outside par
                  "index tuples of length 3 (indices [4, 3]) index more dimensions than params "
                  "of shape [3, 2] have"));
 }
+
+TEST_CASE("top_k: the k largest of each row, ties by the lower position, as TF") {
+  graph g;
+  loom::placeholder<float, 2> x(g, shape{-1, 5}, "x");
+  loom::placeholder<std::int64_t, 1> v(g, shape{3}, "v");
+  loom::session s(g);
+  const tensor<float, 2> xv(shape{2, 5}, {1, 3, 3, 2, 0, 5, -1, 5, 5, 4});
+  auto [values, indices] = loom::top_k(x, 3);
+  CHECK(values.shape() == shape{-1, 3});
+  CHECK(indices.shape() == shape{-1, 3});
+  CHECK(flat_values(s.run(values, {{x, xv}})) == std::vector<float>{3, 3, 2, 5, 5, 5});
+  CHECK(flat_values(s.run(indices, {{x, xv}})) == std::vector<std::int32_t>{1, 2, 3, 0, 2, 3});
+  auto [all, order] = loom::top_k(x, 5);
+  CHECK(flat_values(s.run(order, {{x, xv}})) ==
+        std::vector<std::int32_t>{1, 2, 3, 0, 4, 0, 2, 3, 4, 1});
+  auto [largest, at] = loom::top_k(v);
+  const tensor<std::int64_t, 1> vv(shape{3}, {4, 9, 1});
+  CHECK(flat_values(s.run(largest, {{v, vv}})) == std::vector<std::int64_t>{9});
+  CHECK(flat_values(s.run(at, {{v, vv}})) == std::vector<std::int32_t>{1});
+  auto [none, none_at] = loom::top_k(x, 0);
+  CHECK(s.run(none, {{x, xv}}).shape() == shape{2, 0});
+  auto error = [](auto&& f) { return message_of<loom::invalid_argument_error>(f); };
+  CHECK(
+      contains(error([&] { loom::top_k(x, 6); }),
+               "the input of shape [?, 5] has 5 entries in its last dimension, fewer than k = 6"));
+  loom::placeholder<float, 1> row(g, shape{-1}, "row");
+  auto [top2, top2_at] = loom::top_k(row, 2);
+  CHECK(contains(error([&] {
+                   s.run(top2, {{row, tensor<float, 1>(shape{1}, {1.f})}});
+                 }),
+                 "has 1 entries in its last dimension, fewer than k = 2"));
+}

@@ -21,4 +21,5 @@
 #include <loom/kernels/cpu/string.hpp>
 #include <loom/kernels/cpu/summary.hpp>
 #include <loom/kernels/cpu/sync.hpp>
+#include <loom/kernels/cpu/top_k.hpp>
 #include <loom/kernels/cpu/training.hpp>

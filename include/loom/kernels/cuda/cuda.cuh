@@ -30,4 +30,5 @@
 #include <loom/kernels/cuda/scatter.cuh>
 #include <loom/kernels/cuda/state.cuh>
 #include <loom/kernels/cuda/strided.cuh>
+#include <loom/kernels/cuda/top_k.cuh>
 #include <loom/kernels/cuda/training.cuh>
