@@ -24,6 +24,7 @@
 #include <loom/graph/ops/batch_matmul.hpp>
 #include <loom/graph/ops/checkpoint.hpp>
 #include <loom/graph/ops/conv.hpp>
+#include <loom/graph/ops/depthwise_conv.hpp>
 #include <loom/graph/ops/elementwise.hpp>
 #include <loom/graph/ops/gather_nd.hpp>
 #include <loom/graph/ops/iterator.hpp>

@@ -880,3 +880,31 @@ TEST_CASE("top_k: the values' gradient goes back to their positions") {
     check_gradients(g, weighted(g, values, others), {{x, xv}}, others);
   }
 }
+
+TEST_CASE("depthwise_conv2d: the input and the filter, SAME and VALID, strided and dilated") {
+  struct depthwise_case {
+    shape x, f;
+    loom::attr_map attrs;
+  };
+  using v = std::vector<std::int64_t>;
+  for (const depthwise_case& c :
+       {depthwise_case{shape{2, 5, 4, 2},
+                       shape{3, 2, 2, 1},
+                       {{"strides", v{1, 1, 1, 1}}, {"padding", std::string("SAME")}}},
+        depthwise_case{shape{1, 6, 5, 2},
+                       shape{2, 3, 2, 2},
+                       {{"strides", v{1, 2, 2, 1}}, {"padding", std::string("VALID")}}},
+        depthwise_case{shape{1, 6, 6, 1},
+                       shape{2, 2, 1, 3},
+                       {{"strides", v{1, 1, 1, 1}},
+                        {"dilations", v{1, 2, 2, 1}},
+                        {"padding", std::string("SAME")}}}}) {
+    INFO("x " << c.x.to_string() << ", filter " << c.f.to_string());
+    graph g;
+    feeds_t others;
+    const node_id x = placeholder(g, c.x, "x");
+    const node_id f = placeholder(g, c.f, "f");
+    const node_id y = weighted(g, g.add_node("depthwise_conv2d", {x, f}, c.attrs), others);
+    check_gradients(g, y, {{x, random_tensor(c.x, -1, 1)}, {f, random_tensor(c.f, -1, 1)}}, others);
+  }
+}

@@ -681,6 +681,18 @@ std::vector<op_case> make_cases() {
   cs.push_back({"top_k_values", numeric, {{S{7, 13}}, {S{7, 5}, dtype::i32, gen::labels, 13}}});
   cs.push_back(
       {"top_k_grad", floats, {{S{7, 5}}, {S{7, 5}, dtype::i32, gen::labels, 13}, {S{7, 13}}}});
+  // depthwise_conv2d and its backprops (x, filter, attributes, y's shape).
+  const std::vector<std::tuple<S, S, attr_map, S>> depthwise{
+      {S{2, 7, 6, 3}, S{3, 3, 3, 2}, window(axes{1, 1, 1, 1}, "SAME"), S{2, 7, 6, 6}},
+      {S{2, 7, 6, 3}, S{3, 2, 3, 1}, window(axes{1, 2, 3, 1}, "VALID"), S{2, 3, 2, 3}},
+      {S{1, 9, 9, 2}, S{3, 3, 2, 2}, window(axes{1, 1, 1, 1}, "SAME", axes{1, 2, 2, 1}),
+       S{1, 9, 9, 4}}};
+  for (const auto& [x, f, a, y] : depthwise) {
+    cs.push_back({"depthwise_conv2d", floats, {{x}, {f}}, a, check::l2});
+    cs.push_back({"depthwise_conv2d_native_backprop_input", floats, {{f}, {y}, {x}}, a, check::l2});
+    cs.push_back(
+        {"depthwise_conv2d_native_backprop_filter", floats, {{x}, {y}, {f}}, a, check::l2});
+  }
 
   // Softmax and cross-entropies (L2: exp and row sums differ in order).
   // 8200 rows: more rows than blocks (8192), so the row loop takes a second pass.

@@ -6,6 +6,7 @@
 #include <loom/kernels/cpu/batch_matmul.hpp>
 #include <loom/kernels/cpu/checkpoint.hpp>
 #include <loom/kernels/cpu/conv.hpp>
+#include <loom/kernels/cpu/depthwise_conv.hpp>
 #include <loom/kernels/cpu/elementwise.hpp>
 #include <loom/kernels/cpu/gather_nd.hpp>
 #include <loom/kernels/cpu/hash_embedding.hpp>

@@ -20,6 +20,7 @@
 #include <loom/kernels/cuda/backend.hpp>
 #include <loom/kernels/cuda/batch_matmul.cuh>
 #include <loom/kernels/cuda/conv.cuh>
+#include <loom/kernels/cuda/depthwise_conv.cuh>
 #include <loom/kernels/cuda/elementwise.cuh>
 #include <loom/kernels/cuda/gather_nd.cuh>
 #include <loom/kernels/cuda/math.cuh>
