@@ -1791,6 +1791,21 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
                {params, any_tensor::from_vector<std::int64_t>(S{2}, v64{0, -1})}, {}, {}, 0);
     same_error(node("gather", dtype::f32, {{"axis", std::int64_t{1}}}), dtype::f32,
                {params, any_tensor::from_vector<std::int32_t>(S{1}, v32{3})}, {}, {}, 0);
+    // gather_nd and its gradient: a tuple outside params, TF's message with its position.
+    same_error(node("gather_nd", dtype::f32, {}), dtype::f32,
+               {params, any_tensor::from_vector<std::int32_t>(S{2, 2}, v32{3, 1, 50, 0})}, {}, {},
+               0);
+    same_error(node("gather_nd_grad", dtype::f32, {{"shape", v64{50, 3}}}), dtype::f32,
+               {random_tensor(dtype::f32, S{2}, gen::any, 0, rng),
+                any_tensor::from_vector<std::int64_t>(S{2, 2}, v64{3, 1, 4, -1})},
+               {}, {}, 0);
+    // top_k's values: a position outside its row; range: a zero step.
+    same_error(node("top_k_values", dtype::f32, {}), dtype::f32,
+               {params, any_tensor::from_vector<std::int32_t>(S{50, 1}, v32(50, 3))}, {}, {}, 0);
+    same_error(node("range", dtype::i64, {}), dtype::i64,
+               {any_tensor::scalar(std::int64_t{1}), any_tensor::scalar(std::int64_t{5}),
+                any_tensor::scalar(std::int64_t{0})},
+               {}, {}, 0);
     same_error(node("indexed_slices", dtype::f32,
                     {{"axis", std::int64_t{0}}, {"dense_shape", v64{13, 3}}}),
                dtype::f32,

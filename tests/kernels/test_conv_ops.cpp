@@ -1,6 +1,6 @@
-// conv2d and its backprops, max_pool and avg_pool and their gradients on the CPU, against
-// naive loops over TF's definitions (SAME and VALID, strides, dilations, a 1x1 filter, a
-// batch whose patches take several chunks), and their shape errors.
+// conv2d and depthwise_conv2d and their backprops, max_pool and avg_pool and their gradients on
+// the CPU, against naive loops over TF's definitions (SAME and VALID, strides, dilations, a 1x1
+// filter, a batch whose patches take several chunks, channel multipliers), and their shape errors.
 #include <doctest/doctest.h>
 #include <support/messages.hpp>
 

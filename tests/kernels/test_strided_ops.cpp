@@ -1,6 +1,7 @@
-// The strided ops (graph/ops/strided.hpp) and one_hot on the CPU: transpose, strided_slice
-// with TF's masks (and slice, split, unstack, stack built on them), pad, tile, expand_dims
-// and squeeze, each against values worked out by hand or a naive loop over indices; each
+// The strided ops (graph/ops/strided.hpp), one_hot, range, gather_nd and top_k on the CPU:
+// transpose, strided_slice with TF's masks (and slice, split, unstack, stack built on them), pad,
+// tile, expand_dims and squeeze, each against values worked out by hand or a naive loop over
+// indices; range's lengths, gather_nd's tuples, top_k's order with ties; each
 // bad shape or spec one error naming the node and the shapes, at build time where the
 // shapes are known and when the step runs otherwise.
 #include <doctest/doctest.h>
