@@ -264,7 +264,7 @@ TEST_CASE("reductions over axes, with and without keepdims") {
     std::vector<std::int64_t> axes;
     bool keep;
   };
-  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"})
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"})
     for (const reduction& r :
          {reduction{{}, false}, reduction{{}, true}, reduction{{0}, false}, reduction{{1}, true},
           reduction{{2}, false}, reduction{{-1}, true}, reduction{{0, 2}, false},
@@ -829,4 +829,82 @@ TEST_CASE("a DIN-style attention over a multi-hot field: masked softmax and two 
                   {{history.id(), random_tensor(shape{2, 4, 3}, -1, 1)},
                    {query.id(), random_tensor(shape{2, 3}, -1, 1)}},
                   others);
+}
+
+TEST_CASE("reduce_prod with zeros: TF's exclusive products, no division") {
+  // One zero in a row: the zero's gradient is the product of the others; two zeros: all zero.
+  any_tensor x = any_tensor::from_vector<double>(
+      shape{3, 4}, {0.5, 0.0, -1.5, 2.0, 0.0, 1.25, 0.0, -0.75, 1.5, -0.5, 2.0, 0.8});
+  for (const auto& axes : {std::vector<std::int64_t>{1}, std::vector<std::int64_t>{}}) {
+    graph g;
+    feeds_t others;
+    const node_id xp = placeholder(g, shape{3, 4}, "x");
+    const node_id red = g.add_node("reduce_prod", {xp}, {{"axes", axes}, {"keepdims", false}});
+    check_gradients(g, weighted(g, red, others), {{xp, x}}, others);
+  }
+}
+
+TEST_CASE("gather_nd: params get dy scattered back, repeated tuples summed") {
+  struct gather_nd_case {
+    shape params, indices;
+    std::vector<std::int64_t> values;
+  };
+  for (const gather_nd_case& c :
+       {gather_nd_case{shape{4, 3}, shape{3, 2}, {1, 2, 3, 0, 1, 2}}, // elements, one twice
+        gather_nd_case{shape{4, 3}, shape{3, 1}, {2, 0, 2}},          // rows, one twice
+        gather_nd_case{shape{2, 3, 2}, shape{2, 2, 2}, {0, 1, 1, 2, 1, 0, 0, 1}}}) {
+    INFO("params " << c.params.to_string() << ", indices " << c.indices.to_string());
+    graph g;
+    feeds_t others;
+    const node_id params = placeholder(g, c.params, "params");
+    const node_id indices = ids_constant(g, c.indices, c.values);
+    const node_id y = weighted(g, g.add_node("gather_nd", {params, indices}), others);
+    check_gradients(g, y, {{params, random_tensor(c.params, -1, 1)}}, others);
+  }
+}
+
+TEST_CASE("top_k: the values' gradient goes back to their positions") {
+  for (std::int64_t k : {1, 3, 5}) {
+    INFO("k " << k);
+    graph g;
+    feeds_t others;
+    const node_id x = placeholder(g, shape{3, 5}, "x");
+    const node_id at = g.add_node("top_k_indices", {x}, {{"k", k}, {"sorted", true}});
+    const node_id values = g.add_node("top_k_values", {x, at});
+    // Distinct values at least 0.1 apart, so that no step of the differences reorders them.
+    any_tensor xv(loom::dtype::f64, shape{3, 5});
+    const double base[] = {0.3, -1.2, 2.5, 0.9, -0.4};
+    for (int r = 0; r < 3; ++r)
+      for (int j = 0; j < 5; ++j)
+        xv.data<double>()[r * 5 + j] = base[(j + r) % 5] * (1 + 0.1 * r);
+    check_gradients(g, weighted(g, values, others), {{x, xv}}, others);
+  }
+}
+
+TEST_CASE("depthwise_conv2d: the input and the filter, SAME and VALID, strided and dilated") {
+  struct depthwise_case {
+    shape x, f;
+    loom::attr_map attrs;
+  };
+  using v = std::vector<std::int64_t>;
+  for (const depthwise_case& c :
+       {depthwise_case{shape{2, 5, 4, 2},
+                       shape{3, 2, 2, 1},
+                       {{"strides", v{1, 1, 1, 1}}, {"padding", std::string("SAME")}}},
+        depthwise_case{shape{1, 6, 5, 2},
+                       shape{2, 3, 2, 2},
+                       {{"strides", v{1, 2, 2, 1}}, {"padding", std::string("VALID")}}},
+        depthwise_case{shape{1, 6, 6, 1},
+                       shape{2, 2, 1, 3},
+                       {{"strides", v{1, 1, 1, 1}},
+                        {"dilations", v{1, 2, 2, 1}},
+                        {"padding", std::string("SAME")}}}}) {
+    INFO("x " << c.x.to_string() << ", filter " << c.f.to_string());
+    graph g;
+    feeds_t others;
+    const node_id x = placeholder(g, c.x, "x");
+    const node_id f = placeholder(g, c.f, "f");
+    const node_id y = weighted(g, g.add_node("depthwise_conv2d", {x, f}, c.attrs), others);
+    check_gradients(g, y, {{x, random_tensor(c.x, -1, 1)}, {f, random_tensor(c.f, -1, 1)}}, others);
+  }
 }

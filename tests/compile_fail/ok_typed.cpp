@@ -22,6 +22,8 @@ int main() {
   (void)m;
   (void)c;
   (void)c2;
+  auto any = loom::reduce_any(x > 0.0f, 1); // any of a comparison (bools)
+  (void)any;
   loom::session s(g);
   loom::tensor<float, 2> fetched = s.run(sum, {{x, loom::tensor<float, 2>(loom::shape{2, 2}, 1.0f)},
                                                {v, loom::tensor<float, 1>(loom::shape{2}, 1.0f)}});

@@ -519,14 +519,37 @@ std::vector<op_case> make_cases() {
                                                    {S{0, 3}, axes{0}},
                                                    {S{4, 1, 3, 1, 5}, axes{1, 2}},
                                                    {S{}, axes{}}};
-  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"})
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min"})
     for (const auto& [s, ax] : reductions)
       for (bool keep : {false, true})
         cs.push_back({op,
                       numeric,
                       {{s}},
                       {{"axes", ax}, {"keepdims", keep}},
-                      std::string_view(op) == "reduce_max" ? check::l2 : check::sums});
+                      std::string_view(op) == "reduce_max" || std::string_view(op) == "reduce_min"
+                          ? check::l2
+                          : check::sums});
+  for (const char* op : {"reduce_any", "reduce_all"})
+    for (const auto& [s, ax] : reductions)
+      cs.push_back({op, {dtype::boolean}, {{s}}, {{"axes", ax}, {"keepdims", false}}});
+  // Products of few elements each (a long product of [-3, 3] overflows, in an order-dependent
+  // step): L2, as the orders differ.
+  for (const auto& [s, ax] : std::vector<std::pair<S, axes>>{{S{7, 13}, axes{1}},
+                                                             {S{7, 13}, axes{0}},
+                                                             {S{300, 29}, axes{1}},
+                                                             {S{4, 1, 3, 1, 5}, axes{1, 2}},
+                                                             {S{0, 3}, axes{0}},
+                                                             {S{}, axes{}}})
+    cs.push_back({"reduce_prod", numeric, {{s}}, {{"axes", ax}, {"keepdims", false}}, check::l2});
+  // reduce_prod_grad (dy, x): dy has the kept shape.
+  cs.push_back(
+      {"reduce_prod_grad", floats, {{S{5, 9}}, {S{5, 7, 9}}}, {{"axes", axes{1}}}, check::l2});
+  cs.push_back({"reduce_prod_grad", floats, {{S{}}, {S{5, 7}}}, {{"axes", axes{}}}, check::l2});
+  cs.push_back({"reduce_prod_grad",
+                floats,
+                {{S{7, 1}}, {S{5, 7, 9}}},
+                {{"axes", axes{0, 2}}, {"keepdims", true}},
+                check::l2});
   // reduce_grad (dy, x): dy has the kept shape.
   for (const char* mode : {"sum", "mean"}) {
     cs.push_back({"reduce_grad",
@@ -630,6 +653,45 @@ std::vector<op_case> make_cases() {
                   no_strings,
                   {{S{4, 5}, id, gen::labels, 3}, {S{}}, {S{}}},
                   {{"depth", 3L}, {"axis", 1L}}});
+  }
+
+  // range: start below limit, a positive step (ints: [-9, -1], [1, 9], [1, 9]).
+  cs.push_back({"range",
+                numeric,
+                {{S{}, {}, gen::low}, {S{}, {}, gen::high}, {S{}, {}, gen::positive}},
+                {},
+                check::l2});
+  // gather_nd: tuples of 2 into [5, 5, 3], of 1 into [6, 4] (a batch of them), of 0; and its
+  // gradient, repeated tuples summed in the CPU's order.
+  for (dtype id : {dtype::i32, dtype::i64}) {
+    cs.push_back({"gather_nd", no_strings, {{S{5, 5, 3}}, {S{7, 2}, id, gen::labels, 5}}});
+    cs.push_back({"gather_nd", no_strings, {{S{6, 4}}, {S{3, 2, 1}, id, gen::labels, 6}}});
+    cs.push_back({"gather_nd", no_strings, {{S{6, 4}}, {S{3, 0}, id, gen::labels, 6}}});
+    cs.push_back({"gather_nd_grad",
+                  floats,
+                  {{S{40, 3}}, {S{40, 2}, id, gen::labels, 5}},
+                  {{"shape", axes{5, 5, 3}}}});
+    cs.push_back(
+        {"gather_nd_grad", floats, {{S{3, 2, 4}}, {S{3, 2, 1}, id, gen::labels, 6}, {S{6, 4}}}});
+  }
+  // top_k: ties among the ints (by position on both), k from 0 to the row.
+  for (const auto& [s, k] : std::vector<std::pair<S, std::int64_t>>{
+           {S{7, 13}, 5}, {S{1003}, 1}, {S{3, 40}, 40}, {S{4, 0}, 0}, {S{2, 3, 9}, 4}})
+    cs.push_back({"top_k_indices", numeric, {{s}}, {{"k", k}, {"sorted", true}}});
+  cs.push_back({"top_k_values", numeric, {{S{7, 13}}, {S{7, 5}, dtype::i32, gen::labels, 13}}});
+  cs.push_back(
+      {"top_k_grad", floats, {{S{7, 5}}, {S{7, 5}, dtype::i32, gen::labels, 13}, {S{7, 13}}}});
+  // depthwise_conv2d and its backprops (x, filter, attributes, y's shape).
+  const std::vector<std::tuple<S, S, attr_map, S>> depthwise{
+      {S{2, 7, 6, 3}, S{3, 3, 3, 2}, window(axes{1, 1, 1, 1}, "SAME"), S{2, 7, 6, 6}},
+      {S{2, 7, 6, 3}, S{3, 2, 3, 1}, window(axes{1, 2, 3, 1}, "VALID"), S{2, 3, 2, 3}},
+      {S{1, 9, 9, 2}, S{3, 3, 2, 2}, window(axes{1, 1, 1, 1}, "SAME", axes{1, 2, 2, 1}),
+       S{1, 9, 9, 4}}};
+  for (const auto& [x, f, a, y] : depthwise) {
+    cs.push_back({"depthwise_conv2d", floats, {{x}, {f}}, a, check::l2});
+    cs.push_back({"depthwise_conv2d_native_backprop_input", floats, {{f}, {y}, {x}}, a, check::l2});
+    cs.push_back(
+        {"depthwise_conv2d_native_backprop_filter", floats, {{x}, {y}, {f}}, a, check::l2});
   }
 
   // Softmax and cross-entropies (L2: exp and row sums differ in order).
@@ -1729,6 +1791,21 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
                {params, any_tensor::from_vector<std::int64_t>(S{2}, v64{0, -1})}, {}, {}, 0);
     same_error(node("gather", dtype::f32, {{"axis", std::int64_t{1}}}), dtype::f32,
                {params, any_tensor::from_vector<std::int32_t>(S{1}, v32{3})}, {}, {}, 0);
+    // gather_nd and its gradient: a tuple outside params, TF's message with its position.
+    same_error(node("gather_nd", dtype::f32, {}), dtype::f32,
+               {params, any_tensor::from_vector<std::int32_t>(S{2, 2}, v32{3, 1, 50, 0})}, {}, {},
+               0);
+    same_error(node("gather_nd_grad", dtype::f32, {{"shape", v64{50, 3}}}), dtype::f32,
+               {random_tensor(dtype::f32, S{2}, gen::any, 0, rng),
+                any_tensor::from_vector<std::int64_t>(S{2, 2}, v64{3, 1, 4, -1})},
+               {}, {}, 0);
+    // top_k's values: a position outside its row; range: a zero step.
+    same_error(node("top_k_values", dtype::f32, {}), dtype::f32,
+               {params, any_tensor::from_vector<std::int32_t>(S{50, 1}, v32(50, 3))}, {}, {}, 0);
+    same_error(node("range", dtype::i64, {}), dtype::i64,
+               {any_tensor::scalar(std::int64_t{1}), any_tensor::scalar(std::int64_t{5}),
+                any_tensor::scalar(std::int64_t{0})},
+               {}, {}, 0);
     same_error(node("indexed_slices", dtype::f32,
                     {{"axis", std::int64_t{0}}, {"dense_shape", v64{13, 3}}}),
                dtype::f32,

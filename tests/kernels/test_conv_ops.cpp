@@ -1,6 +1,6 @@
-// conv2d and its backprops, max_pool and avg_pool and their gradients on the CPU, against
-// naive loops over TF's definitions (SAME and VALID, strides, dilations, a 1x1 filter, a
-// batch whose patches take several chunks), and their shape errors.
+// conv2d and depthwise_conv2d and their backprops, max_pool and avg_pool and their gradients on
+// the CPU, against naive loops over TF's definitions (SAME and VALID, strides, dilations, a 1x1
+// filter, a batch whose patches take several chunks, channel multipliers), and their shape errors.
 #include <doctest/doctest.h>
 #include <support/messages.hpp>
 
@@ -171,4 +171,114 @@ TEST_CASE("bias_add adds along the channels; conv shapes that do not fit are one
                              {b, tensor<float, 1>(shape{3}, {1, 2, 3})}});
   CHECK(got.flat()[0] == 2.f);
   CHECK(got.flat()[5] == 4.f);
+}
+
+namespace {
+
+// The depthwise convolution by its definition: y[n, i, j, c * m + q] = sum over the window of
+// x[n, i*s - p + a*d, j*s - p + b*d, c] f[a, b, c, q].
+std::vector<double> naive_depthwise(const conv_case& k, const tensor<double, 4>& x,
+                                    const tensor<double, 4>& f) {
+  const bool same = std::string(k.padding) == "SAME";
+  const auto h = along(k.x[1], k.f[0], k.strides[0], k.dilations[0], same);
+  const auto w = along(k.x[2], k.f[1], k.strides[1], k.dilations[1], same);
+  const std::int64_t ch = k.x[3], m = k.f[3];
+  std::vector<double> y;
+  for (std::int64_t n = 0; n < k.x[0]; ++n)
+    for (std::int64_t i = 0; i < h.out; ++i)
+      for (std::int64_t j = 0; j < w.out; ++j)
+        for (std::int64_t c = 0; c < ch; ++c)
+          for (std::int64_t q = 0; q < m; ++q) {
+            double sum = 0;
+            for (std::int64_t a = 0; a < k.f[0]; ++a)
+              for (std::int64_t b = 0; b < k.f[1]; ++b) {
+                const std::int64_t r = i * k.strides[0] - h.pad + a * k.dilations[0];
+                const std::int64_t s = j * k.strides[1] - w.pad + b * k.dilations[1];
+                if (r < 0 || r >= k.x[1] || s < 0 || s >= k.x[2])
+                  continue;
+                sum +=
+                    x.flat()[static_cast<std::size_t>(((n * k.x[1] + r) * k.x[2] + s) * ch + c)] *
+                    f.flat()[static_cast<std::size_t>(((a * k.f[1] + b) * ch + c) * m + q)];
+              }
+            y.push_back(sum);
+          }
+  return y;
+}
+
+double dot(const loom::any_tensor& a, const loom::any_tensor& b) {
+  double s = 0;
+  for (std::int64_t i = 0; i < a.num_elements(); ++i)
+    s += a.data<double>()[i] * b.data<double>()[i];
+  return s;
+}
+
+} // namespace
+
+TEST_CASE("depthwise_conv2d against its definition, and its backprops as its adjoints") {
+  const std::vector<conv_case> cases{
+      {shape{2, 7, 6, 3}, shape{3, 3, 3, 1}, {1, 1}, {1, 1}, "SAME"},
+      {shape{2, 7, 6, 3}, shape{3, 2, 3, 2}, {2, 3}, {1, 1}, "SAME"},
+      {shape{1, 7, 6, 2}, shape{3, 3, 2, 3}, {2, 1}, {1, 1}, "VALID"},
+      {shape{1, 9, 9, 2}, shape{3, 3, 2, 2}, {1, 1}, {2, 2}, "SAME"},
+      {shape{2, 5, 5, 1}, shape{5, 5, 1, 2}, {1, 1}, {1, 1}, "SAME"}, // a window past the input
+  };
+  for (const conv_case& k : cases) {
+    INFO("x " << k.x.to_string() << ", filter " << k.f.to_string() << ", strides " << k.strides[0]
+              << "x" << k.strides[1] << ", dilations " << k.dilations[0] << "x" << k.dilations[1]
+              << ", " << k.padding);
+    graph g;
+    loom::placeholder<double, 4> x(g, shape{-1, k.x[1], k.x[2], k.x[3]}, "x");
+    loom::placeholder<double, 4> f(g, k.f, "f");
+    auto y = loom::depthwise_conv2d(
+        x, f, {.strides = k.strides, .padding = k.padding, .dilations = k.dilations});
+    loom::session s(g);
+    const auto xv = random_nhwc(k.x, 1), fv = random_nhwc(k.f, 2);
+    const auto got = s.run(y, {{x, xv}, {f, fv}});
+    const auto want = naive_depthwise(k, xv, fv);
+    REQUIRE(static_cast<std::size_t>(got.shape().num_elements()) == want.size());
+    CHECK(got.shape()[3] == k.x[3] * k.f[3]);
+    double worst = 0;
+    for (std::size_t i = 0; i < want.size(); ++i)
+      worst = std::max(worst, std::abs(got.flat()[i] - want[i]));
+    CHECK(worst < 1e-12);
+    // <y(x, f), dy> = <x, dx(f, dy)> = <f, df(x, dy)>: the backprops are the adjoints.
+    loom::placeholder<double, 4> dy(g, got.shape(), "dy");
+    const loom::attr_map a{
+        {"strides", std::vector<std::int64_t>{1, k.strides[0], k.strides[1], 1}},
+        {"dilations", std::vector<std::int64_t>{1, k.dilations[0], k.dilations[1], 1}},
+        {"padding", std::string(k.padding)}};
+    loom::attr_map ai = a, af = a;
+    ai["input_shape"] = k.x.dims();
+    af["filter_shape"] = k.f.dims();
+    const auto dx = g.add_node("depthwise_conv2d_native_backprop_input", {f.id(), dy.id()}, ai);
+    const auto df = g.add_node("depthwise_conv2d_native_backprop_filter", {x.id(), dy.id()}, af);
+    const auto dyv = random_nhwc(got.shape(), 3);
+    const auto grads = s.run_nodes(
+        {dx, df}, {}, {{x.id(), xv.value()}, {f.id(), fv.value()}, {dy.id(), dyv.value()}});
+    const double forward = dot(got.value(), dyv.value());
+    CHECK(std::abs(dot(xv.value(), grads[0]) - forward) < 1e-10 * std::max(1.0, std::abs(forward)));
+    CHECK(std::abs(dot(fv.value(), grads[1]) - forward) < 1e-10 * std::max(1.0, std::abs(forward)));
+  }
+}
+
+TEST_CASE("depthwise_conv2d by hand, and its shape errors") {
+  graph g;
+  loom::placeholder<float, 4> x(g, shape{1, 3, 3, 1}, "x");
+  loom::placeholder<float, 4> f(g, shape{2, 2, 1, 2}, "f");
+  auto y = loom::depthwise_conv2d(x, f, {.padding = "VALID"});
+  CHECK(y.shape() == shape{1, 2, 2, 2});
+  loom::session s(g);
+  // Filter 0: the window's diagonal; filter 1: the window's sum.
+  const auto got = s.run(y, {{x, tensor<float, 4>(shape{1, 3, 3, 1}, {1, 2, 3, 4, 5, 6, 7, 8, 9})},
+                             {f, tensor<float, 4>(shape{2, 2, 1, 2}, {1, 1, 0, 1, 0, 1, 1, 1})}});
+  CHECK(std::vector<float>(got.flat().begin(), got.flat().end()) ==
+        std::vector<float>{6, 12, 8, 16, 12, 24, 14, 28});
+  loom::placeholder<float, 4> wrong(g, shape{3, 3, 2, 1}, "wrong");
+  auto error = [](auto&& fn) { return message_of<loom::invalid_argument_error>(fn); };
+  CHECK(contains(error([&] { loom::depthwise_conv2d(x, wrong); }),
+                 "the input of shape [1, 3, 3, 1] has 1 channels, but the depthwise filter of "
+                 "shape [3, 3, 2, 1] expects 2"));
+  loom::placeholder<float, 4> big(g, shape{4, 4, 1, 1}, "big");
+  CHECK(contains(error([&] { loom::depthwise_conv2d(x, big, {.padding = "VALID"}); }),
+                 "does not fit the input of shape [1, 3, 3, 1] with VALID padding"));
 }

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <random>
 #include <span>
 #include <string>
@@ -392,7 +393,7 @@ TEST_CASE_TEMPLATE("matmul: the four transpose combinations, small and large", T
 
 namespace {
 
-enum class reducer { sum, mean, max };
+enum class reducer { sum, mean, max, min, prod };
 
 // Reduces `values` of shape s over the axes in `mask`, in double.
 std::vector<double> reduce_ref(const std::vector<double>& values, const shape& s,
@@ -405,8 +406,10 @@ std::vector<double> reduce_ref(const std::vector<double>& values, const shape& s
     if (!mask[static_cast<std::size_t>(i)])
       kept.push_back(s[i]);
   const shape out(kept);
-  std::vector<double> acc(static_cast<std::size_t>(out.num_elements()),
-                          r == reducer::max ? -1e300 : 0.0);
+  std::vector<double> acc(static_cast<std::size_t>(out.num_elements()), r == reducer::max   ? -1e300
+                                                                        : r == reducer::min ? 1e300
+                                                                        : r == reducer::prod ? 1.0
+                                                                                             : 0.0);
   std::vector<int> count(acc.size(), 0);
   for (std::int64_t k = 0; k < s.num_elements(); ++k) {
     const auto idx = unravel(k, s);
@@ -416,7 +419,10 @@ std::vector<double> reduce_ref(const std::vector<double>& values, const shape& s
         o = o * s[i] + idx[static_cast<std::size_t>(i)];
     auto& a = acc[static_cast<std::size_t>(o)];
     const double v = values[static_cast<std::size_t>(k)];
-    a = r == reducer::max ? std::max(a, v) : a + v;
+    a = r == reducer::max    ? std::max(a, v)
+        : r == reducer::min  ? std::min(a, v)
+        : r == reducer::prod ? a * v
+                             : a + v;
     ++count[static_cast<std::size_t>(o)];
   }
   if (r == reducer::mean)
@@ -542,8 +548,56 @@ TEST_CASE_TEMPLATE("reduce_sum, reduce_mean, reduce_max over axes, with keepdims
               loom::reduce_max(x, -1), loom::reduce_max(x, {0, 2}),
               loom::reduce_max(x, {0, 2}, keepdims), loom::reduce_max(x, 1, keepdims));
   }
+  SUBCASE("min") {
+    check_all(reducer::min, loom::reduce_min(x), loom::reduce_min(x, keepdims),
+              loom::reduce_min(x, 0), loom::reduce_min(x, 1), loom::reduce_min(x, 2),
+              loom::reduce_min(x, -1), loom::reduce_min(x, {0, 2}),
+              loom::reduce_min(x, {0, 2}, keepdims), loom::reduce_min(x, 1, keepdims));
+  }
+  SUBCASE("prod") {
+    check_all(reducer::prod, loom::reduce_prod(x), loom::reduce_prod(x, keepdims),
+              loom::reduce_prod(x, 0), loom::reduce_prod(x, 1), loom::reduce_prod(x, 2),
+              loom::reduce_prod(x, -1), loom::reduce_prod(x, {0, 2}),
+              loom::reduce_prod(x, {0, 2}, keepdims), loom::reduce_prod(x, 1, keepdims));
+  }
   // An empty axis list reduces nothing (TF).
   CHECK(loom::reduce_sum(x, std::array<int, 0>{}).id() == x.id());
+}
+
+TEST_CASE("reduce_any and reduce_all of bools; every reduction's identity over nothing") {
+  graph g;
+  loom::session s(g, opts());
+  loom::placeholder<bool, 2> b(g, shape{-1, 3}, "b");
+  const tensor<bool, 2> bv(shape{2, 3}, std::vector<bool>{true, false, true, false, false, false});
+  auto values = [](const auto& t) { return std::vector<bool>(t.flat().begin(), t.flat().end()); };
+  CHECK(values(s.run(loom::reduce_any(b, 1), {{b, bv}})) == std::vector<bool>{true, false});
+  CHECK(values(s.run(loom::reduce_all(b, 1), {{b, bv}})) == std::vector<bool>{false, false});
+  CHECK(values(s.run(loom::reduce_any(b, 0), {{b, bv}})) == std::vector<bool>{true, false, true});
+  CHECK(values(s.run(loom::reduce_all(b, 0, loom::keepdims), {{b, bv}})) ==
+        std::vector<bool>{false, false, false});
+  CHECK(s.run(loom::reduce_all(b, loom::keepdims), {{b, bv}}).shape() == shape{1, 1});
+  CHECK(values(s.run(loom::reduce_any(b), {{b, bv}})) == std::vector<bool>{true});
+  const tensor<bool, 2> all_true(shape{2, 3}, true);
+  CHECK(values(s.run(loom::reduce_all(b), {{b, all_true}})) == std::vector<bool>{true});
+  // Over nothing: TF's identities.
+  const tensor<bool, 2> none(shape{0, 3}, false);
+  CHECK(values(s.run(loom::reduce_all(b, 0), {{b, none}})) == std::vector<bool>{true, true, true});
+  CHECK(values(s.run(loom::reduce_any(b), {{b, none}})) == std::vector<bool>{false});
+  loom::placeholder<float, 1> e(g, shape{-1}, "e");
+  loom::placeholder<std::int32_t, 1> ei(g, shape{-1}, "ei");
+  const tensor<float, 1> empty(shape{0}, 0.f);
+  const tensor<std::int32_t, 1> empty_i(shape{0}, 0);
+  CHECK(s.run(loom::reduce_prod(e), {{e, empty}}).flat()[0] == 1.f);
+  CHECK(s.run(loom::reduce_min(e), {{e, empty}}).flat()[0] ==
+        std::numeric_limits<float>::infinity());
+  CHECK(s.run(loom::reduce_min(ei), {{ei, empty_i}}).flat()[0] ==
+        std::numeric_limits<std::int32_t>::max());
+  // A numeric reduction of bools, and any/all of numbers, are refused by the graph too.
+  const auto error = [](auto&& f) { return message_of<loom::invalid_argument_error>(f); };
+  CHECK(contains(error([&] { g.add_node("reduce_any", {e.id()}); }),
+                 "cannot reduce 'e' (placeholder) of dtype float32 (reduce_any reduces bools)"));
+  CHECK(contains(error([&] { g.add_node("reduce_prod", {b.id()}); }),
+                 "cannot reduce 'b' (placeholder) of dtype bool"));
 }
 
 // -- softmax and cross-entropies

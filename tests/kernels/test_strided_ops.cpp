@@ -1,6 +1,7 @@
-// The strided ops (graph/ops/strided.hpp) and one_hot on the CPU: transpose, strided_slice
-// with TF's masks (and slice, split, unstack, stack built on them), pad, tile, expand_dims
-// and squeeze, each against values worked out by hand or a naive loop over indices; each
+// The strided ops (graph/ops/strided.hpp), one_hot, range, gather_nd and top_k on the CPU:
+// transpose, strided_slice with TF's masks (and slice, split, unstack, stack built on them), pad,
+// tile, expand_dims and squeeze, each against values worked out by hand or a naive loop over
+// indices; range's lengths, gather_nd's tuples, top_k's order with ties; each
 // bad shape or spec one error naming the node and the shapes, at build time where the
 // shapes are known and when the step runs otherwise.
 #include <doctest/doctest.h>
@@ -253,4 +254,118 @@ TEST_CASE("bad perms, specs, paddings, multiples, axes and depths: one error eac
                    s.run(row, {{rows, tensor<float, 2>(shape{2, 4}, 0.f)}});
                  }),
                  "index 7 of entry 0 is outside dimension 0 of an input of shape [2, 4]"));
+}
+
+TEST_CASE("range: TF's lengths for numbers and for scalars known when the step runs") {
+  graph g;
+  loom::session s(g);
+  auto three = loom::range(g, 3, 18, 3);
+  CHECK(three.shape() == shape{5});
+  CHECK(flat_values(s.run(three)) == std::vector<int>{3, 6, 9, 12, 15});
+  CHECK(flat_values(s.run(loom::range(g, std::int64_t{4}))) ==
+        std::vector<std::int64_t>{0, 1, 2, 3});
+  auto down = loom::range(g, 3.0, 1.0, -0.5);
+  CHECK(down.shape() == shape{4});
+  CHECK(flat_values(s.run(down)) == std::vector<double>{3, 2.5, 2, 1.5});
+  auto frac = loom::range(g, 0.f, 1.f, 0.3f); // ceil(1 / 0.3) = 4 elements
+  CHECK(frac.shape() == shape{4});
+  const auto fv = flat_values(s.run(frac));
+  REQUIRE(fv.size() == 4);
+  CHECK(fv[3] == doctest::Approx(0.9f));
+  CHECK(loom::range(g, 5, 5).shape() == shape{0});
+  loom::placeholder<std::int64_t, 0> start(g, shape{}, "start"), limit(g, shape{}, "limit"),
+      delta(g, shape{}, "delta");
+  auto fed = loom::range(start, limit, delta);
+  CHECK(fed.shape() == shape{-1});
+  const tensor<std::int64_t, 0> two = 2, seven = 7, zero = 0;
+  CHECK(flat_values(s.run(fed, {{start, two}, {limit, seven}, {delta, two}})) ==
+        std::vector<std::int64_t>{2, 4, 6});
+  CHECK(flat_values(
+            s.run(fed, {{start, seven}, {limit, two}, {delta, tensor<std::int64_t, 0>(-2)}})) ==
+        std::vector<std::int64_t>{7, 5, 3});
+  auto error = [](auto&& f) { return message_of<loom::invalid_argument_error>(f); };
+  CHECK(contains(error([&] { loom::range(g, 1, 5, 0); }),
+                 "range(start 1, limit 5, delta 0): delta must not be 0"));
+  CHECK(contains(error([&] { loom::range(g, 5, 1, 1); }),
+                 "start must not exceed limit when delta is positive"));
+  CHECK(contains(error([&] { loom::range(g, 1.0, 5.0, -1.0); }),
+                 "start must not be below limit when delta is negative"));
+  CHECK(contains(error([&] {
+                   s.run(fed, {{start, two}, {limit, seven}, {delta, zero}});
+                 }),
+                 "range(start 2, limit 7, delta 0): delta must not be 0"));
+}
+
+TEST_CASE("gather_nd: elements, rows and a batch of tuples; an index outside params") {
+  graph g;
+  loom::placeholder<float, 2> m(g, shape{3, 2}, "m");
+  loom::placeholder<std::int32_t, 2> pairs(g, shape{-1, 2}, "pairs");
+  loom::placeholder<std::int64_t, 2> rows(g, shape{-1, 1}, "rows");
+  loom::placeholder<double, 3> cube(g, shape{2, 2, 2}, "cube");
+  loom::placeholder<std::int64_t, 3> batch(g, shape{2, 1, 2}, "batch");
+  loom::session s(g);
+  const auto mv = iota_tensor<float, 2>(shape{3, 2}); // [[0, 1], [2, 3], [4, 5]]
+  auto elements = loom::gather_nd<2>(m, pairs);
+  CHECK(elements.shape() == shape{-1});
+  CHECK(flat_values(
+            s.run(elements,
+                  {{m, mv}, {pairs, tensor<std::int32_t, 2>(shape{3, 2}, {0, 0, 2, 1, 1, 0})}})) ==
+        std::vector<float>{0, 5, 2});
+  auto picked = loom::gather_nd<1>(m, rows);
+  CHECK(picked.shape() == shape{-1, 2});
+  CHECK(
+      flat_values(s.run(picked, {{m, mv}, {rows, tensor<std::int64_t, 2>(shape{2, 1}, {2, 0})}})) ==
+      std::vector<float>{4, 5, 0, 1});
+  auto slices = loom::gather_nd<2>(cube, batch);
+  CHECK(slices.shape() == shape{2, 1, 2});
+  CHECK(flat_values(
+            s.run(slices, {{cube, iota_tensor<double, 3>(shape{2, 2, 2})},
+                           {batch, tensor<std::int64_t, 3>(shape{2, 1, 2}, {0, 1, 1, 0})}})) ==
+        std::vector<double>{2, 3, 4, 5});
+  auto error = [](auto&& f) { return message_of<loom::invalid_argument_error>(f); };
+  CHECK(contains(
+      error([&] {
+        s.run(elements, {{m, mv}, {pairs, tensor<std::int32_t, 2>(shape{2, 2}, {0, 0, 3, 1})}});
+      }),
+      "indices[1] = [3, 1] does not index into params of shape [3, 2] (index 3 of "
+      "dimension 0 is outside [0, 3))"));
+  CHECK(contains(error([&] { loom::gather_nd<1>(m, pairs); }), "hold tuples of length 2, not 1"));
+  loom::placeholder<std::int32_t, 2> triples(g, shape{4, 3}, "triples");
+  CHECK(contains(error([&] {
+                   g.add_node("gather_nd", {m.id(), triples.id()});
+                 }),
+                 "index tuples of length 3 (indices [4, 3]) index more dimensions than params "
+                 "of shape [3, 2] have"));
+}
+
+TEST_CASE("top_k: the k largest of each row, ties by the lower position, as TF") {
+  graph g;
+  loom::placeholder<float, 2> x(g, shape{-1, 5}, "x");
+  loom::placeholder<std::int64_t, 1> v(g, shape{3}, "v");
+  loom::session s(g);
+  const tensor<float, 2> xv(shape{2, 5}, {1, 3, 3, 2, 0, 5, -1, 5, 5, 4});
+  auto [values, indices] = loom::top_k(x, 3);
+  CHECK(values.shape() == shape{-1, 3});
+  CHECK(indices.shape() == shape{-1, 3});
+  CHECK(flat_values(s.run(values, {{x, xv}})) == std::vector<float>{3, 3, 2, 5, 5, 5});
+  CHECK(flat_values(s.run(indices, {{x, xv}})) == std::vector<std::int32_t>{1, 2, 3, 0, 2, 3});
+  auto [all, order] = loom::top_k(x, 5);
+  CHECK(flat_values(s.run(order, {{x, xv}})) ==
+        std::vector<std::int32_t>{1, 2, 3, 0, 4, 0, 2, 3, 4, 1});
+  auto [largest, at] = loom::top_k(v);
+  const tensor<std::int64_t, 1> vv(shape{3}, {4, 9, 1});
+  CHECK(flat_values(s.run(largest, {{v, vv}})) == std::vector<std::int64_t>{9});
+  CHECK(flat_values(s.run(at, {{v, vv}})) == std::vector<std::int32_t>{1});
+  auto [none, none_at] = loom::top_k(x, 0);
+  CHECK(s.run(none, {{x, xv}}).shape() == shape{2, 0});
+  auto error = [](auto&& f) { return message_of<loom::invalid_argument_error>(f); };
+  CHECK(
+      contains(error([&] { loom::top_k(x, 6); }),
+               "the input of shape [?, 5] has 5 entries in its last dimension, fewer than k = 6"));
+  loom::placeholder<float, 1> row(g, shape{-1}, "row");
+  auto [top2, top2_at] = loom::top_k(row, 2);
+  CHECK(contains(error([&] {
+                   s.run(top2, {{row, tensor<float, 1>(shape{1}, {1.f})}});
+                 }),
+                 "has 1 entries in its last dimension, fewer than k = 2"));
 }

@@ -81,6 +81,28 @@ TEST_CASE("conv2d, pooling and flatten layers: shapes and names as tf.layers'") 
         shape{2, 3136});
 }
 
+TEST_CASE("separable_conv2d: a depthwise then a pointwise convolution, tf.layers' names") {
+  graph g;
+  loom::placeholder<float, 4> images(g, shape{-1, 4, 4, 2}, "images");
+  auto y = loom::layers::separable_conv2d(images, 3, {3, 3},
+                                          {.depth_multiplier = 2,
+                                           .depthwise_initializer = loom::ones_initializer{},
+                                           .pointwise_initializer = loom::ones_initializer{}});
+  auto y2 = loom::layers::separable_conv2d(y, 5, {1, 1}, {.padding = "SAME", .use_bias = false});
+  CHECK(y.shape() == shape{-1, 2, 2, 3});
+  CHECK(y2.shape() == shape{-1, 2, 2, 5});
+  CHECK(g.node(g.find("separable_conv2d/depthwise_kernel")).shape == shape{3, 3, 2, 2});
+  CHECK(g.node(g.find("separable_conv2d/pointwise_kernel")).shape == shape{1, 1, 4, 3});
+  CHECK(g.node(g.find("separable_conv2d/bias")).shape == shape{3});
+  CHECK(g.node(g.find("separable_conv2d_1/pointwise_kernel")).shape == shape{1, 1, 3, 5});
+  loom::session s(g);
+  s.run(loom::global_variables_initializer(g));
+  // Each depthwise output sums a 3x3 window of 0.5s (4.5); the pointwise sums 4 channels.
+  const auto got = s.run(y, {{images, tensor<float, 4>(shape{1, 4, 4, 2}, 0.5f)}});
+  for (float v : got.flat())
+    CHECK(v == doctest::Approx(18.f));
+}
+
 TEST_CASE("batch_normalization: batch statistics and update ops while training, averages after") {
   graph g;
   loom::placeholder<double, 2> x(g, shape{-1, 2}, "x");

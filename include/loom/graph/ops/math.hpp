@@ -1,6 +1,6 @@
 // The non-elementwise math ops: matmul, xw_plus_b, add_n, the reductions (sum,
-// mean, max), argmax/argmin and reshape. Op definitions (shape inference, TF's
-// gradients) and the typed functions users call; kernels are in
+// mean, max, min, prod; any and all of bools), argmax/argmin and reshape. Op definitions (shape
+// inference, TF's gradients) and the typed functions users call; kernels are in
 // kernels/cpu/math.hpp.
 #pragma once
 
@@ -206,11 +206,18 @@ inline void infer_xw_plus_b(node_def& n, const std::vector<const node_def*>& in)
   n.shape = loom::shape{x.shape[0], w.shape[1]};
 }
 
+// reduce_any and reduce_all reduce bools, the others numbers.
+inline bool logical_reduction(const std::string& op) {
+  return op == "reduce_any" || op == "reduce_all";
+}
+
 inline void infer_reduction(node_def& n, const std::vector<const node_def*>& in) {
   const node_def& x = *in[0];
-  if (x.type == dtype::boolean || x.type == dtype::string)
+  if (logical_reduction(n.op) ? x.type != dtype::boolean
+                              : x.type == dtype::boolean || x.type == dtype::string)
     throw invalid_argument_error("node " + n.describe() + ": cannot reduce " + x.describe() +
-                                 " of dtype " + std::string(to_string(x.type)));
+                                 " of dtype " + std::string(to_string(x.type)) +
+                                 (logical_reduction(n.op) ? " (" + n.op + " reduces bools)" : ""));
   const auto mask = reduction_mask(n, x.shape, n.attr_or<std::vector<std::int64_t>>("axes", {}));
   n.type = x.type;
   n.shape = reduced_shape(x.shape, mask, n.attr_or<bool>("keepdims", false));
@@ -330,24 +337,55 @@ inline bool register_math_ops() {
          .gradient = [](graph& g, const node_def& n, node_id dy) {
            return std::vector{reduce_grad_node(g, dy, n.inputs[0], n, "mean")};
          }});
-  // TF's _MaxGrad: dy goes to the elements equal to the maximum, split
-  // equally among ties.
-  r.add({.name = "reduce_max",
+  // TF's _MaxGrad (and _MinGrad): dy goes to the elements equal to the maximum
+  // (minimum), split equally among ties.
+  for (const char* extremum : {"reduce_max", "reduce_min"})
+    r.add({.name = extremum,
+           .num_inputs = 1,
+           .infer = infer_reduction,
+           .gradient = [](graph& g, const node_def& n, node_id dy) {
+             const node_id x = n.inputs[0];
+             const node_id y = reduce_grad_node(g, n.id, x, n, "sum");
+             const node_id hits =
+                 build::op(g, "cast", {build::op(g, "equal", {y, x})}, {{"dst", n.type}});
+             const node_id ties =
+                 reduce_grad_node(g,
+                                  reduce_node(g, "reduce_sum", hits,
+                                              n.attr_or<std::vector<std::int64_t>>("axes", {}),
+                                              n.attr_or<bool>("keepdims", false)),
+                                  x, n, "sum");
+             return std::vector{
+                 build::mul(g, build::div(g, hits, ties), reduce_grad_node(g, dy, x, n, "sum"))};
+           }});
+  // TF's _ProdGrad: each element's dy times the product of the other elements of its
+  // reduction, computed as the product of the exclusive products before and after it
+  // (TF's two exclusive cumprods), so zeros need no division. One kernel,
+  // reduce_prod_grad; floats only, as TF's.
+  r.add({.name = "reduce_prod",
          .num_inputs = 1,
          .infer = infer_reduction,
          .gradient = [](graph& g, const node_def& n, node_id dy) {
-           const node_id x = n.inputs[0];
-           const node_id y = reduce_grad_node(g, n.id, x, n, "sum");
-           const node_id hits =
-               build::op(g, "cast", {build::op(g, "equal", {y, x})}, {{"dst", n.type}});
-           const node_id ties = reduce_grad_node(
-               g,
-               reduce_node(g, "reduce_sum", hits, n.attr_or<std::vector<std::int64_t>>("axes", {}),
-                           n.attr_or<bool>("keepdims", false)),
-               x, n, "sum");
            return std::vector{
-               build::mul(g, build::div(g, hits, ties), reduce_grad_node(g, dy, x, n, "sum"))};
+               g.add_node("reduce_prod_grad", {dy, n.inputs[0]},
+                          {{"axes", n.attr_or<std::vector<std::int64_t>>("axes", {})},
+                           {"keepdims", n.attr_or<bool>("keepdims", false)}})};
          }});
+  // Inputs (dy, x); attrs as the reduction's: dx of reduce_prod (not differentiable again).
+  r.add({.name = "reduce_prod_grad",
+         .num_inputs = 2,
+         .infer = [](node_def& n, const std::vector<const node_def*>& in) {
+           check_same_type(n, *in[0], *in[1]);
+           check_floating(n, in[0]->type);
+           reduction_mask(n, in[1]->shape, n.attr_or<std::vector<std::int64_t>>("axes", {}));
+           n.type = in[0]->type;
+           n.shape = in[1]->shape;
+         }});
+  // TF's Any and All: over bools, not differentiable.
+  for (const char* logical : {"reduce_any", "reduce_all"})
+    r.add({.name = logical,
+           .num_inputs = 1,
+           .infer = infer_reduction,
+           .gradient = [](graph&, const node_def&, node_id) { return std::vector{no_node}; }});
   // Inputs (dy, x): dy broadcast to x's shape; attrs as the reduction's plus
   // "mode" ("sum" or "mean").
   r.add({.name = "reduce_grad",
@@ -423,6 +461,9 @@ template <class I> std::vector<std::int64_t> to_axes(const I* axes, std::size_t 
 
 template <class T> inline constexpr bool dependent_false = false;
 
+template <class T>
+concept bool_type = std::is_same_v<T, bool>;
+
 } // namespace detail
 
 // -- matrix products -------------------------------------------------------------
@@ -490,16 +531,14 @@ template <class T, int R> output<T, R> add_n(const std::vector<output<T, R>>& in
 // reduce_sum(x, {0, 2}, keepdims) rank R
 // Negative axes count from the end.
 
-#define LOOM_REDUCTION(NAME)                                                                       \
+#define LOOM_REDUCTION(NAME, OK, WHAT)                                                             \
   template <expression E> output<value_type_of<E>, 0> NAME(const E& x) {                           \
-    static_assert(numeric_type<value_type_of<E>>,                                                  \
-                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");                 \
+    static_assert(OK<value_type_of<E>>, "loom::" #NAME ": needs " WHAT);                           \
     auto lx = lower(x);                                                                            \
     return {lx.graph(), detail::reduce_node(lx.graph(), #NAME, lx.id(), {}, false)};               \
   }                                                                                                \
   template <expression E> output<value_type_of<E>, rank_of<E>> NAME(const E& x, keepdims_t) {      \
-    static_assert(numeric_type<value_type_of<E>>,                                                  \
-                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");                 \
+    static_assert(OK<value_type_of<E>>, "loom::" #NAME ": needs " WHAT);                           \
     auto lx = lower(x);                                                                            \
     return {lx.graph(), detail::reduce_node(lx.graph(), #NAME, lx.id(), {}, true)};                \
   }                                                                                                \
@@ -507,8 +546,7 @@ template <class T, int R> output<T, R> add_n(const std::vector<output<T, R>>& in
   requires(!std::is_same_v<I, bool>) output < value_type_of<E>,                                    \
       (N <= rank_of<E> ? rank_of<E> - static_cast<int>(N) : 0)                                     \
   > NAME(const E& x, const std::array<I, N>& axes) {                                               \
-    static_assert(numeric_type<value_type_of<E>>,                                                  \
-                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");                 \
+    static_assert(OK<value_type_of<E>>, "loom::" #NAME ": needs " WHAT);                           \
     static_assert(N <= rank_of<E>, "loom::" #NAME ": more axes than the tensor has dimensions");   \
     auto lx = lower(x);                                                                            \
     if constexpr (N == 0)                                                                          \
@@ -520,8 +558,7 @@ template <class T, int R> output<T, R> add_n(const std::vector<output<T, R>>& in
   template <expression E, std::integral I, std::size_t N>                                          \
   requires(!std::is_same_v<I, bool>) output<value_type_of<E>, rank_of<E>> NAME(                    \
       const E& x, const std::array<I, N>& axes, keepdims_t) {                                      \
-    static_assert(numeric_type<value_type_of<E>>,                                                  \
-                  "loom::" #NAME ": needs a numeric tensor (not bool or string)");                 \
+    static_assert(OK<value_type_of<E>>, "loom::" #NAME ": needs " WHAT);                           \
     static_assert(N <= rank_of<E>, "loom::" #NAME ": more axes than the tensor has dimensions");   \
     auto lx = lower(x);                                                                            \
     if constexpr (N == 0)                                                                          \
@@ -556,9 +593,13 @@ template <class T, int R> output<T, R> add_n(const std::vector<output<T, R>>& in
                   "the result's rank, which is part of its type)");                                \
   }
 
-LOOM_REDUCTION(reduce_sum)
-LOOM_REDUCTION(reduce_mean)
-LOOM_REDUCTION(reduce_max)
+LOOM_REDUCTION(reduce_sum, numeric_type, "a numeric tensor (not bool or string)")
+LOOM_REDUCTION(reduce_mean, numeric_type, "a numeric tensor (not bool or string)")
+LOOM_REDUCTION(reduce_max, numeric_type, "a numeric tensor (not bool or string)")
+LOOM_REDUCTION(reduce_min, numeric_type, "a numeric tensor (not bool or string)")
+LOOM_REDUCTION(reduce_prod, numeric_type, "a numeric tensor (not bool or string)")
+LOOM_REDUCTION(reduce_any, detail::bool_type, "a bool tensor")
+LOOM_REDUCTION(reduce_all, detail::bool_type, "a bool tensor")
 #undef LOOM_REDUCTION
 
 // The index of the largest (smallest) element along `axis` (tf.argmax); int64,

@@ -67,8 +67,8 @@ inline loom::shape add_n_shape(const node_def& n, std::span<const any_tensor* co
 
 // -- reductions ---------------------------------------------------------------------
 
-// What reduce_sum / reduce_mean / reduce_max reduce, from the node's "axes"
-// and "keepdims": the reduced axes of the input and the output's shape.
+// What a reduction (reduce_sum, _mean, _max, _min, _prod, _any, _all) reduces, from the node's
+// "axes" and "keepdims": the reduced axes of the input and the output's shape.
 struct reduction_axes {
   std::vector<char> mask;
   loom::shape out;
@@ -125,6 +125,59 @@ inline reduction_runs merge_runs(const loom::shape& s, const std::vector<char>& 
     }
   }
   return r;
+}
+
+// An input walked as [kept runs..., reduced runs...] with its own strides (row-major
+// elements): output o (row-major over the kept runs, dy's order) reads the elements at
+// offset(o, kept) + offset(j, reduced) for j below `count`. reduce_prod_grad walks x so on
+// both devices.
+struct reduction_walk {
+  std::vector<std::int64_t> kept_dims, kept_strides, red_dims, red_strides;
+  std::int64_t outputs = 1, count = 1;
+};
+
+inline reduction_walk walk_of(const loom::shape& x, const std::vector<char>& mask) {
+  const reduction_runs runs = merge_runs(x, mask);
+  reduction_walk w;
+  std::vector<std::int64_t> strides(runs.dims.size());
+  std::int64_t stride = 1;
+  for (std::size_t k = runs.dims.size(); k-- > 0;) {
+    strides[k] = stride;
+    stride *= runs.dims[k];
+  }
+  for (std::size_t k = 0; k < runs.dims.size(); ++k) {
+    auto& dims = runs.reduced[k] ? w.red_dims : w.kept_dims;
+    auto& st = runs.reduced[k] ? w.red_strides : w.kept_strides;
+    dims.push_back(runs.dims[k]);
+    st.push_back(strides[k]);
+    (runs.reduced[k] ? w.count : w.outputs) *= runs.dims[k];
+  }
+  if (x.num_elements() == 0)
+    w.outputs = w.count = 0;
+  return w;
+}
+
+// The offset of element i of a row-major walk over `dims` with `strides`.
+inline std::int64_t walk_offset(std::int64_t i, const std::vector<std::int64_t>& dims,
+                                const std::vector<std::int64_t>& strides) {
+  std::int64_t off = 0;
+  for (std::size_t k = dims.size(); k-- > 0;) {
+    const std::int64_t q = i / dims[k];
+    off += (i - q * dims[k]) * strides[k];
+    i = q;
+  }
+  return off;
+}
+
+// reduce_prod_grad's dy must have one element per output of the reduction of x.
+inline reduction_walk reduce_prod_grad_of(const node_def& n, const any_tensor& dy,
+                                          const loom::shape& x) {
+  const auto mask = reduction_mask(n, x, n.attr_or<std::vector<std::int64_t>>("axes", {}));
+  if (dy.num_elements() != reduced_shape(x, mask, true).num_elements())
+    throw invalid_argument_error("node " + n.describe() + ": the gradient of shape " +
+                                 dy.shape().to_string() + " does not match a reduction of shape " +
+                                 x.to_string());
+  return walk_of(x, mask);
 }
 
 // argmax / argmin of an input seen as [outer, size, inner], `size` along the

@@ -100,8 +100,54 @@ void reduce_run(const cpu_device& d, const T* in, T* out, index_t o, index_t r, 
   }
 }
 
-// Reduces x over the masked axes with Reducer; the result has x's dtype and
-// `out_shape`. With nothing to reduce it shares x's buffer.
+// The reductions Eigen's Tensor module does not run here (min, prod, and the bools'
+// and/or): a plain loop per output row, out[o, :] folded over j with in[o, j, :], the
+// inner loop over contiguous elements (vectorised by the compiler), rows over the pool.
+// Cheap to instantiate, where each Eigen reducer costs three tensor reductions per dtype.
+struct min_fold {
+  template <class T> static T identity() {
+    return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                                : std::numeric_limits<T>::max();
+  }
+  template <class T> static T apply(T a, T b) { return b < a ? b : a; }
+};
+struct prod_fold {
+  template <class T> static T identity() { return T(1); }
+  template <class T> static T apply(T a, T b) { return a * b; }
+};
+struct and_fold {
+  template <class T> static T identity() { return true; }
+  template <class T> static T apply(T a, T b) { return a && b; }
+};
+struct or_fold {
+  template <class T> static T identity() { return false; }
+  template <class T> static T apply(T a, T b) { return a || b; }
+};
+template <class R>
+concept loop_fold = requires {
+  R::template identity<int>();
+};
+
+template <class T, class Fold>
+void fold_run(const cpu_device& d, const T* in, T* out, index_t o, index_t r, index_t i) {
+  parallel_for(d, o,
+               Eigen::TensorOpCost(static_cast<double>(r * i * static_cast<index_t>(sizeof(T))),
+                                   static_cast<double>(i * static_cast<index_t>(sizeof(T))),
+                                   static_cast<double>(r * i)),
+               [=](index_t first, index_t last) {
+                 for (index_t k = first; k < last; ++k) {
+                   T* y = out + k * i;
+                   const T* x = in + k * r * i;
+                   std::fill_n(y, i, Fold::template identity<T>());
+                   for (index_t j = 0; j < r; ++j, x += i)
+                     for (index_t e = 0; e < i; ++e)
+                       y[e] = Fold::apply(y[e], x[e]);
+                 }
+               });
+}
+
+// Reduces x over the masked axes with Reducer (an Eigen reducer or a fold above); the
+// result has x's dtype and `out_shape`. With nothing to reduce it shares x's buffer.
 template <class T, class Reducer>
 any_tensor reduce_tensor(const cpu_device& d, const any_tensor& x, const std::vector<char>& mask,
                          const loom::shape& out_shape) {
@@ -119,7 +165,10 @@ any_tensor reduce_tensor(const cpu_device& d, const any_tensor& x, const std::ve
     for (std::size_t k = p + 1; k < runs.dims.size(); ++k)
       i *= runs.dims[k];
     any_tensor next(x.type(), loom::shape{o * i});
-    reduce_run<T, Reducer>(d, cur.data<T>(), next.data<T>(), o, runs.dims[p], i);
+    if constexpr (loop_fold<Reducer>)
+      fold_run<T, Reducer>(d, cur.data<T>(), next.data<T>(), o, runs.dims[p], i);
+    else
+      reduce_run<T, Reducer>(d, cur.data<T>(), next.data<T>(), o, runs.dims[p], i);
     cur = std::move(next);
     // Drop the run; its kept neighbours become one run.
     runs.dims.erase(runs.dims.begin() + static_cast<std::ptrdiff_t>(p));
@@ -147,9 +196,21 @@ template <class T> struct reduction_cpu {
       if (is_max)
         init = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
                                                     : std::numeric_limits<T>::lowest();
+      else if (n.op == "reduce_min")
+        init = min_fold::identity<T>();
+      else if (n.op == "reduce_prod")
+        init = T(1);
       else if (n.op == "reduce_mean" && std::numeric_limits<T>::has_quiet_NaN)
         init = std::numeric_limits<T>::quiet_NaN();
       std::fill_n(c.output.data<T>(), out_count, init);
+      return;
+    }
+    if (n.op == "reduce_min") {
+      c.output = reduce_tensor<T, min_fold>(c.device, x, mask, out_shape);
+      return;
+    }
+    if (n.op == "reduce_prod") {
+      c.output = reduce_tensor<T, prod_fold>(c.device, x, mask, out_shape);
       return;
     }
     if (is_max) {
@@ -161,6 +222,61 @@ template <class T> struct reduction_cpu {
       auto y = eigen_flat<T>(c.output);
       y.device(c.device) = y / static_cast<T>(count);
     }
+  }
+};
+
+// reduce_any / reduce_all of bools (TF's Any, All): false / true over nothing.
+template <class T> struct logical_reduction_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& x = c.input(0);
+    const auto [mask, out_shape] = reduction_of(c.node, x.shape());
+    const bool all = c.node.op == "reduce_all";
+    if (x.num_elements() == 0) {
+      c.output = any_tensor(x.type(), out_shape);
+      std::fill_n(c.output.data<T>(), out_shape.num_elements(), all);
+      return;
+    }
+    c.output = all ? reduce_tensor<T, and_fold>(c.device, x, mask, out_shape)
+                   : reduce_tensor<T, or_fold>(c.device, x, mask, out_shape);
+  }
+};
+
+// reduce_prod's gradient (TF's _ProdGrad): dx = dy times the product of the other elements of
+// the element's reduction, the exclusive product before it times the one after it (no
+// division, so zeros are right). An output per task: two passes over its elements.
+template <class T> struct reduce_prod_grad_cpu {
+  static void run(kernel_context& c) {
+    const any_tensor& dy = c.input(0);
+    const any_tensor& x = c.input(1);
+    const reduction_walk w = reduce_prod_grad_of(c.node, dy, x.shape());
+    c.output = any_tensor(x.type(), x.shape());
+    if (w.outputs == 0 || w.count == 0)
+      return;
+    std::vector<std::int64_t> at(static_cast<std::size_t>(w.count));
+    for (std::int64_t j = 0; j < w.count; ++j)
+      at[static_cast<std::size_t>(j)] = walk_offset(j, w.red_dims, w.red_strides);
+    const T* in = x.data<T>();
+    const T* d = dy.data<T>();
+    T* out = c.output.data<T>();
+    parallel_for(c.device, w.outputs,
+                 Eigen::TensorOpCost(static_cast<double>(w.count * 2 * sizeof(T)),
+                                     static_cast<double>(w.count * sizeof(T)),
+                                     static_cast<double>(w.count * 4)),
+                 [&](index_t first, index_t last) {
+                   for (index_t o = first; o < last; ++o) {
+                     const std::int64_t base = walk_offset(o, w.kept_dims, w.kept_strides);
+                     T before = T(1);
+                     for (const std::int64_t a : at) { // dx = the product before it
+                       out[base + a] = before;
+                       before *= in[base + a];
+                     }
+                     T after = d[o];
+                     for (std::size_t j = at.size(); j-- > 0;) { // times dy and the one after
+                       out[base + at[j]] *= after;
+                       after *= in[base + at[j]];
+                     }
+                   }
+                 });
   }
 };
 
@@ -230,9 +346,12 @@ inline bool register_math_kernels() {
   register_kernels<matmul_cpu>("matmul", floating_types{});
   register_kernels<xw_plus_b_cpu>("xw_plus_b", floating_types{});
   register_kernels<add_n_cpu>("add_n", numeric_types{});
-  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"})
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"})
     register_kernels<reduction_cpu>(op, numeric_types{});
+  for (const char* op : {"reduce_any", "reduce_all"})
+    register_kernels<logical_reduction_cpu>(op, type_list<bool>{});
   register_kernels<reduce_grad_cpu>("reduce_grad", floating_types{});
+  register_kernels<reduce_prod_grad_cpu>("reduce_prod_grad", floating_types{});
   register_kernels<arg_reduction_cpu>("argmax", numeric_types{});
   register_kernels<arg_reduction_cpu>("argmin", numeric_types{});
   return true;

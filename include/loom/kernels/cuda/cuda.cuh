@@ -20,12 +20,16 @@
 #include <loom/kernels/cuda/backend.hpp>
 #include <loom/kernels/cuda/batch_matmul.cuh>
 #include <loom/kernels/cuda/conv.cuh>
+#include <loom/kernels/cuda/depthwise_conv.cuh>
 #include <loom/kernels/cuda/elementwise.cuh>
+#include <loom/kernels/cuda/gather_nd.cuh>
 #include <loom/kernels/cuda/math.cuh>
 #include <loom/kernels/cuda/nn.cuh>
 #include <loom/kernels/cuda/one_hot.cuh>
 #include <loom/kernels/cuda/random.cuh>
+#include <loom/kernels/cuda/range.cuh>
 #include <loom/kernels/cuda/scatter.cuh>
 #include <loom/kernels/cuda/state.cuh>
 #include <loom/kernels/cuda/strided.cuh>
+#include <loom/kernels/cuda/top_k.cuh>
 #include <loom/kernels/cuda/training.cuh>

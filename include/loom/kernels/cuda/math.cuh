@@ -267,10 +267,18 @@ void launch_reduce(const gpu_context& g, const T* in, T* out, const reduce_desc&
   launch_reduce<T, Op>(g, part, out, d2, outputs, splits, init, divisor);
 }
 
-// Reduces x over the masked axes (a sum, a mean or a max) into a tensor of
+// Reduces x over the masked axes (a sum, a mean, a max, a min or a product) into a tensor of
 // `out_shape`, as the CPU kernel does: with nothing to reduce it shares x's
 // buffer; an empty input gives the reduction's identity (NaN for a mean).
-enum class reducer { sum, mean, max };
+enum class reducer { sum, mean, max, min, prod };
+
+// std::min's order: the first argument wins ties (as the CPU's min_fold).
+struct min_op {
+  template <class T> __device__ T operator()(T a, T b) const { return b < a ? b : a; }
+};
+struct prod_op {
+  template <class T> __device__ T operator()(T a, T b) const { return a * b; }
+};
 
 template <class T>
 any_tensor reduce(const kernel_context& c, const any_tensor& x, const std::vector<char>& mask,
@@ -281,6 +289,11 @@ any_tensor reduce(const kernel_context& c, const any_tensor& x, const std::vecto
   if (r == reducer::max)
     init = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
                                                 : std::numeric_limits<T>::lowest();
+  else if (r == reducer::min)
+    init = std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                                : std::numeric_limits<T>::max();
+  else if (r == reducer::prod)
+    init = T(1);
   if (x.num_elements() == 0) {
     any_tensor out = g.allocate(x.type(), out_shape);
     T fill_value = init;
@@ -319,6 +332,10 @@ any_tensor reduce(const kernel_context& c, const any_tensor& x, const std::vecto
   const std::int64_t divisor = r == reducer::mean ? count : 1;
   if (r == reducer::max)
     launch_reduce<T, max_op>(g, in, o, d, out_count, count, init, 1);
+  else if (r == reducer::min)
+    launch_reduce<T, min_op>(g, in, o, d, out_count, count, init, 1);
+  else if (r == reducer::prod)
+    launch_reduce<T, prod_op>(g, in, o, d, out_count, count, init, 1);
   else
     launch_reduce<T, sum_op>(g, in, o, d, out_count, count, init, divisor);
   return out;
@@ -330,9 +347,112 @@ template <class T> struct reduction_gpu {
     const node_def& n = c.node;
     const auto [mask, out_shape] = reduction_of(n, x.shape());
     const reducer r = n.op == "reduce_max"    ? reducer::max
+                      : n.op == "reduce_min"  ? reducer::min
+                      : n.op == "reduce_prod" ? reducer::prod
                       : n.op == "reduce_mean" ? reducer::mean
                                               : reducer::sum;
     c.output = reduce<T>(c, x, mask, out_shape, r);
+  }
+};
+
+// The walk of reduce_prod_grad and of the bools' reductions in a reduce_desc.
+inline reduce_desc desc_of(const kernel_context& c, const loom::detail::reduction_walk& w) {
+  if (w.kept_dims.size() > static_cast<std::size_t>(max_runs) ||
+      w.red_dims.size() > static_cast<std::size_t>(max_runs))
+    throw unimplemented_error("node " + c.node.describe() + ": a reduction over more than " +
+                              std::to_string(max_runs) + " separate runs of axes");
+  reduce_desc d;
+  d.kept = static_cast<int>(w.kept_dims.size());
+  d.reduced = static_cast<int>(w.red_dims.size());
+  for (int k = 0; k < d.kept; ++k) {
+    d.kept_dims[k] = w.kept_dims[static_cast<std::size_t>(k)];
+    d.kept_strides[k] = w.kept_strides[static_cast<std::size_t>(k)];
+  }
+  for (int k = 0; k < d.reduced; ++k) {
+    d.red_dims[k] = w.red_dims[static_cast<std::size_t>(k)];
+    d.red_strides[k] = w.red_strides[static_cast<std::size_t>(k)];
+  }
+  return d;
+}
+
+// reduce_any / reduce_all: a block per output (grid-stride), its threads over the output's
+// elements, combined by __syncthreads_or / __syncthreads_and.
+__global__ void __launch_bounds__(block_threads)
+    logical_reduce_kernel(const bool* in, bool* out, reduce_desc d, std::int64_t outputs,
+                          std::int64_t count, bool all) {
+  for (std::int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
+    const bool* p = in + offset_of(o, d.kept, d.kept_dims, d.kept_strides);
+    int acc = all ? 1 : 0;
+    for (std::int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+      const bool v = p[offset_of(j, d.reduced, d.red_dims, d.red_strides)];
+      acc = all ? (acc && v) : (acc || v);
+    }
+    const int result = all ? __syncthreads_and(acc) : __syncthreads_or(acc);
+    if (threadIdx.x == 0)
+      out[o] = result != 0;
+  }
+}
+
+template <class T> struct logical_reduction_gpu {
+  static void run(kernel_context& c) {
+    const gpu_context& g = gpu_of(c);
+    const any_tensor& x = c.input(0);
+    const auto [mask, out_shape] = reduction_of(c.node, x.shape());
+    const bool all = c.node.op == "reduce_all";
+    c.output = g.allocate(x.type(), out_shape);
+    const std::int64_t outputs = out_shape.num_elements();
+    if (outputs == 0)
+      return;
+    if (x.num_elements() == 0) {
+      fill<bool>(g, c.output.template device_data<bool>(), outputs, all);
+      return;
+    }
+    const reduce_desc d = desc_of(c, loom::detail::walk_of(x.shape(), mask));
+    logical_reduce_kernel<<<static_cast<unsigned>(std::min(outputs, max_blocks)), block_threads, 0,
+                            g.stream>>>(x.template device_data<bool>(),
+                                        c.output.template device_data<bool>(), d, outputs,
+                                        x.num_elements() / outputs, all);
+    check_launch();
+  }
+};
+
+// reduce_prod's gradient, as the CPU computes it: a thread per output walks its elements
+// twice, the exclusive product before each element, then times dy and the product after it.
+template <class T>
+__global__ void __launch_bounds__(block_threads)
+    reduce_prod_grad_kernel(T* out, const T* x, const T* dy, reduce_desc d, std::int64_t outputs,
+                            std::int64_t count) {
+  for (std::int64_t o = global_thread(); o < outputs; o += grid_threads()) {
+    const std::int64_t base = offset_of(o, d.kept, d.kept_dims, d.kept_strides);
+    T before = T(1);
+    for (std::int64_t j = 0; j < count; ++j) {
+      const std::int64_t at = base + offset_of(j, d.reduced, d.red_dims, d.red_strides);
+      out[at] = before;
+      before *= x[at];
+    }
+    T after = dy[o];
+    for (std::int64_t j = count; j-- > 0;) {
+      const std::int64_t at = base + offset_of(j, d.reduced, d.red_dims, d.red_strides);
+      out[at] *= after;
+      after *= x[at];
+    }
+  }
+}
+
+template <class T> struct reduce_prod_grad_gpu {
+  static void run(kernel_context& c) {
+    const gpu_context& g = gpu_of(c);
+    const any_tensor& dy = c.input(0);
+    const any_tensor& x = c.input(1);
+    const loom::detail::reduction_walk w = loom::detail::reduce_prod_grad_of(c.node, dy, x.shape());
+    c.output = g.allocate(x.type(), x.shape());
+    if (w.outputs == 0 || w.count == 0)
+      return;
+    const reduce_desc d = desc_of(c, w);
+    reduce_prod_grad_kernel<T><<<grid_for(w.outputs), block_threads, 0, g.stream>>>(
+        c.output.template device_data<T>(), x.template device_data<T>(),
+        dy.template device_data<T>(), d, w.outputs, w.count);
+    check_launch();
   }
 };
 
@@ -428,9 +548,12 @@ inline bool register_math_gpu() {
   register_kernels<matmul_gpu>("matmul", floating_types{}, device_gpu);
   register_kernels<xw_plus_b_gpu>("xw_plus_b", floating_types{}, device_gpu);
   register_kernels<add_n_gpu>("add_n", numeric_types{}, device_gpu);
-  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max"})
+  for (const char* op : {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"})
     register_kernels<reduction_gpu>(op, numeric_types{}, device_gpu);
+  for (const char* op : {"reduce_any", "reduce_all"})
+    register_kernels<logical_reduction_gpu>(op, type_list<bool>{}, device_gpu);
   register_kernels<reduce_grad_gpu>("reduce_grad", floating_types{}, device_gpu);
+  register_kernels<reduce_prod_grad_gpu>("reduce_prod_grad", floating_types{}, device_gpu);
   register_kernels<arg_reduction_gpu>("argmax", numeric_types{}, device_gpu);
   register_kernels<arg_reduction_gpu>("argmin", numeric_types{}, device_gpu);
   return true;
