@@ -174,9 +174,12 @@ TEST_CASE("float conv2d and its backprops against their definitions: SAME and VA
                 continue;
               for (std::int64_t c = 0; c < k.x[3]; ++c)
                 for (std::int64_t o = 0; o < k.f[3]; ++o) {
-                  const auto xi = static_cast<std::size_t>(((n * k.x[1] + r) * k.x[2] + q) * k.x[3] + c);
-                  const auto fi = static_cast<std::size_t>(((a * k.f[1] + b) * k.f[2] + c) * k.f[3] + o);
-                  const auto yi = static_cast<std::size_t>(((n * h.out + i) * w.out + j) * k.f[3] + o);
+                  const auto xi =
+                      static_cast<std::size_t>(((n * k.x[1] + r) * k.x[2] + q) * k.x[3] + c);
+                  const auto fi =
+                      static_cast<std::size_t>(((a * k.f[1] + b) * k.f[2] + c) * k.f[3] + o);
+                  const auto yi =
+                      static_cast<std::size_t>(((n * h.out + i) * w.out + j) * k.f[3] + o);
                   want_y[yi] += double{xv.flat()[xi]} * fv.flat()[fi];
                   want_dx[xi] += double{dv.flat()[yi]} * fv.flat()[fi];
                   want_df[fi] += double{xv.flat()[xi]} * dv.flat()[yi];

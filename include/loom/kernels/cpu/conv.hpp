@@ -1,12 +1,12 @@
 // CPU kernels of the convolutions and poolings (graph/ops/conv.hpp). conv2d and its backprops
 // in float are oneDNN's where loom is built with it (LOOM_HAVE_DNNL, kernels/cpu/dnnl.hpp:
 // 6-7x faster on examples/cnn's shapes, docs/dependencies.md). Otherwise, and for double
-// always (oneDNN has no f64 convolution), conv2d is a GEMM over the input's patches (im2col): for a chunk of images the patches [rows, kh * kw * c], one
-// row per output position, times the filter [kh * kw * c, out]; its backprops are the
-// same GEMM transposed, the input's scattered back (col2im) an image at a time. A 1x1
-// convolution with unit strides reads the input as its own patches. The chunk bounds the
-// patches' memory (kernels/checks/conv.hpp). The poolings loop over windows with the channels
-// innermost, where NHWC keeps them contiguous.
+// always (oneDNN has no f64 convolution), conv2d is a GEMM over the input's patches (im2col): for a
+// chunk of images the patches [rows, kh * kw * c], one row per output position, times the filter
+// [kh * kw * c, out]; its backprops are the same GEMM transposed, the input's scattered back
+// (col2im) an image at a time. A 1x1 convolution with unit strides reads the input as its own
+// patches. The chunk bounds the patches' memory (kernels/checks/conv.hpp). The poolings loop over
+// windows with the channels innermost, where NHWC keeps them contiguous.
 #pragma once
 
 #include <loom/kernels/checks/conv.hpp>

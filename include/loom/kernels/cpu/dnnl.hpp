@@ -163,8 +163,8 @@ inline std::shared_ptr<const entry> make(pass which, const conv_window& w) {
                      std::int64_t out, std::int64_t lead) {
     return std::max<std::int64_t>((out - 1) * s + (k - 1) * d + 1 - in - lead, 0);
   };
-  const memory::dims strides{w.stride_h, w.stride_w},
-      dilations{w.dilation_h - 1, w.dilation_w - 1}, lead{w.pad_top, w.pad_left},
+  const memory::dims strides{w.stride_h, w.stride_w}, dilations{w.dilation_h - 1, w.dilation_w - 1},
+      lead{w.pad_top, w.pad_left},
       trail{trailing(w.in_h, w.window_h, w.stride_h, w.dilation_h, w.out_h, w.pad_top),
             trailing(w.in_w, w.window_w, w.stride_w, w.dilation_w, w.out_w, w.pad_left)};
   dnnl::primitive_attr attr;
@@ -227,8 +227,8 @@ inline std::shared_ptr<const entry> get(pass which, int threads, const conv_wind
 // where oneDNN cannot (an empty dimension, no primitive): the caller computes it.
 inline bool run(const cpu_device& d, pass which, const conv_window& w, float* x, float* filter,
                 float* y) {
-  if (w.batch <= 0 || w.in_c <= 0 || w.out_c <= 0 || w.out_h <= 0 || w.out_w <= 0 ||
-      w.in_h <= 0 || w.in_w <= 0)
+  if (w.batch <= 0 || w.in_c <= 0 || w.out_c <= 0 || w.out_h <= 0 || w.out_w <= 0 || w.in_h <= 0 ||
+      w.in_w <= 0)
     return false;
   const int threads = std::max(1, d.numThreads());
   use_threads(threads);
@@ -242,12 +242,13 @@ inline bool run(const cpu_device& d, pass which, const conv_window& w, float* x,
   buffer reordered(e->reorders ? e->filter_primitive.get_size() : 0),
       scratch(std::max(e->scratchpad.get_size(),
                        e->reorders ? e->reorder_scratchpad.get_size() : std::size_t{0}));
-  const dnnl::memory fm = e->reorders ? dnnl::memory(e->filter_primitive, eng, reordered.data.get())
-                                      : user;
+  const dnnl::memory fm =
+      e->reorders ? dnnl::memory(e->filter_primitive, eng, reordered.data.get()) : user;
   const dnnl::memory sm(e->scratchpad, eng, scratch.data.get());
   auto reorder = [&](const dnnl::memory& from, const dnnl::memory& to) {
     const dnnl::memory rs(e->reorder_scratchpad, eng, scratch.data.get());
-    e->reorder.execute(stream, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, rs}});
+    e->reorder.execute(stream,
+                       {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, rs}});
   };
   switch (which) {
   case pass::forward:
@@ -280,8 +281,8 @@ inline bool run(const cpu_device& d, pass which, const conv_window& w, float* x,
 }
 
 // y = conv2d(x, filter).
-inline bool forward(const cpu_device& d, const conv_window& w, const float* x,
-                    const float* filter, float* y) {
+inline bool forward(const cpu_device& d, const conv_window& w, const float* x, const float* filter,
+                    float* y) {
   return run(d, pass::forward, w, const_cast<float*>(x), const_cast<float*>(filter), y);
 }
 // dx from the filter and dy.
