@@ -14,7 +14,10 @@
 // Threads: Debian builds oneDNN with OpenMP (libgomp). A call runs on an OpenMP team that the
 // calling thread leads, as many threads as the session's intra-op pool (cpu_device), set on
 // the calling thread alone (omp_set_num_threads is per thread); loom's pool waits meanwhile,
-// as for any kernel that splits its work over it. See docs/dependencies.md.
+// as for any kernel that splits its work over it. A team's threads spin a while after each
+// call (OpenMP's wait policy, which libgomp reads from the environment when it loads): where
+// several processes share few cores, OMP_WAIT_POLICY=passive gives that CPU back to them
+// (docs/benchmarks.md, "Models"; docs/dependencies.md).
 #pragma once
 
 #include <loom/graph/ops/conv.hpp>
