@@ -26,6 +26,49 @@ function(loom_add_kernels source)
   target_compile_definitions(loom_kernels INTERFACE LOOM_COMPILED_KERNELS)
   add_library(loom::kernels ALIAS loom_kernels)
   _loom_link_allocator(loom_kernels)
+  _loom_link_dnnl(loom_kernels)
+endfunction()
+
+# oneDNN (Debian: libdnnl-dev), the CPU's float convolution (kernels/cpu/dnnl.hpp): conv2d and
+# its backprops 6-7x faster than im2col plus Eigen's GEMM on examples/cnn's shapes
+# (docs/dependencies.md). Where it is found (LOOM_USE_DNNL, ON by default), loom::kernels'
+# unit and the programs that link it are compiled with LOOM_HAVE_DNNL and linked with
+# -ldnnl and, for the OpenMP runtime Debian builds it with, the OpenMP library (loom sets
+# oneDNN's team size on the calling thread: omp_set_num_threads). Elsewhere the kernels are
+# im2col's, with a message. LOOM_DNNL_LIBRARIES (cached) is what a target linking
+# loom_kernels' objects by hand links too.
+function(_loom_link_dnnl target)
+  option(LOOM_USE_DNNL "Use oneDNN as the CPU's float convolution where it is found" ON)
+  set(LOOM_HAVE_DNNL OFF CACHE INTERNAL "")
+  set(LOOM_DNNL_LIBRARIES "" CACHE INTERNAL "")
+  if(NOT LOOM_USE_DNNL)
+    message(STATUS "loom: LOOM_USE_DNNL is OFF; the CPU's convolutions are im2col plus GEMM")
+    return()
+  endif()
+  find_path(LOOM_DNNL_INCLUDE_DIR NAMES oneapi/dnnl/dnnl.hpp
+            DOC "Directory holding oneDNN's oneapi/dnnl/dnnl.hpp")
+  find_library(LOOM_DNNL_LIBRARY NAMES dnnl DOC "oneDNN's library")
+  if(NOT LOOM_DNNL_INCLUDE_DIR OR NOT LOOM_DNNL_LIBRARY)
+    message(STATUS "loom: oneDNN was not found (Debian: libdnnl-dev); the CPU's convolutions "
+                   "are im2col plus GEMM (examples/cnn's 6-7x slower)")
+    return()
+  endif()
+  set(libraries "${LOOM_DNNL_LIBRARY}")
+  file(STRINGS "${LOOM_DNNL_INCLUDE_DIR}/oneapi/dnnl/dnnl_config.h" omp
+       REGEX "^#define DNNL_CPU_THREADING_RUNTIME DNNL_RUNTIME_OMP")
+  if(omp)
+    # libgomp, the OpenMP runtime g++ (and Debian's oneDNN) uses; clang's driver finds it in
+    # the same GCC installation.
+    list(APPEND libraries gomp)
+  endif()
+  target_compile_definitions(${target} PUBLIC LOOM_HAVE_DNNL)
+  if(NOT LOOM_DNNL_INCLUDE_DIR IN_LIST CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES)
+    target_include_directories(${target} SYSTEM PUBLIC "${LOOM_DNNL_INCLUDE_DIR}")
+  endif()
+  target_link_libraries(${target} PUBLIC ${libraries})
+  set(LOOM_HAVE_DNNL ON CACHE INTERNAL "")
+  set(LOOM_DNNL_LIBRARIES "${libraries}" CACHE INTERNAL "")
+  message(STATUS "loom: the CPU's float convolutions are oneDNN's (${LOOM_DNNL_LIBRARY})")
 endfunction()
 
 # LOOM_MALLOC: the allocator of every program that links loom::kernels (a program that

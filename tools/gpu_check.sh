@@ -38,10 +38,15 @@ if [ "${1:-}" = bundle ]; then
     mkdir -p "$BUILD/$(dirname "$b")"
     strip -o "$BUILD/$b" "build/$b"
   done
+  # oneDNN (the CPU's convolutions) is a shared library only, and the image has no
+  # libdnnl-dev: its library and what it loads (OpenMP, the OpenCL loader) go in lib/.
+  mkdir -p "$BUILD/lib"
+  ldd build/benchmarks/gpu_step | awk '/lib(dnnl|gomp|OpenCL)\.so/ { print $3 }' |
+    while read -r lib; do cp -L "$lib" "$BUILD/lib/"; done
   # Packed: the stripped binaries are 32 MB, Fashion-MNIST 30 MB and the tree 4 MB, at
   # the 64 MiB a call may carry; xz makes the binaries about a quarter of that.
-  tar -C "$BUILD" -cJf "$BUILD/binaries.tar.xz" "${binaries[@]}"
-  (cd "$BUILD" && rm -f "${binaries[@]}")
+  tar -C "$BUILD" -cJf "$BUILD/binaries.tar.xz" "${binaries[@]}" lib
+  (cd "$BUILD" && rm -rf "${binaries[@]}" lib)
   cp -r /usr/share/datasets/fashion-mnist "$BUILD/fashion-mnist"
   du -sh "$BUILD"
   exit 0
@@ -81,9 +86,12 @@ step() { # step NAME COMMAND...: runs it, logs it, records PASS/FAIL/SKIP
   fi
 }
 
-# The CUDA runtime and cuBLAS of the image's toolkit.
+# The CUDA runtime and cuBLAS of the image's toolkit; oneDNN's libraries carried in lib/.
 if [ -d /usr/local/cuda/lib64 ]; then
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+if [ -d "$BUILD/lib" ]; then
+  export LD_LIBRARY_PATH=$PWD/$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"

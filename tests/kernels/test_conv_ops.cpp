@@ -1,10 +1,15 @@
 // conv2d and depthwise_conv2d and their backprops, max_pool and avg_pool and their gradients on
 // the CPU, against naive loops over TF's definitions (SAME and VALID, strides, dilations, a 1x1
 // filter, a batch whose patches take several chunks, channel multipliers), and their shape errors.
+// In double conv2d runs im2col; in float, oneDNN where loom is built with it (LOOM_HAVE_DNNL),
+// checked against the same definitions.
 #include <doctest/doctest.h>
 #include <support/messages.hpp>
 
 #include <loom/loom.hpp>
+#if defined(LOOM_HAVE_DNNL)
+#include <loom/kernels/cpu/dnnl.hpp>
+#endif
 
 #include <cmath>
 #include <cstdint>
@@ -109,6 +114,93 @@ TEST_CASE("conv2d against its definition: SAME and VALID, strides, dilations, 1x
       worst = std::max(worst, std::abs(got.flat()[i] - want[i]));
     CHECK(worst < 1e-12);
   }
+}
+
+// The float convolution and both its backprops (oneDNN's where loom has it) against the
+// definitions computed in double: y = x * f, dx[n, r, s, c] = sum dy[n, i, j, o] f[a, b, c, o],
+// df[a, b, c, o] = sum x[n, r, s, c] dy[n, i, j, o] over the windows' positions.
+TEST_CASE("float conv2d and its backprops against their definitions: SAME and VALID, strides, "
+          "dilations, odd sizes, batches") {
+#if defined(LOOM_HAVE_DNNL)
+  const std::size_t made_before = loom::detail::dnnl_conv::primitives().made();
+#endif
+  const std::vector<conv_case> cases{
+      {shape{3, 7, 9, 3}, shape{3, 3, 3, 5}, {1, 1}, {1, 1}, "SAME"},
+      {shape{2, 7, 9, 3}, shape{3, 3, 3, 5}, {1, 1}, {1, 1}, "VALID"},
+      {shape{2, 9, 7, 4}, shape{3, 3, 4, 6}, {2, 2}, {1, 1}, "SAME"},
+      {shape{2, 10, 11, 3}, shape{3, 2, 3, 4}, {2, 2}, {1, 1}, "VALID"},
+      {shape{2, 11, 9, 2}, shape{3, 3, 2, 3}, {1, 1}, {2, 2}, "SAME"},
+      {shape{3, 13, 12, 3}, shape{3, 3, 3, 4}, {1, 2}, {2, 2}, "VALID"},
+      {shape{2, 15, 15, 5}, shape{5, 5, 5, 7}, {2, 2}, {1, 1}, "SAME"},
+      {shape{4, 28, 28, 1}, shape{5, 5, 1, 8}, {1, 1}, {1, 1}, "SAME"}, // examples/cnn's conv1
+  };
+  for (const conv_case& k : cases) {
+    INFO("x " << k.x.to_string() << ", filter " << k.f.to_string() << ", strides " << k.strides[0]
+              << "x" << k.strides[1] << ", dilations " << k.dilations[0] << "x" << k.dilations[1]
+              << ", " << k.padding);
+    const bool same = std::string(k.padding) == "SAME";
+    const auto h = along(k.x[1], k.f[0], k.strides[0], k.dilations[0], same);
+    const auto w = along(k.x[2], k.f[1], k.strides[1], k.dilations[1], same);
+    const shape ys{k.x[0], h.out, w.out, k.f[3]};
+    graph g;
+    loom::placeholder<float, 4> x(g, k.x, "x");
+    loom::placeholder<float, 4> f(g, k.f, "f");
+    loom::placeholder<float, 4> dy(g, ys, "dy");
+    auto y =
+        loom::conv2d(x, f, {.strides = k.strides, .padding = k.padding, .dilations = k.dilations});
+    const auto grads = loom::gradients(g, {y.id()}, {x.id(), f.id()}, {dy.id()});
+    loom::session s(g);
+    auto as_float = [](const tensor<double, 4>& t) {
+      std::vector<float> v(t.flat().begin(), t.flat().end());
+      return tensor<float, 4>(t.shape(), v);
+    };
+    const auto xv = as_float(random_nhwc(k.x, 4)), fv = as_float(random_nhwc(k.f, 5)),
+               dv = as_float(random_nhwc(ys, 6));
+    const loom::feed_dict feeds{{x, xv}, {f, fv}, {dy, dv}};
+    const auto got_y = s.run(y, feeds);
+    const auto got_dx = s.run(loom::output<float, 4>(g, grads[0]), feeds);
+    const auto got_df = s.run(loom::output<float, 4>(g, grads[1]), feeds);
+    std::vector<double> want_y(static_cast<std::size_t>(ys.num_elements())),
+        want_dx(static_cast<std::size_t>(k.x.num_elements())),
+        want_df(static_cast<std::size_t>(k.f.num_elements()));
+    for (std::int64_t n = 0; n < k.x[0]; ++n)
+      for (std::int64_t i = 0; i < h.out; ++i)
+        for (std::int64_t j = 0; j < w.out; ++j)
+          for (std::int64_t a = 0; a < k.f[0]; ++a)
+            for (std::int64_t b = 0; b < k.f[1]; ++b) {
+              const std::int64_t r = i * k.strides[0] - h.pad + a * k.dilations[0];
+              const std::int64_t q = j * k.strides[1] - w.pad + b * k.dilations[1];
+              if (r < 0 || r >= k.x[1] || q < 0 || q >= k.x[2])
+                continue;
+              for (std::int64_t c = 0; c < k.x[3]; ++c)
+                for (std::int64_t o = 0; o < k.f[3]; ++o) {
+                  const auto xi =
+                      static_cast<std::size_t>(((n * k.x[1] + r) * k.x[2] + q) * k.x[3] + c);
+                  const auto fi =
+                      static_cast<std::size_t>(((a * k.f[1] + b) * k.f[2] + c) * k.f[3] + o);
+                  const auto yi =
+                      static_cast<std::size_t>(((n * h.out + i) * w.out + j) * k.f[3] + o);
+                  want_y[yi] += double{xv.flat()[xi]} * fv.flat()[fi];
+                  want_dx[xi] += double{dv.flat()[yi]} * fv.flat()[fi];
+                  want_df[fi] += double{xv.flat()[xi]} * dv.flat()[yi];
+                }
+            }
+    auto worst = [](const tensor<float, 4>& got, const std::vector<double>& want) {
+      REQUIRE(static_cast<std::size_t>(got.shape().num_elements()) == want.size());
+      double d = 0;
+      for (std::size_t i = 0; i < want.size(); ++i)
+        d = std::max(d, std::abs(got.flat()[i] - want[i]));
+      return d;
+    };
+    // Sums of at most a few hundred products of numbers in [-1, 1], in float.
+    CHECK(worst(got_y, want_y) < 1e-4);
+    CHECK(worst(got_dx, want_dx) < 1e-4);
+    CHECK(worst(got_df, want_df) < 1e-4);
+  }
+#if defined(LOOM_HAVE_DNNL)
+  // oneDNN ran them: it made a primitive for each shape's three passes.
+  CHECK(loom::detail::dnnl_conv::primitives().made() >= made_before + 3 * cases.size());
+#endif
 }
 
 TEST_CASE("max_pool and avg_pool against their definitions, SAME windows counting the input") {

@@ -96,7 +96,9 @@ task started by hand) to the cluster.
 
 The tasks share this host's cores: each gets its share for its kernels' threads,
 LOOM_INTRA_OP_THREADS = max(1, cores / tasks) in its environment, unless you set
-LOOM_INTRA_OP_THREADS yourself (a task's own --intra_op_threads wins over both).
+LOOM_INTRA_OP_THREADS yourself (a task's own --intra_op_threads wins over both), and
+OMP_WAIT_POLICY=passive unless you set it (oneDNN's threads then sleep between regions
+rather than spin on cores the other tasks need).
 
 When the chief exits 0, the others get --grace_secs to exit, then stragglers are stopped.
 When a task fails, or on SIGINT/SIGTERM, every task gets SIGTERM, then SIGKILL.
@@ -737,6 +739,15 @@ std::optional<std::string> arrange_threads(std::int64_t tasks) {
   const long threads = std::max(1L, cores / static_cast<long>(tasks));
   if (::setenv("LOOM_INTRA_OP_THREADS", std::to_string(threads).c_str(), 1) != 0) {
     say(std::string("cannot set LOOM_INTRA_OP_THREADS: ") + std::strerror(errno));
+    return std::nullopt;
+  }
+  // The tasks share these cores: oneDNN's OpenMP threads (the CPU's convolutions) wait
+  // for their next region asleep rather than spinning on a core another task needs
+  // (examples/cnn: 0.68x TF's examples/s spinning, 0.98x asleep, docs/benchmarks.md).
+  // libgomp reads it when it loads, so only the environment can set it; a value the user
+  // set is kept.
+  if (!env_set("OMP_WAIT_POLICY") && ::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) {
+    say(std::string("cannot set OMP_WAIT_POLICY: ") + std::strerror(errno));
     return std::nullopt;
   }
   return "each task's kernels use " + std::to_string(threads) + " thread(s), its share of " +

@@ -1,21 +1,27 @@
-// CPU kernels of the convolutions and poolings (graph/ops/conv.hpp). conv2d is a GEMM over
-// the input's patches (im2col): for a chunk of images the patches [rows, kh * kw * c], one
-// row per output position, times the filter [kh * kw * c, out]; its backprops are the
-// same GEMM transposed, the input's scattered back (col2im) an image at a time. A 1x1
-// convolution with unit strides reads the input as its own patches. The chunk bounds the
-// patches' memory (kernels/checks/conv.hpp). The poolings loop over windows with the channels
-// innermost, where NHWC keeps them contiguous.
+// CPU kernels of the convolutions and poolings (graph/ops/conv.hpp). conv2d and its backprops
+// in float are oneDNN's where loom is built with it (LOOM_HAVE_DNNL, kernels/cpu/dnnl.hpp:
+// 6-7x faster on examples/cnn's shapes, docs/dependencies.md). Otherwise, and for double
+// always (oneDNN has no f64 convolution), conv2d is a GEMM over the input's patches (im2col): for a
+// chunk of images the patches [rows, kh * kw * c], one row per output position, times the filter
+// [kh * kw * c, out]; its backprops are the same GEMM transposed, the input's scattered back
+// (col2im) an image at a time. A 1x1 convolution with unit strides reads the input as its own
+// patches. The chunk bounds the patches' memory (kernels/checks/conv.hpp). The poolings loop over
+// windows with the channels innermost, where NHWC keeps them contiguous.
 #pragma once
 
 #include <loom/kernels/checks/conv.hpp>
 #include <loom/kernels/cpu/gemm.hpp>
 #include <loom/kernels/cpu/parallel_for.hpp>
 #include <loom/kernels/registry.hpp>
+#if defined(LOOM_HAVE_DNNL)
+#include <loom/kernels/cpu/dnnl.hpp>
+#endif
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace loom::detail {
@@ -110,6 +116,11 @@ template <class T> struct conv2d_cpu {
     const conv_window w = window_of(c.node, c.decoded<window_attrs>(), x.shape(), &f.shape());
     c.output = any_tensor(x.type(), w.output_shape());
     T* y = c.output.data<T>();
+#if defined(LOOM_HAVE_DNNL)
+    if constexpr (std::is_same_v<T, float>)
+      if (dnnl_conv::forward(c.device, w, x.data<float>(), f.data<float>(), y))
+        return;
+#endif
     const std::int64_t rows_per_image = w.out_h * w.out_w;
     over_patch_chunks<T>(
         c.device, w, x.data<T>(), [&](std::int64_t first, std::int64_t last, const T* p) {
@@ -129,6 +140,11 @@ template <class T> struct conv2d_backprop_input_cpu {
     check_window_dy(c.node, dy, w);
     c.output = any_tensor(dy.type(), xs);
     T* dx = c.output.data<T>();
+#if defined(LOOM_HAVE_DNNL)
+    if constexpr (std::is_same_v<T, float>)
+      if (dnnl_conv::backward_data(c.device, w, f.data<float>(), dy.data<float>(), dx))
+        return;
+#endif
     const std::int64_t rows_per_image = w.out_h * w.out_w, cols = w.patch_size();
     if (pointwise(w)) {
       gemm_rows(c.device, dy.data<T>(), false, f.data<T>(), true, dx, w.batch * rows_per_image,
@@ -158,6 +174,11 @@ template <class T> struct conv2d_backprop_filter_cpu {
     check_window_dy(c.node, dy, w);
     c.output = any_tensor(dy.type(), fs);
     T* df = c.output.data<T>();
+#if defined(LOOM_HAVE_DNNL)
+    if constexpr (std::is_same_v<T, float>)
+      if (dnnl_conv::backward_weights(c.device, w, x.data<float>(), dy.data<float>(), df))
+        return;
+#endif
     const std::int64_t rows_per_image = w.out_h * w.out_w;
     bool accumulate = false;
     if (w.batch == 0)
