@@ -113,6 +113,7 @@ const std::set<std::string>& cpu_only_ops() {
       "iterator_get_next",
       "iterator_component",
       "iterator_wait_ms",
+      "iterator_init", // makes a new pass of that host resource
       // init_from_checkpoint's read of a checkpoint's slice: files on the variable's task's
       // host, as the saver's own ops read them.
       "restore_slice",
