@@ -1016,6 +1016,15 @@ struct fused_graph {
   }
 
   // Random inputs: a, b and k of shape `s` (b of shape `b_shape` if given).
+  // The values of `in` that feed `req`, in the order of its fed nodes.
+  static std::vector<any_tensor> feeds(const detail::run_request& req,
+                                       const std::map<node_id, any_tensor>& in) {
+    std::vector<any_tensor> out;
+    for (node_id id : req.fed)
+      out.push_back(in.at(id));
+    return out;
+  }
+
   std::map<node_id, any_tensor> inputs(const loom::shape& s, std::mt19937_64& rng,
                                        std::optional<loom::shape> b_shape = {}) const {
     return {{a.id(), random_tensor(dtype::f32, s, gen::any, 0, rng)},
@@ -1154,8 +1163,8 @@ TEST_SUITE("cuda_host") {
     const detail::plan gpu_plan(fg.g, req, true,
                                 std::vector<memory_location>(fg.g.size(), memory_location::gpu(0)));
     std::set<node_id> fused_roots;
-    for (const detail::plan::step& st : gpu_plan.steps()) {
-      if (st.k == detail::plan::step::kind::fused) {
+    for (const detail::plan::item& st : gpu_plan.items()) {
+      if (st.k == detail::plan::item::kind::fused) {
         fused_roots.insert(st.id);
         CHECK(st.where == memory_location::gpu(0));
         const bool has_gpu_kernel = st.gpu_fused != nullptr;
@@ -1990,20 +1999,19 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
           on_gpu.pointers, direct, "arith"));
 
       test_resources res;
-      std::vector<any_tensor> cpu_values(fg.g.size()), gpu_values(fg.g.size());
-      for (const auto& [id, t] : in)
-        cpu_values[static_cast<std::size_t>(id)] = gpu_values[static_cast<std::size_t>(id)] = t;
-      detail::run_plan(cpu_plan, fg.g, cpu_values, host_device(), res);
+      detail::plan_caches cpu_caches(cpu_plan), gpu_caches(gpu_plan);
+      const auto cpu_values = detail::run_plan(cpu_plan, cpu_caches, fg.g, fg.feeds(req, in),
+                                               host_device(), res);
       poison_next_blocks(static_cast<std::size_t>(s.num_elements()) * sizeof(float));
-      detail::run_plan(gpu_plan, fg.g, gpu_values, host_device(), res);
-      for (node_id root : {fg.arith, fg.mixed}) {
-        const any_tensor& got = gpu_values[static_cast<std::size_t>(root)];
+      const auto gpu_values = detail::run_plan(gpu_plan, gpu_caches, fg.g, fg.feeds(req, in),
+                                               host_device(), res);
+      for (std::size_t i : {0, 1}) { // arith, mixed: the request's fetches
+        const any_tensor& got = gpu_values[i];
         CHECK(got.on_host()); // fetched values come back to the host
-        compare(cpu_values[static_cast<std::size_t>(root)], got, check::elementwise,
-                fg.region(root).key, fused_operand_scale);
+        compare(cpu_values[i], got, check::elementwise, fg.region(req.fetches[i]).key,
+                fused_operand_scale);
       }
-      compare(cpu_values[static_cast<std::size_t>(fg.arith)], direct, check::elementwise,
-              "called directly", fused_operand_scale);
+      compare(cpu_values[0], direct, check::elementwise, "called directly", fused_operand_scale);
     }
   }
 
@@ -2025,13 +2033,12 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
     CHECK(declined.empty());
 
     test_resources res;
-    std::vector<any_tensor> cpu_values(fg.g.size()), gpu_values(fg.g.size());
-    for (const auto& [id, t] : in)
-      cpu_values[static_cast<std::size_t>(id)] = gpu_values[static_cast<std::size_t>(id)] = t;
-    detail::run_plan(cpu_plan, fg.g, cpu_values, host_device(), res);
-    detail::run_plan(gpu_plan, fg.g, gpu_values, host_device(), res);
-    compare(cpu_values[static_cast<std::size_t>(fg.arith)],
-            gpu_values[static_cast<std::size_t>(fg.arith)], check::elementwise, "broadcast b");
+    detail::plan_caches cpu_caches(cpu_plan), gpu_caches(gpu_plan);
+    const auto cpu_values =
+        detail::run_plan(cpu_plan, cpu_caches, fg.g, fg.feeds(req, in), host_device(), res);
+    const auto gpu_values =
+        detail::run_plan(gpu_plan, gpu_caches, fg.g, fg.feeds(req, in), host_device(), res);
+    compare(cpu_values[0], gpu_values[0], check::elementwise, "broadcast b"); // arith
   }
 
 } // TEST_SUITE

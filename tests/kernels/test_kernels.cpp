@@ -237,9 +237,9 @@ TEST_CASE_TEMPLATE("broadcasting: scalar, row, column, rank 3", T, float, std::i
 
 namespace {
 
-std::size_t fused_steps(const loom::detail::plan& p) {
-  return static_cast<std::size_t>(std::count_if(p.steps().begin(), p.steps().end(), [](auto& s) {
-    return s.k == loom::detail::plan::step::kind::fused;
+std::size_t fused_items(const loom::detail::plan& p) {
+  return static_cast<std::size_t>(std::count_if(p.items().begin(), p.items().end(), [](auto& s) {
+    return s.k == loom::detail::plan::item::kind::fused;
   }));
 }
 
@@ -257,10 +257,10 @@ TEST_CASE_TEMPLATE("a fused region computes what its primitive ops compute", T, 
 
   // The planner fuses each tree into one step, unless fusion is disabled.
   const loom::detail::run_request req{{tree.id()}, {}, {x.id(), y.id()}};
-  CHECK(fused_steps(loom::detail::plan(g, req)) == 1);
-  CHECK(fused_steps(loom::detail::plan(g, req, false)) == 0);
-  CHECK(loom::detail::plan(g, req, false).steps().size() >=
-        loom::detail::plan(g, req).steps().size() + 8);
+  CHECK(fused_items(loom::detail::plan(g, req)) == 1);
+  CHECK(fused_items(loom::detail::plan(g, req, false)) == 0);
+  CHECK(loom::detail::plan(g, req, false).items().size() >=
+        loom::detail::plan(g, req).items().size() + 8);
 
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> dist(-2, 2);

@@ -2,7 +2,7 @@
 // up by name once (resource_access::variable: two attribute reads and two map
 // finds) and keeps it while the resources' generation() is unchanged; after a
 // reset() it asks again, and never touches a variable the reset destroyed; a
-// plan step decodes its kernel's attributes once.
+// plan item decodes its kernel's attributes once.
 #include <loom/api.hpp>
 #include <loom/runtime/executor.hpp>
 #include <loom/runtime/resource_manager.hpp>
@@ -58,20 +58,20 @@ TEST_CASE("a plan looks its variables up once per generation of the resources") 
   const auto doubled = loom::lower(v * 2.0f); // a step that reads v (reread_variables)
   const loom::detail::plan init(g, {{}, {v.initializer().id()}, {}});
   const loom::detail::plan read(g, {{doubled.id()}, {}, {}});
+  loom::detail::plan_caches init_caches(init), read_caches(read);
   Eigen::ThreadPool pool(2);
   const loom::cpu_device device(&pool, 2);
   counting_resources resources;
   auto run = [&](const loom::detail::plan& p) {
-    std::vector<loom::any_tensor> values(g.size());
-    loom::detail::run_plan(p, g, values, device, resources);
-    return values;
+    return loom::detail::run_plan(p, &p == &init ? init_caches : read_caches, g, {}, device,
+                                  resources);
   };
 
   run(init);
   CHECK(resources.lookups == 1); // the assign's ref
   for (int step = 0; step < 3; ++step) {
     const auto values = run(read);
-    CHECK(values[static_cast<std::size_t>(doubled.id())].data<float>()[1] == 2.0f);
+    CHECK(values.at(0).data<float>()[1] == 2.0f);
   }
   CHECK(resources.lookups == 2); // v's own step, once; its reader and later steps kept it
 
@@ -90,7 +90,7 @@ TEST_CASE("a plan looks its variables up once per generation of the resources") 
   CHECK(contains(error, "uninitialized"));
   CHECK(resources.lookups == 3);
   run(init);
-  CHECK(run(read)[static_cast<std::size_t>(doubled.id())].data<float>()[0] == 2.0f);
+  CHECK(run(read).at(0).data<float>()[0] == 2.0f);
   CHECK(resources.lookups == 4); // the init plan's cache was of the old generation too
 }
 
@@ -180,12 +180,13 @@ TEST_CASE("the values of one message resume a suspended step once: one message f
         {{"key", std::string(key) + "'"}, {"dst_task", std::string("/job:worker/task:0")}}));
   }
   const loom::detail::plan p(g, {{}, sends, {}});
+  loom::detail::plan_caches caches(p);
   Eigen::ThreadPool pool(2);
   const loom::cpu_device device(&pool, 2);
   loom::detail::resource_manager resources;
 
   auto start = [&](held_rendezvous& rz, bool& ended) {
-    loom::detail::start_plan(p, g, std::vector<loom::any_tensor>(g.size()), device, resources, rz,
+    loom::detail::start_plan(p, caches, g, {}, device, resources, rz,
                              [&ended](std::vector<loom::any_tensor>&, std::exception_ptr e) {
                                CHECK_FALSE(e);
                                ended = true;
@@ -241,7 +242,7 @@ TEST_CASE("an intra-op pool's threads: the option, else LOOM_INTRA_OP_THREADS, e
 }
 
 // #23: kernel_context::decoded. A kernel's attributes are decoded by its
-// plan step's first run and kept for later runs (a ctr worker ran ~500
+// plan item's first run and kept for later runs (a ctr worker ran ~500
 // attribute lookups by name a step); outside a plan, at each run.
 namespace {
 
@@ -284,7 +285,7 @@ const bool scale_by_attr_registered = [] {
 
 } // namespace
 
-TEST_CASE("a plan step decodes its kernel's attributes once; a kernel run outside a plan, each "
+TEST_CASE("a plan item decodes its kernel's attributes once; a kernel run outside a plan, each "
           "run") {
   REQUIRE(scale_by_attr_registered);
   loom::graph g;
@@ -292,6 +293,7 @@ TEST_CASE("a plan step decodes its kernel's attributes once; a kernel run outsid
   const loom::node_id times3 = g.add_node("test_scale_by_attr", {x.id()}, {{"factor", 3l}});
   const loom::node_id times5 = g.add_node("test_scale_by_attr", {x.id()}, {{"factor", 5l}});
   const loom::detail::plan p(g, {{times3, times5}, {}, {x.id()}});
+  loom::detail::plan_caches caches(p);
   Eigen::ThreadPool pool(2);
   const loom::cpu_device device(&pool, 2);
   loom::detail::resource_manager resources;
@@ -299,14 +301,12 @@ TEST_CASE("a plan step decodes its kernel's attributes once; a kernel run outsid
 
   counted_attrs::decodings = 0;
   for (int step = 0; step < 4; ++step) {
-    std::vector<loom::any_tensor> values(g.size());
-    values[static_cast<std::size_t>(x.id())] = fed;
-    loom::detail::run_plan(p, g, values, device, resources);
-    // Each node its own attributes: the two steps do not share a decoding.
-    CHECK(values[static_cast<std::size_t>(times3)].data<float>()[1] == 6.f);
-    CHECK(values[static_cast<std::size_t>(times5)].data<float>()[1] == 10.f);
+    const auto fetched = loom::detail::run_plan(p, caches, g, {fed}, device, resources);
+    // Each node its own attributes: the two items do not share a decoding.
+    CHECK(fetched.at(0).data<float>()[1] == 6.f);
+    CHECK(fetched.at(1).data<float>()[1] == 10.f);
   }
-  CHECK(counted_attrs::decodings == 2); // once per step of the plan, not per run
+  CHECK(counted_attrs::decodings == 2); // once per item of the plan, not per run
 
   // Without a plan (kernel_context::attrs null), each run decodes them.
   counted_attrs::decodings = 0;
@@ -318,7 +318,7 @@ TEST_CASE("a plan step decodes its kernel's attributes once; a kernel run outsid
   }
   CHECK(counted_attrs::decodings == 2);
 
-  // One step decoded as two types is a bug in its kernel, reported as one.
+  // One item decoded as two types is a bug in its kernel, reported as one.
   loom::detail::decoded_attrs kept;
   CHECK(kept.get<counted_attrs>(g.node(times3)).factor == 3);
   std::string what;
@@ -330,7 +330,7 @@ TEST_CASE("a plan step decodes its kernel's attributes once; a kernel run outsid
   CHECK(contains(what, "its kernel asked for its attributes decoded as two types"));
 }
 
-TEST_CASE("a fresh plan run by several threads at once decodes each step's attributes once") {
+TEST_CASE("a fresh plan run by several threads at once decodes each item's attributes once") {
   REQUIRE(scale_by_attr_registered);
   loom::graph g;
   loom::placeholder<float, 1> x(g, loom::shape{2}, "x");
@@ -340,6 +340,7 @@ TEST_CASE("a fresh plan run by several threads at once decodes each step's attri
     scaled.push_back(g.add_node("test_scale_by_attr", {x.id()},
                                 {{"factor", static_cast<std::int64_t>(k + 1)}, {"slow", true}}));
   const loom::detail::plan p(g, {scaled, {}, {x.id()}});
+  loom::detail::plan_caches caches(p);
   Eigen::ThreadPool pool(2);
   const loom::cpu_device device(&pool, 2);
   loom::detail::resource_manager resources;
@@ -351,18 +352,47 @@ TEST_CASE("a fresh plan run by several threads at once decodes each step's attri
   std::vector<std::thread> runs;
   for (int t = 0; t < threads; ++t)
     runs.emplace_back([&] {
-      std::vector<loom::any_tensor> values(g.size());
-      values[static_cast<std::size_t>(x.id())] = fed;
       start.arrive_and_wait(); // every thread reaches the plan's first run together
-      loom::detail::run_plan(p, g, values, device, resources);
+      const auto fetched = loom::detail::run_plan(p, caches, g, {fed}, device, resources);
       for (int k = 0; k < nodes; ++k)
-        if (values[static_cast<std::size_t>(scaled[static_cast<std::size_t>(k)])]
-                .data<float>()[1] != 2.f * static_cast<float>(k + 1))
+        if (fetched.at(static_cast<std::size_t>(k)).data<float>()[1] !=
+            2.f * static_cast<float>(k + 1))
           ++wrong;
     });
   for (auto& r : runs)
     r.join();
   CHECK(wrong == 0);
-  // Each step decoded by whichever run got there first; the others waited and read it.
+  // Each item decoded by whichever run got there first; the others waited and read it.
   CHECK(counted_attrs::decodings == nodes);
+}
+
+// #50: feeds go in and fetches come out as lists in the request's order, and a run
+// allocates for the nodes its plan reads or writes (its slots), not for the whole graph.
+TEST_CASE("a plan's values are its nodes', not the graph's; feeds and fetches are lists in the "
+          "request's order") {
+  loom::graph g;
+  loom::placeholder<float, 1> x(g, loom::shape{2}, "x");
+  for (int k = 0; k < 200; ++k) // nodes the request never touches
+    (void)loom::lower(loom::constant(g, static_cast<float>(k)) * 2.0f);
+  const loom::node_id doubled = loom::lower(x * 2.0f).id();
+  const loom::node_id plus_one = loom::lower(x + 1.0f).id();
+  const loom::detail::plan p(g, {{plus_one, doubled, plus_one}, {}, {x.id()}});
+  CHECK(g.size() > 400);
+  CHECK(p.slots() <= 5); // x, its two results and the two scalars they read
+  loom::detail::plan_caches caches(p);
+  Eigen::ThreadPool pool(2);
+  const loom::cpu_device device(&pool, 2);
+  loom::detail::resource_manager resources;
+  const auto fed = loom::any_tensor::from_vector<float>(loom::shape{2}, {1.f, 2.f});
+
+  const auto fetched = loom::detail::run_plan(p, caches, g, {fed}, device, resources);
+  REQUIRE(fetched.size() == 3);
+  CHECK(fetched[0].data<float>()[1] == 3.f); // plus_one
+  CHECK(fetched[1].data<float>()[1] == 4.f); // doubled
+  CHECK(fetched[2].data<float>()[0] == 2.f); // plus_one again
+  CHECK(fetched[1].sole_owner());            // handed over, not copied
+
+  const auto what = loom::testing::message_of<loom::internal_error>(
+      [&] { loom::detail::run_plan(p, caches, g, {fed, fed}, device, resources); });
+  CHECK(contains(what, "2 feeds for 1 fed nodes"));
 }

@@ -82,7 +82,7 @@ planned_nodes(const loom::graph& g, loom::detail::run_request req, const local_c
     const loom::graph part = loom::detail::graph_from_image(std::move(p.image));
     const loom::detail::plan planned(part, {p.fetches, p.targets, p.fed});
     auto& names = out[p.task];
-    for (const auto& s : planned.steps()) {
+    for (const auto& s : planned.items()) {
       names.insert(part.node(s.id).name);
       for (const auto& f : s.fallback)
         if (f.id != s.id)

@@ -90,9 +90,9 @@ public:
 // kernel_context::gpu for kernels registered under device_gpu.
 struct gpu_context;
 
-// A kernel's attributes, decoded from its node once per plan step (TF decodes them once too,
+// A kernel's attributes, decoded from its node once per plan item (TF decodes them once too,
 // when it constructs an OpKernel): kernel_context::decoded<A>() builds an A from the node
-// (A(const node_def&)) at the step's first run, and the plan keeps it for every later run. A
+// (A(const node_def&)) at the item's first run, and its plan_caches keep it for later runs. A
 // worker of examples/ctr runs some 500 gathers, routes, stitches, slices and concats a step, and
 // their lookups by name (std::map finds on cold node_defs) were 3.6 % of its CPU.
 class decoded_attrs {
@@ -139,13 +139,13 @@ struct kernel_context {
   // For a GPU kernel: where to launch; its inputs are on that GPU and its
   // output must be. nullptr for CPU kernels.
   gpu_context* gpu = nullptr;
-  // The plan step's decoded attributes; nullptr (a kernel run outside a plan):
-  // decoded() keeps them in attrs_here, for this run only.
+  // The plan item's decoded attributes (its plan_caches'); nullptr (a kernel run outside a
+  // plan): decoded() keeps them in attrs_here, for this run only.
   decoded_attrs* attrs = nullptr;
   std::shared_ptr<decoded_attrs> attrs_here{};
 
   const any_tensor& input(std::size_t i) const { return *inputs[i]; }
-  // The node's attributes as A(node) decodes them, once per plan step.
+  // The node's attributes as A(node) decodes them, once per plan item.
   template <class A> const A& decoded() {
     if (!attrs) {
       attrs_here = std::make_shared<decoded_attrs>();

@@ -49,10 +49,6 @@ public:
   virtual step_cancellation* cancellation() noexcept { return nullptr; }
 };
 
-// Called once when a started step ends: with the values (as run_plan leaves
-// them), or with the error that ended it.
-using plan_done_fn = std::function<void(std::vector<any_tensor>& values, std::exception_ptr error)>;
-
 // The threads of an intra-op pool asked for as `requested` (session_options,
 // server_options): 0 or less means LOOM_INTRA_OP_THREADS where it is set, else
 // one per hardware thread. loom-launch sets it to each task's share of the
@@ -134,29 +130,33 @@ private:
   std::vector<std::function<void()>> deferred_;
 };
 
-// One plan's steps in flight (run_plan, start_plan); the plan's private state
-// (its steps, their dependencies, the GPU constants it keeps) is read here.
+// Called once when a started step ends: with its fetched values (in the order of the
+// plan's request), or with the error that ended it.
+using plan_done_fn = std::function<void(std::vector<any_tensor>& fetched, std::exception_ptr error)>;
+
+// One run of a plan in flight (run_plan, start_plan): the plan is read, its caches are
+// shared with its other runs, and what changes (the values, what is ready) is the run's.
 class plan_execution {
 public:
-  using step = plan::step;
+  using item = plan::item;
+  using slot = plan::slot;
   using done_fn = plan_done_fn;
 
-  explicit plan_execution(const plan& p) : p_(p) {}
+  plan_execution(const plan& p, plan_caches& c) : p_(p), caches_(c) {}
 
-  // Runs the plan on the calling thread, which waits there for its recvs.
-  // `values` is indexed by node id and holds the fed values on entry; on
-  // return it holds the fetched ones. A plan with _send or _recv nodes needs a
-  // rendezvous. A tracer, where given, records every step it runs.
-  void run(const graph& g, std::vector<any_tensor>& values, const cpu_device& device,
-           resource_access& resources, step_rendezvous* rendezvous = nullptr,
-           step_tracer* tracer = nullptr) const {
-    auto st = std::make_shared<execution>(p_, g, std::move(values), device, resources, rendezvous,
+  // Runs the plan on the calling thread, which waits there for its recvs; returns the
+  // fetched values. A tracer, where given, records every item it runs.
+  std::vector<any_tensor> run(const graph& g, std::vector<any_tensor> feeds,
+                              const cpu_device& device, resource_access& resources,
+                              step_rendezvous* rendezvous = nullptr,
+                              step_tracer* tracer = nullptr) const {
+    auto st = std::make_shared<execution>(p_, g, std::move(feeds), device, resources, rendezvous,
                                           tracer);
     while (!advance(st)) {
       std::unique_lock lock(st->mu);
       st->cv.wait(lock, [&] { return !st->arrived.empty(); });
     }
-    values = std::move(st->values);
+    return fetched(*st);
   }
 
   // Runs the plan on the calling thread until it waits for a recv, then
@@ -165,99 +165,120 @@ public:
   // receives a step's tensor so runs the step's next kernels itself, without
   // waking a thread that waits for it. `done` runs on the thread that ends the
   // step. Not for a plan that blocks(): its kernels would wait on that thread.
-  // g, device, resources and rendezvous must outlive the step: `done` is the
-  // place to release them.
-  void start(const graph& g, std::vector<any_tensor> values, const cpu_device& device,
+  // The plan, its caches, g, device, resources and rendezvous must outlive the
+  // step: `done` is the place to release them.
+  void start(const graph& g, std::vector<any_tensor> feeds, const cpu_device& device,
              resource_access& resources, step_rendezvous& rendezvous, done_fn done,
              step_tracer* tracer = nullptr) const {
-    if (p_.blocks_)
+    if (p_.blocks())
       throw internal_error("executor: a plan with blocking kernels cannot run as continuations");
-    auto st = std::make_shared<execution>(p_, g, std::move(values), device, resources, &rendezvous,
+    auto st = std::make_shared<execution>(p_, g, std::move(feeds), device, resources, &rendezvous,
                                           tracer);
     st->on_done = std::move(done);
-    drive(st);
+    drive(p_, caches_, st);
   }
 
 private:
-  // One step of the plan in flight: what run() and start() keep between the
+  // One run of the plan in flight: what run() and start() keep between the
   // kernels they run. Shared with the recv callbacks, which may come late
   // (the step failed while a recv was outstanding).
   struct execution {
-    execution(const plan& p, const graph& g, std::vector<any_tensor> fed, const cpu_device& d,
+    execution(const plan& p, const graph& g, std::vector<any_tensor> feeds, const cpu_device& d,
               resource_access& r, step_rendezvous* rv, step_tracer* t)
-        : g(g), values(std::move(fed)), device(d), resources(r), rendezvous(rv), tracer(t),
-          pending(p.pending_), readers(p.readers_), elsewhere(p.on_gpu_ ? values.size() : 0) {
-      for (std::size_t k = 0; k < p.steps_.size(); ++k)
+        : g(g), values(p.slots()), device(d), resources(r), rendezvous(rv), tracer(t),
+          pending(p.pending()), readers(p.readers()), elsewhere(p.on_gpu() ? p.slots() : 0) {
+      if (feeds.size() != p.fed().size())
+        throw internal_error("executor: " + std::to_string(feeds.size()) + " feeds for " +
+                             std::to_string(p.fed().size()) + " fed nodes");
+      for (std::size_t i = 0; i < feeds.size(); ++i)
+        values[p.fed()[i]] = std::move(feeds[i]);
+      for (std::size_t k = 0; k < p.items().size(); ++k)
         if (pending[k] == 0)
           ready.push(k);
     }
     const graph& g;
-    std::vector<any_tensor> values; // by node id
+    std::vector<any_tensor> values; // by slot
     const cpu_device& device;
     resource_access& resources;
     step_rendezvous* rendezvous;
     step_tracer* tracer;      // null: not traced
-    std::vector<int> pending; // per step: inputs not yet computed
-    std::vector<int> readers; // per node id: steps yet to read it
+    std::vector<int> pending; // per item: inputs not yet computed
+    std::vector<int> readers; // per slot: items yet to read it
     std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
-    // A plan with GPU steps keeps, beside each value, its copy at the other
+    // A plan with GPU items keeps, beside each value, its copy at the other
     // location (host or GPU), made when the first reader elsewhere needs it.
     std::vector<any_tensor> elsewhere;
     std::size_t done = 0, waiting = 0;
 
     std::mutex mu; // guards what follows: recv callbacks come from other threads
     std::condition_variable cv;
-    // Each: the recv's step, its value or error, and when it arrived (traced only).
+    // Each: the recv's item, its value or error, and when it arrived (traced only).
     std::deque<std::tuple<std::size_t, any_tensor, std::exception_ptr, std::int64_t>> arrived;
     bool suspended = false; // started, and no thread runs it: an arrival resumes it
     bool ended = false;     // started, and done was called: arrivals are dropped
     done_fn on_done;        // set: started (start()), else run()
   };
 
-  // Runs what is ready. True when every step ran; false when the step waits
-  // for a recv (a started step is then suspended, under the lock that its
+  // The fetched values, in the request's order (a node fetched twice is there twice).
+  // Moved out, so that a fetch nothing else holds stays its sole owner (a session then
+  // hands it over without a copy).
+  std::vector<any_tensor> fetched(execution& x) const {
+    const std::vector<slot>& fetches = p_.fetches();
+    std::vector<any_tensor> out;
+    out.reserve(fetches.size());
+    for (auto f = fetches.begin(); f != fetches.end(); ++f) {
+      any_tensor& v = x.values[*f];
+      out.push_back(std::find(f + 1, fetches.end(), *f) != fetches.end() ? v : std::move(v));
+    }
+    return out;
+  }
+
+  // Runs what is ready. True when every item ran; false when the run waits
+  // for a recv (a started run is then suspended, under the lock that its
   // next arrival takes).
   bool advance(const std::shared_ptr<execution>& st) const {
     execution& x = *st;
-    while (x.done < p_.steps_.size()) {
+    const std::vector<item>& items = p_.items();
+    while (x.done < items.size()) {
       if (x.ready.empty()) {
         if (x.waiting == 0)
-          throw internal_error("executor: no step is ready and none is waiting (a cycle?)");
+          throw internal_error("executor: no item is ready and none is waiting (a cycle?)");
         x.rendezvous->flush();
-        std::deque<std::tuple<std::size_t, any_tensor, std::exception_ptr, std::int64_t>> items;
+        std::deque<std::tuple<std::size_t, any_tensor, std::exception_ptr, std::int64_t>> arrivals;
         {
           std::lock_guard lock(x.mu);
           if (x.arrived.empty()) {
             x.suspended = static_cast<bool>(x.on_done);
             return false;
           }
-          items.swap(x.arrived);
+          arrivals.swap(x.arrived);
         }
-        for (auto& [k, value, error, arrived_at] : items) {
+        for (auto& [k, value, error, arrived_at] : arrivals) {
           --x.waiting;
           if (error)
             std::rethrow_exception(error);
           const std::int64_t taken = x.tracer ? steady_now_ns() : 0;
-          x.values[static_cast<std::size_t>(p_.steps_[k].id)] = std::move(value);
+          x.values[items[k].out] = std::move(value);
           if (x.tracer)
-            x.tracer->ran(x.g, p_.steps_[k], taken, steady_now_ns(), arrived_at);
+            x.tracer->ran(x.g, items[k], taken, steady_now_ns(), arrived_at);
           finish(x, k);
         }
         continue;
       }
       const std::size_t k = x.ready.top();
       x.ready.pop();
-      const step& s = p_.steps_[k];
+      const item& s = items[k];
       const std::int64_t started = x.tracer ? steady_now_ns() : 0;
       switch (s.k) {
-      case step::kind::recv:
+      case item::kind::recv:
         if (!x.rendezvous)
           throw internal_error("executor: a _recv node without a rendezvous");
         ++x.waiting;
         if (x.tracer)
           x.tracer->requested(s.id, started);
-        // The plan, not this execution object (a caller's temporary), outlives the step.
-        x.rendezvous->recv(s.transfer, [plan = &p_, st, k](any_tensor v, std::exception_ptr e) {
+        // The plan and its caches, not this object (a caller's temporary), outlive the run.
+        x.rendezvous->recv(s.transfer, [plan = &p_, caches = &caches_, st,
+                                        k](any_tensor v, std::exception_ptr e) {
           const std::int64_t arrived_at = st->tracer ? steady_now_ns() : 0;
           bool resume = false;
           {
@@ -272,40 +293,39 @@ private:
           if (!resume)
             return;
           if (auto* batch = arrival_batch::current())
-            batch->defer([plan, st] { plan_execution(*plan).drive(st); });
+            batch->defer([plan, caches, st] { drive(*plan, *caches, st); });
           else
-            plan_execution(*plan).drive(st);
+            drive(*plan, *caches, st);
         });
         continue;
-      case step::kind::send:
+      case item::kind::send:
         if (!x.rendezvous)
           throw internal_error("executor: a _send node without a rendezvous");
         x.rendezvous->send(s.transfer, value_at(x, s.inputs[0], memory_location::host()));
         break;
-      case step::kind::fused:
+      case item::kind::fused:
         reread_inputs(x, s);
         run_fused(x, s);
         break;
-      case step::kind::kernel: {
+      case item::kind::kernel: {
         if (s.kept && reuse_kept(x, s))
           break;
         reread_inputs(x, s);
         std::uint32_t forwardable = 0;
         for (std::size_t i = 0; i < s.inputs.size() && i < 32; ++i) {
-          const node_id in = s.inputs[i];
-          if (in != no_node && x.readers[static_cast<std::size_t>(in)] == 1 &&
-              !p_.keep_[static_cast<std::size_t>(in)])
+          const slot in = s.inputs[i];
+          if (in != plan::no_slot && x.readers[in] == 1 && !p_.fetched(in))
             forwardable |= 1u << i;
         }
         pointer_list<const any_tensor> inputs(s.inputs.size());
         for (std::size_t i = 0; i < s.inputs.size(); ++i)
-          inputs[i] = s.inputs[i] == no_node ? nullptr : &value_at(x, s.inputs[i], s.where);
+          inputs[i] = s.inputs[i] == plan::no_slot ? nullptr : &value_at(x, s.inputs[i], s.where);
         if (s.blocking && x.rendezvous)
           x.rendezvous->flush();
-        run_step(x.g, s, inputs.span(), x.values, x.device, x.resources, forwardable,
+        run_item(x, s, inputs.span(), forwardable,
                  x.rendezvous ? x.rendezvous->cancellation() : nullptr);
         if (s.kept)
-          keep(x, s);
+          caches_.keep(s.out, x.values[s.out]);
         break;
       }
       }
@@ -315,18 +335,21 @@ private:
     }
     if (x.rendezvous)
       x.rendezvous->flush();
-    if (p_.on_gpu_) // what the caller fetches, it reads on the host
-      for (node_id f : p_.request_.fetches)
-        x.values[static_cast<std::size_t>(f)] = any_tensor(value_at(x, f, memory_location::host()));
+    if (p_.on_gpu()) // what the caller fetches, it reads on the host
+      for (slot f : p_.fetches())
+        x.values[f] = any_tensor(value_at(x, f, memory_location::host()));
     return true;
   }
 
-  // A started step: runs it until it waits or ends; at its end calls on_done.
-  void drive(const std::shared_ptr<execution>& st) const {
+  // A started run: runs it until it waits or ends; at its end calls on_done.
+  static void drive(const plan& p, plan_caches& c, const std::shared_ptr<execution>& st) {
+    const plan_execution self(p, c);
     std::exception_ptr error;
+    std::vector<any_tensor> out;
     try {
-      if (!advance(st))
+      if (!self.advance(st))
         return; // an arrival resumes it
+      out = self.fetched(*st);
     } catch (...) {
       error = std::current_exception();
     }
@@ -336,25 +359,25 @@ private:
       st->ended = true;
       done = std::move(st->on_done);
     }
-    done(st->values, error);
+    done(out, error);
   }
 
-  void release(execution& x, node_id id) const {
-    if (!p_.keep_[static_cast<std::size_t>(id)])
-      release_value(x, id);
+  void release(execution& x, slot s) const {
+    if (!p_.fetched(s))
+      release_value(x, s);
   }
-  void release_value(execution& x, node_id id) const {
-    x.values[static_cast<std::size_t>(id)] = {};
-    if (p_.on_gpu_)
-      x.elsewhere[static_cast<std::size_t>(id)] = {};
+  void release_value(execution& x, slot s) const {
+    x.values[s] = {};
+    if (p_.on_gpu())
+      x.elsewhere[s] = {};
   }
 
-  // The value of `id` at `where`: itself, or its copy there.
-  const any_tensor& value_at(execution& x, node_id id, memory_location where) const {
-    const any_tensor& v = x.values[static_cast<std::size_t>(id)];
-    if (!p_.on_gpu_ || v.empty() || v.location() == where)
+  // The value in slot s at `where`: itself, or its copy there.
+  const any_tensor& value_at(execution& x, slot s, memory_location where) const {
+    const any_tensor& v = x.values[s];
+    if (!p_.on_gpu() || v.empty() || v.location() == where)
       return v;
-    any_tensor& copy = x.elsewhere[static_cast<std::size_t>(id)];
+    any_tensor& copy = x.elsewhere[s];
     if (copy.empty() || copy.location() != where)
       copy = at_location(v, where);
     return copy;
@@ -362,55 +385,47 @@ private:
 
   void finish(execution& x, std::size_t k) const {
     ++x.done;
-    const step& s = p_.steps_[k];
-    for (node_id in : s.inputs)
-      if (in != no_node && --x.readers[static_cast<std::size_t>(in)] == 0)
+    const item& s = p_.items()[k];
+    for (slot in : s.inputs)
+      if (in != plan::no_slot && --x.readers[in] == 0)
         release(x, in);
-    if (x.readers[static_cast<std::size_t>(s.id)] == 0)
-      release(x, s.id);
-    for (std::size_t c : p_.consumers_[k])
+    if (x.readers[s.out] == 0)
+      release(x, s.out);
+    for (std::size_t c : p_.consumers(k))
       if (--x.pending[c] == 0)
         x.ready.push(c);
   }
 
-  // A GPU constant's value from an earlier step of this plan: a constant never
-  // changes, and making it again costs a copy or a kernel on every step.
-  // Readers never write it in place: the kept reference makes it shared.
-  bool reuse_kept(execution& x, const step& s) const {
-    std::lock_guard lock(p_.kept_mu_);
-    auto it = p_.kept_.find(s.id);
-    if (it == p_.kept_.end())
+  // A GPU constant's value from an earlier run of this plan (plan_caches::kept).
+  bool reuse_kept(execution& x, const item& s) const {
+    auto kept = caches_.kept(s.out);
+    if (!kept)
       return false;
-    x.values[static_cast<std::size_t>(s.id)] = it->second;
+    x.values[s.out] = std::move(*kept);
     return true;
   }
-  void keep(execution& x, const step& s) const {
-    std::lock_guard lock(p_.kept_mu_);
-    p_.kept_.emplace(s.id, x.values[static_cast<std::size_t>(s.id)]);
-  }
 
-  // A step's variable inputs, read again (reread_variables); a copy at the
+  // An item's variable inputs, read again (reread_variables); a copy at the
   // other location of a read that changed is dropped.
-  void reread_inputs(execution& x, const step& s) const {
-    if (reread_variables(x.g, s, x.values, x.resources) && p_.on_gpu_)
-      for (node_id in : s.inputs)
-        if (in != no_node && p_.variable_read_[static_cast<std::size_t>(in)])
-          x.elsewhere[static_cast<std::size_t>(in)] = {}; // the read may have changed
+  void reread_inputs(execution& x, const item& s) const {
+    if (reread_variables(x, s) && p_.on_gpu())
+      for (slot in : s.inputs)
+        if (in != plan::no_slot && p_.reads_variable(in))
+          x.elsewhere[in] = {}; // the read may have changed
   }
 
   // TF reads a variable when its consumer runs, not when the variable's node
   // does: a read under a control dependency on an update sees the update.
-  // True when the step reads a variable.
-  bool reread_variables(const graph& g, const step& s, std::vector<any_tensor>& values,
-                        resource_access& resources) const {
+  // True when the item reads a variable.
+  bool reread_variables(execution& x, const item& s) const {
     bool read = false;
-    for (node_id in : s.inputs) {
-      if (in == no_node || !p_.variable_read_[static_cast<std::size_t>(in)])
+    for (slot in : s.inputs) {
+      if (in == plan::no_slot || !p_.reads_variable(in))
         continue;
-      any_tensor& v = values[static_cast<std::size_t>(in)];
+      any_tensor& v = x.values[in];
       if (v.empty())
         continue;
-      variable_resource& r = variable_of(g, in, resources);
+      variable_resource& r = caches_.variable(p_, x.g, in, x.resources);
       std::lock_guard lock(r.mu);
       if (r.initialized) {
         read = read || !v.shares_buffer_with(r.value);
@@ -420,31 +435,31 @@ private:
     return read;
   }
 
-  // A fused region at its location: the fused kernel, or its primitive steps
+  // A fused region at its location: the fused kernel, or its primitive items
   // where the kernel declines the shapes. Its leaves are read at the region's
   // location, copied there once if they are elsewhere.
-  void run_fused(execution& x, const step& s) const {
+  void run_fused(execution& x, const item& s) const {
     std::vector<const any_tensor*> leaves;
     leaves.reserve(s.leaves.size());
-    for (node_id l : s.leaves)
+    for (slot l : s.leaves)
       leaves.push_back(&value_at(x, l, s.where));
     any_tensor out;
     const std::string& name = x.g.node(s.id).name;
     if (s.where.on_host() ? s.fused(x.device, leaves, out, name)
                           : gpu_of(x.g.node(s.id), s.where)
                                 .run_fused(s.where.device, s.gpu_fused, leaves, out, name)) {
-      x.values[static_cast<std::size_t>(s.id)] = std::move(out);
+      x.values[s.out] = std::move(out);
       return;
     }
-    for (const step& f : s.fallback) {
+    for (const item& f : s.fallback) {
       pointer_list<const any_tensor> inputs(f.inputs.size());
       for (std::size_t i = 0; i < f.inputs.size(); ++i)
-        inputs[i] = f.inputs[i] == no_node ? nullptr : &value_at(x, f.inputs[i], f.where);
-      run_step(x.g, f, inputs.span(), x.values, x.device, x.resources);
+        inputs[i] = f.inputs[i] == plan::no_slot ? nullptr : &value_at(x, f.inputs[i], f.where);
+      run_item(x, f, inputs.span());
     }
-    for (const step& f : s.fallback)
+    for (const item& f : s.fallback)
       if (f.id != s.id)
-        release_value(x, f.id);
+        release_value(x, f.out);
   }
 
   // The GPU backend that runs node n on `where`; one clear error without one.
@@ -456,71 +471,55 @@ private:
     return *gpu;
   }
 
-  // The variable of the variable node `id`: what resources.variable() returns,
-  // kept by the plan while the resources' generation() stays the same (a
-  // lookup by name costs two attribute reads and two map finds; a ps step
-  // reads and updates hundreds of variables). A reset() of the resources
-  // changes the generation, and the next lookup asks them again.
-  variable_resource& variable_of(const graph& g, node_id id, resource_access& resources) const {
-    const std::uint64_t generation = resources.generation();
-    if (generation == 0)
-      return resources.variable(g.node(id));
-    std::lock_guard lock(p_.variables_mu_);
-    if (p_.variables_generation_ != generation) {
-      p_.variables_.assign(g.size(), nullptr);
-      p_.variables_generation_ = generation;
-    }
-    variable_resource*& v = p_.variables_[static_cast<std::size_t>(id)];
-    if (!v)
-      v = &resources.variable(g.node(id));
-    return *v;
-  }
-
-  // Runs a kernel step on `inputs` (its data inputs, at the step's location).
+  // Runs a kernel item on `inputs` (its data inputs, at the item's location).
   // Its refs are the variables of its ref inputs; a variable node's own
   // variable is its one ref (variable_cpu reads it there).
-  void run_step(const graph& g, const step& s, std::span<const any_tensor* const> inputs,
-                std::vector<any_tensor>& values, const cpu_device& device,
-                resource_access& resources, std::uint32_t forwardable = 0,
-                step_cancellation* cancellation = nullptr) const {
-    const node_def& n = g.node(s.id);
-    const bool variable = p_.variable_read_[static_cast<std::size_t>(s.id)];
+  void run_item(execution& x, const item& s, std::span<const any_tensor* const> inputs,
+                std::uint32_t forwardable = 0, step_cancellation* cancellation = nullptr) const {
+    const node_def& n = x.g.node(s.id);
+    const bool variable = p_.reads_variable(s.out);
     pointer_list<variable_resource> refs(variable ? 1 : s.refs.size());
     if (variable)
-      refs[0] = &variable_of(g, s.id, resources);
+      refs[0] = &caches_.variable(p_, x.g, s.out, x.resources);
     for (std::size_t i = 0; !variable && i < s.refs.size(); ++i)
-      refs[i] = &variable_of(g, s.refs[i], resources);
-    kernel_context ctx{n, inputs, refs.span(), device, resources, {}, forwardable, cancellation};
-    ctx.attrs = s.attrs.get();
+      refs[i] = &caches_.variable(p_, x.g, s.refs[i], x.resources);
+    kernel_context ctx{n,         inputs,      refs.span(), x.device, x.resources,
+                       {},        forwardable, cancellation};
+    ctx.attrs = &caches_.attrs(s);
     if (s.where.on_host())
       s.kernel(ctx);
     else
       gpu_of(n, s.where).run(s.where.device, s.kernel, ctx);
-    values[static_cast<std::size_t>(s.id)] = std::move(ctx.output);
+    x.values[s.out] = std::move(ctx.output);
   }
 
   const plan& p_;
+  plan_caches& caches_;
 };
 
-// Runs `p` on the calling thread, which waits there for its recvs. `values` is
-// indexed by node id and holds the fed values on entry; on return it holds the
-// fetched ones. A plan with _send or _recv nodes needs a rendezvous.
-inline void run_plan(const plan& p, const graph& g, std::vector<any_tensor>& values,
-                     const cpu_device& device, resource_access& resources,
-                     step_rendezvous* rendezvous = nullptr, step_tracer* tracer = nullptr) {
-  detail::plan_execution(p).run(g, values, device, resources, rendezvous, tracer);
+// Runs `p` on the calling thread, which waits there for its recvs. `feeds` are the values
+// of the plan's request's fed nodes, in its order; returns the fetched values in the order
+// of its fetches. A plan with _send or _recv nodes needs a rendezvous.
+inline std::vector<any_tensor> run_plan(const plan& p, plan_caches& caches, const graph& g,
+                                        std::vector<any_tensor> feeds, const cpu_device& device,
+                                        resource_access& resources,
+                                        step_rendezvous* rendezvous = nullptr,
+                                        step_tracer* tracer = nullptr) {
+  return plan_execution(p, caches).run(g, std::move(feeds), device, resources, rendezvous,
+                                       tracer);
 }
 
 // Runs `p` on the calling thread until it waits for a recv, then returns; the
 // thread that delivers the recv's value runs it on (TF's executor continues
-// where a recv completes too). `done` runs on the thread that ends the step.
-// Not for a plan that blocks(). g, device, resources and rendezvous must
-// outlive the step: `done` is the place to release them.
-inline void start_plan(const plan& p, const graph& g, std::vector<any_tensor> values,
-                       const cpu_device& device, resource_access& resources,
-                       step_rendezvous& rendezvous, plan_done_fn done,
+// where a recv completes too). `done` runs on the thread that ends the step,
+// with the fetched values or the error. Not for a plan that blocks(). The plan,
+// its caches, g, device, resources and rendezvous must outlive the step: `done`
+// is the place to release them.
+inline void start_plan(const plan& p, plan_caches& caches, const graph& g,
+                       std::vector<any_tensor> feeds, const cpu_device& device,
+                       resource_access& resources, step_rendezvous& rendezvous, plan_done_fn done,
                        step_tracer* tracer = nullptr) {
-  detail::plan_execution(p).start(g, std::move(values), device, resources, rendezvous,
+  plan_execution(p, caches).start(g, std::move(feeds), device, resources, rendezvous,
                                   std::move(done), tracer);
 }
 

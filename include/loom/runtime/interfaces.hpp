@@ -164,6 +164,11 @@ struct server_options {
 // The seams themselves: the runtime's, not the user's.
 namespace detail {
 
+// The id of one run of a request (a "step", as TF names it; a plan's unit of work
+// is an item, runtime/plan.hpp): the same on every task the request's partitions
+// run on, so that their transfers meet in the rendezvous.
+using step_id = std::uint64_t;
+
 // What one step computes: the nodes whose values it returns, the nodes it only
 // runs, and the nodes whose values the caller feeds.
 struct run_request {
@@ -189,11 +194,11 @@ struct run_request {
 class master_interface {
 public:
   virtual ~master_interface() = default;
-  // Runs `req` on `g`. `values` has one slot per node of g; the fed ones hold
-  // their values, and the fetched ones hold theirs afterwards. `trace`, where
-  // given, receives the step's stats (run_options' trace_level::full).
-  virtual void run(const graph& g, const run_request& req, std::vector<any_tensor>& values,
-                   step_stats* trace) = 0;
+  // Runs `req` on `g`: `feeds` are the values of req.fed's nodes, in its order;
+  // returns the values of req.fetches, in its order. `trace`, where given,
+  // receives the step's stats (run_options' trace_level::full).
+  virtual std::vector<any_tensor> run(const graph& g, const run_request& req,
+                                      std::vector<any_tensor> feeds, step_stats* trace) = 0;
 };
 
 // A cluster task serving (TF's ServerInterface); loom::server holds one.

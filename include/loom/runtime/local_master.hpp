@@ -31,29 +31,37 @@ public:
             session_placement(o.allow_soft_placement, o.log_device_placement, {}, local_cpu)),
         placement_log_(o.placement_log) {}
 
-  void run(const graph& g, const run_request& req, std::vector<any_tensor>& values,
-           step_stats* trace) override {
-    const plan& p = plan_for(g, req);
-    if (!trace) {
-      run_plan(p, g, values, device_, resources_);
-      return;
-    }
+  std::vector<any_tensor> run(const graph& g, const run_request& req,
+                              std::vector<any_tensor> feeds, step_stats* trace) override {
+    cached_plan& c = plan_for(g, req);
+    if (!trace)
+      return run_plan(c.p, c.caches, g, std::move(feeds), device_, resources_);
     // One task, on the client's own clock.
     this_thread_role() = "client";
     step_tracer tracer;
     const std::int64_t start = steady_now_ns();
-    run_plan(p, g, values, device_, resources_, nullptr, &tracer);
+    auto fetched = run_plan(c.p, c.caches, g, std::move(feeds), device_, resources_, nullptr, &tracer);
     *trace = step_stats{++traced_steps_, start, steady_now_ns(), {}};
     task_trace t = tracer.finish();
     trace->tasks.push_back(
         {local_task, std::move(t.nodes), std::move(t.thread_roles), 0, 0, 0, true});
+    return fetched;
   }
 
 private:
   static constexpr const char* local_task = "/job:localhost/replica:0/task:0";
   static constexpr const char* local_cpu = "/job:localhost/replica:0/task:0/device:CPU:0";
 
-  const plan& plan_for(const graph& g, const run_request& req) {
+  // A request's plan, and what its runs keep.
+  struct cached_plan {
+    cached_plan(const graph& g, const run_request& req, bool allow_fusion,
+                std::vector<memory_location> placed)
+        : p(g, req, allow_fusion, std::move(placed)), caches(p) {}
+    const plan p;
+    plan_caches caches;
+  };
+
+  cached_plan& plan_for(const graph& g, const run_request& req) {
     if (g.version() != planned_version_) { // plans of an older graph are stale
       plans_.clear();
       planned_version_ = g.version();
@@ -61,7 +69,9 @@ private:
     const std::string key = req.key(g.version());
     auto it = plans_.find(key);
     if (it == plans_.end())
-      it = plans_.emplace(key, std::make_unique<plan>(g, req, allow_fusion_, place_nodes(g, req)))
+      it = plans_
+               .emplace(key, std::make_unique<cached_plan>(g, req, allow_fusion_,
+                                                           place_nodes(g, req)))
                .first;
     return *it->second;
   }
@@ -85,7 +95,7 @@ private:
   resource_manager resources_;
   Eigen::ThreadPool pool_;
   cpu_device device_;
-  std::map<std::string, std::unique_ptr<plan>> plans_;
+  std::map<std::string, std::unique_ptr<cached_plan>> plans_;
   std::uint64_t planned_version_ = 0;
   bool allow_fusion_ = true;
   std::uint64_t traced_steps_ = 0; // a local step's id in its trace

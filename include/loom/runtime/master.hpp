@@ -101,17 +101,17 @@ public:
   // The target's task: where nodes without a device run (TF places them on the master's task).
   std::string default_task() const { return detail::task_name(job_, task_); }
 
-  // Runs one step. `values` holds the fed values by node id; on return it
-  // holds the fetched ones. The other tasks' partitions start first; the
+  // Runs one step: `feeds` in the order of req.fed; returns the fetched values in
+  // the order of req.fetches. The other tasks' partitions start first; the
   // target's own, when the target serves in this process, then runs on this
   // thread, its feeds and fetches handed over in memory. A traced step
   // (`trace` given) asks every task for its trace and puts them on this
   // process's clock (trace_alignment.hpp).
-  void run(const graph& g, const run_request& req, std::vector<any_tensor>& values,
-           step_stats* trace) override {
+  std::vector<any_tensor> run(const graph& g, const run_request& req,
+                              std::vector<any_tensor> feeds, step_stats* trace) override {
     const std::shared_ptr<registered> reg = registration(g, req);
     const registered& r = *reg;
-    std::uint64_t step;
+    step_id step;
     {
       std::lock_guard lock(mu_);
       step = step_ids_();
@@ -119,6 +119,7 @@ public:
     // Every task's part starts; the target's own, where it serves in this
     // process, runs on this thread below (runs_on_caller) while the others run.
     std::vector<pending_run> runs(r.parts.size());
+    std::vector<any_tensor> fetched(req.fetches.size());
     run_graph_options ro;
     ro.timeout = options_.step_timeout;
     ro.others_failed = [&runs] {
@@ -131,18 +132,19 @@ public:
     const std::int64_t start = trace ? steady_now_ns() : 0;
     for (std::size_t i = 0; i < r.parts.size(); ++i) {
       const part_handle& p = r.parts[i];
-      std::vector<any_tensor> feeds;
-      for (node_id src : p.fed_sources)
-        feeds.push_back(values[static_cast<std::size_t>(src)]);
+      std::vector<any_tensor> fed;
+      fed.reserve(p.fed_at.size());
+      for (std::size_t at : p.fed_at)
+        fed.push_back(feeds[at]);
       if (!trace) {
-        runs[i] = worker(p.task).run_graph(p.handle, step, std::move(feeds), ro);
+        runs[i] = worker(p.task).run_graph(p.handle, step, std::move(fed), ro);
         continue;
       }
       run_graph_options traced = ro;
       traced.trace = &traces[i].trace;
       traces[i].task = p.task;
       traces[i].sent_ns = steady_now_ns();
-      runs[i] = worker(p.task).run_graph(p.handle, step, std::move(feeds), traced);
+      runs[i] = worker(p.task).run_graph(p.handle, step, std::move(fed), traced);
     }
     std::exception_ptr first;
     bool aborted = false;
@@ -155,11 +157,11 @@ public:
           if (traces[i].trace.answered_ns == 0)
             throw internal_error(p.task + " answered a traced step without its trace");
         }
-        if (out.size() != p.fetch_sources.size())
+        if (out.size() != p.fetch_at.size())
           throw internal_error(p.task + " returned " + std::to_string(out.size()) +
-                               " fetches, expected " + std::to_string(p.fetch_sources.size()));
-        for (std::size_t k = 0; k < p.fetch_sources.size(); ++k)
-          values[static_cast<std::size_t>(p.fetch_sources[k])] = std::move(out[k]);
+                               " fetches, expected " + std::to_string(p.fetch_at.size()));
+        for (std::size_t k = 0; k < p.fetch_at.size(); ++k)
+          fetched[p.fetch_at[k]] = std::move(out[k]);
       } catch (const error& e) {
         // A task's own failure beats the aborts it causes elsewhere.
         if (!first || (e.code() != error_code::aborted && is_abort(first)))
@@ -189,6 +191,7 @@ public:
     }
     if (trace)
       *trace = align_step_trace(step, start, steady_now_ns(), std::move(traces));
+    return fetched;
   }
 
   // Clears resource containers on every task (TF's Session.reset), all asked
@@ -291,7 +294,8 @@ private:
   struct part_handle {
     std::string task;
     std::uint64_t handle = 0;
-    std::vector<node_id> fetch_sources, fed_sources;
+    // Its fetches' and feeds' positions in the request's fetches and fed nodes.
+    std::vector<std::size_t> fetch_at, fed_at;
   };
   struct registered {
     std::vector<part_handle> parts;
@@ -315,7 +319,7 @@ private:
     return workers_->worker(task);
   }
 
-  void abort_step(const registered& r, std::uint64_t step, const std::string& reason) {
+  void abort_step(const registered& r, step_id step, const std::string& reason) {
     for (const auto& p : r.parts)
       worker(p.task).abort_step(step, reason);
   }
@@ -469,7 +473,7 @@ private:
       const run_request rr{p.fetches, p.targets, p.fed};
       const std::uint64_t handle =
           worker(p.task).register_graph(detail::graph_from_image(std::move(p.image)), rr);
-      reg->parts.push_back({p.task, handle, p.fetch_sources, p.fed_sources});
+      reg->parts.push_back({p.task, handle, std::move(p.fetch_at), std::move(p.fed_at)});
     }
     std::vector<std::function<void()>> calls;
     std::shared_ptr<registered> kept;

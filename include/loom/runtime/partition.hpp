@@ -25,8 +25,9 @@ struct graph_partition {
   std::vector<node_id> fetches; // local ids of the request's fetches on this task
   std::vector<node_id> fed;     // local ids of the request's fed nodes on this task
   std::vector<node_id> targets; // local ids of the nodes to run (all but ref-only variables)
-  // The request's node ids behind fetches and fed, in the same order.
-  std::vector<node_id> fetch_sources, fed_sources;
+  // Where fetches and fed are in the request's fetches and fed nodes, in the same order:
+  // a master hands the task its feeds, and takes its fetches, as lists.
+  std::vector<std::size_t> fetch_at, fed_at;
 };
 
 // What both masters give the placer for a session: its soft placement,
@@ -87,7 +88,9 @@ inline std::vector<graph_partition> partition_graph(const graph& g, const run_re
     by_id.emplace(n.id, &n);
     task.emplace(n.id, task_of(n));
   }
-  const std::set<node_id> fed(req.fed.begin(), req.fed.end());
+  std::map<node_id, std::size_t> fed; // each fed node's position in req.fed
+  for (std::size_t i = 0; i < req.fed.size(); ++i)
+    fed.emplace(req.fed[i], i);
 
   std::map<std::string, graph_partition> parts;
   // Local id of a value on a task: the node itself, or the _recv that brings it.
@@ -182,7 +185,7 @@ inline std::vector<graph_partition> partition_graph(const graph& g, const run_re
       p.targets.push_back(id);
     if (fed.count(src.id)) {
       p.fed.push_back(id);
-      p.fed_sources.push_back(src.id);
+      p.fed_at.push_back(fed.at(src.id));
     }
     for (bool control : {false, true}) {
       const auto& readers = control ? control_readers : data_readers;
@@ -202,10 +205,11 @@ inline std::vector<graph_partition> partition_graph(const graph& g, const run_re
       }
     }
   }
-  for (node_id f : req.fetches) {
+  for (std::size_t i = 0; i < req.fetches.size(); ++i) {
+    const node_id f = req.fetches[i];
     graph_partition& p = parts.at(task.at(f));
     p.fetches.push_back(local.at({p.task, f}));
-    p.fetch_sources.push_back(f);
+    p.fetch_at.push_back(i);
   }
   // Fused regions whose root, interior and leaves all landed on one task.
   for (const fusion_candidate& c : g.fusions()) {

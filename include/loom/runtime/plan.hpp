@@ -28,8 +28,6 @@
 
 namespace loom::detail {
 
-class plan_execution;
-
 // The nodes a request needs: the fetches, the targets and, transitively, their
 // data and control inputs, stopping at fed nodes (TF's pruning).
 inline std::vector<char> needed_nodes(const graph& g, const run_request& req) {
@@ -77,27 +75,35 @@ struct transfer_def {
 
 class plan {
 public:
-  struct step {
+  // Where a value lives while the plan runs: an index into its values, dense over the
+  // nodes the plan reads or writes (not the graph's ids), so that a run allocates for the
+  // nodes it needs only, however large the graph.
+  using slot = std::uint32_t;
+  static constexpr slot no_slot = ~slot{0};
+
+  // A node's unit of work in the plan (TF's NodeItem): a kernel, a fused region, a
+  // _send or a _recv. ("A step" is a whole run: step_id, runtime/interfaces.hpp.)
+  struct item {
     enum class kind : std::uint8_t { kernel, fused, send, recv };
     kind k = kind::kernel;
-    node_id id = no_node;
+    node_id id = no_node; // its node, for its definition and its name
+    slot out = no_slot;   // where its value goes
     kernel_fn kernel = nullptr;
-    bool blocking = false;       // the kernel may wait for other steps (op_def::blocking)
-    bool kept = false;           // a constant on a GPU: made by its first run, then kept
-    memory_location where{};     // a kernel's device: its inputs are copied there
-    std::vector<node_id> inputs; // no_node at ref-input positions
-    std::vector<node_id> refs;   // the variable nodes of ref inputs
-    std::vector<node_id> after;  // control inputs
-    transfer_def transfer{};     // a send's or recv's attributes
-    // A kernel's attributes, as its first run decodes them (kernel_context::decoded).
-    std::shared_ptr<decoded_attrs> attrs;
+    bool blocking = false;    // the kernel may wait for other steps (op_def::blocking)
+    bool kept = false;        // a constant on a GPU: made by its first run, then kept
+    memory_location where{};  // a kernel's device: its inputs are copied there
+    std::vector<slot> inputs; // no_slot at ref-input positions
+    std::vector<slot> refs;   // the variable nodes of ref inputs
+    transfer_def transfer{};  // a send's or recv's attributes
+    // Its kernel's decoded attributes in plan_caches (kernel_context::decoded).
+    std::size_t attrs = 0;
     // A fused region: its kernel (the CPU's, or the GPU's for a region on a
-    // GPU) and leaves, and the primitive steps that compute the same value
+    // GPU) and leaves, and the primitive items that compute the same value
     // when the fused kernel declines the shapes.
     fused_kernel_fn fused = nullptr;
     gpu_fused_kernel_fn gpu_fused = nullptr;
-    std::vector<node_id> leaves;
-    std::vector<step> fallback;
+    std::vector<slot> leaves;
+    std::vector<item> fallback;
   };
 
   // allow_fusion = false runs every fusable region as its primitive ops (the
@@ -116,7 +122,7 @@ public:
     // 1. The nodes the request needs.
     const std::vector<char> needed = needed_nodes(g, req);
 
-    // 2. Consumers within the plan, for fusion and for releasing values.
+    // 2. Consumers within the plan, for fusion.
     std::unordered_map<node_id, std::vector<node_id>> consumers;
     for (std::size_t id = 0; id < g.size(); ++id) {
       if (!needed[id] || fed.count(static_cast<node_id>(id)))
@@ -167,55 +173,64 @@ public:
       fused_away.insert(interior->begin(), interior->end());
     }
 
-    // 4. Steps in id order.
+    // 4. Items in id order; the slots, fed values' first.
+    for (node_id f : req.fed)
+      fed_.push_back(slot_of(f));
+    std::vector<std::vector<node_id>> after; // per item: its control inputs
     for (std::size_t i = 0; i < g.size(); ++i) {
       const node_id id = static_cast<node_id>(i);
       if (!needed[i] || fed.count(id) || fused_away.count(id))
         continue;
       if (auto it = fuse_at.find(id); it != fuse_at.end()) {
-        step s;
-        s.k = step::kind::fused;
+        item s;
+        s.k = item::kind::fused;
         s.id = id;
+        s.out = slot_of(id);
         s.where = placed[i];
         if (s.where.on_host())
           s.fused = detail::fused_kernel_registry::instance().find(it->second->key);
         else
           s.gpu_fused = detail::fused_kernel_registry::instance().find_gpu(it->second->key);
-        s.leaves = it->second->leaves;
+        for (node_id l : it->second->leaves)
+          s.leaves.push_back(slot_of(l));
         auto interior = *region_interior(g, *it->second);
         std::sort(interior.begin(), interior.end());
         for (node_id r : interior)
-          s.fallback.push_back(make_step(g, r, s.where));
-        s.fallback.push_back(make_step(g, id, s.where));
+          s.fallback.push_back(make_item(g, r, s.where));
+        s.fallback.push_back(make_item(g, id, s.where));
         s.inputs = s.leaves;
         on_gpu_ = on_gpu_ || !s.where.on_host();
-        steps_.push_back(std::move(s));
+        items_.push_back(std::move(s));
       } else {
-        steps_.push_back(make_step(g, id, placed[i]));
+        items_.push_back(make_item(g, id, placed[i]));
         on_gpu_ = on_gpu_ || !placed[i].on_host();
-        blocks_ = blocks_ || steps_.back().blocking;
+        blocks_ = blocks_ || items_.back().blocking;
       }
+      after.push_back(g.node(id).control_inputs);
     }
+    for (node_id f : req.fetches)
+      fetches_.push_back(slot_of(f));
 
-    // 5. The dependency graph between steps, and how many steps read each value.
-    std::unordered_map<node_id, std::size_t> producer;
-    for (std::size_t k = 0; k < steps_.size(); ++k)
-      producer.emplace(steps_[k].id, k);
-    consumers_.resize(steps_.size());
-    pending_.assign(steps_.size(), 0);
-    readers_.assign(g.size(), 0);
-    for (std::size_t k = 0; k < steps_.size(); ++k) {
+    // 5. The dependency graph between items, and how many items read each value.
+    std::unordered_map<slot, std::size_t> producer;
+    for (std::size_t k = 0; k < items_.size(); ++k)
+      producer.emplace(items_[k].out, k);
+    consumers_.resize(items_.size());
+    pending_.assign(items_.size(), 0);
+    readers_.assign(nodes_.size(), 0);
+    for (std::size_t k = 0; k < items_.size(); ++k) {
       std::set<std::size_t> deps;
-      for (node_id in : steps_[k].inputs) {
-        if (in == no_node)
+      for (slot in : items_[k].inputs) {
+        if (in == no_slot)
           continue;
-        ++readers_[static_cast<std::size_t>(in)];
+        ++readers_[in];
         if (auto p = producer.find(in); p != producer.end())
           deps.insert(p->second);
       }
-      for (node_id in : steps_[k].after)
-        if (auto p = producer.find(in); p != producer.end())
-          deps.insert(p->second);
+      for (node_id in : after[k])
+        if (auto s = slots_.find(in); s != slots_.end())
+          if (auto p = producer.find(s->second); p != producer.end())
+            deps.insert(p->second);
       for (std::size_t d : deps)
         consumers_[d].push_back(k);
       pending_[k] = static_cast<int>(deps.size());
@@ -223,39 +238,66 @@ public:
     // Fed values are not kept: a kernel may forward one that nothing else holds
     // (a tensor a task received for this step, which an assign then adopts
     // without a copy); a caller's own fed tensor is never a sole owner.
-    keep_.assign(g.size(), 0);
-    for (node_id f : req.fetches)
-      keep_[static_cast<std::size_t>(f)] = 1;
-    variable_read_.assign(g.size(), 0);
-    for (const step& s : steps_)
+    keep_.assign(nodes_.size(), 0);
+    for (slot f : fetches_)
+      keep_[f] = 1;
+    variable_read_.assign(nodes_.size(), 0);
+    for (const item& s : items_)
       if (g.node(s.id).op == "variable")
-        variable_read_[static_cast<std::size_t>(s.id)] = 1;
+        variable_read_[s.out] = 1;
+    slots_.clear(); // only the build needs the way back from node ids
   }
 
-  const std::vector<step>& steps() const noexcept { return steps_; }
+  const std::vector<item>& items() const noexcept { return items_; }
   const run_request& request() const noexcept { return request_; }
 
   // Has a kernel that may wait for other steps (a blocking op).
   bool blocks() const noexcept { return blocks_; }
+  // Has an item that runs on a GPU.
+  bool on_gpu() const noexcept { return on_gpu_; }
+
+  // The plan's values: how many, and each one's node.
+  std::size_t slots() const noexcept { return nodes_.size(); }
+  node_id node_of(slot s) const noexcept { return nodes_[s]; }
+  // The slots of the request's fed nodes and fetches, in its order.
+  const std::vector<slot>& fed() const noexcept { return fed_; }
+  const std::vector<slot>& fetches() const noexcept { return fetches_; }
+  // The items that wait on item k, and how many items item k waits on.
+  const std::vector<std::size_t>& consumers(std::size_t k) const noexcept { return consumers_[k]; }
+  const std::vector<int>& pending() const noexcept { return pending_; }
+  // How many items read each slot's value.
+  const std::vector<int>& readers() const noexcept { return readers_; }
+  // Whether a slot's value is fetched (it lives to the end of the run).
+  bool fetched(slot s) const noexcept { return keep_[s] != 0; }
+  // Whether a slot holds a variable node's read (read again by each consumer).
+  bool reads_variable(slot s) const noexcept { return variable_read_[s] != 0; }
+  // How many items (fallbacks included) decode attributes: plan_caches' size.
+  std::size_t decoded_items() const noexcept { return decoded_items_; }
 
 private:
-  friend class detail::plan_execution;
+  slot slot_of(node_id id) {
+    auto [it, added] = slots_.try_emplace(id, static_cast<slot>(nodes_.size()));
+    if (added)
+      nodes_.push_back(id);
+    return it->second;
+  }
 
-  static step make_step(const graph& g, node_id id, memory_location where = {}) {
+  item make_item(const graph& g, node_id id, memory_location where = {}) {
     const node_def& n = g.node(id);
     const op_def& def = op_registry::instance().find(n.op);
     if (n.op == "placeholder")
       throw invalid_argument_error("you must feed a value for placeholder '" + n.name +
                                    "' with dtype " + std::string(to_string(n.type)) +
                                    " and shape " + n.shape.to_string());
-    step s;
+    item s;
     s.id = id;
-    s.after = n.control_inputs;
+    s.out = slot_of(id);
     if (n.op == "_send" || n.op == "_recv") {
-      s.k = n.op == "_send" ? step::kind::send : step::kind::recv;
-      s.inputs = n.inputs;
+      s.k = n.op == "_send" ? item::kind::send : item::kind::recv;
+      for (node_id in : n.inputs)
+        s.inputs.push_back(slot_of(in));
       s.transfer.key = n.attr<std::string>("key");
-      if (s.k == step::kind::send) {
+      if (s.k == item::kind::send) {
         s.transfer.peer_task = n.attr<std::string>("dst_task");
         s.transfer.control = n.attr_or<bool>("control", false);
       } else {
@@ -271,13 +313,13 @@ private:
     s.kept = n.op == "constant" && !where.on_host();
     s.kernel =
         kernel_registry::instance().find_for(n, t, where.on_host() ? device_cpu : device_gpu);
-    s.attrs = std::make_shared<decoded_attrs>();
+    s.attrs = decoded_items_++;
     for (std::size_t i = 0; i < n.inputs.size(); ++i) {
       if (def.ref_inputs >> i & 1u) {
-        s.inputs.push_back(no_node);
-        s.refs.push_back(n.inputs[i]);
+        s.inputs.push_back(no_slot);
+        s.refs.push_back(slot_of(n.inputs[i]));
       } else {
-        s.inputs.push_back(n.inputs[i]);
+        s.inputs.push_back(slot_of(n.inputs[i]));
       }
     }
     return s;
@@ -308,24 +350,78 @@ private:
   }
 
   run_request request_;
-  std::vector<step> steps_;
-  std::vector<std::vector<std::size_t>> consumers_; // per step: the steps waiting on it
-  std::vector<int> pending_;                        // per step: how many it waits on
-  std::vector<int> readers_;                        // per node id: steps reading its value
-  std::vector<char> keep_;                          // per node id: fetched
-  std::vector<char> variable_read_;                 // per node id: a variable read by a step
-  bool on_gpu_ = false;                             // some step runs on a GPU
-  bool blocks_ = false;                             // some step runs a blocking kernel
-  // GPU constants' values, by node id, kept by the plan's first step that made
-  // them (shared by its concurrent steps).
-  mutable std::mutex kept_mu_;
-  mutable std::unordered_map<node_id, any_tensor> kept_;
-  // The variables of the steps' variable nodes and ref inputs, by node id, as
-  // resource_access::variable() returned them for `variables_generation_`
-  // (plan_execution::variable_of): looked up by name once, not every step.
-  mutable std::mutex variables_mu_;
-  mutable std::uint64_t variables_generation_ = 0;
-  mutable std::vector<variable_resource*> variables_;
+  std::vector<item> items_;
+  std::vector<node_id> nodes_;                      // per slot: its node
+  std::unordered_map<node_id, slot> slots_;         // per node: its slot (while building)
+  std::vector<slot> fed_, fetches_;                 // the request's, in its order
+  std::vector<std::vector<std::size_t>> consumers_; // per item: the items waiting on it
+  std::vector<int> pending_;                        // per item: how many it waits on
+  std::vector<int> readers_;                        // per slot: items reading its value
+  std::vector<char> keep_;                          // per slot: fetched
+  std::vector<char> variable_read_;                 // per slot: a variable read by an item
+  std::size_t decoded_items_ = 0;
+  bool on_gpu_ = false; // some item runs on a GPU
+  bool blocks_ = false; // some item runs a blocking kernel
+};
+
+// What the runs of one plan keep between them, beside the immutable plan, by whoever
+// owns it (a local master's plan cache, a worker's registered partition): the kernels'
+// decoded attributes, GPU constants' values, and the variables found by name. Shared by
+// the plan's concurrent runs, so each under its lock.
+class plan_caches {
+public:
+  explicit plan_caches(const plan& p)
+      : attrs_(std::make_unique<decoded_attrs[]>(p.decoded_items())),
+        variables_(p.slots(), nullptr) {}
+  plan_caches(const plan_caches&) = delete;
+  plan_caches& operator=(const plan_caches&) = delete;
+
+  // An item's decoded attributes (kernel_context::decoded), kept from its first run.
+  decoded_attrs& attrs(const plan::item& s) noexcept { return attrs_[s.attrs]; }
+
+  // A GPU constant's value from an earlier run: a constant never changes, and making it
+  // again costs a copy or a kernel on every step. Readers never write it in place: the
+  // kept reference makes it shared.
+  std::optional<any_tensor> kept(plan::slot s) {
+    std::lock_guard lock(kept_mu_);
+    auto it = kept_.find(s);
+    if (it == kept_.end())
+      return std::nullopt;
+    return it->second;
+  }
+  void keep(plan::slot s, const any_tensor& value) {
+    std::lock_guard lock(kept_mu_);
+    kept_.emplace(s, value);
+  }
+
+  // The variable of the variable node in slot s: what resources.variable() returns, kept
+  // while the resources' generation() stays the same (a lookup by name costs two
+  // attribute reads and two map finds; a ps step reads and updates hundreds of
+  // variables). A reset() of the resources changes the generation, and the next lookup
+  // asks them again.
+  variable_resource& variable(const plan& p, const graph& g, plan::slot s,
+                              resource_access& resources) {
+    const std::uint64_t generation = resources.generation();
+    if (generation == 0)
+      return resources.variable(g.node(p.node_of(s)));
+    std::lock_guard lock(variables_mu_);
+    if (variables_generation_ != generation) {
+      std::fill(variables_.begin(), variables_.end(), nullptr);
+      variables_generation_ = generation;
+    }
+    variable_resource*& v = variables_[s];
+    if (!v)
+      v = &resources.variable(g.node(p.node_of(s)));
+    return *v;
+  }
+
+private:
+  std::unique_ptr<decoded_attrs[]> attrs_; // per item that decodes (plan::item::attrs)
+  std::mutex kept_mu_;
+  std::unordered_map<plan::slot, any_tensor> kept_;
+  std::mutex variables_mu_;
+  std::uint64_t variables_generation_ = 0;
+  std::vector<variable_resource*> variables_; // per slot
 };
 
 } // namespace loom::detail

@@ -73,7 +73,7 @@ public:
     }
   }
 
-  pending_run run_graph(std::uint64_t handle, std::uint64_t step, std::vector<any_tensor> feeds,
+  pending_run run_graph(std::uint64_t handle, step_id step, std::vector<any_tensor> feeds,
                         const run_graph_options& o) override {
     protocol::run_graph_request m{handle, step};
     m.strings = protocol::string_values::take(feeds);
@@ -88,7 +88,7 @@ public:
   // Dials a task never reached (it may wait for a tensor of the step), but not
   // one whose connection was lost: it is gone or restarted, and has not the
   // step either way.
-  void abort_step(std::uint64_t step, const std::string& reason) noexcept override {
+  void abort_step(step_id step, const std::string& reason) noexcept override {
     try {
       net::call_options co;
       co.dial = !channel_.ever_connected();

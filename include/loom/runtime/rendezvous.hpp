@@ -25,7 +25,7 @@ public:
   using done_fn = step_rendezvous::recv_done;
 
   // A value for (step, key). Dropped when the step was aborted.
-  void put(std::uint64_t step, const std::string& key, any_tensor value) {
+  void put(step_id step, const std::string& key, any_tensor value) {
     done_fn waiter;
     {
       std::lock_guard lock(mu_);
@@ -46,7 +46,7 @@ public:
   }
 
   // Calls done once the value for (step, key) is here, or the step is aborted.
-  void recv(std::uint64_t step, const std::string& key, done_fn done) {
+  void recv(step_id step, const std::string& key, done_fn done) {
     any_tensor value;
     std::exception_ptr error;
     {
@@ -71,7 +71,7 @@ public:
   // Calls fn(reason) once if `step` is aborted or the table closes before
   // forget(id), at once if that already happened (then returns 0). fn runs
   // under the table's lock (see step_cancellation).
-  std::uint64_t on_abort(std::uint64_t step, step_cancellation::callback fn) {
+  std::uint64_t on_abort(step_id step, step_cancellation::callback fn) {
     std::lock_guard lock(mu_);
     if (closed_) {
       fn(*closed_);
@@ -91,7 +91,7 @@ public:
   }
 
   // Fails every recv waiting in `step` (and any later one) with `reason`.
-  void abort(std::uint64_t step, const std::string& reason) {
+  void abort(step_id step, const std::string& reason) {
     std::vector<done_fn> waiters;
     {
       std::lock_guard lock(mu_);
@@ -156,7 +156,7 @@ private:
   std::mutex mu_;
   std::map<std::pair<std::uint64_t, std::string>, entry> entries_;
   struct watcher {
-    std::uint64_t step;
+    step_id step;
     step_cancellation::callback fn;
   };
   std::map<std::uint64_t, watcher> watchers_;

@@ -119,8 +119,8 @@ public:
   // values come back as a tuple.
   template <class F> auto run(const F& fetch, const feed_dict& feeds = {}) {
     auto [req, finish] = resolve_all(fetch);
-    std::vector<any_tensor> values = execute(req, feeds);
-    return finish(values);
+    std::vector<any_tensor> fetched = execute(req, feeds);
+    return finish(fetched);
   }
 
   // TF's sess.run(fetches, feed_dict, options, run_metadata): with
@@ -131,8 +131,8 @@ public:
   auto run(const F& fetch, const feed_dict& feeds, const run_options& options,
            run_metadata* metadata) {
     auto [req, finish] = resolve_all(fetch);
-    std::vector<any_tensor> values = execute(req, feeds, nullptr, trace_into(options, metadata));
-    return finish(values);
+    std::vector<any_tensor> fetched = execute(req, feeds, nullptr, trace_into(options, metadata));
+    return finish(fetched);
   }
 
   // sess.run({a, b}): a compile error that names loom::fetches(a, b) (the
@@ -145,14 +145,16 @@ public:
   auto run_with_extra(const F& fetch, const feed_dict& feeds, const std::vector<node_id>& extra,
                       const run_options& options = {}, run_metadata* metadata = nullptr) {
     auto [req, finish] = resolve_all(fetch);
+    std::vector<std::size_t> at;
+    at.reserve(extra.size());
     for (node_id id : extra)
-      add_once(req.fetches, id);
-    std::vector<any_tensor> values = execute(req, feeds, nullptr, trace_into(options, metadata));
+      at.push_back(add_once(req.fetches, id));
+    std::vector<any_tensor> fetched = execute(req, feeds, nullptr, trace_into(options, metadata));
     std::vector<any_tensor> extra_values;
     extra_values.reserve(extra.size());
-    for (node_id id : extra)
-      extra_values.push_back(take(values, id));
-    return std::make_pair(finish(values), std::move(extra_values));
+    for (std::size_t i : at)
+      extra_values.push_back(take(fetched, i));
+    return std::make_pair(finish(fetched), std::move(extra_values));
   }
 
   // Runs by node ids, for untyped callers (optimizers, the supervisor, tools).
@@ -160,26 +162,31 @@ public:
                                     const std::vector<node_id>& target_ids,
                                     const std::vector<std::pair<node_id, any_tensor>>& feeds = {}) {
     detail::run_request req;
+    std::vector<std::size_t> at;
+    at.reserve(fetch_ids.size());
     for (node_id f : fetch_ids)
-      add_once(req.fetches, f);
+      at.push_back(add_once(req.fetches, f));
     for (node_id t : target_ids)
       add_once(req.targets, t);
     feed_dict none;
-    std::vector<any_tensor> values = execute(req, none, &feeds);
+    std::vector<any_tensor> fetched = execute(req, none, &feeds);
     std::vector<any_tensor> out; // one value per fetch, in order
     out.reserve(fetch_ids.size());
-    for (node_id id : fetch_ids)
-      out.push_back(take(values, id));
+    for (std::size_t i : at)
+      out.push_back(take(fetched, i));
     return out;
   }
 
   const graph& graph_ref() const noexcept { return graph_; }
 
 private:
-  // A node fetched or run twice is computed and sent once.
-  static void add_once(std::vector<node_id>& list, node_id id) {
-    if (std::find(list.begin(), list.end(), id) == list.end())
-      list.push_back(id);
+  // A node fetched or run twice is computed and sent once: its position in `list`.
+  static std::size_t add_once(std::vector<node_id>& list, node_id id) {
+    auto it = std::find(list.begin(), list.end(), id);
+    if (it != list.end())
+      return static_cast<std::size_t>(it - list.begin());
+    list.push_back(id);
+    return list.size() - 1;
   }
 
   // The request a fetch makes, and how to turn the step's values into its result.
@@ -189,8 +196,8 @@ private:
       // Braces: the fetches lower in their order (a call's arguments have none).
       auto finishers =
           std::apply([&](const auto&... f) { return std::tuple{resolve(f, req)...}; }, fetch.items);
-      return std::make_pair(std::move(req), [finishers](std::vector<any_tensor>& values) {
-        return std::apply([&](const auto&... finish) { return std::make_tuple(finish(values)...); },
+      return std::make_pair(std::move(req), [finishers](std::vector<any_tensor>& fetched) {
+        return std::apply([&](const auto&... finish) { return std::make_tuple(finish(fetched)...); },
                           finishers);
       });
     } else {
@@ -212,9 +219,9 @@ private:
       using T = value_type_of<F>;
       constexpr int R = rank_of<F>;
       const node_id id = out.id();
-      add_once(req.fetches, id);
-      return [this, id](std::vector<any_tensor>& values) {
-        return tensor<T, R>::from(take(values, id), "fetch of '" + graph_.node(id).name + "'");
+      const std::size_t at = add_once(req.fetches, id);
+      return [this, id, at](std::vector<any_tensor>& fetched) {
+        return tensor<T, R>::from(take(fetched, at), "fetch of '" + graph_.node(id).name + "'");
       };
     } else {
       static_assert(expression<F> || std::is_same_v<F, operation>,
@@ -225,8 +232,8 @@ private:
 
   // A fetched value that shares its buffer with state (a variable, a constant,
   // a feed) is copied, so later updates never change a returned tensor.
-  static any_tensor take(std::vector<any_tensor>& values, node_id id) {
-    any_tensor& v = values[static_cast<std::size_t>(id)];
+  static any_tensor take(std::vector<any_tensor>& fetched, std::size_t at) {
+    any_tensor& v = fetched[at];
     return v.sole_owner() ? v : v.clone();
   }
 
@@ -250,15 +257,16 @@ private:
                                    " belongs to another graph than the session's");
   }
 
+  // Runs `req` with `feeds` (and `raw_feeds`), which it adds to req.fed; returns the
+  // values of req.fetches, in its order. A node fed twice takes the last value.
   std::vector<any_tensor>
   execute(detail::run_request& req, const feed_dict& feeds,
           const std::vector<std::pair<node_id, any_tensor>>* raw_feeds = nullptr,
           step_stats* trace = nullptr) {
-    std::vector<any_tensor> values(graph_.size());
+    std::vector<std::pair<node_id, const any_tensor*>> fed;
     auto add_feed = [&](node_id id, const any_tensor& v) {
       check_feed(id, v);
-      values[static_cast<std::size_t>(id)] = v;
-      req.fed.push_back(id);
+      fed.emplace_back(id, &v);
     };
     for (const feed& f : feeds) {
       check_graph(f.graph_ref(), f.id(), "feed");
@@ -267,10 +275,19 @@ private:
     if (raw_feeds)
       for (auto& [id, v] : *raw_feeds)
         add_feed(id, v);
-
-    std::sort(req.fed.begin(), req.fed.end());
-    master_->run(graph_, req, values, trace);
-    return values;
+    // By node id (a request's key does not depend on the feeds' order), the last of a
+    // node's values kept.
+    std::stable_sort(fed.begin(), fed.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<any_tensor> values;
+    values.reserve(fed.size());
+    for (std::size_t i = 0; i < fed.size(); ++i) {
+      if (i + 1 < fed.size() && fed[i + 1].first == fed[i].first)
+        continue;
+      req.fed.push_back(fed[i].first);
+      values.push_back(*fed[i].second);
+    }
+    return master_->run(graph_, req, std::move(values), trace);
   }
 
   void check_feed(node_id id, const any_tensor& v) const {

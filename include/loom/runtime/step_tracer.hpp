@@ -47,27 +47,27 @@ public:
   // The executor asked for a _recv's value at `at`.
   void requested(node_id recv, std::int64_t at) { requested_[recv] = at; }
 
-  // A step of the plan ran on this thread from start to end; for a _recv, its
+  // An item of the plan ran on this thread from start to end; for a _recv, its
   // value had arrived at `arrived`.
-  void ran(const graph& g, const plan::step& s, std::int64_t start, std::int64_t end,
+  void ran(const graph& g, const plan::item& s, std::int64_t start, std::int64_t end,
            std::int64_t arrived = 0) {
     const node_def& n = g.node(s.id);
     node_exec_stats st;
     st.node_name = n.name;
-    st.op = s.k == plan::step::kind::fused ? "fused" : n.op;
+    st.op = s.k == plan::item::kind::fused ? "fused" : n.op;
     st.start_ns = start;
     st.end_ns = end;
     st.thread_id = this_thread_os_id();
     trace_.thread_roles.try_emplace(st.thread_id, this_thread_role());
-    if (s.k == plan::step::kind::fused)
-      for (const plan::step& f : s.fallback)
+    if (s.k == plan::item::kind::fused)
+      for (const plan::item& f : s.fallback)
         if (f.id != s.id)
           st.fused_nodes.push_back(g.node(f.id).name);
-    if (s.k == plan::step::kind::send || s.k == plan::step::kind::recv) {
+    if (s.k == plan::item::kind::send || s.k == plan::item::kind::recv) {
       st.transfer_key = s.transfer.key;
       st.peer_task = s.transfer.peer_task;
     }
-    if (s.k == plan::step::kind::recv) {
+    if (s.k == plan::item::kind::recv) {
       st.requested_ns = requested_[s.id];
       st.arrived_ns = arrived;
     }

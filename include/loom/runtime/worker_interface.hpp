@@ -2,7 +2,7 @@
 // register, run and deregister graph partitions, abort a step, clear resource
 // containers, stop serving. Two implementations: a remote one over the message
 // layer (runtime/remote_worker.hpp), and the task's own worker service in the
-// same process (task_server's), which a session whose target serves here runs
+// same process (runtime/in_process_worker.hpp), which a session whose target serves here runs
 // its partition through on its own thread, feeds and fetches handed over in
 // memory (TF's LocalMaster/LocalWorker).
 #pragma once
@@ -77,10 +77,10 @@ public:
   // answer, or nothing where the task is not reachable without dialling it.
   virtual std::function<void()> deregister_graph(std::uint64_t handle) noexcept = 0;
   // Starts one step of partition `handle`; feeds in the order of its req.fed.
-  virtual pending_run run_graph(std::uint64_t handle, std::uint64_t step,
-                                std::vector<any_tensor> feeds, const run_graph_options& o) = 0;
+  virtual pending_run run_graph(std::uint64_t handle, step_id step, std::vector<any_tensor> feeds,
+                                const run_graph_options& o) = 0;
   // Fails step `step` here (its waiting _recvs); best effort.
-  virtual void abort_step(std::uint64_t step, const std::string& reason) noexcept = 0;
+  virtual void abort_step(step_id step, const std::string& reason) noexcept = 0;
   // Clears the named resource containers (all when empty), connecting and
   // answering before `deadline`.
   virtual void reset(const std::vector<std::string>& containers,

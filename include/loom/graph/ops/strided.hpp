@@ -57,7 +57,7 @@ inline loom::shape transposed_shape(const loom::shape& in, const std::vector<int
 // -- strided_slice -----------------------------------------------------------------
 
 // strided_slice's attributes, TF's: begin, end and strides of one length (the sparse
-// spec), and the masks over its entries. Decoded once per plan step by the kernels.
+// spec), and the masks over its entries. Decoded once per plan item by the kernels.
 struct strided_slice_attrs {
   std::vector<std::int64_t> begin, end, strides;
   std::int64_t begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask;

@@ -32,7 +32,7 @@ inline axis_layout layout_around(const loom::shape& s, int axis) {
 }
 
 // The index kernels' attributes, as kernel_context::decoded decodes them once
-// per plan step (the CPU's and the GPU's kernels read the same ones).
+// per plan item (the CPU's and the GPU's kernels read the same ones).
 // gather and resource_gather: along `axis`; a negative id gives a row of zeros
 // where drop_negative (embedding_lookup_sparse's padding), else fails.
 struct gather_attrs {
