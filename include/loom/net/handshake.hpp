@@ -155,7 +155,9 @@ private:
 
 class server_handshake : public std::enable_shared_from_this<server_handshake> {
 public:
-  using admit_fn = std::function<std::shared_ptr<frame_sink>(const std::shared_ptr<connection>&)>;
+  // Gets the connection and the client's hello (who it is: what the server keeps of it).
+  using admit_fn = std::function<std::shared_ptr<frame_sink>(const std::shared_ptr<connection>&,
+                                                             const hello_msg&)>;
   using drop_fn = std::function<void(const std::shared_ptr<connection>&)>;
 
   server_handshake(std::shared_ptr<connection> c, std::optional<std::string> token,
@@ -221,9 +223,6 @@ private:
                         "the same TLS settings (LOOM_TLS, or LOOM_TLS_CERT, LOOM_TLS_KEY and "
                         "LOOM_TLS_CA; the flags --tls, --tls_cert, --tls_key, --tls_ca)");
     }
-    c_->role = hello_.role;
-    c_->client_id = hello_.client_id;
-    c_->process_id = hello_.process_id;
     challenge_.token_required = token_.has_value();
     challenge_.server_nonce = random_nonce();
     if (token_ && hello_.has_token)
@@ -265,7 +264,7 @@ private:
                         "token on both sides");
     }
     c_->disarm_deadline();
-    auto sink = admit_(c_);
+    auto sink = admit_(c_, hello_);
     if (!sink) // the server is stopping and closes the connection itself
       return;
     c_->send(out_frame(encode(auth_result_msg{0, {}})));
@@ -304,9 +303,9 @@ inline void start_client_handshake(std::shared_ptr<connection> c, client_identit
 
 // Server side, on c's strand once it was accepted; with `tls` (null: none) the client must
 // complete a TLS handshake first. A client that proves itself (or needs not: no token on
-// either side) is handed to `admit`, which returns the sink for its frames (null: the
-// server is stopping and closes c itself); one that fails, times out at `deadline` or
-// closes is handed to `drop`.
+// either side) is handed to `admit` with its hello, which returns the sink for its frames (null:
+// the server is stopping and closes c itself); one that fails, times out at `deadline` or closes is
+// handed to `drop`.
 inline void start_server_handshake(std::shared_ptr<connection> c, std::optional<std::string> token,
                                    std::shared_ptr<tls_context> tls, std::string address,
                                    log_fn log, std::chrono::steady_clock::time_point deadline,

@@ -16,6 +16,9 @@
 // sends part of a frame and then stalls cannot fill the total and have everyone
 // else refused, a charge that would pass the total first evicts stalled holders
 // (nothing received for `stalled_after`), the largest first, when that makes room.
+//
+// receive_charge is a connection's side of it: its account, and the refusals said the way
+// the error reply says them. A client's connection has no budget: every charge is granted.
 #pragma once
 
 #include <algorithm>
@@ -174,6 +177,71 @@ private:
   mutable std::mutex m_;
   std::size_t total_ = 0;
   std::unordered_set<account*> accounts_;
+};
+
+// One connection's charges (its strand only, but for the eviction callback, which may
+// come from any thread). A refusal is the text of why, "" when granted.
+class receive_charge {
+public:
+  // Server side, before the first read: charges go to `budget` from now on, which may
+  // evict this connection (evict then runs once, with the reason, from any thread).
+  void attach(const std::shared_ptr<receive_budget>& budget,
+              std::function<void(std::string)> evict) {
+    budget_ = budget;
+    account_ = budget->open(std::move(evict));
+  }
+
+  // Charges n more bytes held for the message being read.
+  std::string charge(std::size_t n) {
+    if (!account_ || n == 0)
+      return {};
+    return refusal(account_->charge(n));
+  }
+
+  // Fresh destinations that will hold `bytes` more: refused at once when that passes the
+  // per-connection limit (rather than after reading them).
+  std::string fits(std::uint64_t bytes) const {
+    if (!account_ || bytes == 0 || account_->fits(bytes))
+      return {};
+    return "its tensors need " + std::to_string(bytes) +
+           " bytes of memory the server allocates, over max_pending_bytes_per_connection (" +
+           std::to_string(budget_->per_connection()) + " bytes)";
+  }
+
+  // The connection received bytes at `now` (it is not stalled).
+  void note_progress(receive_budget::clock::rep now) noexcept {
+    if (account_)
+      account_->note_progress(now);
+  }
+  void release(std::size_t n) {
+    if (account_)
+      account_->release(n);
+  }
+  // The memory held for the message being read is no longer the connection's (delivered,
+  // or dropped).
+  void release_all() {
+    if (account_)
+      account_->release_all();
+  }
+
+private:
+  std::string refusal(receive_budget::verdict v) const {
+    switch (v) {
+    case receive_budget::verdict::granted: return {};
+    case receive_budget::verdict::over_connection:
+      return "it would hold more than max_pending_bytes_per_connection (" +
+             std::to_string(budget_->per_connection()) + " bytes) for one incomplete message";
+    case receive_budget::verdict::over_total:
+      return "the server holds " + std::to_string(budget_->held()) +
+             " bytes for incomplete frames, at max_pending_bytes (" +
+             std::to_string(budget_->limit()) + "), and none of it is stalled";
+    case receive_budget::verdict::evicted: break;
+    }
+    return "it was evicted";
+  }
+
+  std::shared_ptr<receive_budget> budget_;
+  std::unique_ptr<receive_budget::account> account_;
 };
 
 } // namespace loom::net

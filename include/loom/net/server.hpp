@@ -39,8 +39,12 @@
 #include <loom/net/handshake.hpp>
 #include <loom/net/log.hpp>
 #include <loom/net/receive_budget.hpp>
+#include <loom/net/request.hpp>
+#include <loom/net/server_options.hpp>
+#include <loom/net/server_registry.hpp>
 #include <loom/net/tls.hpp>
 
+#include <asio/bind_executor.hpp>
 #include <asio/ip/address.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
@@ -58,210 +62,19 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
 namespace loom::net {
-
-struct rpc_server_options {
-  std::string host = "127.0.0.1"; // where it listens: an address, a name, 0.0.0.0 or ::
-  std::uint16_t port = 0;         // 0: the OS chooses; see rpc_server::port()
-  // Where clients reach it (a cluster task's cluster-spec host), as address() and the
-  // errors it sends say; empty: host.
-  std::string advertised_host{};
-  int threads = 2; // io threads (handlers run on them)
-  // The cluster token. nullopt: LOOM_CLUSTER_TOKEN / LOOM_CLUSTER_TOKEN_FILE; "": none.
-  std::optional<std::string> token{};
-  // Serve beyond loopback without a token (also LOOM_ALLOW_INSECURE=1).
-  bool allow_insecure = false;
-  // TLS (cluster/tls_settings.hpp). nullopt: LOOM_TLS / LOOM_TLS_CERT, _KEY, _CA.
-  std::optional<tls_settings> tls{};
-  // TCP keepalive on the connections accepted (cluster/liveness_settings.hpp: a client
-  // whose host vanished is let go of); nullopt: LOOM_HEARTBEAT_TIMEOUT's settings. Pings
-  // are answered whatever this says.
-  std::optional<liveness_settings> liveness{};
-  frame_limits limits{};
-  std::chrono::milliseconds handshake_timeout{10000};
-  std::size_t dedupe_window = 1u << 16; // (client, request id) pairs remembered
-  // Replies with at least this many payload bytes go over the client's bulk connection.
-  std::size_t bulk_threshold = 256u << 10;
-  log_fn log{}; // empty: stderr
-
-  // Memory held for frames not yet received in full (their metadata buffers, the tensors
-  // the layer allocates for them; not a handler's own buffers), charged as the bytes
-  // arrive. A message that would hold more than the first on one connection is refused;
-  // a read that would pass the second first evicts peers stalled in the middle of a
-  // frame, else closes its own connection; each with resource_exhausted (receive_budget.hpp).
-  std::uint64_t max_pending_bytes_per_connection = std::uint64_t{2} << 30; // 2 GiB
-  std::uint64_t max_pending_bytes = std::uint64_t{4} << 30;                // 4 GiB
-  // Connections accepted whose handshake has not finished; past this many, the oldest
-  // is closed (an honest client finishes in a round trip: the oldest is the likeliest
-  // to be a socket that never speaks).
-  std::size_t max_handshaking_connections = 128;
-  // Connections past the handshake. At the cap, and when accepting runs out of file
-  // descriptors, the client idle the longest (nothing received for idle_eviction_grace,
-  // no request of it unanswered) is closed to make room; failing that a newcomer is
-  // refused (resource_exhausted).
-  std::size_t max_connections = 4096;
-  std::chrono::milliseconds idle_eviction_grace{5000};
-  // After a failed accept the next waits this long, doubling up to max_accept_backoff.
-  std::chrono::milliseconds accept_backoff{10};
-  std::chrono::milliseconds max_accept_backoff{1000};
-  // A line that repeats (accept errors, refused or evicted peers, bad frames) is logged
-  // at most once per interval, with the count of those held back.
-  std::chrono::milliseconds log_interval{5000};
-};
-
-// What a server holds now (rpc_server::stats()).
-struct server_stats {
-  std::size_t connections = 0;   // past the handshake
-  std::size_t handshaking = 0;   // accepted, handshake not finished
-  std::size_t pending_bytes = 0; // held for frames not yet received in full
-};
-
-namespace detail {
-class server_core;
-
-struct reply_state;
-inline void send_error_reply(reply_state& st, error_code code, const std::string& message);
-
-// Shared by the responder and the dispatcher. When the last reference goes and
-// nobody answered (the handler dropped its responder), it answers with
-// internal_error, so a caller never waits for a reply that cannot come.
-struct reply_state {
-  std::shared_ptr<connection> conn;
-  std::weak_ptr<server_core> core;
-  std::uint64_t id = 0;
-  std::uint64_t client_id = 0;
-  std::string method;
-  std::atomic<bool> done{false};
-
-  reply_state() = default;
-  reply_state(const reply_state&) = delete;
-  reply_state& operator=(const reply_state&) = delete;
-  ~reply_state() {
-    if (conn && !done.exchange(true)) {
-      try {
-        send_error_reply(*this, error_code::internal,
-                         "the handler of '" + method + "' dropped the request without replying");
-      } catch (...) {
-      }
-    }
-    if (conn)
-      conn->in_flight.fetch_sub(1, std::memory_order_relaxed);
-  }
-};
-
-inline void send_reply(reply_state& st, out_frame&& f, std::uint64_t payload_bytes);
-
-inline void send_error_reply(reply_state& st, error_code code, const std::string& message) {
-  out_frame f;
-  envelope env;
-  env.status = status_of(code);
-  env.message = message;
-  encode_head(f.head, frame_kind::response, st.id, env, {}, empty{});
-  send_reply(st, std::move(f), 0);
-}
-} // namespace detail
-
-// A received request. Handlers may move the payloads out.
-class request {
-public:
-  const std::string& method() const noexcept { return frame_.meta.env.method; }
-  std::uint64_t id() const noexcept { return frame_.header.request_id; }
-  std::uint64_t client_id() const noexcept { return client_id_; }
-  const std::string& peer() const noexcept { return peer_; }
-  // The client's deadline for this call, as a duration from when it was sent (0: none).
-  std::chrono::microseconds timeout() const noexcept {
-    return std::chrono::microseconds(frame_.meta.env.timeout_us);
-  }
-  std::string_view raw_metadata() const noexcept { return frame_.user_metadata(); }
-  template <class T> T metadata() const {
-    return decode_metadata<T>(raw_metadata(), "request '" + method() + "' from " + peer_);
-  }
-  std::vector<any_tensor>& payloads() noexcept { return frame_.payloads; }
-  const std::vector<any_tensor>& payloads() const noexcept { return frame_.payloads; }
-
-private:
-  friend class detail::server_core;
-  incoming_frame frame_;
-  std::string peer_;
-  std::uint64_t client_id_ = 0;
-};
-
-// What an allocator sees before the payloads are read.
-struct request_preview {
-  const std::string& method;
-  std::string_view metadata; // the caller's metadata (decode with decode_metadata<T>)
-  const std::string& peer;
-  std::uint64_t client_id;
-  std::uint64_t request_id;
-};
-
-// The right to answer one request, once, from any thread. Dropping every
-// responder of a request without answering answers with internal_error (never
-// a silent hang); a handler that throws answers with its exception instead.
-class responder {
-public:
-  responder() = default;
-  explicit responder(std::shared_ptr<detail::reply_state> st) : st_(std::move(st)) {}
-  responder(responder&&) noexcept = default;
-  responder& operator=(responder&&) noexcept = default;
-  responder(const responder&) = delete;
-  responder& operator=(const responder&) = delete;
-
-  explicit operator bool() const noexcept { return st_ && !st_->done.load(); }
-  const std::string& method() const { return st_->method; }
-  // False once the connection the request came on has closed.
-  bool peer_connected() const { return st_ && !st_->conn->closed(); }
-
-  void reply() { reply(empty{}); }
-  template <class Meta> void reply(const Meta& meta, std::vector<any_tensor> payloads = {}) {
-    check();
-    out_frame f;
-    const auto bytes =
-        encode_message(f, frame_kind::response, st_->id, envelope{}, std::move(payloads), meta,
-                       st_->conn ? st_->conn->limits() : frame_limits{});
-    if (st_->done.exchange(true))
-      throw failed_precondition_error("request '" + st_->method + "' was already answered");
-    detail::send_reply(*st_, std::move(f), bytes);
-  }
-  void fail(error_code code, const std::string& message) {
-    check();
-    if (st_->done.exchange(true))
-      throw failed_precondition_error("request '" + st_->method + "' was already answered");
-    send_error(*st_, code, message);
-  }
-  void fail(const loom::error& e) { fail(e.code(), e.message()); }
-
-  static void send_error(detail::reply_state& st, error_code code, const std::string& message) {
-    detail::send_error_reply(st, code, message);
-  }
-
-private:
-  void check() const {
-    if (!st_)
-      throw failed_precondition_error("reply on an empty responder");
-    if (st_->done.load())
-      throw failed_precondition_error("request '" + st_->method + "' was already answered");
-  }
-  std::shared_ptr<detail::reply_state> st_;
-};
-
-using handler_fn = std::function<void(request, responder)>;
-// Returns the tensor to receive payload `index` into (dtype and shape must
-// match `info`), or an empty tensor to let the layer allocate one.
-using allocator_fn =
-    std::function<any_tensor(const request_preview&, std::size_t index, const payload_info& info)>;
 
 namespace detail {
 
@@ -279,7 +92,25 @@ inline bool is_loopback_host(const asio::ip::address& a) {
   return a.is_loopback();
 }
 
-class server_core : public frame_sink, public std::enable_shared_from_this<server_core> {
+class server_core;
+
+// The sink of one admitted connection: its frames go to the server, with what the server
+// knows of its client (served_connection, server_registry.hpp).
+class served_sink final : public served_connection {
+public:
+  served_sink(std::shared_ptr<server_core> core, const hello_msg& hello)
+      : served_connection(hello), core_(std::move(core)) {}
+
+  any_tensor destination(connection& c, const frame_header& h, const frame_meta& m,
+                         std::string_view user, std::size_t i, const payload_info& p) override;
+  void on_frame(const std::shared_ptr<connection>& c, incoming_frame&& f) override;
+  void on_closed(const std::shared_ptr<connection>& c, const std::string& reason) override;
+
+private:
+  std::shared_ptr<server_core> core_;
+};
+
+class server_core final : public reply_router, public std::enable_shared_from_this<server_core> {
 public:
   using tcp = asio::ip::tcp;
 
@@ -318,7 +149,7 @@ public:
           "(rpc_server_options::allow_insecure or LOOM_ALLOW_INSECURE=1)");
 
     rt_ = std::make_shared<io_runtime>(opts_.threads, opts_.log);
-    processes_served_.assign(rt_->size(), 0);
+    registry_.emplace(rt_->size());
     limiter_ = std::make_shared<log_limiter>(opts_.log, opts_.log_interval);
     log_ = log_limiter::through(limiter_);
     budget_ = std::make_shared<receive_budget>(opts_.max_pending_bytes,
@@ -358,38 +189,28 @@ public:
   }
 
   void stop() {
-    std::vector<std::shared_ptr<connection>> conns;
-    {
-      std::lock_guard lk(cmu_);
-      if (stopping_ || !rt_)
-        return;
-      stopping_ = true;
-      conns.assign(conns_.begin(), conns_.end());
-    }
+    if (!registry_)
+      return;
+    auto conns = registry_->stop();
+    if (!conns)
+      return;
     rt_->run_on(*acceptor_strand_, [self = shared_from_this()] {
       std::error_code ec;
       self->acceptor_->close(ec);
       self->accept_timer_->cancel();
       self->close_reserve();
     });
-    for (auto& c : conns)
+    for (auto& c : *conns)
       c->close("the server is stopping");
     rt_->shutdown();
     limiter_->flush();
-    std::lock_guard lk(cmu_);
-    conns_.clear();
-    handshaking_.clear();
-    handshaking_at_.clear();
-    bulk_.clear();
+    registry_->clear();
   }
 
   server_stats stats() {
     server_stats st;
-    {
-      std::lock_guard lk(cmu_);
-      st.handshaking = handshaking_.size();
-      st.connections = conns_.size() - handshaking_.size();
-    }
+    if (registry_)
+      std::tie(st.connections, st.handshaking) = registry_->counts();
     st.pending_bytes = budget_ ? budget_->held() : 0;
     return st;
   }
@@ -403,17 +224,19 @@ public:
   const std::string& address() const noexcept { return address_; }
   const rpc_server_options& options() const noexcept { return opts_; }
 
-  std::shared_ptr<connection> bulk_for(std::uint64_t client_id) {
-    std::lock_guard lk(cmu_);
-    auto it = bulk_.find(client_id);
-    if (it == bulk_.end())
+  // A reply with at least bulk_threshold payload bytes to a request that came over a
+  // client's control connection goes over its bulk connection, when it has one open.
+  std::shared_ptr<connection> route(const reply_state& st, std::uint64_t payload_bytes) override {
+    if (payload_bytes < opts_.bulk_threshold || st.served->role != connection_role::control)
       return nullptr;
-    return it->second.lock();
+    auto b = registry_->bulk_for(st.client_id);
+    return b && !b->closed() ? b : nullptr;
   }
 
-  // ---- frame_sink ----
-  any_tensor destination(connection& c, const frame_header& h, const frame_meta& m,
-                         std::string_view user, std::size_t i, const payload_info& p) override {
+  // ---- what an admitted connection's sink passes on (served_sink) ----
+  any_tensor destination(served_connection& s, connection& c, const frame_header& h,
+                         const frame_meta& m, std::string_view user, std::size_t i,
+                         const payload_info& p) {
     if (h.kind != frame_kind::request)
       return {};
     allocator_fn a;
@@ -424,12 +247,12 @@ public:
         return {};
       a = it->second.alloc;
     }
-    return a(request_preview{m.env.method, user, c.peer(), c.client_id, h.request_id}, i, p);
+    return a(request_preview{m.env.method, user, c.peer(), s.client_id, h.request_id}, i, p);
   }
 
-  void on_frame(const std::shared_ptr<connection>& c, incoming_frame&& f) override {
-    if (!std::exchange(c->settled, true))
-      settle(c);
+  void on_frame(served_connection& s, const std::shared_ptr<connection>& c, incoming_frame&& f) {
+    if (!std::exchange(s.settled, true))
+      settle(c, s.process_id);
     if (f.header.kind == frame_kind::cancel)
       return; // the client already gave up; nothing runs twice
     if (f.header.kind != frame_kind::request) {
@@ -438,14 +261,15 @@ public:
       return;
     }
     auto st = std::make_shared<reply_state>();
-    c->in_flight.fetch_add(1, std::memory_order_relaxed); // until st goes (its destructor)
+    s.in_flight.fetch_add(1, std::memory_order_relaxed); // until st goes (its destructor)
     st->conn = c;
-    st->core = weak_from_this();
+    st->served = s.shared_from_this();
+    st->router = weak_from_this();
     st->id = f.header.request_id;
-    st->client_id = c->client_id;
+    st->client_id = s.client_id;
     st->method = f.meta.env.method;
 
-    if (!remember(request_key{c->client_id, st->id})) {
+    if (!remember(request_key{s.client_id, st->id})) {
       st->done = true;
       responder::send_error(*st, error_code::already_exists,
                             "request " + std::to_string(st->id) + " ('" + st->method +
@@ -475,7 +299,7 @@ public:
     request req;
     req.frame_ = std::move(f);
     req.peer_ = c->peer();
-    req.client_id_ = c->client_id;
+    req.client_id_ = s.client_id;
     try {
       h(std::move(req), responder(st));
     } catch (const loom::error& e) {
@@ -492,7 +316,7 @@ public:
     }
   }
 
-  void on_closed(const std::shared_ptr<connection>& c, const std::string&) override { untrack(c); }
+  void untrack(const std::shared_ptr<connection>& c) { registry_->untrack(c); }
 
 private:
   struct entry {
@@ -510,25 +334,11 @@ private:
   // fewest processes, its own where that is one of them (no move). Counted until the
   // process's last connection is forgotten. A TLS connection stays where it was accepted
   // and counts nowhere (asio's OpenSSL stream is bound to its socket object).
-  void settle(const std::shared_ptr<connection>& c) {
+  void settle(const std::shared_ptr<connection>& c, std::uint64_t process_id) {
     if (c->secure())
       return;
-    asio::io_context& own = c->context();
-    std::lock_guard lk(cmu_);
-    if (!conns_.count(c)) // forgotten (closing): stays
-      return;
-    auto [home, added] = process_homes_.try_emplace(c->process_id);
-    if (added) {
-      std::size_t best = rt_->index_of(own);
-      for (std::size_t i = 0; i < processes_served_.size(); ++i)
-        if (processes_served_[i] < processes_served_[best])
-          best = i;
-      home->second.context = best;
-      ++processes_served_[best];
-    }
-    ++home->second.connections;
-    homed_.emplace(c.get(), c->process_id);
-    c->move_to(rt_->context_at(home->second.context));
+    if (auto home = registry_->home(c, process_id, rt_->index_of(c->context())))
+      c->move_to(rt_->context_at(*home));
   }
 
   bool remember(const request_key& k) {
@@ -543,39 +353,8 @@ private:
     return true;
   }
 
-  void untrack(const std::shared_ptr<connection>& c) {
-    std::lock_guard lk(cmu_);
-    forget(c);
-  }
-
-  // Under cmu_: c is no longer served (closed, or about to be).
-  void forget(const std::shared_ptr<connection>& c) {
-    conns_.erase(c);
-    leave_handshake(*c);
-    if (auto h = homed_.find(c.get()); h != homed_.end()) {
-      auto home = process_homes_.find(h->second);
-      if (--home->second.connections == 0) {
-        --processes_served_[home->second.context];
-        process_homes_.erase(home);
-      }
-      homed_.erase(h);
-    }
-    if (c->role == connection_role::bulk) {
-      auto it = bulk_.find(c->client_id);
-      if (it != bulk_.end() && it->second.lock() == c)
-        bulk_.erase(it);
-    }
-  }
-
-  // Under cmu_.
-  void leave_handshake(const connection& c) {
-    if (auto it = handshaking_at_.find(&c); it != handshaking_at_.end()) {
-      handshaking_.erase(it->second);
-      handshaking_at_.erase(it);
-    }
-  }
-
-  // Closes connections chosen to make room (outside cmu_), saying why once per interval.
+  // Closes connections chosen to make room (outside the registry's lock), saying why once per
+  // interval.
   void evict(const std::vector<std::shared_ptr<connection>>& victims, const std::string& why) {
     for (const auto& v : victims) {
       log_line(log_, "closed the connection from " + v->peer() + ": " + why);
@@ -598,11 +377,8 @@ private:
   void on_accepted(const std::shared_ptr<connection>& c, std::error_code ec) {
     if (ec == asio::error::operation_aborted)
       return;
-    {
-      std::lock_guard lk(cmu_);
-      if (stopping_)
-        return;
-    }
+    if (registry_->stopping())
+      return;
     if (!ec) {
       backoff_ = {};
       serve(c);
@@ -643,19 +419,10 @@ private:
   // so the oldest is the likeliest to be a socket that never speaks, and closing it
   // (rather than refusing the newcomer) lets a client in while such sockets pile up.
   void serve(const std::shared_ptr<connection>& c) {
-    std::vector<std::shared_ptr<connection>> oldest;
-    {
-      std::lock_guard lk(cmu_);
-      conns_.insert(c);
-      handshaking_at_[c.get()] = handshaking_.insert(handshaking_.end(), c);
-      if (handshaking_.size() > opts_.max_handshaking_connections) {
-        oldest.push_back(handshaking_.front());
-        forget(oldest.back());
-      }
-    }
-    evict(oldest, "it had not finished its handshake, the oldest of more than "
-                  "max_handshaking_connections (" +
-                      std::to_string(opts_.max_handshaking_connections) + ")");
+    evict(registry_->track(c, opts_.max_handshaking_connections),
+          "it had not finished its handshake, the oldest of more than "
+          "max_handshaking_connections (" +
+              std::to_string(opts_.max_handshaking_connections) + ")");
     c->attach_budget(budget_);
     c->configure_socket();
     c->enable_keepalive(live_);
@@ -703,50 +470,10 @@ private:
   // Gives up one connection (to free its descriptor): the oldest still in its handshake,
   // else the client idle the longest. False when there is none to give up.
   bool make_room() {
-    std::vector<std::shared_ptr<connection>> victims;
     std::string why;
-    {
-      std::lock_guard lk(cmu_);
-      if (!handshaking_.empty()) {
-        victims.push_back(handshaking_.front());
-        why = "the server ran out of file descriptors and it was the oldest connection still in "
-              "its handshake";
-      } else {
-        victims = idlest_client(std::chrono::steady_clock::now());
-        why = "the server ran out of file descriptors and its client was the idlest";
-      }
-      for (const auto& v : victims)
-        forget(v);
-    }
+    const auto victims = registry_->give_up_one(opts_.idle_eviction_grace, why);
     evict(victims, why);
     return !victims.empty();
-  }
-
-  // Under cmu_: the admitted connections of the client idle the longest, when it has
-  // been idle for idle_eviction_grace and has no request unanswered (a client waiting
-  // for a barrier's reply sends nothing, yet is not idle); none when there is no such.
-  // A client's control and bulk connections go together (the channel needs both).
-  std::vector<std::shared_ptr<connection>>
-  idlest_client(std::chrono::steady_clock::time_point now) {
-    struct client {
-      std::chrono::steady_clock::duration idle = std::chrono::steady_clock::duration::max();
-      bool busy = false;
-      std::vector<std::shared_ptr<connection>> conns;
-    };
-    std::unordered_map<std::uint64_t, client> clients;
-    for (const auto& c : conns_) {
-      if (handshaking_at_.count(c.get()))
-        continue;
-      auto& k = clients[c->client_id];
-      k.idle = std::min(k.idle, c->idle_for(now));
-      k.busy = k.busy || c->in_flight.load(std::memory_order_relaxed) > 0;
-      k.conns.push_back(c);
-    }
-    client* idlest = nullptr;
-    for (auto& [id, k] : clients)
-      if (!k.busy && k.idle >= opts_.idle_eviction_grace && (!idlest || k.idle > idlest->idle))
-        idlest = &k;
-    return idlest ? std::move(idlest->conns) : std::vector<std::shared_ptr<connection>>{};
   }
 
 #ifdef LOOM_NET_RESERVE_FD
@@ -766,28 +493,15 @@ private:
 
   // Admits a connection whose handshake succeeded; at max_connections the idlest client
   // gives way, or, when none may, the newcomer is refused (resource_exhausted).
-  std::shared_ptr<frame_sink> admit(const std::shared_ptr<connection>& c) {
+  std::shared_ptr<frame_sink> admit(const std::shared_ptr<connection>& c, const hello_msg& hello) {
+    auto sink = std::make_shared<served_sink>(shared_from_this(), hello);
     std::vector<std::shared_ptr<connection>> evicted;
-    {
-      std::lock_guard lk(cmu_);
-      if (stopping_ || !conns_.count(c)) // stopping, or given up meanwhile (closing)
-        return nullptr;
-      leave_handshake(*c);
-      if (conns_.size() - handshaking_.size() > opts_.max_connections) {
-        evicted = idlest_client(std::chrono::steady_clock::now());
-        if (evicted.empty())
-          throw resource_exhausted_error("the server at " + address_ + " serves max_connections (" +
-                                         std::to_string(opts_.max_connections) +
-                                         ") connections and none is idle");
-        for (const auto& v : evicted)
-          forget(v);
-      }
-      if (c->role == connection_role::bulk)
-        bulk_[c->client_id] = c;
-    }
+    if (!registry_->admit(c, sink, opts_.max_connections, opts_.idle_eviction_grace, address_,
+                          evicted))
+      return nullptr; // stopping, or given up meanwhile (closing)
     evict(evicted, "the server was at max_connections (" + std::to_string(opts_.max_connections) +
                        ") and its client was the idlest");
-    return shared_from_this();
+    return sink;
   }
 
   // Server side of the handshake (handshake.hpp), on c's strand.
@@ -795,7 +509,9 @@ private:
     auto self = shared_from_this();
     start_server_handshake(
         c, token_, tls_, address_, log_, std::chrono::steady_clock::now() + opts_.handshake_timeout,
-        [self](const std::shared_ptr<connection>& admitted) { return self->admit(admitted); },
+        [self](const std::shared_ptr<connection>& admitted, const hello_msg& hello) {
+          return self->admit(admitted, hello);
+        },
         [self](const std::shared_ptr<connection>& dropped) { self->untrack(dropped); });
   }
 
@@ -820,35 +536,23 @@ private:
   std::shared_mutex hmu_;
   std::unordered_map<std::string, entry> handlers_;
 
-  std::mutex cmu_;
-  bool stopping_ = false;
-  std::unordered_set<std::shared_ptr<connection>> conns_; // handshaking or admitted
-  // The client processes whose connections have sent requests: the index of the io
-  // context serving them and how many of their connections it serves; per context,
-  // how many processes it serves; per connection, its process.
-  struct process_home {
-    std::size_t context = 0, connections = 0;
-  };
-  std::unordered_map<std::uint64_t, process_home> process_homes_;
-  std::vector<std::size_t> processes_served_;
-  std::unordered_map<const connection*, std::uint64_t> homed_;
-  std::list<std::shared_ptr<connection>> handshaking_; // oldest first
-  std::unordered_map<const connection*, std::list<std::shared_ptr<connection>>::iterator>
-      handshaking_at_;
-  std::unordered_map<std::uint64_t, std::weak_ptr<connection>> bulk_;
+  std::optional<server_registry> registry_; // from start(): who it serves
 
   std::mutex dmu_;
   std::unordered_set<request_key, request_key_hash> seen_;
   std::deque<request_key> order_;
 };
 
-inline void send_reply(reply_state& st, out_frame&& f, std::uint64_t payload_bytes) {
-  auto c = st.conn;
-  if (auto core = st.core.lock(); core && payload_bytes >= core->options().bulk_threshold &&
-                                  c->role == connection_role::control)
-    if (auto b = core->bulk_for(st.client_id); b && !b->closed())
-      c = std::move(b);
-  c->send(std::move(f)); // a closed connection drops it: the client has already failed the call
+inline any_tensor served_sink::destination(connection& c, const frame_header& h,
+                                           const frame_meta& m, std::string_view user,
+                                           std::size_t i, const payload_info& p) {
+  return core_->destination(*this, c, h, m, user, i, p);
+}
+inline void served_sink::on_frame(const std::shared_ptr<connection>& c, incoming_frame&& f) {
+  core_->on_frame(*this, c, std::move(f));
+}
+inline void served_sink::on_closed(const std::shared_ptr<connection>& c, const std::string&) {
+  core_->untrack(c);
 }
 
 } // namespace detail
