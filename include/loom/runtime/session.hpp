@@ -263,10 +263,15 @@ private:
   execute(detail::run_request& req, const feed_dict& feeds,
           const std::vector<std::pair<node_id, any_tensor>>* raw_feeds = nullptr,
           step_stats* trace = nullptr) {
-    std::vector<std::pair<node_id, const any_tensor*>> fed;
+    struct fed_value {
+      node_id id;
+      std::size_t order; // later feeds of a node win
+      const any_tensor* value;
+    };
+    std::vector<fed_value> fed;
     auto add_feed = [&](node_id id, const any_tensor& v) {
       check_feed(id, v);
-      fed.emplace_back(id, &v);
+      fed.push_back({id, fed.size(), &v});
     };
     for (const feed& f : feeds) {
       check_graph(f.graph_ref(), f.id(), "feed");
@@ -277,15 +282,16 @@ private:
         add_feed(id, v);
     // By node id (a request's key does not depend on the feeds' order), the last of a
     // node's values kept.
-    std::stable_sort(fed.begin(), fed.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::sort(fed.begin(), fed.end(), [](const fed_value& a, const fed_value& b) {
+      return a.id != b.id ? a.id < b.id : a.order < b.order;
+    });
     std::vector<any_tensor> values;
     values.reserve(fed.size());
     for (std::size_t i = 0; i < fed.size(); ++i) {
-      if (i + 1 < fed.size() && fed[i + 1].first == fed[i].first)
+      if (i + 1 < fed.size() && fed[i + 1].id == fed[i].id)
         continue;
-      req.fed.push_back(fed[i].first);
-      values.push_back(*fed[i].second);
+      req.fed.push_back(fed[i].id);
+      values.push_back(*fed[i].value);
     }
     return master_->run(graph_, req, std::move(values), trace);
   }

@@ -98,7 +98,8 @@ public:
     }
     if (part->p.blocks()) { // to its end on a runner: its kernels wait
       auto job = std::make_shared<std::vector<any_tensor>>(std::move(feeds));
-      if (!runners_.submit([this, part, step, job, tracer = o.tracer, finish]() mutable {
+      if (!runners_.submit([this, part, step, job, tracer = o.tracer,
+                            finish = std::move(finish)]() mutable {
             std::vector<any_tensor> out;
             std::exception_ptr error;
             try {
@@ -132,14 +133,16 @@ public:
       finish(std::move(out), error);
       return;
     }
+    // Shared, not copied into each continuation: the catch below may need it too.
+    auto ends = std::make_shared<decltype(finish)>(std::move(finish));
     try {
       start(
           *part, std::move(feeds), *transfers,
-          [this, part, step, transfers, finish](plan_end end) mutable {
+          [this, part, step, transfers, ends](plan_end end) {
             // Ending waits for the sends' acknowledgements: where it would, on a runner
             // thread, not on the io thread that may be here.
             const bool end_here = end.error || transfers->sends_delivered();
-            std::function<void()> answer = [this, part, step, transfers, finish,
+            std::function<void()> answer = [this, part, step, transfers, ends,
                                             end = std::move(end)]() mutable {
               std::vector<any_tensor> out;
               std::exception_ptr error;
@@ -148,14 +151,14 @@ public:
               } catch (...) {
                 error = std::current_exception();
               }
-              finish(std::move(out), error);
+              (*ends)(std::move(out), error);
             };
             if (end_here || !runners_.submit(answer))
               answer();
           },
           o.tracer);
     } catch (...) { // the plan did not start (its feeds): its callback never runs
-      finish({}, step_failed(*part, step, *transfers, std::current_exception()));
+      (*ends)({}, step_failed(*part, step, *transfers, std::current_exception()));
     }
   }
 

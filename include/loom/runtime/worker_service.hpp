@@ -117,9 +117,10 @@ public:
       so.deadline = clock::now() + o.timeout;
       so.timeout = o.timeout;
     }
-    if (o.others_failed)
+    if (part->may_wait && o.others_failed) { // what the watchdog asks (step_driver.hpp)
       so.wanted = [&others_failed = o.others_failed] { return !others_failed(); };
-    so.unwanted = "another task's part of the step failed";
+      so.unwanted = "another task's part of the step failed";
+    }
     so.caller_may_wait = true;
     so.tracer = tracer ? &*tracer : nullptr;
     std::vector<any_tensor> fetched;
@@ -160,8 +161,10 @@ private:
       so.deadline = clock::now() + timeout;
       so.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
     }
-    so.wanted = [responder] { return responder->peer_connected(); };
-    so.unwanted = "the client that started the step disconnected";
+    if (part->may_wait) { // what the watchdog asks (step_driver.hpp)
+      so.wanted = [responder] { return responder->peer_connected(); };
+      so.unwanted = "the client that started the step disconnected";
+    }
     so.tracer = tracer.get();
     driver_.run(std::move(part), m.step_id, std::move(req.payloads()), std::move(so),
                 [responder, tracer](std::vector<any_tensor> out, std::exception_ptr error) {
