@@ -6,6 +6,7 @@
 
 #include <loom/cluster/cluster_spec.hpp>
 #include <loom/graph/serialize.hpp>
+#include <loom/kernels/cpu/cpu_pool.hpp>
 #include <loom/net/listen_address.hpp>
 #include <loom/net/rpc.hpp>
 #include <loom/runtime/executor.hpp>
@@ -48,8 +49,7 @@ public:
   // address beyond loopback without a token), each naming the task.
   task_server(cluster_spec cluster, std::string job, int task, server_options o = {})
       : job_(std::move(job)), task_(task), options_(std::move(o)),
-        pool_(detail::intra_op_threads(options_.intra_op_threads)),
-        device_(&pool_, detail::intra_op_threads(options_.intra_op_threads)) {
+        cpu_(detail::intra_op_threads(options_.intra_op_threads)) {
     const std::string& address = cluster.task_address(job_, task_);
     host_port hp = parse_host_port(address);
     net::rpc_server_options so = rpc_options(options_.limits);
@@ -564,7 +564,7 @@ private:
     detail::step_transfers transfers(table_, *peers_, runners_, step);
     try {
       std::vector<any_tensor> values = fed_values(part, std::move(feeds));
-      run_plan(*part.p, part.g, values, device_, resources_, &transfers, tracer);
+      run_plan(*part.p, part.g, values, cpu_.device(), resources_, &transfers, tracer);
       return end_step(part, step, transfers, values);
     } catch (...) {
       std::rethrow_exception(step_failed(part, step, transfers, std::current_exception()));
@@ -586,7 +586,7 @@ private:
              detail::step_transfers& transfers, std::function<void(plan_end)> ended,
              step_tracer* tracer) {
     start_plan(
-        *part.p, part.g, fed_values(part, std::move(feeds)), device_, resources_, transfers,
+        *part.p, part.g, fed_values(part, std::move(feeds)), cpu_.device(), resources_, transfers,
         [ended = std::move(ended)](std::vector<any_tensor>& values, std::exception_ptr error) {
           ended({std::move(values), error});
         },
@@ -676,8 +676,7 @@ private:
   int task_;
   server_options options_;
   cluster_spec cluster_;
-  Eigen::ThreadPool pool_;
-  cpu_device device_;
+  cpu_pool cpu_; // the intra-op pool its steps' CPU kernels run on
   resource_manager resources_;
   rendezvous_table table_;
   // Ends the steps that wait too long (step_watchdog.hpp).
