@@ -8,7 +8,7 @@
 #include <doctest/doctest.h>
 #include <support/cluster.hpp>
 #include <support/messages.hpp>
-#include <support/stderr_capture.hpp>
+#include <support/log_capture.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -59,7 +59,9 @@ struct regression {
   }
 };
 
-loom::monitored_session_options options(local_cluster& c, int worker, std::FILE* log) {
+// Worker 0 is the chief and logs as "worker: ..."; the others as "worker <n>: ...", so that
+// a case's log_capture tells the chief's lines from theirs.
+loom::monitored_session_options options(local_cluster& c, int worker) {
   static std::ostringstream sink;
   loom::monitored_session_options o;
   o.master = c.worker(worker).target();
@@ -67,22 +69,9 @@ loom::monitored_session_options options(local_cluster& c, int worker, std::FILE*
   o.config.placement_log = &sink;
   o.recovery_wait = 50ms;
   o.shutdown_cluster = false;
-  o.log = log;
+  if (worker != 0)
+    o.label = "worker " + std::to_string(worker);
   return o;
-}
-
-std::FILE* null_log() {
-  static std::FILE* f = std::fopen("/dev/null", "w");
-  return f;
-}
-
-// What was written to a std::tmpfile() log, which it closes.
-std::string text_of(std::FILE* log) {
-  std::rewind(log);
-  std::string text(1 << 16, '\0');
-  text.resize(std::fread(text.data(), 1, text.size(), log));
-  std::fclose(log);
-  return text;
 }
 
 } // namespace
@@ -92,11 +81,17 @@ TEST_CASE("the chief initializes, stops at the step, saves a checkpoint; a new c
   local_cluster c(1, 1);
   temp_dir dir;
   {
+    loom::testing::log_capture log;
     regression m;
-    auto o = options(c, 0, null_log());
+    auto o = options(c, 0);
     o.checkpoint_dir = (dir.path / "created" / "by_the_session").string();
     o.hooks = {std::make_shared<loom::stop_at_step_hook>(5)};
     loom::monitored_training_session s(m.g, o);
+    // Its lines go to the library's logger, at info.
+    CHECK_MESSAGE(log.contains("worker: initialized the variables"), log.text());
+    CHECK(log.level_of("worker: initialized the variables") == loom::logging::level::info);
+    CHECK_MESSAGE(log.contains("saved checkpoint "), log.text()); // the checkpoint hook's
+    CHECK(log.level_of("saved checkpoint ") == loom::logging::level::info);
     int steps = 0;
     while (!s.should_stop()) {
       s.run(*m.train, m.feeds(1.0f));
@@ -113,10 +108,12 @@ TEST_CASE("the chief initializes, stops at the step, saves a checkpoint; a new c
   // A fresh cluster (the ps lost its state): the chief restores step 5.
   local_cluster c2(1, 1);
   regression m;
-  auto o = options(c2, 0, null_log());
+  auto o = options(c2, 0);
   o.checkpoint_dir = (dir.path / "created" / "by_the_session").string();
+  loom::testing::log_capture log;
   loom::monitored_training_session s(m.g, o);
   CHECK(s.global_step() == 5);
+  CHECK_MESSAGE(log.contains("worker: restored " + *latest), log.text());
   s.close();
 }
 
@@ -127,7 +124,7 @@ namespace {
 std::filesystem::path trained_checkpoints(const std::filesystem::path& dir) {
   local_cluster c(1, 1);
   regression m;
-  auto o = options(c, 0, null_log());
+  auto o = options(c, 0);
   o.checkpoint_dir = dir.string();
   o.save_checkpoint_secs = 0;
   o.save_checkpoint_steps = 2;
@@ -165,14 +162,14 @@ std::pair<std::int64_t, std::string> restart_chief(const std::filesystem::path& 
                                                    bool initialize_over_damaged = false) {
   local_cluster c(1, 1);
   regression m;
-  std::FILE* log = std::tmpfile();
-  auto o = options(c, 0, log);
+  loom::testing::log_capture log;
+  auto o = options(c, 0);
   o.checkpoint_dir = dir.string();
   o.initialize_over_damaged_checkpoints = initialize_over_damaged;
   loom::monitored_training_session s(m.g, o);
   const std::int64_t step = s.global_step();
   s.close();
-  return {step, text_of(log)};
+  return {step, log.text()};
 }
 
 } // namespace
@@ -250,13 +247,13 @@ TEST_CASE("a damaged checkpoint state file costs no progress: the chief restores
 TEST_CASE("a non-chief waits until the chief has initialized the variables") {
   local_cluster c(1, 2);
   regression chief_model, worker_model;
-  auto wo = options(c, 1, null_log());
+  auto wo = options(c, 1);
   auto waiting = std::async(std::launch::async, [&] {
     loom::monitored_training_session s(worker_model.g, wo);
     return s.global_step();
   });
   CHECK(waiting.wait_for(300ms) == std::future_status::timeout);
-  loom::monitored_training_session chief(chief_model.g, options(c, 0, null_log()));
+  loom::monitored_training_session chief(chief_model.g, options(c, 0));
   REQUIRE(waiting.wait_for(20s) == std::future_status::ready);
   CHECK(waiting.get() == 0);
 }
@@ -264,7 +261,7 @@ TEST_CASE("a non-chief waits until the chief has initialized the variables") {
 TEST_CASE("a non-chief gives up after ready_timeout, naming a variable it waited for") {
   local_cluster c(1, 2);
   regression m;
-  auto o = options(c, 1, null_log());
+  auto o = options(c, 1);
   o.ready_timeout = 200ms;
   const std::string what = loom::testing::message_of<loom::deadline_exceeded_error>(
       [&] { loom::monitored_training_session s(m.g, o); });
@@ -275,7 +272,7 @@ TEST_CASE("a non-chief gives up after ready_timeout, naming a variable it waited
 TEST_CASE("the NaN guard fails the step whose loss is not finite") {
   local_cluster c(1, 1);
   regression m;
-  auto o = options(c, 0, null_log());
+  auto o = options(c, 0);
   o.hooks = {std::make_shared<loom::nan_guard_hook>(m.loss->id())};
   loom::monitored_training_session s(m.g, o);
   s.run(*m.train, m.feeds(1.0f));
@@ -299,14 +296,12 @@ TEST_CASE("a sync chief whose barrier passes its deadline (a worker died, no bac
     loom::variable<float, 1> w(g, "w", loom::shape{2}, loom::zeros_initializer{});
     train = sync.minimize(loom::reduce_sum(loom::square(w - target)), step);
   }
-  std::FILE* log = std::tmpfile();
-  REQUIRE(log);
-  auto o = options(c, 0, log);
+  loom::testing::log_capture log;
+  auto o = options(c, 0);
   o.num_workers = 2;
   o.sync_replicas = &sync;
   o.shutdown_cluster = true;
   auto ps_joined = std::async(std::launch::async, [&] { c.ps(0).join(); });
-  loom::testing::stderr_capture err;
   {
     loom::monitored_training_session chief(g, o);
     // Worker 1 died before its first step: the update never gets its second gradient.
@@ -314,27 +309,26 @@ TEST_CASE("a sync chief whose barrier passes its deadline (a worker died, no bac
                     loom::deadline_exceeded_error);
   }
   CHECK(ps_joined.wait_for(20s) == std::future_status::ready); // told to stop, not orphaned
-  const std::string printed = err.text();
-  CHECK_MESSAGE(!contains(printed, "waiting for"), printed); // nothing dials the ps it stopped
-  const std::string text = text_of(log);
+  const std::string text = log.text();
+  CHECK_MESSAGE(!contains(text, "waiting for ps task"), text); // nothing dials the ps it stopped
   CHECK_MESSAGE(contains(text, "worker: step failed for good ("), text);
   CHECK_MESSAGE(contains(text, "shutting the ps tasks down"), text);
+  CHECK(log.level_of("failed for good") == loom::logging::level::error);
 }
 
 TEST_CASE("a chief that gives up with shutdown_cluster = false says the ps tasks still serve and "
           "how to stop them") {
   local_cluster c(1, 1);
   regression m;
-  std::FILE* log = std::tmpfile();
-  REQUIRE(log);
-  auto o = options(c, 0, log);
+  loom::testing::log_capture log;
+  auto o = options(c, 0);
   o.hooks = {std::make_shared<loom::nan_guard_hook>(m.loss->id())};
   {
     loom::monitored_training_session s(m.g, o);
     CHECK_THROWS_AS(s.run(*m.train, m.feeds(std::numeric_limits<float>::quiet_NaN())),
                     loom::invalid_argument_error);
   }
-  const std::string text = text_of(log);
+  const std::string text = log.text();
   CHECK_MESSAGE(contains(text, "the ps tasks still serve: stop them with "
                                "loom::session::shutdown_cluster(\"" +
                                    c.worker(0).target() + "\", {\"ps\"})"),
@@ -349,9 +343,8 @@ TEST_CASE("a chief that gives up with shutdown_cluster = false says the ps tasks
 TEST_CASE("a closing chief does not wait for workers that are gone, finished or not") {
   local_cluster c(1, 3);
   regression chief_model, other_model;
-  std::FILE* log = std::tmpfile();
-  REQUIRE(log);
-  auto o = options(c, 0, log);
+  loom::testing::log_capture log;
+  auto o = options(c, 0);
   o.num_workers = 3;
   o.shutdown_cluster = true;
   o.shutdown_wait = 60s;
@@ -360,7 +353,7 @@ TEST_CASE("a closing chief does not wait for workers that are gone, finished or 
   chief.run(*chief_model.train, chief_model.feeds(1.0f));
   {
     // Worker 1 trains, says it is done and exits; worker 2 dies without a word.
-    auto o1 = options(c, 1, null_log());
+    auto o1 = options(c, 1);
     o1.num_workers = 3;
     loom::monitored_training_session other(other_model.g, o1);
     other.run(*other_model.train, other_model.feeds(1.0f));
@@ -374,7 +367,7 @@ TEST_CASE("a closing chief does not wait for workers that are gone, finished or 
   const auto took = std::chrono::steady_clock::now() - start;
   CHECK(took < 15s); // not shutdown_wait's 60 s
   CHECK(ps_joined.wait_for(10s) == std::future_status::ready);
-  const std::string text = text_of(log);
+  const std::string text = log.text();
   CHECK_MESSAGE(contains(text, "worker: 2 of 3 worker(s) finished and no other worker answers ("),
                 text);
   CHECK_MESSAGE(contains(text, "/job:worker/replica:0/task:2: "), text);
@@ -384,15 +377,14 @@ TEST_CASE("a closing chief does not wait for workers that are gone, finished or 
 TEST_CASE("a closing chief waits for a worker that still works, and no longer than it takes") {
   local_cluster c(1, 2);
   regression chief_model, other_model;
-  std::FILE* log = std::tmpfile();
-  REQUIRE(log);
-  auto o = options(c, 0, log);
+  loom::testing::log_capture log;
+  auto o = options(c, 0);
   o.num_workers = 2;
   o.shutdown_cluster = true;
   o.shutdown_wait = 60s;
   auto ps_joined = std::async(std::launch::async, [&] { c.ps(0).join(); });
   loom::monitored_training_session chief(chief_model.g, o);
-  auto o1 = options(c, 1, null_log());
+  auto o1 = options(c, 1);
   o1.num_workers = 2;
   loom::monitored_training_session other(other_model.g, o1);
   chief.run(*chief_model.train, chief_model.feeds(1.0f));
@@ -404,7 +396,7 @@ TEST_CASE("a closing chief waits for a worker that still works, and no longer th
   CHECK(closed.wait_for(10s) == std::future_status::ready);
   closed.get();
   CHECK(ps_joined.wait_for(10s) == std::future_status::ready);
-  const std::string text = text_of(log);
+  const std::string text = log.text();
   CHECK_MESSAGE(!contains(text, "no other worker answers"), text);
   CHECK_MESSAGE(!contains(text, "shutting down anyway"), text);
   CHECK_MESSAGE(contains(text, "final global step 2"), text);
@@ -436,17 +428,17 @@ TEST_CASE("recovery has no lifetime cap: 15 failed steps, 15 recoveries, each lo
           "training goes on") {
   local_cluster c(1, 1);
   regression m;
-  std::FILE* log = std::tmpfile();
-  REQUIRE(log);
-  auto o = options(c, 0, log);
+  loom::testing::log_capture log;
+  auto o = options(c, 0);
   o.recovery_wait = 1ms;
   o.hooks = {std::make_shared<failing_hook>([](int call) { return call % 2 == 0 && call < 30; })};
   loom::monitored_training_session s(m.g, o);
   for (int i = 0; i < 20; ++i)
     s.run(*m.train, m.feeds(1.0f));
   s.close();
-  const std::string text = text_of(log);
+  const std::string text = log.text();
   CHECK_MESSAGE(count_of(text, "recreating the session") == 15, text);
+  CHECK(log.level_of("recreating the session") == loom::logging::level::warn);
   CHECK_MESSAGE(contains(text,
                          "step failed (aborted: failing_hook: the ps went away); recreating the "
                          "session (recovery 15)"),
@@ -458,9 +450,8 @@ TEST_CASE("one recovery goes on until recovery_deadline, waiting longer each att
           "its start and after 2, 4, 8 ... attempts") {
   local_cluster c(1, 1);
   regression m;
-  std::FILE* log = std::tmpfile();
-  REQUIRE(log);
-  auto o = options(c, 0, log);
+  loom::testing::log_capture log;
+  auto o = options(c, 0);
   o.recovery_wait = 10ms;
   o.max_recovery_wait = 80ms;
   o.recovery_deadline = 1s;
@@ -471,13 +462,14 @@ TEST_CASE("one recovery goes on until recovery_deadline, waiting longer each att
   const auto took = std::chrono::steady_clock::now() - begin;
   CHECK(took >= 1s);
   CHECK(took < 10s);
-  const std::string text = text_of(log);
+  const std::string text = log.text();
   CHECK_MESSAGE(count_of(text, "recreating the session (recovery 1)") == 1, text);
   // 10 + 20 + 40 + 80 + 80 ... ms: about 15 attempts in 1 s, logged at 2, 4 and 8.
   CHECK_MESSAGE(count_of(text, "failed again") == 3, text);
   CHECK_MESSAGE(contains(text, "recovery 1 goes on (8 attempts in "), text);
   CHECK_MESSAGE(contains(text, "recovery 1 did not succeed within recovery_deadline (1000 ms)"),
                 text);
+  CHECK(log.level_of("did not succeed within recovery_deadline") == loom::logging::level::error);
 }
 
 TEST_CASE("a restarted chief joins the variables the ps holds instead of rolling them back to its "
@@ -486,7 +478,7 @@ TEST_CASE("a restarted chief joins the variables the ps holds instead of rolling
   temp_dir dir;
   {
     regression m;
-    auto o = options(c, 0, null_log());
+    auto o = options(c, 0);
     o.checkpoint_dir = dir.path.string();
     o.save_checkpoint_secs = 0;
     o.save_checkpoint_steps = 0; // only the one at the start, at step 0
@@ -496,13 +488,12 @@ TEST_CASE("a restarted chief joins the variables the ps holds instead of rolling
     // killed: no close()
   }
   regression m;
-  std::FILE* log = std::tmpfile();
-  REQUIRE(log);
-  auto o = options(c, 0, log);
+  loom::testing::log_capture log;
+  auto o = options(c, 0);
   o.checkpoint_dir = dir.path.string();
   loom::monitored_training_session s(m.g, o);
   CHECK(s.global_step() == 7);
-  const std::string text = text_of(log);
+  const std::string text = log.text();
   CHECK_MESSAGE(contains(text, "every global variable is initialized on the ps tasks (global step "
                                "7): joining them"),
                 text);

@@ -16,6 +16,8 @@
 // suites are (its registration comes first in this unit), so gpu_count() in
 // the skip decorator below sees it whatever order the two units start in.
 #include <loom/kernels/cuda/backend.hpp>
+// Eigen::ThreadPool and the device over it (the CUDA headers declare cpu_device only).
+#include <loom/kernels/cpu/cpu_pool.hpp>
 
 #include "../../examples/common/seed_mlp.hpp"
 

@@ -4,6 +4,7 @@
 // reset() it asks again, and never touches a variable the reset destroyed; a
 // plan item decodes its kernel's attributes once.
 #include <loom/api.hpp>
+#include <loom/kernels/cpu/cpu_pool.hpp> // Eigen::ThreadPool and the device over it
 #include <loom/runtime/executor.hpp>
 #include <loom/runtime/resource_manager.hpp>
 

@@ -56,7 +56,6 @@ int main(int argc, char** argv) {
   o.master = cluster.worker(0).target();
   o.config.placement_log = &placement_log;
   o.shutdown_cluster = false;
-  o.log = stderr;
   o.hooks = {std::make_shared<loom::stop_at_step_hook>(steps)};
   o.chief_only_hooks = {hook};
 

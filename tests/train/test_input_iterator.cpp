@@ -270,7 +270,6 @@ TEST_CASE("monitored_training_session stops cleanly at the end of its input") {
   o.master = cluster.target();
   o.config = loom::testing::quiet();
   o.shutdown_cluster = false;
-  o.log = stderr;
   loom::monitored_training_session s(g, o);
   int steps = 0;
   while (!s.should_stop()) {

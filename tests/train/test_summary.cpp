@@ -468,7 +468,6 @@ TEST_CASE("monitored_training_session's chief saves summaries every N steps with
   o.master = c.worker(0).target();
   o.config.placement_log = &sink;
   o.shutdown_cluster = false;
-  o.log = std::fopen("/dev/null", "w");
   o.summary_dir = (dir.path / "logs").string();
   o.save_summaries_steps = 3;
   o.hooks = {std::make_shared<loom::stop_at_step_hook>(8)};
@@ -485,7 +484,6 @@ TEST_CASE("monitored_training_session's chief saves summaries every N steps with
     }
     s.close();
   }
-  std::fclose(o.log);
   const auto records = records_of(file_bytes(only_event_file(dir.path / "logs")));
   REQUIRE(records.size() >= 2);
   CHECK(decode(records[0]).str(3) == "brain.Event:2");
@@ -519,7 +517,6 @@ TEST_CASE("with examples_per_global_step the chief's summaries add examples/s fr
   o.master = c.worker(0).target();
   o.config.placement_log = &sink;
   o.shutdown_cluster = false;
-  o.log = std::fopen("/dev/null", "w");
   o.summary_dir = (dir.path / "logs").string();
   o.save_summaries_steps = 3;
   o.examples_per_global_step = 50;
@@ -533,7 +530,6 @@ TEST_CASE("with examples_per_global_step the chief's summaries add examples/s fr
     }
     s.close();
   }
-  std::fclose(o.log);
   const auto records = records_of(file_bytes(only_event_file(dir.path / "logs")));
   std::map<std::int64_t, float> rate_at;
   std::vector<std::int64_t> loss_steps;
@@ -566,7 +562,6 @@ TEST_CASE("no event file where the graph has no summary") {
   o.master = c.worker(0).target();
   o.config.placement_log = &sink;
   o.shutdown_cluster = false;
-  o.log = std::fopen("/dev/null", "w");
   o.summary_dir = (dir.path / "logs").string();
   o.hooks = {std::make_shared<loom::stop_at_step_hook>(2)};
   {
@@ -575,6 +570,5 @@ TEST_CASE("no event file where the graph has no summary") {
       s.run(*m.train, m.feeds());
     s.close();
   }
-  std::fclose(o.log);
   CHECK_FALSE(fs::exists(dir.path / "logs"));
 }

@@ -154,10 +154,12 @@ inline void set_level_from_variable(std::string_view value) {
          std::string(to_string(current_level())));
 }
 
-// Called by the linked runtime once, before main().
-inline bool install(sink& s) noexcept {
-  detail::installed_sink.store(&s, std::memory_order_release);
-  return true;
+// Called by the linked runtime once, before main(). Returns the sink it replaces (nullptr:
+// none), so that a sink put in front of it (a test's, tests/support/log_capture.hpp) can hand
+// lines on to it. A sink once installed must outlive every line: install one that is never
+// destroyed.
+inline sink* install(sink& s) noexcept {
+  return detail::installed_sink.exchange(&s, std::memory_order_acq_rel);
 }
 
 } // namespace loom::logging

@@ -7,7 +7,7 @@
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/graph/node.hpp>
-#include <loom/kernels/cpu/parallel_for.hpp>
+#include <loom/kernels/cpu_device.hpp>
 
 #include <atomic>
 #include <cstddef>

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <loom/core/tensor.hpp>
-#include <loom/kernels/cpu/parallel_for.hpp>
+#include <loom/kernels/cpu_device.hpp>
 
 #include <functional>
 #include <map>

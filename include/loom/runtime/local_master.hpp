@@ -4,6 +4,7 @@
 // its own resource containers.
 #pragma once
 
+#include <loom/kernels/cpu/cpu_pool.hpp>
 #include <loom/runtime/executor.hpp>
 #include <loom/runtime/interfaces.hpp>
 #include <loom/runtime/partition.hpp>
@@ -24,9 +25,7 @@ namespace loom::detail {
 class local_master final : public master_interface {
 public:
   explicit local_master(const session_options& o)
-      : pool_(detail::intra_op_threads(o.intra_op_threads)),
-        device_(&pool_, detail::intra_op_threads(o.intra_op_threads)),
-        allow_fusion_(!o.disable_fusion),
+      : cpu_(detail::intra_op_threads(o.intra_op_threads)), allow_fusion_(!o.disable_fusion),
         placement_(
             session_placement(o.allow_soft_placement, o.log_device_placement, {}, local_cpu)),
         placement_log_(o.placement_log) {}
@@ -35,12 +34,13 @@ public:
                               std::vector<any_tensor> feeds, step_stats* trace) override {
     cached_plan& c = plan_for(g, req);
     if (!trace)
-      return run_plan(c.p, c.caches, g, std::move(feeds), device_, resources_);
+      return run_plan(c.p, c.caches, g, std::move(feeds), cpu_.device(), resources_);
     // One task, on the client's own clock.
     this_thread_role() = "client";
     step_tracer tracer;
     const std::int64_t start = steady_now_ns();
-    auto fetched = run_plan(c.p, c.caches, g, std::move(feeds), device_, resources_, nullptr, &tracer);
+    auto fetched =
+        run_plan(c.p, c.caches, g, std::move(feeds), cpu_.device(), resources_, nullptr, &tracer);
     *trace = step_stats{++traced_steps_, start, steady_now_ns(), {}};
     task_trace t = tracer.finish();
     trace->tasks.push_back(
@@ -93,8 +93,7 @@ private:
   }
 
   resource_manager resources_;
-  Eigen::ThreadPool pool_;
-  cpu_device device_;
+  cpu_pool cpu_; // the intra-op pool its steps' CPU kernels run on
   std::map<std::string, std::unique_ptr<cached_plan>> plans_;
   std::uint64_t planned_version_ = 0;
   bool allow_fusion_ = true;

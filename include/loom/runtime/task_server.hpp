@@ -9,6 +9,7 @@
 #pragma once
 
 #include <loom/cluster/cluster_spec.hpp>
+#include <loom/kernels/cpu/cpu_pool.hpp>
 #include <loom/net/listen_address.hpp>
 #include <loom/net/rpc.hpp>
 #include <loom/runtime/executor.hpp>
@@ -44,8 +45,7 @@ public:
   // address beyond loopback without a token), each naming the task.
   task_server(cluster_spec cluster, std::string job, int task, server_options o = {})
       : job_(std::move(job)), task_(task), options_(std::move(o)),
-        pool_(detail::intra_op_threads(options_.intra_op_threads)),
-        device_(&pool_, detail::intra_op_threads(options_.intra_op_threads)) {
+        cpu_(detail::intra_op_threads(options_.intra_op_threads)) {
     const std::string& address = cluster.task_address(job_, task_);
     host_port hp = parse_host_port(address);
     net::rpc_server_options so = rpc_options(options_.limits);
@@ -80,7 +80,7 @@ public:
     peers_ = std::make_unique<worker_cache>(cluster_, peer_options);
     std::random_device rd;
     instance_ = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-    driver_ = std::make_unique<step_driver>(describe(), device_, resources_, table_, *peers_,
+    driver_ = std::make_unique<step_driver>(describe(), cpu_.device(), resources_, table_, *peers_,
                                             runners_, watchdog_);
     service_ = std::make_unique<worker_service>(
         describe(), graphs_, *driver_, table_, resources_,
@@ -205,8 +205,7 @@ private:
   int task_;
   server_options options_;
   cluster_spec cluster_;
-  Eigen::ThreadPool pool_;
-  cpu_device device_;
+  cpu_pool cpu_; // the intra-op pool its steps' CPU kernels run on
   resource_manager resources_;
   rendezvous_table table_;
   // Ends the steps that wait too long (step_watchdog.hpp).

@@ -4,6 +4,7 @@
 // fetched in the same step as the caller's fetches and handed to after_run.
 #pragma once
 
+#include <loom/core/log.hpp>
 #include <loom/runtime/session.hpp>
 #include <loom/train/saver.hpp>
 
@@ -151,13 +152,12 @@ private:
 };
 
 // Saves a checkpoint every `secs` seconds and/or every `steps` global steps,
-// after the session is created and at the end (TF's CheckpointSaverHook).
-// The chief's hook: one writer per cluster.
+// after the session is created and at the end (TF's CheckpointSaverHook), and
+// logs each (core/log.hpp, info). The chief's hook: one writer per cluster.
 struct checkpoint_options {
   std::string dir;
   double secs = 600;      // 0: not by time
   std::int64_t steps = 0; // 0: not by steps
-  std::FILE* log = stdout;
 };
 
 class checkpoint_saver_hook final : public session_run_hook {
@@ -183,9 +183,7 @@ private:
   using clock = std::chrono::steady_clock;
   void save(session& s, std::int64_t step) {
     const std::string path = saver_.save(s, o_.dir + "/model.ckpt", step);
-    std::fprintf(o_.log, "saved checkpoint %s (global step %lld)\n", path.c_str(),
-                 static_cast<long long>(step));
-    std::fflush(o_.log);
+    logging::info("saved checkpoint " + path + " (global step " + std::to_string(step) + ")");
     last_time_ = clock::now();
     last_step_ = step;
   }

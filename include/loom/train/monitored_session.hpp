@@ -39,6 +39,7 @@
 //     them: no ps is left serving a job that has ended.
 #pragma once
 
+#include <loom/core/log.hpp>
 #include <loom/runtime/session.hpp>
 #include <loom/train/global_step.hpp>
 #include <loom/train/hooks.hpp>
@@ -48,6 +49,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -111,8 +113,9 @@ struct monitored_session_options {
   // otherwise serve forever), and which jobs.
   bool shutdown_cluster = true;
   std::vector<std::string> shutdown_jobs{"ps"};
-  std::string label = "worker"; // prefix of log lines
-  std::FILE* log = stdout;
+  // Prefix of this session's log lines ("worker: restored ..."). They go to the library's
+  // logger (core/log.hpp): stderr, with the time, level and task in front.
+  std::string label = "worker";
 };
 
 class monitored_training_session {
@@ -139,8 +142,7 @@ public:
         hooks_.push_back(std::make_shared<checkpoint_saver_hook>(
             *saver_, checkpoint_options{.dir = o_.checkpoint_dir,
                                         .secs = o_.save_checkpoint_secs,
-                                        .steps = o_.save_checkpoint_steps,
-                                        .log = o_.log}));
+                                        .steps = o_.save_checkpoint_steps}));
       }
       const std::string& summary_dir = o_.summary_dir.empty() ? o_.checkpoint_dir : o_.summary_dir;
       if (!summary_dir.empty() && !g.collection(collection::summaries).empty() &&
@@ -228,8 +230,7 @@ public:
         recovered();
         return result;
       } catch (const out_of_range_error& e) {
-        std::fprintf(o_.log, "%s: the input ended (%s); stopping\n", o_.label.c_str(), e.what());
-        std::fflush(o_.log);
+        say(logging::level::info, "the input ended (%s); stopping", e.what());
         should_stop_ = true;
         recovered();
         return result_type{};
@@ -270,15 +271,40 @@ public:
     recovering("closing (reading the final global step)", [&] {
       final_step = *session_->run_nodes({global_step_}, {}).front().data<std::int64_t>();
     });
-    std::fprintf(o_.log, "%s: final global step %lld; shutting the ps tasks down\n",
-                 o_.label.c_str(), static_cast<long long>(final_step));
-    std::fflush(o_.log);
+    say(logging::level::info, "final global step %lld; shutting the ps tasks down",
+        static_cast<long long>(final_step));
     // The other workers exit on their own once they are done; the ps tasks
     // serve until told.
     session::shutdown_cluster(o_.master, o_.shutdown_jobs, o_.config);
   }
 
 private:
+  // One line of this session's log: "<label>: " and the printf-formatted message, through
+  // the library's logger at `level`. Never throws: a line lost to a failed allocation is
+  // not worth the step.
+  [[gnu::format(printf, 3, 4)]] void say(logging::level level, const char* format,
+                                         ...) const noexcept {
+    if (!logging::enabled(level))
+      return;
+    try {
+      std::va_list args;
+      va_start(args, format);
+      const int n = std::vsnprintf(nullptr, 0, format, args);
+      va_end(args);
+      std::string line = o_.label + ": ";
+      if (n > 0) {
+        const std::size_t at = line.size();
+        line.resize(at + static_cast<std::size_t>(n) + 1);
+        va_start(args, format);
+        std::vsnprintf(line.data() + at, static_cast<std::size_t>(n) + 1, format, args);
+        va_end(args);
+        line.pop_back(); // vsnprintf's '\0'
+      }
+      logging::write(level, line);
+    } catch (...) {
+    }
+  }
+
   // The chief, closing: waits until every worker has counted itself done, at
   // most shutdown_wait, and not for workers that are gone. The count cannot
   // say which worker is missing, but the servers can: once no other worker
@@ -286,9 +312,7 @@ private:
   // not taken for gone), whoever has not said done has exited without it.
   void wait_for_other_workers() {
     using clock = std::chrono::steady_clock;
-    std::fprintf(o_.log, "%s: waiting for the other %d worker(s) to finish\n", o_.label.c_str(),
-                 o_.num_workers - 1);
-    std::fflush(o_.log);
+    say(logging::level::info, "waiting for the other %d worker(s) to finish", o_.num_workers - 1);
     const auto deadline = clock::now() + o_.shutdown_wait;
     constexpr auto never = clock::time_point::max();
     auto none_answer_since = never; // when no other worker answered first, of late
@@ -304,12 +328,10 @@ private:
             *session_->run_nodes({done_count_}, {}).front().data<std::int64_t>());
       };
       if (now >= deadline) {
-        std::fprintf(o_.log,
-                     "%s: %lld of %d worker(s) finished within shutdown_wait (%lld ms); "
-                     "shutting down anyway\n",
-                     o_.label.c_str(), done_so_far(), o_.num_workers,
-                     static_cast<long long>(o_.shutdown_wait.count()));
-        std::fflush(o_.log);
+        say(logging::level::warn,
+            "%lld of %d worker(s) finished within shutdown_wait (%lld ms); "
+            "shutting down anyway",
+            done_so_far(), o_.num_workers, static_cast<long long>(o_.shutdown_wait.count()));
         return;
       }
       std::vector<std::string> gone;
@@ -321,12 +343,10 @@ private:
         std::string names;
         for (const auto& g : gone)
           names += (names.empty() ? "" : "; ") + g;
-        std::fprintf(o_.log,
-                     "%s: %lld of %d worker(s) finished and no other worker answers (%s): "
-                     "not waiting for the rest\n",
-                     o_.label.c_str(), done_so_far(), o_.num_workers,
-                     names.empty() ? "none left" : names.c_str());
-        std::fflush(o_.log);
+        say(logging::level::warn,
+            "%lld of %d worker(s) finished and no other worker answers (%s): "
+            "not waiting for the rest",
+            done_so_far(), o_.num_workers, names.empty() ? "none left" : names.c_str());
         return;
       }
     }
@@ -374,10 +394,8 @@ private:
     if (!recoverable(e) ||
         (o_.recovery_deadline.count() > 0 && now - recovering_since_ >= o_.recovery_deadline)) {
       if (recoverable(e)) {
-        std::fprintf(o_.log, "%s: recovery %d did not succeed within recovery_deadline (%lld ms)\n",
-                     o_.label.c_str(), recoveries_,
-                     static_cast<long long>(o_.recovery_deadline.count()));
-        std::fflush(o_.log);
+        say(logging::level::error, "recovery %d did not succeed within recovery_deadline (%lld ms)",
+            recoveries_, static_cast<long long>(o_.recovery_deadline.count()));
       }
       give_up(e, what);
       throw;
@@ -389,17 +407,15 @@ private:
     wait = std::min(wait, std::max(o_.max_recovery_wait, o_.recovery_wait));
     if (attempts_ == 1) {
       ++recoveries_;
-      std::fprintf(o_.log, "%s: %s failed (%s); recreating the session (recovery %d)\n",
-                   o_.label.c_str(), what, e.what(), recoveries_);
-      std::fflush(o_.log);
+      say(logging::level::warn, "%s failed (%s); recreating the session (recovery %d)", what,
+          e.what(), recoveries_);
     } else if ((attempts_ & (attempts_ - 1)) == 0) {
-      std::fprintf(o_.log,
-                   "%s: %s failed again (%s); recovery %d goes on (%d attempts in %.0f s, the "
-                   "next in %lld ms)\n",
-                   o_.label.c_str(), what, e.what(), recoveries_, attempts_,
-                   std::chrono::duration<double>(now - recovering_since_).count(),
-                   static_cast<long long>(wait.count()));
-      std::fflush(o_.log);
+      say(logging::level::warn,
+          "%s failed again (%s); recovery %d goes on (%d attempts in %.0f s, the "
+          "next in %lld ms)",
+          what, e.what(), recoveries_, attempts_,
+          std::chrono::duration<double>(now - recovering_since_).count(),
+          static_cast<long long>(wait.count()));
     }
     std::this_thread::sleep_for(wait);
   }
@@ -430,17 +446,15 @@ private:
       return;
     try {
       if (!o_.shutdown_cluster) {
-        std::fprintf(o_.log,
-                     "%s: %s failed for good (%s); the ps tasks still serve: stop them with "
-                     "loom::session::shutdown_cluster(\"%s\", {\"ps\"}) or by ending their "
-                     "processes\n",
-                     o_.label.c_str(), what, e.what(), o_.master.c_str());
-        std::fflush(o_.log);
+        say(logging::level::error,
+            "%s failed for good (%s); the ps tasks still serve: stop them with "
+            "loom::session::shutdown_cluster(\"%s\", {\"ps\"}) or by ending their "
+            "processes",
+            what, e.what(), o_.master.c_str());
         return;
       }
-      std::fprintf(o_.log, "%s: %s failed for good (%s); shutting the ps tasks down\n",
-                   o_.label.c_str(), what, e.what());
-      std::fflush(o_.log);
+      say(logging::level::error, "%s failed for good (%s); shutting the ps tasks down", what,
+          e.what());
       session::shutdown_cluster(o_.master, o_.shutdown_jobs, o_.config);
       // The update loop ends as its ps goes; nothing is run on the ps again
       // (its close op would only dial a task that is gone).
@@ -451,9 +465,8 @@ private:
         }
       }
     } catch (const std::exception& x) {
-      std::fprintf(o_.log, "%s: could not shut the ps tasks down (%s); they may still serve\n",
-                   o_.label.c_str(), x.what());
-      std::fflush(o_.log);
+      say(logging::level::error, "could not shut the ps tasks down (%s); they may still serve",
+          x.what());
     }
   }
 
@@ -512,21 +525,18 @@ private:
   // which the state file then names again (find_checkpoint_to_restore).
   void prepare() {
     if (uninitialized_variables().empty()) {
-      std::fprintf(o_.log,
-                   "%s: every global variable is initialized on the ps tasks (global step %lld): "
-                   "joining them, not restoring or initializing\n",
-                   o_.label.c_str(),
-                   static_cast<long long>(
-                       *session_->run_nodes({global_step_}, {}).front().data<std::int64_t>()));
-      std::fflush(o_.log);
+      say(logging::level::info,
+          "every global variable is initialized on the ps tasks (global step %lld): "
+          "joining them, not restoring or initializing",
+          static_cast<long long>(
+              *session_->run_nodes({global_step_}, {}).front().data<std::int64_t>()));
       // The chief's own input, though, restarts with it: it goes on from the latest
       // checkpoint's position (train/iterator_checkpoint.hpp).
       if (const auto latest = saver_ && !graph_.collection(collection::iterators).empty()
                                   ? latest_checkpoint(o_.checkpoint_dir)
                                   : std::nullopt) {
         saver_->restore_iterators(*session_, *latest);
-        std::fprintf(o_.log, "%s: the input goes on from %s\n", o_.label.c_str(), latest->c_str());
-        std::fflush(o_.log);
+        say(logging::level::info, "the input goes on from %s", latest->c_str());
       }
       return;
     }
@@ -534,8 +544,7 @@ private:
       const checkpoint_to_restore found =
           find_checkpoint_to_restore(o_.checkpoint_dir, o_.initialize_over_damaged_checkpoints);
       if (!found.note.empty()) {
-        std::fprintf(o_.log, "%s: %s\n", o_.label.c_str(), found.note.c_str());
-        std::fflush(o_.log);
+        say(logging::level::warn, "%s", found.note.c_str());
       }
       if (!found.path.empty()) {
         saver_->restore(*session_, found.path);
@@ -543,14 +552,12 @@ private:
           saver_->recover_last_checkpoints(found.intact);
           write_checkpoint_state(o_.checkpoint_dir, found.intact);
         }
-        std::fprintf(o_.log, "%s: restored %s\n", o_.label.c_str(), found.path.c_str());
-        std::fflush(o_.log);
+        say(logging::level::info, "restored %s", found.path.c_str());
         return;
       }
     }
     session_->run_nodes({}, {init_});
-    std::fprintf(o_.log, "%s: initialized the variables\n", o_.label.c_str());
-    std::fflush(o_.log);
+    say(logging::level::info, "initialized the variables");
   }
 
   // The names of the global variables not initialized on the ps tasks.
@@ -580,9 +587,8 @@ private:
         list += (i ? ", " : "") + missing[i];
       if (missing.size() > 4)
         list += ", ...";
-      std::fprintf(o_.log, "%s: waiting for the chief to initialize %zu variable(s): %s\n",
-                   o_.label.c_str(), missing.size(), list.c_str());
-      std::fflush(o_.log);
+      say(logging::level::info, "waiting for the chief to initialize %zu variable(s): %s",
+          missing.size(), list.c_str());
       std::this_thread::sleep_for(o_.recovery_wait);
     }
   }

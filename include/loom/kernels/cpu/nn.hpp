@@ -5,6 +5,7 @@
 #pragma once
 
 #include <loom/kernels/checks/nn.hpp>
+#include <loom/kernels/cpu/parallel_for.hpp>
 #include <loom/kernels/registry.hpp>
 
 #include <Eigen/Core>

@@ -5,17 +5,14 @@
 
 #include <loom/core/tensor.hpp>
 #include <loom/kernels/cpu/eigen_tensor.hpp>
+#include <loom/kernels/cpu_device.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <memory>
 #include <type_traits>
 
-namespace loom {
-
-using cpu_device = Eigen::ThreadPoolDevice;
-
-namespace detail {
+namespace loom::detail {
 
 // Elementwise work is split into contiguous chunks over the pool, and each
 // chunk is one Eigen expression evaluated on the DefaultDevice (vectorised,
@@ -98,5 +95,4 @@ void parallel_chunks(const cpu_device& d, Eigen::DenseIndex n, const Eigen::Tens
   });
 }
 
-} // namespace detail
-} // namespace loom
+} // namespace loom::detail

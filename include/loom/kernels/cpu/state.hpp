@@ -2,6 +2,7 @@
 #pragma once
 
 #include <loom/kernels/checks/state.hpp>
+#include <loom/kernels/cpu/parallel_for.hpp>
 #include <loom/kernels/metadata.hpp>
 #include <loom/kernels/registry.hpp>
 

@@ -7,6 +7,7 @@
 
 #include <loom/graph/ops/array.hpp>
 #include <loom/graph/ops/sync.hpp>
+#include <loom/kernels/cpu/parallel_for.hpp>
 #include <loom/kernels/registry.hpp>
 
 #include <algorithm>
