@@ -8,7 +8,7 @@
 // burst of small frames costs one recvmsg, not one per header and per payload; what a
 // frame still lacks once the buffer is empty is read straight into its tensors when it is
 // large (direct_read_min or more), the zero-copy path of big payloads. A message split
-// into parts (frame.hpp) is put together here and delivered whole.
+// into parts (out_frame.hpp) is put together here and delivered whole.
 //
 // Memory: a frame's metadata buffer grows as its bytes arrive (a header that declares
 // 64 MiB costs 4 KiB until the bytes come), and a tensor the layer allocates is written

@@ -1,6 +1,6 @@
 // Where a connection's frames go (connection.hpp): a frame as received, and the
 // interface of whoever takes it, the server (server.hpp, one sink per admitted
-// connection) or the channel (channel.hpp). Its own header so that the reader
+// connection) or the channel (channel_core.hpp). Its own header so that the reader
 // (frame_reader.hpp) that produces frames and the sinks that consume them need
 // not know each other.
 #pragma once

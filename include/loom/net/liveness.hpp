@@ -1,6 +1,6 @@
 // A connection's liveness (connection.hpp): when it last received a byte, whether it is in
 // the middle of a frame, and TCP keepalive on its socket. The channel's heartbeat
-// (channel.hpp) asks how long a connection has been silent; the server's eviction of idle
+// (heartbeat.hpp) asks how long a connection has been silent; the server's eviction of idle
 // clients (server_registry.hpp) asks how long it has been idle. Pings themselves are
 // answered by the connection's read loop (frame_reader.hpp), on the io thread, whatever
 // the handlers are doing.
