@@ -7,8 +7,8 @@
 
 #include <doctest/doctest.h>
 #include <support/cluster.hpp>
-#include <support/messages.hpp>
 #include <support/log_capture.hpp>
+#include <support/messages.hpp>
 
 #include <chrono>
 #include <cmath>

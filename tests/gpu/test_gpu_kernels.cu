@@ -2000,11 +2000,11 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
 
       test_resources res;
       detail::plan_caches cpu_caches(cpu_plan), gpu_caches(gpu_plan);
-      const auto cpu_values = detail::run_plan(cpu_plan, cpu_caches, fg.g, fg.feeds(req, in),
-                                               host_device(), res);
+      const auto cpu_values =
+          detail::run_plan(cpu_plan, cpu_caches, fg.g, fg.feeds(req, in), host_device(), res);
       poison_next_blocks(static_cast<std::size_t>(s.num_elements()) * sizeof(float));
-      const auto gpu_values = detail::run_plan(gpu_plan, gpu_caches, fg.g, fg.feeds(req, in),
-                                               host_device(), res);
+      const auto gpu_values =
+          detail::run_plan(gpu_plan, gpu_caches, fg.g, fg.feeds(req, in), host_device(), res);
       for (std::size_t i : {0, 1}) { // arith, mixed: the request's fetches
         const any_tensor& got = gpu_values[i];
         CHECK(got.on_host()); // fetched values come back to the host

@@ -393,7 +393,8 @@ TEST_CASE("a plan's values are its nodes', not the graph's; feeds and fetches ar
   CHECK(fetched[2].data<float>()[0] == 2.f); // plus_one again
   CHECK(fetched[1].sole_owner());            // handed over, not copied
 
-  const auto what = loom::testing::message_of<loom::internal_error>(
-      [&] { loom::detail::run_plan(p, caches, g, {fed, fed}, device, resources); });
+  const auto what = loom::testing::message_of<loom::internal_error>([&] {
+    loom::detail::run_plan(p, caches, g, {fed, fed}, device, resources);
+  });
   CHECK(contains(what, "2 feeds for 1 fed nodes"));
 }

@@ -9,8 +9,8 @@
 #include <loom/core/protobuf_wire.hpp>
 #include <loom/core/shape.hpp>
 #include <loom/core/tensor.hpp>
-#include <loom/core/tensor_slice.hpp>
 #include <loom/core/tensor_bundle_format.hpp>
+#include <loom/core/tensor_slice.hpp>
 #include <loom/core/tfrecord.hpp>
 
 #include <fcntl.h>
@@ -32,7 +32,6 @@
 #include <string_view>
 #include <utility>
 #include <vector>
-
 
 namespace loom::tensor_bundle {
 // -- reading ------------------------------------------------------------------------

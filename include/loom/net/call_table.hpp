@@ -58,9 +58,9 @@ struct call_state {
   // The two ways a caller ends its own call, worded the same whether the channel is
   // still there to end it or the handle outlived it.
   bool finish_expired() {
-    return finish(make_error(error_code::deadline_exceeded,
-                             describe() + " did not complete within " +
-                                 std::to_string(timeout.count()) + " ms"));
+    return finish(
+        make_error(error_code::deadline_exceeded, describe() + " did not complete within " +
+                                                      std::to_string(timeout.count()) + " ms"));
   }
   bool finish_cancelled() {
     return finish(make_error(error_code::cancelled, describe() + " was cancelled"));

@@ -164,25 +164,25 @@ public:
         return;
       }
       c->arm_deadline(limit, "connecting to " + *peer);
-      asio::async_connect(c->socket(), eps,
-                          [c, at, peer, who, keepalive](std::error_code ec, const tcp::endpoint&) {
-                            if (ec) {
-                              at->fail(make_error(error_code::unavailable,
-                                                  ec == asio::error::operation_aborted
-                                                      ? "timed out connecting"
-                                                      : ec.message()));
-                              c->close("connect failed");
-                              return;
-                            }
-                            c->configure_socket();
-                            c->enable_keepalive(keepalive);
-                            start_client_handshake(c, who, *peer, [at](std::exception_ptr e) {
-                              if (e)
-                                at->fail(std::move(e));
-                              else
-                                at->ok();
-                            });
-                          });
+      asio::async_connect(
+          c->socket(), eps,
+          [c, at, peer, who, keepalive](std::error_code ec, const tcp::endpoint&) {
+            if (ec) {
+              at->fail(make_error(error_code::unavailable, ec == asio::error::operation_aborted
+                                                               ? "timed out connecting"
+                                                               : ec.message()));
+              c->close("connect failed");
+              return;
+            }
+            c->configure_socket();
+            c->enable_keepalive(keepalive);
+            start_client_handshake(c, who, *peer, [at](std::exception_ptr e) {
+              if (e)
+                at->fail(std::move(e));
+              else
+                at->ok();
+            });
+          });
     });
     std::exception_ptr err;
     try {
@@ -241,7 +241,7 @@ private:
   std::string address_;
   host_port hp_;
   std::shared_ptr<const std::string> peer_;
-  client_identity who_; // role set per connection
+  client_identity who_;              // role set per connection
   std::shared_ptr<tls_context> tls_; // null: no TLS
   frame_limits limits_;
   log_fn log_;

@@ -12,8 +12,8 @@
 #include <loom/cluster/liveness_settings.hpp>
 #include <loom/net/connection.hpp>
 #include <loom/net/frame_header.hpp>
-#include <loom/net/out_frame.hpp>
 #include <loom/net/io_runtime.hpp>
+#include <loom/net/out_frame.hpp>
 
 #include <asio/bind_executor.hpp>
 #include <asio/io_context.hpp>

@@ -66,9 +66,9 @@ inline std::uint64_t append_descriptors(std::string& out, std::span<const any_te
 // is read: against `limit` bytes for the `unit` ("frame" or "message") of which `before`
 // bytes are taken already, and its length against its shape's. Throws data_loss_error or
 // resource_exhausted_error.
-inline std::uint64_t parse_descriptors(detail::reader& r, std::uint32_t n,
-                                       std::uint64_t limit, std::uint64_t before,
-                                       const char* unit, std::vector<payload_info>& out) {
+inline std::uint64_t parse_descriptors(detail::reader& r, std::uint32_t n, std::uint64_t limit,
+                                       std::uint64_t before, const char* unit,
+                                       std::vector<payload_info>& out) {
   std::uint64_t total = 0;
   out.reserve(std::min<std::size_t>(n, r.remaining() / 12));
   for (std::uint32_t i = 0; i < n; ++i) {

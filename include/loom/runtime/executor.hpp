@@ -132,7 +132,8 @@ private:
 
 // Called once when a started step ends: with its fetched values (in the order of the
 // plan's request), or with the error that ended it.
-using plan_done_fn = std::function<void(std::vector<any_tensor>& fetched, std::exception_ptr error)>;
+using plan_done_fn =
+    std::function<void(std::vector<any_tensor>& fetched, std::exception_ptr error)>;
 
 // One run of a plan in flight (run_plan, start_plan): the plan is read, its caches are
 // shared with its other runs, and what changes (the values, what is ready) is the run's.
@@ -150,8 +151,8 @@ public:
                               const cpu_device& device, resource_access& resources,
                               step_rendezvous* rendezvous = nullptr,
                               step_tracer* tracer = nullptr) const {
-    auto st = std::make_shared<execution>(p_, g, std::move(feeds), device, resources, rendezvous,
-                                          tracer);
+    auto st =
+        std::make_shared<execution>(p_, g, std::move(feeds), device, resources, rendezvous, tracer);
     while (!advance(st)) {
       std::unique_lock lock(st->mu);
       st->cv.wait(lock, [&] { return !st->arrived.empty(); });
@@ -277,26 +278,26 @@ private:
         if (x.tracer)
           x.tracer->requested(s.id, started);
         // The plan and its caches, not this object (a caller's temporary), outlive the run.
-        x.rendezvous->recv(s.transfer, [plan = &p_, caches = &caches_, st,
-                                        k](any_tensor v, std::exception_ptr e) {
-          const std::int64_t arrived_at = st->tracer ? steady_now_ns() : 0;
-          bool resume = false;
-          {
-            std::lock_guard lock(st->mu);
-            if (st->ended)
-              return;
-            st->arrived.emplace_back(k, std::move(v), std::move(e), arrived_at);
-            resume = std::exchange(st->suspended, false);
-            if (!st->on_done)
-              st->cv.notify_one();
-          }
-          if (!resume)
-            return;
-          if (auto* batch = arrival_batch::current())
-            batch->defer([plan, caches, st] { drive(*plan, *caches, st); });
-          else
-            drive(*plan, *caches, st);
-        });
+        x.rendezvous->recv(
+            s.transfer, [plan = &p_, caches = &caches_, st, k](any_tensor v, std::exception_ptr e) {
+              const std::int64_t arrived_at = st->tracer ? steady_now_ns() : 0;
+              bool resume = false;
+              {
+                std::lock_guard lock(st->mu);
+                if (st->ended)
+                  return;
+                st->arrived.emplace_back(k, std::move(v), std::move(e), arrived_at);
+                resume = std::exchange(st->suspended, false);
+                if (!st->on_done)
+                  st->cv.notify_one();
+              }
+              if (!resume)
+                return;
+              if (auto* batch = arrival_batch::current())
+                batch->defer([plan, caches, st] { drive(*plan, *caches, st); });
+              else
+                drive(*plan, *caches, st);
+            });
         continue;
       case item::kind::send:
         if (!x.rendezvous)
@@ -483,8 +484,8 @@ private:
       refs[0] = &caches_.variable(p_, x.g, s.out, x.resources);
     for (std::size_t i = 0; !variable && i < s.refs.size(); ++i)
       refs[i] = &caches_.variable(p_, x.g, s.refs[i], x.resources);
-    kernel_context ctx{n,         inputs,      refs.span(), x.device, x.resources,
-                       {},        forwardable, cancellation};
+    kernel_context ctx{n,           inputs, refs.span(), x.device,
+                       x.resources, {},     forwardable, cancellation};
     ctx.attrs = &caches_.attrs(s);
     if (s.where.on_host())
       s.kernel(ctx);
@@ -505,8 +506,7 @@ inline std::vector<any_tensor> run_plan(const plan& p, plan_caches& caches, cons
                                         resource_access& resources,
                                         step_rendezvous* rendezvous = nullptr,
                                         step_tracer* tracer = nullptr) {
-  return plan_execution(p, caches).run(g, std::move(feeds), device, resources, rendezvous,
-                                       tracer);
+  return plan_execution(p, caches).run(g, std::move(feeds), device, resources, rendezvous, tracer);
 }
 
 // Runs `p` on the calling thread until it waits for a recv, then returns; the

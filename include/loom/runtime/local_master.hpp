@@ -30,8 +30,8 @@ public:
             session_placement(o.allow_soft_placement, o.log_device_placement, {}, local_cpu)),
         placement_log_(o.placement_log) {}
 
-  std::vector<any_tensor> run(const graph& g, const run_request& req,
-                              std::vector<any_tensor> feeds, step_stats* trace) override {
+  std::vector<any_tensor> run(const graph& g, const run_request& req, std::vector<any_tensor> feeds,
+                              step_stats* trace) override {
     cached_plan& c = plan_for(g, req);
     if (!trace)
       return run_plan(c.p, c.caches, g, std::move(feeds), cpu_.device(), resources_);
@@ -70,8 +70,8 @@ private:
     auto it = plans_.find(key);
     if (it == plans_.end())
       it = plans_
-               .emplace(key, std::make_unique<cached_plan>(g, req, allow_fusion_,
-                                                           place_nodes(g, req)))
+               .emplace(key,
+                        std::make_unique<cached_plan>(g, req, allow_fusion_, place_nodes(g, req)))
                .first;
     return *it->second;
   }

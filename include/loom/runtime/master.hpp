@@ -107,8 +107,8 @@ public:
   // thread, its feeds and fetches handed over in memory. A traced step
   // (`trace` given) asks every task for its trace and puts them on this
   // process's clock (trace_alignment.hpp).
-  std::vector<any_tensor> run(const graph& g, const run_request& req,
-                              std::vector<any_tensor> feeds, step_stats* trace) override {
+  std::vector<any_tensor> run(const graph& g, const run_request& req, std::vector<any_tensor> feeds,
+                              step_stats* trace) override {
     const std::shared_ptr<registered> reg = registration(g, req);
     const registered& r = *reg;
     step_id step;

@@ -197,8 +197,8 @@ private:
       auto finishers =
           std::apply([&](const auto&... f) { return std::tuple{resolve(f, req)...}; }, fetch.items);
       return std::make_pair(std::move(req), [finishers](std::vector<any_tensor>& fetched) {
-        return std::apply([&](const auto&... finish) { return std::make_tuple(finish(fetched)...); },
-                          finishers);
+        return std::apply(
+            [&](const auto&... finish) { return std::make_tuple(finish(fetched)...); }, finishers);
       });
     } else {
       auto finish = resolve(fetch, req);

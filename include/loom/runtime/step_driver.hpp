@@ -72,14 +72,14 @@ public:
   // Runs step `step` of `part` with `feeds` (in the order of its fed nodes); calls `done`
   // once. Throws (without calling done) only where the step could not start: the task is
   // shutting down.
-  void run(std::shared_ptr<registered_partition> part, step_id step,
-           std::vector<any_tensor> feeds, step_run_options o, step_done_fn done) {
+  void run(std::shared_ptr<registered_partition> part, step_id step, std::vector<any_tensor> feeds,
+           step_run_options o, step_done_fn done) {
     const bool watched = part->may_wait;
     if (watched)
-      watchdog_.watch(step, o.deadline, o.wanted ? o.wanted : [] { return true; }, o.unwanted);
+      watchdog_.watch(
+          step, o.deadline, o.wanted ? o.wanted : [] { return true; }, o.unwanted);
     auto finish = [this, step, watched, deadline = o.deadline, timeout = o.timeout,
-                   done = std::move(done)](std::vector<any_tensor> out,
-                                           std::exception_ptr error) {
+                   done = std::move(done)](std::vector<any_tensor> out, std::exception_ptr error) {
       if (watched)
         watchdog_.unwatch(step);
       done(std::move(out), past_deadline(error, deadline, timeout));
@@ -98,17 +98,17 @@ public:
     }
     if (part->p.blocks()) { // to its end on a runner: its kernels wait
       auto job = std::make_shared<std::vector<any_tensor>>(std::move(feeds));
-      if (!runners_.submit([this, part, step, job, tracer = o.tracer,
-                            finish = std::move(finish)]() mutable {
-            std::vector<any_tensor> out;
-            std::exception_ptr error;
-            try {
-              out = execute(*part, step, std::move(*job), tracer);
-            } catch (...) {
-              error = std::current_exception();
-            }
-            finish(std::move(out), error);
-          })) {
+      if (!runners_.submit(
+              [this, part, step, job, tracer = o.tracer, finish = std::move(finish)]() mutable {
+                std::vector<any_tensor> out;
+                std::exception_ptr error;
+                try {
+                  out = execute(*part, step, std::move(*job), tracer);
+                } catch (...) {
+                  error = std::current_exception();
+                }
+                finish(std::move(out), error);
+              })) {
         if (watched)
           watchdog_.unwatch(step);
         throw unavailable_error(task_ + " is shutting down");
@@ -123,8 +123,9 @@ public:
       std::vector<any_tensor> out;
       std::exception_ptr error;
       try {
-        start(*part, std::move(feeds), *transfers,
-              [&ended](plan_end end) { ended.set_value(std::move(end)); }, o.tracer);
+        start(
+            *part, std::move(feeds), *transfers,
+            [&ended](plan_end end) { ended.set_value(std::move(end)); }, o.tracer);
         plan_end end = plan_ended.get();
         out = end_started(*part, step, *transfers, end);
       } catch (...) {
@@ -177,9 +178,9 @@ private:
     try {
       std::rethrow_exception(error);
     } catch (const aborted_error& e) {
-      return std::make_exception_ptr(deadline_exceeded_error(
-          task_ + ": the step did not complete within " + std::to_string(timeout.count()) +
-          " ms (" + e.message() + ")"));
+      return std::make_exception_ptr(
+          deadline_exceeded_error(task_ + ": the step did not complete within " +
+                                  std::to_string(timeout.count()) + " ms (" + e.message() + ")"));
     } catch (...) {
       return error;
     }
@@ -191,8 +192,8 @@ private:
                                   std::vector<any_tensor> feeds, step_tracer* tracer) {
     step_transfers transfers(table_, peers_, runners_, step);
     try {
-      std::vector<any_tensor> out = run_plan(part.p, part.caches, part.g, std::move(feeds),
-                                             device_, resources_, &transfers, tracer);
+      std::vector<any_tensor> out = run_plan(part.p, part.caches, part.g, std::move(feeds), device_,
+                                             resources_, &transfers, tracer);
       end_step(step, transfers);
       return out;
     } catch (...) {
@@ -204,9 +205,8 @@ private:
   // waits for a tensor, then on the thread that delivers it. `ended` is called once, on
   // the thread that ran the plan last, often an io thread, which must not wait:
   // end_started() ends the step on a thread that may.
-  void start(registered_partition& part, std::vector<any_tensor> feeds,
-             step_transfers& transfers, std::function<void(plan_end)> ended,
-             step_tracer* tracer) {
+  void start(registered_partition& part, std::vector<any_tensor> feeds, step_transfers& transfers,
+             std::function<void(plan_end)> ended, step_tracer* tracer) {
     start_plan(
         part.p, part.caches, part.g, std::move(feeds), device_, resources_, transfers,
         [ended = std::move(ended)](std::vector<any_tensor>& fetched, std::exception_ptr error) {

@@ -214,7 +214,7 @@ private:
   }};
   std::unique_ptr<worker_cache> peers_;
   std::unique_ptr<net::rpc_server> rpc_;
-  std::uint64_t instance_ = 0; // tells a session in this process that its target is this server
+  std::uint64_t instance_ = 0;   // tells a session in this process that its target is this server
   detail::step_runners runners_; // steps that wait for tensors
   graph_manager graphs_{describe()};
   std::unique_ptr<step_driver> driver_;

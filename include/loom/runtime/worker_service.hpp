@@ -199,9 +199,9 @@ private:
     const auto carried = std::count(m.carries_value.begin(), m.carries_value.end(), 1);
     if (m.carries_value.size() != m.keys.size() ||
         static_cast<std::size_t>(carried) != values.size())
-      throw data_loss_error(task_ + ": a rendezvous message of step " +
-                            std::to_string(m.step_id) + " has " + std::to_string(m.keys.size()) +
-                            " keys, " + std::to_string(carried) + " of them with values, and " +
+      throw data_loss_error(task_ + ": a rendezvous message of step " + std::to_string(m.step_id) +
+                            " has " + std::to_string(m.keys.size()) + " keys, " +
+                            std::to_string(carried) + " of them with values, and " +
                             std::to_string(values.size()) + " values");
     received_messages_.fetch_add(1, std::memory_order_relaxed);
     this_thread_role() = "io"; // a step waiting for these values goes on here

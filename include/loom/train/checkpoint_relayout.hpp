@@ -232,7 +232,7 @@ public:
   // otherwise.
   struct relayout {
     std::string whole;                   // the partitioned variable
-    partition_layout was, is;    // in the file, in the graph
+    partition_layout was, is;            // in the file, in the graph
     std::vector<std::string> saved_keys; // the file's shards, in order
     std::int64_t index = 0;              // this shard's, in the graph
     bool was_div = true, is_div = true;  // how ids spread, on each side
@@ -356,10 +356,10 @@ public:
     std::string was; // the strategy the saver recorded, if it was loom's
     if (const tensor_bundle::entry* record = reader.find(partition_layout::key(v.whole));
         record && record->type() == dtype::string)
-      was = partition_layout::parse(reader.read_tensor(record->key),
-                                            "checkpoint " + reader.prefix() + ", variable '" +
-                                                v.whole + "'")
-                .strategy;
+      was =
+          partition_layout::parse(reader.read_tensor(record->key),
+                                  "checkpoint " + reader.prefix() + ", variable '" + v.whole + "'")
+              .strategy;
     const std::string is = now ? now->strategy : "";
     const std::string where = "checkpoint " + reader.prefix() + ", variable '" + v.whole + "'";
     if (r.saved > 1 && r.count > 1 && !was.empty() && !is.empty() && was != is)

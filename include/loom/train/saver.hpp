@@ -51,8 +51,8 @@
 #include <loom/runtime/session.hpp>
 #include <loom/train/checkpoint_relayout.hpp>
 #include <loom/train/checkpoint_state.hpp>
-#include <loom/train/saver_options.hpp>
 #include <loom/train/iterator_checkpoint.hpp>
+#include <loom/train/saver_options.hpp>
 
 #include <stdio.h>
 #include <unistd.h>
@@ -146,7 +146,8 @@ public:
     // each id's row (TF's format has no field for it; TF ignores the extra
     // string tensor).
     std::vector<std::pair<std::string, any_tensor>> records;
-    for (const auto& [whole, layout] : detail::checkpoint_relayout(graph_).partitioned_layouts(vars_))
+    for (const auto& [whole, layout] :
+         detail::checkpoint_relayout(graph_).partitioned_layouts(vars_))
       records.emplace_back(detail::partition_layout::key(whole), layout.to_tensor());
     for (auto& position : iterators_.save(s))
       records.push_back(std::move(position));
@@ -319,9 +320,9 @@ private:
     }
     // TF's format: the saver writes the partitioning records and the iterators'
     // positions to a data file of its own, after the tasks' files.
-    has_records_ = format_ == checkpoint_format::tensorflow &&
-                   (!detail::checkpoint_relayout(g).partitioned_layouts(vars_).empty() ||
-                    !iterators_.empty());
+    has_records_ =
+        format_ == checkpoint_format::tensorflow &&
+        (!detail::checkpoint_relayout(g).partitioned_layouts(vars_).empty() || !iterators_.empty());
     const auto num_shards = static_cast<std::int64_t>(groups.size() + (has_records_ ? 1 : 0));
     filename_ = g.add_node("placeholder", {}, {{"dtype", dtype::string}, {"shape", loom::shape{}}},
                            "filename");
