@@ -29,9 +29,7 @@ struct registered_partition {
       const node_def& n = g.node(s.id);
       may_wait = may_wait || s.k == plan::item::kind::recv ||
                  (s.k == plan::item::kind::kernel && op_registry::instance().find(n.op).blocking);
-      if (s.k == plan::item::kind::recv)
-        peers.insert(s.transfer.peer_task);
-      else if (s.k == plan::item::kind::send)
+      if (s.k == plan::item::kind::recv || s.k == plan::item::kind::send)
         peers.insert(s.transfer.peer_task);
     }
   }
