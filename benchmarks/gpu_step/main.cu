@@ -123,8 +123,8 @@ int main(int argc, char** argv) try {
   const double torch_s = torch_step_seconds(
       flags.get_string("python"), flags.get_string("torch_step"), batch, hidden, steps, reps);
   int gpu_regions = 0;
-  for (const loom::fusion_candidate& f : g.fusions())
-    gpu_regions += loom::detail::fused_kernel_registry::instance().find_gpu(f.key) != nullptr;
+  for (const loom::detail::fusion_candidate& f : g.fusions())
+    gpu_regions += loom::kernels::fused_kernel_registry::instance().find_gpu(f.key) != nullptr;
 
   std::printf("\ngpu_step: batch %lld, hidden %lld, %d steps x %d repetitions (median)\n",
               static_cast<long long>(batch), static_cast<long long>(hidden), steps, reps);

@@ -266,8 +266,8 @@ inline model_inputs inputs_of(const file_batch_handles& in) {
                  loom::reshape(std::get<6>(in), {-1, 1})};
   loom::graph g = std::get<0>(in).graph();
   for (std::int64_t f = 0; f < num_single_hot; ++f)
-    m.ids.push_back(loom::gather(std::get<0>(in),
-                                 loom::output<std::int64_t, 0>(g, loom::scalar_node(g, f)), 1));
+    m.ids.push_back(loom::gather(
+        std::get<0>(in), loom::output<std::int64_t, 0>(g, loom::detail::scalar_node(g, f)), 1));
   return m;
 }
 

@@ -26,13 +26,16 @@
 #include <loom/graph/ops/conv.hpp>
 #include <loom/graph/ops/depthwise_conv.hpp>
 #include <loom/graph/ops/elementwise.hpp>
+#include <loom/graph/ops/embedding_lookup.hpp>
 #include <loom/graph/ops/gather_nd.hpp>
 #include <loom/graph/ops/iterator.hpp>
 #include <loom/graph/ops/math.hpp>
+#include <loom/graph/ops/matmul.hpp>
 #include <loom/graph/ops/nn.hpp>
 #include <loom/graph/ops/one_hot.hpp>
 #include <loom/graph/ops/range.hpp>
 #include <loom/graph/ops/scatter.hpp>
+#include <loom/graph/ops/stack_split.hpp>
 #include <loom/graph/ops/strided.hpp>
 #include <loom/graph/ops/string.hpp>
 #include <loom/graph/ops/summary.hpp>

@@ -111,7 +111,7 @@ node_id weighted(graph& g, node_id y, feeds_t& others) {
   const shape s = g.node(y).shape;
   node_id w = placeholder(g, s, "weights");
   others.emplace_back(w, random_tensor(s, -1, 1));
-  return loom::build::mul(g, y, w);
+  return loom::detail::build::mul(g, y, w);
 }
 
 } // namespace
@@ -198,8 +198,8 @@ TEST_CASE("clip_by_value, where and cast") {
     graph g;
     feeds_t others;
     const node_id x = placeholder(g, shape{4, 5}, "x");
-    const node_id lo = loom::build::scalar(g, loom::dtype::f64, -0.5);
-    const node_id hi = loom::build::scalar(g, loom::dtype::f64, 0.5);
+    const node_id lo = loom::detail::build::scalar(g, loom::dtype::f64, -0.5);
+    const node_id hi = loom::detail::build::scalar(g, loom::dtype::f64, 0.5);
     const node_id y = weighted(g, g.add_node("clip_by_value", {x, lo, hi}), others);
     check_gradients(g, y, {{x, random_tensor(shape{4, 5}, -1.5, 1.5, {-0.5, 0.5})}}, others);
     CHECK(loom::gradients(g, {y}, {lo})[0] == loom::no_node);
@@ -209,7 +209,7 @@ TEST_CASE("clip_by_value, where and cast") {
     feeds_t others;
     const node_id a = placeholder(g, shape{3, 3}, "a");
     const node_id b = placeholder(g, shape{3, 3}, "b");
-    const node_id c = loom::constant_node(
+    const node_id c = loom::detail::constant_node(
         g, any_tensor::from_vector<bool>(
                shape{3, 3}, {true, false, true, true, true, false, false, false, true}));
     const node_id y = weighted(g, g.add_node("select", {c, a, b}), others);
@@ -313,7 +313,7 @@ TEST_CASE("softmax, log_softmax and the cross-entropies") {
     graph g;
     feeds_t others;
     const node_id labels =
-        loom::constant_node(g, any_tensor::from_vector<std::int64_t>(shape{3}, {2, 0, 3}));
+        loom::detail::constant_node(g, any_tensor::from_vector<std::int64_t>(shape{3}, {2, 0, 3}));
     const node_id logits = placeholder(g, shape{3, 4}, "logits");
     const node_id y = weighted(
         g, g.add_node("sparse_softmax_cross_entropy_with_logits", {labels, logits}), others);
@@ -389,7 +389,8 @@ TEST_CASE("a node used twice accumulates both adjoints") {
   feeds_t others;
   const node_id xp = placeholder(g, shape{2, 3}, "xp");
   const node_id e = g.add_node("exp", {xp});
-  const node_id y = loom::build::add(g, loom::build::mul(g, e, e), g.add_node("sigmoid", {e}));
+  const node_id y =
+      loom::detail::build::add(g, loom::detail::build::mul(g, e, e), g.add_node("sigmoid", {e}));
   check_gradients(g, weighted(g, y, others), {{xp, random_tensor(shape{2, 3}, -1, 1)}}, others);
 }
 
@@ -413,9 +414,9 @@ TEST_CASE("second-order gradients pass through the gradient ops") {
   const node_id m = g.add_node("reduce_mean", {prod}, {{"axes", std::vector<std::int64_t>{0}}});
   const node_id y = weighted(g, m, others);
   const auto first = loom::gradients(g, {y}, {a, b});
-  const node_id z =
-      loom::build::add(g, loom::build::op(g, "reduce_sum", {weighted(g, first[0], others)}),
-                       loom::build::op(g, "reduce_sum", {weighted(g, first[1], others)}));
+  const node_id z = loom::detail::build::add(
+      g, loom::detail::build::op(g, "reduce_sum", {weighted(g, first[0], others)}),
+      loom::detail::build::op(g, "reduce_sum", {weighted(g, first[1], others)}));
   check_gradients(
       g, z, {{a, random_tensor(shape{3, 4}, -1, 1)}, {b, random_tensor(shape{4}, -1, 1)}}, others);
 }
@@ -464,7 +465,7 @@ TEST_CASE("a y that does not depend on x has no gradient") {
 namespace {
 
 node_id ids_constant(graph& g, const shape& s, const std::vector<std::int64_t>& v) {
-  return loom::constant_node(g, any_tensor::from_vector<std::int64_t>(s, v));
+  return loom::detail::constant_node(g, any_tensor::from_vector<std::int64_t>(s, v));
 }
 
 } // namespace
@@ -500,10 +501,12 @@ TEST_CASE("two gathers of one tensor: one sparse gradient, their rows joined") {
   const node_id params = placeholder(g, shape{6, 2}, "params");
   const node_id a = g.add_node("gather", {params, ids_constant(g, shape{3}, {1, 5, 1})});
   const node_id b = g.add_node(
-      "gather", {params, loom::constant_node(g, any_tensor::from_vector<std::int32_t>(
-                                                    shape{2, 2}, {5, 0, 2, 2}))}); // int32 ids
-  const node_id y = loom::build::add(g, loom::build::op(g, "reduce_sum", {weighted(g, a, others)}),
-                                     loom::build::op(g, "reduce_sum", {weighted(g, b, others)}));
+      "gather",
+      {params, loom::detail::constant_node(g, any_tensor::from_vector<std::int32_t>(
+                                                  shape{2, 2}, {5, 0, 2, 2}))}); // int32 ids
+  const node_id y = loom::detail::build::add(
+      g, loom::detail::build::op(g, "reduce_sum", {weighted(g, a, others)}),
+      loom::detail::build::op(g, "reduce_sum", {weighted(g, b, others)}));
   const node_id dparams = loom::gradients(g, {y}, {params}).front();
   CHECK(g.node(dparams).op == "indexed_slices");
   check_gradients(g, y, {{params, random_tensor(shape{6, 2}, -1, 1)}}, others);
@@ -514,7 +517,7 @@ TEST_CASE("unsorted_segment_sum: the gradient gathers dy, and a dropped id gets 
   feeds_t others;
   const node_id data = placeholder(g, shape{5, 2}, "data");
   const node_id ids = ids_constant(g, shape{5}, {2, 0, -1, 2, 3});
-  const node_id count = loom::scalar_node(g, std::int64_t{4});
+  const node_id count = loom::detail::scalar_node(g, std::int64_t{4});
   const node_id sums = g.add_node("unsorted_segment_sum", {data, ids, count});
   CHECK(g.node(sums).shape == shape{4, 2});
   const node_id y = weighted(g, sums, others);
@@ -585,9 +588,9 @@ TEST_CASE("dynamic_stitch: each data input gets the rows of dy its indices name"
   const node_id a = placeholder(g, shape{2, 3}, "a");
   const node_id b = placeholder(g, shape{3, 3}, "b");
   const node_id at_a =
-      loom::constant_node(g, any_tensor::from_vector<std::int32_t>(shape{2}, {4, 0}));
+      loom::detail::constant_node(g, any_tensor::from_vector<std::int32_t>(shape{2}, {4, 0}));
   const node_id at_b =
-      loom::constant_node(g, any_tensor::from_vector<std::int32_t>(shape{3}, {1, 3, 2}));
+      loom::detail::constant_node(g, any_tensor::from_vector<std::int32_t>(shape{3}, {1, 3, 2}));
   const node_id merged = g.add_node("dynamic_stitch", {a, b, at_a, at_b}, {{"N", std::int64_t{2}}});
   const node_id y = weighted(
       g, g.add_node("reshape", {merged}, {{"dims", std::vector<std::int64_t>{5, 3}}}), others);
@@ -602,8 +605,8 @@ TEST_CASE("gather_shards: each shard's rows get the rows of dy its slots name, s
   feeds_t others;
   const node_id a = placeholder(g, shape{3, 2}, "a");
   const node_id b = placeholder(g, shape{2, 2}, "b");
-  const node_id slots =
-      loom::constant_node(g, any_tensor::from_vector<std::int64_t>(shape{6}, {2, 1, 4, 2, 3, 0}));
+  const node_id slots = loom::detail::constant_node(
+      g, any_tensor::from_vector<std::int64_t>(shape{6}, {2, 1, 4, 2, 3, 0}));
   const node_id rows = g.add_node("gather_shards", {slots, a, b}, {{"N", std::int64_t{2}}});
   const node_id y = weighted(g, rows, others);
   check_gradients(g, y,
@@ -620,7 +623,7 @@ TEST_CASE("the routing of a lookup over shards: every shard gets the rows of its
     feeds_t others;
     const std::vector<node_id> parts{placeholder(g, shape{4, 3}, "part_0"),
                                      placeholder(g, shape{3, 3}, "part_1")};
-    const node_id ids = loom::constant_node(
+    const node_id ids = loom::detail::constant_node(
         g, any_tensor::from_vector<std::int64_t>(shape{2, 3}, {6, 1, 6, 0, 3, 1}));
     const loom::attr_map route{{"num_shards", std::int64_t{2}},
                                {"strategy", std::string(strategy)},
@@ -702,7 +705,7 @@ TEST_CASE("transpose, strided_slice (every mask), pad, tile, expand_dims and squ
     const node_id x = placeholder(g, c.x, "x");
     std::vector<node_id> inputs{x};
     if (c.op == "pad")
-      inputs.push_back(loom::scalar_node(g, 0.5));
+      inputs.push_back(loom::detail::scalar_node(g, 0.5));
     const node_id y = weighted(g, g.add_node(c.op, inputs, c.attrs), others);
     check_gradients(g, y, {{x, random_tensor(c.x, -1, 1)}}, others);
   }

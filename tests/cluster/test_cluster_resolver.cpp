@@ -73,21 +73,21 @@ env_map slurm(int rank, env_map extra = {}) {
 } // namespace
 
 TEST_CASE("Slurm node lists expand ranges, padding, several groups and plain names") {
-  CHECK(loom::expand_nodelist("node[01-04,07]") ==
+  CHECK(loom::detail::expand_nodelist("node[01-04,07]") ==
         std::vector<std::string>{"node01", "node02", "node03", "node04", "node07"});
-  CHECK(loom::expand_nodelist("n[8-10],login.example.org") ==
+  CHECK(loom::detail::expand_nodelist("n[8-10],login.example.org") ==
         std::vector<std::string>{"n8", "n9", "n10", "login.example.org"});
-  CHECK(loom::expand_nodelist("n[08-10]") == std::vector<std::string>{"n08", "n09", "n10"});
-  CHECK(loom::expand_nodelist("r[1-2]-n[1-2]") ==
+  CHECK(loom::detail::expand_nodelist("n[08-10]") == std::vector<std::string>{"n08", "n09", "n10"});
+  CHECK(loom::detail::expand_nodelist("r[1-2]-n[1-2]") ==
         std::vector<std::string>{"r1-n1", "r1-n2", "r2-n1", "r2-n2"});
-  CHECK(loom::expand_nodelist("solo") == std::vector<std::string>{"solo"});
-  CHECK(loom::expand_tasks_per_node("2(x3),1") == std::vector<int>{2, 2, 2, 1});
-  CHECK(loom::expand_tasks_per_node("4") == std::vector<int>{4});
+  CHECK(loom::detail::expand_nodelist("solo") == std::vector<std::string>{"solo"});
+  CHECK(loom::detail::expand_tasks_per_node("2(x3),1") == std::vector<int>{2, 2, 2, 1});
+  CHECK(loom::detail::expand_tasks_per_node("4") == std::vector<int>{4});
 }
 
 TEST_CASE("a malformed Slurm list names the variable, its value and the position") {
   const auto nodelist = [](const char* v) {
-    return error_in([&] { loom::expand_nodelist(v, "SLURM_STEP_NODELIST"); });
+    return error_in([&] { loom::detail::expand_nodelist(v, "SLURM_STEP_NODELIST"); });
   };
   CHECK(nodelist("node[01-04") ==
         R"(SLURM_STEP_NODELIST="node[01-04": at position 10: the '[' is not closed by ']')");
@@ -109,7 +109,7 @@ TEST_CASE("a malformed Slurm list names the variable, its value and the position
                                     R"(list expands to more than 1048576 names)");
 
   const auto per_node = [](const char* v) {
-    return error_in([&] { loom::expand_tasks_per_node(v, "SLURM_STEP_TASKS_PER_NODE"); });
+    return error_in([&] { loom::detail::expand_tasks_per_node(v, "SLURM_STEP_TASKS_PER_NODE"); });
   };
   CHECK(per_node("2(3)") == R"~(SLURM_STEP_TASKS_PER_NODE="2(3)": at position 2: expected 'x' )~"
                             R"~(after '(', as in "2(x3)")~");

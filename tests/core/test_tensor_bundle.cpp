@@ -244,22 +244,22 @@ TEST_CASE("crc32c: extended piece by piece, equal to Boost's CRC-32C") {
     c = static_cast<char>(rng());
   for (std::size_t n : {0u, 1u, 7u, 8u, 9u, 63u, 1000u}) {
     const std::string_view part(bytes.data(), n);
-    CHECK(loom::crc32c::value(part) == loom::tfrecord::crc32c(part));
+    CHECK(loom::detail::crc32c::value(part) == loom::tfrecord::crc32c(part));
     for (std::size_t cut = 0; cut <= n; cut += 3)
-      CHECK(loom::crc32c::extend(loom::crc32c::value(part.substr(0, cut)), part.substr(cut)) ==
-            loom::crc32c::value(part));
+      CHECK(loom::detail::crc32c::extend(loom::detail::crc32c::value(part.substr(0, cut)),
+                                         part.substr(cut)) == loom::detail::crc32c::value(part));
   }
-  CHECK(loom::crc32c::value("123456789") == 0xe3069283u); // the CRC-32C check value
+  CHECK(loom::detail::crc32c::value("123456789") == 0xe3069283u); // the CRC-32C check value
 }
 
 TEST_CASE("leveldb table: entries round-trip over many blocks, restarts and Snappy") {
-  for (auto compression :
-       {loom::leveldb_table::compression::none, loom::leveldb_table::compression::snappy}) {
-    loom::leveldb_table::options o;
+  for (auto compression : {loom::detail::leveldb_table::compression::none,
+                           loom::detail::leveldb_table::compression::snappy}) {
+    loom::detail::leveldb_table::options o;
     o.block_size = 256; // many blocks
     o.restart_interval = 3;
     o.compression = compression;
-    loom::leveldb_table::table_builder builder(o);
+    loom::detail::leveldb_table::table_builder builder(o);
     std::vector<std::pair<std::string, std::string>> rows;
     for (int i = 0; i < 300; ++i) {
       char key[32];
@@ -270,7 +270,7 @@ TEST_CASE("leveldb table: entries round-trip over many blocks, restarts and Snap
     for (const auto& [k, v] : rows)
       builder.add(k, v);
     const std::string file = builder.finish();
-    const auto read = loom::leveldb_table::read_table(file, "table");
+    const auto read = loom::detail::leveldb_table::read_table(file, "table");
     REQUIRE(read.size() == rows.size());
     for (std::size_t i = 0; i < rows.size(); ++i) {
       CHECK(read[i].key == rows[i].first);
@@ -278,9 +278,9 @@ TEST_CASE("leveldb table: entries round-trip over many blocks, restarts and Snap
     }
     // Where Snappy was asked for, the (compressible) blocks are stored compressed.
     const bool smaller = file.size() < 300 * 30;
-    CHECK(smaller == (compression == loom::leveldb_table::compression::snappy));
+    CHECK(smaller == (compression == loom::detail::leveldb_table::compression::snappy));
   }
-  loom::leveldb_table::table_builder builder;
+  loom::detail::leveldb_table::table_builder builder;
   builder.add("b", "1");
   CHECK(contains(message_of<loom::invalid_argument_error>([&] { builder.add("a", "2"); }),
                  "strictly increasing"));
@@ -288,7 +288,7 @@ TEST_CASE("leveldb table: entries round-trip over many blocks, restarts and Snap
 
 TEST_CASE("leveldb table: a block TF's reader would take compressed with Snappy is read") {
   // A block built by hand and compressed with Snappy itself, with TF's trailer.
-  loom::leveldb_table::block_builder block(16);
+  loom::detail::leveldb_table::block_builder block(16);
   block.add("", "header");
   block.add("emb", std::string(500, 'e'));
   const std::string raw = block.finish();
@@ -296,29 +296,29 @@ TEST_CASE("leveldb table: a block TF's reader would take compressed with Snappy 
   snappy::Compress(raw.data(), raw.size(), &compressed);
   REQUIRE(compressed.size() < raw.size());
   std::string file = compressed + '\x01';
-  const std::uint32_t crc = loom::tfrecord::mask(loom::crc32c::value(file));
+  const std::uint32_t crc = loom::tfrecord::mask(loom::detail::crc32c::value(file));
   for (int i = 0; i < 4; ++i)
     file.push_back(static_cast<char>(crc >> (8 * i) & 0xff));
   // The index block: "emb\x01"... any key >= "emb" pointing at the data block.
-  loom::leveldb_table::block_builder index(1);
+  loom::detail::leveldb_table::block_builder index(1);
   std::string handle;
-  loom::leveldb_table::block_handle{0, compressed.size()}.encode_to(handle);
+  loom::detail::leveldb_table::block_handle{0, compressed.size()}.encode_to(handle);
   index.add("f", handle);
   const std::string index_raw = index.finish();
   const std::uint64_t index_offset = file.size();
   std::string index_stored = index_raw + '\0';
-  const std::uint32_t index_crc = loom::tfrecord::mask(loom::crc32c::value(index_stored));
+  const std::uint32_t index_crc = loom::tfrecord::mask(loom::detail::crc32c::value(index_stored));
   file += index_stored;
   for (int i = 0; i < 4; ++i)
     file.push_back(static_cast<char>(index_crc >> (8 * i) & 0xff));
   std::string footer;
-  loom::leveldb_table::block_handle{index_offset, 0}.encode_to(footer); // metaindex: unused
-  loom::leveldb_table::block_handle{index_offset, index_raw.size()}.encode_to(footer);
+  loom::detail::leveldb_table::block_handle{index_offset, 0}.encode_to(footer); // metaindex: unused
+  loom::detail::leveldb_table::block_handle{index_offset, index_raw.size()}.encode_to(footer);
   footer.resize(40, '\0');
   for (int i = 0; i < 8; ++i)
-    footer.push_back(static_cast<char>(loom::leveldb_table::magic >> (8 * i) & 0xff));
+    footer.push_back(static_cast<char>(loom::detail::leveldb_table::magic >> (8 * i) & 0xff));
   file += footer;
-  const auto rows = loom::leveldb_table::read_table(file, "snappy.index");
+  const auto rows = loom::detail::leveldb_table::read_table(file, "snappy.index");
   REQUIRE(rows.size() == 2);
   CHECK(rows[1].key == "emb");
   CHECK(rows[1].value == std::string(500, 'e'));
@@ -326,7 +326,7 @@ TEST_CASE("leveldb table: a block TF's reader would take compressed with Snappy 
   std::string corrupt = file;
   corrupt[3] ^= 0x10;
   CHECK(contains(message_of<loom::data_loss_error>(
-                     [&] { loom::leveldb_table::read_table(corrupt, "snappy.index"); }),
+                     [&] { loom::detail::leveldb_table::read_table(corrupt, "snappy.index"); }),
                  "snappy.index: data block 0 block at byte 0 fails its checksum"));
 }
 
@@ -357,8 +357,8 @@ TEST_CASE("tensor_slice: TF's text, shapes, intersections and copies") {
   loom::any_tensor to(loom::dtype::i32, loom::shape{4, 2});
   std::fill_n(to.data<std::int32_t>(), 8, -1);
   const std::int64_t copied =
-      loom::copy_common_elements(from, loom::tensor_slice::parse("1,3:-"), to,
-                                 loom::tensor_slice::parse("2,4:1,2"), loom::shape{6, 3});
+      loom::detail::copy_common_elements(from, loom::tensor_slice::parse("1,3:-"), to,
+                                         loom::tensor_slice::parse("2,4:1,2"), loom::shape{6, 3});
   CHECK(copied == 4);
   CHECK(std::vector<std::int32_t>(to.data<std::int32_t>(), to.data<std::int32_t>() + 8) ==
         std::vector<std::int32_t>{21, 22, 31, 32, -1, -1, -1, -1});

@@ -211,7 +211,7 @@ TEST_CASE("example_builder's bytes parse back, and through a TFRecord file") {
   CHECK(cat.values.size() == 3);
   CHECK(cat.dense_shape(1) == 2);
   // Unpacked lists (older writers) parse too.
-  protobuf::writer list, feature, entry, features, example;
+  loom::detail::protobuf::writer list, feature, entry, features, example;
   list.varint(1, 5).varint(1, 6);
   feature.message(3, list);
   entry.bytes(1, "v").message(2, feature);

@@ -179,7 +179,7 @@ TEST_CASE("a damaged checkpoint state file costs no progress: the chief restores
   temp_dir tmp;
   const auto dir = trained_checkpoints(tmp.path / "run");
   const auto state = dir / "checkpoint";
-  REQUIRE(loom::checkpoint_files_in(dir.string()).size() == 5);
+  REQUIRE(loom::detail::checkpoint_files_in(dir.string()).size() == 5);
   const std::string good_state = [&] {
     std::FILE* f = std::fopen(state.c_str(), "rb");
     std::string t(4096, '\0');
@@ -217,7 +217,7 @@ TEST_CASE("a damaged checkpoint state file costs no progress: the chief restores
   }
 
   SUBCASE("the newest checkpoint is damaged too: the one before it, naming the damaged one") {
-    const auto files = loom::checkpoint_files_in(dir.string());
+    const auto files = loom::detail::checkpoint_files_in(dir.string());
     REQUIRE(files.size() == 5);
     const std::string& before = files[3]; // model.ckpt-<step>
     write_text(state, "garbage");
@@ -233,7 +233,7 @@ TEST_CASE("a damaged checkpoint state file costs no progress: the chief restores
   }
   SUBCASE("none is intact: one clear error instead of step 0, unless asked to initialize") {
     write_text(state, "garbage");
-    for (const auto& f : loom::checkpoint_files_in(dir.string()))
+    for (const auto& f : loom::detail::checkpoint_files_in(dir.string()))
       flip_last_byte(f);
     const std::string what = loom::testing::message_of<loom::error>([&] { restart_chief(dir); });
     CHECK(contains(what, "none of its 5 checkpoint file(s) is intact"));

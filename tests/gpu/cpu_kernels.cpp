@@ -29,7 +29,7 @@
 #include <vector>
 
 // The thread pool the .cu unit runs the CPU kernels on.
-loom::cpu_device& host_device() {
+loom::kernels::cpu_device& host_device() {
   static Eigen::ThreadPool pool(2);
   static Eigen::ThreadPoolDevice device(&pool, 2);
   return device;
@@ -146,18 +146,18 @@ TEST_SUITE("cuda_host") {
   // training step must have one, or the model cannot run on a GPU at all.
   TEST_CASE("every node of the MLP's training graph has a GPU kernel") {
     mlp_graph m(true);
-    const auto& kernels = loom::detail::kernel_registry::instance();
+    const auto& kernels = loom::kernels::kernel_registry::instance();
     int gpu_nodes = 0;
     for (std::size_t id = 0; id < m.g.size(); ++id) {
       const loom::node_def& n = m.g.node(static_cast<loom::node_id>(id));
       if (n.op == "placeholder" || n.requested_device.find("GPU") == std::string::npos)
         continue;
-      const loom::op_def& def = loom::op_registry::instance().find(n.op);
+      const loom::detail::op_def& def = loom::detail::op_registry::instance().find(n.op);
       const loom::dtype t = def.type_input < 0 || n.inputs.empty()
                                 ? n.type
                                 : m.g.node(n.inputs[static_cast<std::size_t>(def.type_input)]).type;
       INFO(n.describe() << " with dtype " << loom::to_string(t));
-      const bool has_gpu_kernel = kernels.find(n.op, t, loom::detail::device_gpu) != nullptr;
+      const bool has_gpu_kernel = kernels.find(n.op, t, loom::kernels::device_gpu) != nullptr;
       CHECK(has_gpu_kernel);
       ++gpu_nodes;
     }

@@ -55,7 +55,7 @@
 
 // The CPU kernels' thread pool, made in cpu_kernels.cpp: Eigen's thread pool
 // does not compile under nvcc (host-only members of __host__ __device__ code).
-loom::cpu_device& host_device();
+loom::kernels::cpu_device& host_device();
 
 // The helpers in a named namespace, whose using-directives reach only it and
 // the suites that name it: one in an unnamed namespace would reach the global
@@ -64,7 +64,8 @@ loom::cpu_device& host_device();
 namespace gpu_kernels_test {
 
 using namespace loom;
-using namespace loom::detail; // the kernels, their context and registry are internals
+using namespace loom::kernels; // the kernels, their context and registry are internals
+using namespace loom::detail;
 
 bool have_gpu() {
   static const bool has = gpu_count() > 0;
@@ -1147,8 +1148,8 @@ TEST_SUITE("cuda_host") {
     for (node_id root : {fg.arith, fg.mixed}) {
       const std::string& key = fg.region(root).key;
       INFO(key);
-      const bool has_cpu = detail::fused_kernel_registry::instance().find(key) != nullptr;
-      const bool has_gpu = detail::fused_kernel_registry::instance().find_gpu(key) != nullptr;
+      const bool has_cpu = kernels::fused_kernel_registry::instance().find(key) != nullptr;
+      const bool has_gpu = kernels::fused_kernel_registry::instance().find_gpu(key) != nullptr;
       CHECK(has_cpu);
       CHECK(has_gpu);
     }
@@ -1995,7 +1996,7 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
       const gpu_leaves on_gpu(fg.leaves(fg.arith, in));
       any_tensor direct;
       CHECK(backend().run_fused(
-          0, detail::fused_kernel_registry::instance().find_gpu(fg.region(fg.arith).key),
+          0, kernels::fused_kernel_registry::instance().find_gpu(fg.region(fg.arith).key),
           on_gpu.pointers, direct, "arith"));
 
       test_resources res;
@@ -2028,7 +2029,7 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
     const gpu_leaves on_gpu(fg.leaves(fg.arith, in));
     any_tensor declined;
     CHECK_FALSE(backend().run_fused(
-        0, detail::fused_kernel_registry::instance().find_gpu(fg.region(fg.arith).key),
+        0, kernels::fused_kernel_registry::instance().find_gpu(fg.region(fg.arith).key),
         on_gpu.pointers, declined, "arith"));
     CHECK(declined.empty());
 

@@ -143,11 +143,11 @@ TEST_CASE("a gather from an uninitialized variable says so") {
 
 TEST_CASE("the dense value of a sparse gradient sums the rows of repeated ids") {
   graph g;
-  const auto values =
-      loom::constant_node(g, any_tensor::from_vector<double>(shape{3, 2}, {1, 2, 3, 4, 5, 6}));
-  const auto slices =
-      g.add_node("indexed_slices", {values, loom::constant_node(g, ids(shape{3}, {2, 0, 2}))},
-                 {{"axis", std::int64_t{0}}, {"dense_shape", std::vector<std::int64_t>{4, 2}}});
+  const auto values = loom::detail::constant_node(
+      g, any_tensor::from_vector<double>(shape{3, 2}, {1, 2, 3, 4, 5, 6}));
+  const auto slices = g.add_node(
+      "indexed_slices", {values, loom::detail::constant_node(g, ids(shape{3}, {2, 0, 2}))},
+      {{"axis", std::int64_t{0}}, {"dense_shape", std::vector<std::int64_t>{4, 2}}});
   loom::session s(g);
   const auto dense = s.run_nodes({slices}, {}).front();
   CHECK(dense.shape() == shape{4, 2});
@@ -163,12 +163,12 @@ TEST_CASE("indexed_slices' kernel given neither a dense_shape nor a third input:
   n.op = "indexed_slices";
   n.name = "slices";
   n.attrs = {{"axis", std::int64_t{0}}};
-  const loom::detail::kernel_fn kernel = loom::detail::kernel_registry::instance().find_for(
-      n, loom::dtype::f64, loom::detail::device_cpu);
+  const loom::kernels::kernel_fn kernel = loom::kernels::kernel_registry::instance().find_for(
+      n, loom::dtype::f64, loom::kernels::device_cpu);
   Eigen::ThreadPool pool(1);
-  loom::cpu_device device(&pool, 1);
+  loom::kernels::cpu_device device(&pool, 1);
   loom::detail::resource_manager resources;
-  loom::detail::kernel_context c{n, in, {}, device, resources, {}, 0, nullptr, nullptr};
+  loom::kernels::kernel_context c{n, in, {}, device, resources, {}, 0, nullptr, nullptr};
   const auto what = message_of<loom::invalid_argument_error>([&] { kernel(c); });
   INFO(what);
   CHECK(contains(what, "no dense shape: neither a 'dense_shape' attribute nor a third input"));

@@ -122,7 +122,7 @@ TEST_CASE("conv2d against its definition: SAME and VALID, strides, dilations, 1x
 TEST_CASE("float conv2d and its backprops against their definitions: SAME and VALID, strides, "
           "dilations, odd sizes, batches") {
 #if defined(LOOM_HAVE_DNNL)
-  const std::size_t made_before = loom::detail::dnnl_conv::primitives().made();
+  const std::size_t made_before = loom::kernels::dnnl_conv::primitives().made();
 #endif
   const std::vector<conv_case> cases{
       {shape{3, 7, 9, 3}, shape{3, 3, 3, 5}, {1, 1}, {1, 1}, "SAME"},
@@ -199,7 +199,7 @@ TEST_CASE("float conv2d and its backprops against their definitions: SAME and VA
   }
 #if defined(LOOM_HAVE_DNNL)
   // oneDNN ran them: it made a primitive for each shape's three passes.
-  CHECK(loom::detail::dnnl_conv::primitives().made() >= made_before + 3 * cases.size());
+  CHECK(loom::kernels::dnnl_conv::primitives().made() >= made_before + 3 * cases.size());
 #endif
 }
 

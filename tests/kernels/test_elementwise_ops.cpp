@@ -102,11 +102,11 @@ Eigen::ThreadPool& pool() {
 
 // Runs the CPU kernel registered for node n and input dtype t on `inputs`.
 any_tensor run_registered(const node_def& n, dtype t, std::span<const any_tensor* const> inputs) {
-  const detail::kernel_fn kernel =
-      detail::kernel_registry::instance().find_for(n, t, detail::device_cpu);
-  cpu_device device(&pool(), 2);
+  const kernels::kernel_fn kernel =
+      kernels::kernel_registry::instance().find_for(n, t, kernels::device_cpu);
+  kernels::cpu_device device(&pool(), 2);
   detail::resource_manager resources;
-  detail::kernel_context c{n, inputs, {}, device, resources, {}, 0, nullptr, nullptr};
+  kernels::kernel_context c{n, inputs, {}, device, resources, {}, 0, nullptr, nullptr};
   kernel(c);
   return std::move(c.output);
 }

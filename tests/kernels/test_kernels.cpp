@@ -298,15 +298,15 @@ TEST_CASE_TEMPLATE("a fused region computes what its primitive ops compute", T, 
 
   // Called directly, the fused kernel computes same-shape operands and declines
   // general broadcasting (the executor then runs the primitive ops).
-  const loom::fusion_candidate* row_region = nullptr;
+  const loom::detail::fusion_candidate* row_region = nullptr;
   for (const auto& c : g.fusions())
     if (c.root == row_tree.id())
       row_region = &c;
   REQUIRE(row_region != nullptr);
-  auto fn = loom::detail::fused_kernel_registry::instance().find(row_region->key);
+  auto fn = loom::kernels::fused_kernel_registry::instance().find(row_region->key);
   REQUIRE(static_cast<bool>(fn));
   Eigen::ThreadPool pool(2);
-  loom::cpu_device device(&pool, 2);
+  loom::kernels::cpu_device device(&pool, 2);
   const auto xt = loom::any_tensor::from_vector<T>(s, as<T>(xv));
   const auto rt = loom::any_tensor::from_vector<T>(shape{5}, as<T>(rv));
   const auto r_full = loom::any_tensor::from_vector<T>(s, as<T>(xv));
@@ -771,8 +771,8 @@ TEST_CASE_TEMPLATE("fills: zeros, ones, constant, zeros_like, ones_like", T, flo
   loom::variable<T, 2> o(g, "o", shape{2, 2}, loom::ones_initializer{});
   loom::variable<T, 1> k(g, "k", shape{3}, loom::constant_initializer{7});
   auto src = loom::constant(g, tensor<T, 2>(shape{2, 3}, {1, 2, 3, 4, 5, 6}));
-  loom::output<T, 2> zl(g, loom::build::zeros_like(g, src.id()));
-  loom::output<T, 2> ol(g, loom::build::ones_like(g, src.id()));
+  loom::output<T, 2> zl(g, loom::detail::build::zeros_like(g, src.id()));
+  loom::output<T, 2> ol(g, loom::detail::build::ones_like(g, src.id()));
   loom::session s(g, opts());
   s.run(loom::global_variables_initializer(g));
   check_values(s.run(z), shape{2, 2}, {0, 0, 0, 0});
@@ -803,10 +803,10 @@ template <class T, int R> std::pair<double, double> mean_and_stddev(const tensor
 TEST_CASE_TEMPLATE("a uniform draw stays below its upper bound after rounding", T, float, double) {
   const double just_below_one = 1.0 - 0x1.0p-53;                 // the largest uniform01 draw
   CHECK(static_cast<float>(0.0 + 1.0 * just_below_one) == 1.0f); // what rounding alone gives
-  CHECK(loom::detail::uniform_in<T>(0.0, 1.0, just_below_one) < T(1));
-  CHECK(loom::detail::uniform_in<T>(5.0, 6.0, just_below_one) < T(6));
-  CHECK(loom::detail::uniform_in<T>(-2.0, 3.0, 0.0) == T(-2));
-  CHECK(loom::detail::uniform_in<T>(-2.0, 3.0, 0.5) == T(0.5));
+  CHECK(loom::kernels::uniform_in<T>(0.0, 1.0, just_below_one) < T(1));
+  CHECK(loom::kernels::uniform_in<T>(5.0, 6.0, just_below_one) < T(6));
+  CHECK(loom::kernels::uniform_in<T>(-2.0, 3.0, 0.0) == T(-2));
+  CHECK(loom::kernels::uniform_in<T>(-2.0, 3.0, 0.5) == T(0.5));
 }
 
 TEST_CASE_TEMPLATE("seeded random sources and initializers", T, float, double) {

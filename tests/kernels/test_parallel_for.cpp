@@ -1,4 +1,4 @@
-// detail::parallel_for, through which every CPU kernel splits its work: each
+// kernels::parallel_for, through which every CPU kernel splits its work: each
 // element is visited once whatever the size and cost, the calling thread does
 // the work itself when the pool cannot (every pool thread busy, or a call from
 // a pool thread), and a pool thread that wakes after the call returned touches
@@ -17,7 +17,7 @@
 
 namespace {
 
-using loom::detail::parallel_for;
+using loom::kernels::parallel_for;
 using index_t = Eigen::DenseIndex;
 
 // Work that Eigen's cost model spreads over every thread of the pool.
@@ -26,7 +26,8 @@ const Eigen::TensorOpCost expensive(64, 64, 10000);
 const Eigen::TensorOpCost cheap(1, 1, 1);
 
 // How many times parallel_for(n, cost) visits each index of [0, n).
-std::vector<int> visits(const loom::cpu_device& d, index_t n, const Eigen::TensorOpCost& cost) {
+std::vector<int> visits(const loom::kernels::cpu_device& d, index_t n,
+                        const Eigen::TensorOpCost& cost) {
   std::vector<std::atomic<int>> seen(static_cast<std::size_t>(n));
   parallel_for(d, n, cost, [&](index_t first, index_t last) {
     REQUIRE(first < last);
@@ -73,7 +74,7 @@ private:
 TEST_CASE("parallel_for visits every index once") {
   for (int threads : {1, 2, 4}) {
     Eigen::ThreadPool pool(threads);
-    loom::cpu_device d(&pool, threads);
+    loom::kernels::cpu_device d(&pool, threads);
     for (index_t n :
          {index_t{0}, index_t{1}, index_t{2}, index_t{7}, index_t{1000}, index_t{100003}})
       for (const auto* cost : {&cheap, &expensive}) {
@@ -88,7 +89,7 @@ TEST_CASE("parallel_for visits every index once") {
 
 TEST_CASE("parallel_for uses the pool's threads for work worth splitting") {
   Eigen::ThreadPool pool(2);
-  loom::cpu_device d(&pool, 2);
+  loom::kernels::cpu_device d(&pool, 2);
   const auto caller = std::this_thread::get_id();
   std::atomic<bool> elsewhere{false};
   // Blocks slow enough that a pool thread wakes before the caller takes them all.
@@ -102,7 +103,7 @@ TEST_CASE("parallel_for uses the pool's threads for work worth splitting") {
 
 TEST_CASE("parallel_for finishes on the calling thread when every pool thread is busy") {
   Eigen::ThreadPool pool(2);
-  loom::cpu_device d(&pool, 2);
+  loom::kernels::cpu_device d(&pool, 2);
   occupied_pool busy(pool);
   const auto caller = std::this_thread::get_id();
   std::atomic<bool> elsewhere{false};
@@ -122,7 +123,7 @@ TEST_CASE("parallel_for finishes on the calling thread when every pool thread is
 
 TEST_CASE("parallel_for called from the pool's own threads") {
   Eigen::ThreadPool pool(2);
-  loom::cpu_device d(&pool, 2);
+  loom::kernels::cpu_device d(&pool, 2);
   std::atomic<index_t> visited{0};
   parallel_for(d, 8, expensive, [&](index_t first, index_t last) {
     for (index_t i = first; i < last; ++i)

@@ -179,8 +179,8 @@ TEST_CASE("liveness: LOOM_HEARTBEAT_TIMEOUT and its errors") {
       liveness_settings_from_environment(env_of({{"LOOM_HEARTBEAT_TIMEOUT", "6s"}})),
       doctest::Contains("LOOM_HEARTBEAT_TIMEOUT (--heartbeat_timeout) is \"6s\""),
       invalid_argument_error);
-  CHECK(seconds_text(6000ms) == "6 s");
-  CHECK(seconds_text(600ms) == "0.6 s");
+  CHECK(loom::detail::seconds_text(6000ms) == "6 s");
+  CHECK(loom::detail::seconds_text(600ms) == "0.6 s");
 }
 
 TEST_CASE("listening: --bind, loopback for a cluster on this host's loopback, every interface "

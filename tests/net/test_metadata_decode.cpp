@@ -172,6 +172,6 @@ TEST_CASE("register_graph's graph: a node count past its bytes is refused before
 TEST_CASE("bounded_input_archive reads a big-endian sender's values") {
   // Byte-order flag 0: the values are big-endian.
   const std::string bytes("\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\x01\x00\x02", 13);
-  const auto v = bounded_decode<std::vector<std::uint16_t>>(bytes);
+  const auto v = loom::detail::bounded_decode<std::vector<std::uint16_t>>(bytes);
   CHECK(v == std::vector<std::uint16_t>{1, 2});
 }

@@ -108,7 +108,7 @@ TEST_CASE("colocation: a variable's initializer, updates and optimizer apply ops
     up = w.assign_add(w * 2.f).id();
     const auto lr = loom::constant(g, 0.1f).id();
     const auto grad = loom::lower(loom::output<float, 1>(g, v) * 2.f).id();
-    apply = loom::build::op(g, "apply_gradient_descent", {v, lr, grad});
+    apply = loom::detail::build::op(g, "apply_gradient_descent", {v, lr, grad});
     other = grad;
   }
   REQUIRE(g.node(v).requested_device == "/job:ps/task:1");

@@ -30,18 +30,18 @@ namespace {
 using loom::testing::contains;
 
 // A resource_manager that counts the lookups of variables by name.
-class counting_resources final : public loom::detail::resource_access {
+class counting_resources final : public loom::kernels::resource_access {
 public:
-  loom::detail::variable_resource& variable(const loom::node_def& n) override {
+  loom::kernels::variable_resource& variable(const loom::node_def& n) override {
     ++lookups;
     return inner.variable(n);
   }
   std::mt19937_64& random_engine(const loom::node_def& n, std::uint64_t seed) override {
     return inner.random_engine(n, seed);
   }
-  std::shared_ptr<loom::detail::resource_base>
+  std::shared_ptr<loom::kernels::resource_base>
   resource(const std::string& container, const std::string& name,
-           const std::function<std::shared_ptr<loom::detail::resource_base>()>& make) override {
+           const std::function<std::shared_ptr<loom::kernels::resource_base>()>& make) override {
     return inner.resource(container, name, make);
   }
   using resource_access::resource;
@@ -61,7 +61,7 @@ TEST_CASE("a plan looks its variables up once per generation of the resources") 
   const loom::detail::plan read(g, {{doubled.id()}, {}, {}});
   loom::detail::plan_caches init_caches(init), read_caches(read);
   Eigen::ThreadPool pool(2);
-  const loom::cpu_device device(&pool, 2);
+  const loom::kernels::cpu_device device(&pool, 2);
   counting_resources resources;
   auto run = [&](const loom::detail::plan& p) {
     return loom::detail::run_plan(p, &p == &init ? init_caches : read_caches, g, {}, device,
@@ -183,7 +183,7 @@ TEST_CASE("the values of one message resume a suspended step once: one message f
   const loom::detail::plan p(g, {{}, sends, {}});
   loom::detail::plan_caches caches(p);
   Eigen::ThreadPool pool(2);
-  const loom::cpu_device device(&pool, 2);
+  const loom::kernels::cpu_device device(&pool, 2);
   loom::detail::resource_manager resources;
 
   auto start = [&](held_rendezvous& rz, bool& ended) {
@@ -258,7 +258,7 @@ struct counted_attrs {
 };
 
 struct scale_by_attr_cpu {
-  static void run(loom::detail::kernel_context& c) {
+  static void run(loom::kernels::kernel_context& c) {
     const auto factor = static_cast<float>(c.decoded<counted_attrs>().factor);
     c.output = loom::any_tensor(loom::dtype::f32, c.input(0).shape());
     for (std::int64_t k = 0; k < c.output.num_elements(); ++k)
@@ -272,15 +272,15 @@ struct other_attrs {
 };
 
 const bool scale_by_attr_registered = [] {
-  loom::op_registry::instance().add(
+  loom::detail::op_registry::instance().add(
       {.name = "test_scale_by_attr",
        .num_inputs = 1,
        .infer = [](loom::node_def& n, const std::vector<const loom::node_def*>& in) {
          n.type = in[0]->type;
          n.shape = in[0]->shape;
        }});
-  loom::detail::kernel_registry::instance().add("test_scale_by_attr", loom::dtype::f32,
-                                                loom::detail::device_cpu, &scale_by_attr_cpu::run);
+  loom::kernels::kernel_registry::instance().add(
+      "test_scale_by_attr", loom::dtype::f32, loom::kernels::device_cpu, &scale_by_attr_cpu::run);
   return true;
 }();
 
@@ -296,7 +296,7 @@ TEST_CASE("a plan item decodes its kernel's attributes once; a kernel run outsid
   const loom::detail::plan p(g, {{times3, times5}, {}, {x.id()}});
   loom::detail::plan_caches caches(p);
   Eigen::ThreadPool pool(2);
-  const loom::cpu_device device(&pool, 2);
+  const loom::kernels::cpu_device device(&pool, 2);
   loom::detail::resource_manager resources;
   const auto fed = loom::any_tensor::from_vector<float>(loom::shape{2}, {1.f, 2.f});
 
@@ -313,14 +313,14 @@ TEST_CASE("a plan item decodes its kernel's attributes once; a kernel run outsid
   counted_attrs::decodings = 0;
   const loom::any_tensor* inputs[] = {&fed};
   for (int run = 0; run < 2; ++run) {
-    loom::detail::kernel_context c{g.node(times3), inputs, {}, device, resources, {}};
+    loom::kernels::kernel_context c{g.node(times3), inputs, {}, device, resources, {}};
     scale_by_attr_cpu::run(c);
     CHECK(c.output.data<float>()[0] == 3.f);
   }
   CHECK(counted_attrs::decodings == 2);
 
   // One item decoded as two types is a bug in its kernel, reported as one.
-  loom::detail::decoded_attrs kept;
+  loom::kernels::decoded_attrs kept;
   CHECK(kept.get<counted_attrs>(g.node(times3)).factor == 3);
   std::string what;
   try {
@@ -343,7 +343,7 @@ TEST_CASE("a fresh plan run by several threads at once decodes each item's attri
   const loom::detail::plan p(g, {scaled, {}, {x.id()}});
   loom::detail::plan_caches caches(p);
   Eigen::ThreadPool pool(2);
-  const loom::cpu_device device(&pool, 2);
+  const loom::kernels::cpu_device device(&pool, 2);
   loom::detail::resource_manager resources;
   const auto fed = loom::any_tensor::from_vector<float>(loom::shape{2}, {1.f, 2.f});
 
@@ -382,7 +382,7 @@ TEST_CASE("a plan's values are its nodes', not the graph's; feeds and fetches ar
   CHECK(p.slots() <= 5); // x, its two results and the two scalars they read
   loom::detail::plan_caches caches(p);
   Eigen::ThreadPool pool(2);
-  const loom::cpu_device device(&pool, 2);
+  const loom::kernels::cpu_device device(&pool, 2);
   loom::detail::resource_manager resources;
   const auto fed = loom::any_tensor::from_vector<float>(loom::shape{2}, {1.f, 2.f});
 

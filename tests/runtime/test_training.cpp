@@ -381,7 +381,7 @@ std::vector<long long> captured_from(const std::string& text, std::size_t from,
 
 // Every checkpoint in `dir` reads back with each checksum holding.
 void check_every_checkpoint_intact(const temp_dir& dir) {
-  const auto files = loom::checkpoint_files_in(dir.path.string());
+  const auto files = loom::detail::checkpoint_files_in(dir.path.string());
   CHECK(!files.empty());
   for (const auto& f : files) {
     INFO(f);

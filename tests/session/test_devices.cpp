@@ -19,9 +19,9 @@
 // What a GPU kernel launches on: cuda/backend.hpp defines it in a program with
 // CUDA. This binary has none, and the stand-in backend gives its fused kernels
 // an empty one.
-namespace loom::detail {
+namespace loom::kernels {
 struct gpu_context {};
-} // namespace loom::detail
+} // namespace loom::kernels
 
 using loom::graph;
 using loom::memory_location;
@@ -40,12 +40,12 @@ loom::any_tensor relabelled(const loom::any_tensor& t, memory_location where) {
                                  [](void* q) { delete[] static_cast<unsigned char*>(q); });
 }
 
-class stand_in_gpu final : public loom::detail::gpu_backend {
+class stand_in_gpu final : public loom::kernels::gpu_backend {
 public:
   int to_device = 0, to_host = 0, kernels = 0, fused = 0;
 
   int device_count() const noexcept override { return 1; }
-  void run(int device, loom::detail::kernel_fn kernel, loom::detail::kernel_context& c) override {
+  void run(int device, loom::kernels::kernel_fn kernel, loom::kernels::kernel_context& c) override {
     REQUIRE(device == 0);
     for (const loom::any_tensor* in : c.inputs)
       if (in)
@@ -53,7 +53,7 @@ public:
     ++kernels;
     kernel(c);
   }
-  bool run_fused(int device, loom::detail::gpu_fused_kernel_fn kernel,
+  bool run_fused(int device, loom::kernels::gpu_fused_kernel_fn kernel,
                  std::span<const loom::any_tensor* const> leaves, loom::any_tensor& out,
                  const std::string& node_name) override {
     REQUIRE(device == 0);
@@ -73,18 +73,18 @@ public:
   }
 
 private:
-  loom::detail::gpu_context context_;
+  loom::kernels::gpu_context context_;
 };
 
 // Registered for one test case: other tests of this binary see no GPU.
 struct registered_gpu {
   stand_in_gpu gpu;
-  registered_gpu() { loom::detail::gpu_backend::register_backend(&gpu); }
-  ~registered_gpu() { loom::detail::gpu_backend::register_backend(nullptr); }
+  registered_gpu() { loom::kernels::gpu_backend::register_backend(&gpu); }
+  ~registered_gpu() { loom::kernels::gpu_backend::register_backend(nullptr); }
 };
 
 // Stand-in GPU kernels: square and add of float32 (add without broadcasting).
-void gpu_square(loom::detail::kernel_context& c) {
+void gpu_square(loom::kernels::kernel_context& c) {
   const loom::any_tensor& x = c.input(0);
   loom::any_tensor out(x.type(), x.shape());
   const float* in = x.device_data<float>();
@@ -92,7 +92,7 @@ void gpu_square(loom::detail::kernel_context& c) {
     out.data<float>()[i] = in[i] * in[i];
   c.output = relabelled(out, memory_location::gpu(0));
 }
-void gpu_add(loom::detail::kernel_context& c) {
+void gpu_add(loom::kernels::kernel_context& c) {
   const loom::any_tensor& a = c.input(0);
   const loom::any_tensor& b = c.input(1);
   REQUIRE(a.shape() == b.shape());
@@ -101,22 +101,22 @@ void gpu_add(loom::detail::kernel_context& c) {
     out.data<float>()[i] = a.device_data<float>()[i] + b.device_data<float>()[i];
   c.output = relabelled(out, memory_location::gpu(0));
 }
-const loom::detail::kernel_registration square_on_gpu("square", loom::dtype::f32, &gpu_square,
-                                                      loom::detail::device_gpu);
-const loom::detail::kernel_registration add_on_gpu("add", loom::dtype::f32, &gpu_add,
-                                                   loom::detail::device_gpu);
+const loom::kernels::kernel_registration square_on_gpu("square", loom::dtype::f32, &gpu_square,
+                                                       loom::kernels::device_gpu);
+const loom::kernels::kernel_registration add_on_gpu("add", loom::dtype::f32, &gpu_add,
+                                                    loom::kernels::device_gpu);
 int gpu_constants_made = 0;
-void gpu_constant(loom::detail::kernel_context& c) {
+void gpu_constant(loom::kernels::kernel_context& c) {
   ++gpu_constants_made;
   c.output = relabelled(c.node.attr<loom::any_tensor>("value"), memory_location::gpu(0));
 }
-const loom::detail::kernel_registration constant_on_gpu("constant", loom::dtype::f32, &gpu_constant,
-                                                        loom::detail::device_gpu);
+const loom::kernels::kernel_registration constant_on_gpu("constant", loom::dtype::f32,
+                                                         &gpu_constant, loom::kernels::device_gpu);
 
 // Stand-in GPU kernels of fused regions (a unit compiled by nvcc registers
 // real ones: kernels/cuda/fused.cuh): square(a) + b in one pass, and one that
 // declines every shape, as a real one declines general broadcasting.
-bool gpu_square_plus(const loom::detail::gpu_context&,
+bool gpu_square_plus(const loom::kernels::gpu_context&,
                      std::span<const loom::any_tensor* const> leaves, loom::any_tensor& out,
                      const std::string&) {
   REQUIRE(leaves.size() == 2);
@@ -129,7 +129,7 @@ bool gpu_square_plus(const loom::detail::gpu_context&,
   out = relabelled(r, memory_location::gpu(0));
   return true;
 }
-bool gpu_declines(const loom::detail::gpu_context&, std::span<const loom::any_tensor* const>,
+bool gpu_declines(const loom::kernels::gpu_context&, std::span<const loom::any_tensor* const>,
                   loom::any_tensor&, const std::string&) {
   return false;
 }
@@ -149,9 +149,9 @@ TEST_CASE("a tensor in device memory: host reads fail with a message, copies nee
   CHECK(contains(msg, "float32[2] on GPU:0 was read as host memory"));
   CHECK(message_of<loom::internal_error>([&] { (void)dev.clone(); }) == msg);
   CHECK(contains(message_of<loom::internal_error>(
-                     [&] { (void)loom::detail::at_location(host, memory_location::gpu(0)); }),
+                     [&] { (void)loom::kernels::at_location(host, memory_location::gpu(0)); }),
                  "no GPU backend"));
-  CHECK(loom::detail::at_location(host, memory_location::host()).shares_buffer_with(host));
+  CHECK(loom::kernels::at_location(host, memory_location::host()).shares_buffer_with(host));
 }
 
 TEST_CASE("nodes on /gpu:0 run their GPU kernels; each value is copied once per place it is read") {
@@ -248,8 +248,8 @@ TEST_CASE("a region on /gpu:0 runs as one GPU kernel where the process has the r
   graph g;
   loom::placeholder<float, 1> x(g, shape{3}, "x");
   auto tree = loom::square(x) + x;
-  loom::detail::fused_kernel_registry::instance().add(loom::detail::region_key<decltype(tree)>(),
-                                                      &gpu_square_plus);
+  loom::kernels::fused_kernel_registry::instance().add(loom::detail::region_key<decltype(tree)>(),
+                                                       &gpu_square_plus);
   // Written outside any scope: on<gpu> puts the tree's nodes on GPU 0.
   auto y = loom::on<loom::gpu>(tree);
   loom::session s(g, two_intra_op_threads());
@@ -269,7 +269,7 @@ TEST_CASE("a region on /gpu:0 runs as its primitive GPU kernels where the fused 
   graph g;
   loom::placeholder<float, 1> x(g, shape{3}, "x");
   auto declined = loom::square(loom::square(x)) + x;
-  loom::detail::fused_kernel_registry::instance().add(
+  loom::kernels::fused_kernel_registry::instance().add(
       loom::detail::region_key<decltype(declined)>(), &gpu_declines);
   auto y = loom::on<loom::gpu>(declined);
   // The CPU's fused kernel of x + square(x) is registered; a GPU one is not.

@@ -894,7 +894,7 @@ TEST_CASE("a sharded save: each ps writes its own variables, the manifest comes 
   }
   // A manifest naming one shard twice: a tensor in two files, refused.
   const std::string twice = dir / "twice";
-  loom::write_checkpoint_file(twice, {std::string(loom::checkpoint_shards_key)},
+  loom::write_checkpoint_file(twice, {std::string(loom::detail::checkpoint_shards_key)},
                               {loom::any_tensor::from_vector<std::string>(
                                   shape{2}, {"model-44.data-0-of-2", "model-44.data-0-of-2"})});
   CHECK_THROWS_WITH_AS(loom::checkpoint_reader{twice}, doctest::Contains("is in two of its files"),

@@ -205,7 +205,7 @@ TEST_CASE("a sparse apply with a row outside the variable fails naming it; the v
   loom::variable<double, 2> table(g, "table", loom::constant(g, initial));
   loom::placeholder<double, 2> rows(g, shape{-1, 3}, "rows");
   loom::placeholder<std::int64_t, 1> at(g, shape{-1}, "at");
-  const auto lr = loom::scalar_node(g, 0.5);
+  const auto lr = loom::detail::scalar_node(g, 0.5);
   const auto update =
       g.add_node("sparse_apply_gradient_descent", {table.id(), lr, rows.id(), at.id()});
   loom::session s(g);

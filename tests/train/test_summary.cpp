@@ -210,12 +210,12 @@ TEST_CASE("a TFRecord is the length, its masked CRC, the data and the data's mas
 TEST_CASE("summaries are encoded with summary.proto's field numbers") {
   // Summary{value{tag: "loss" (1), simple_value: 0.5f (2)}}, bytes written out by hand.
   const std::string expected = std::string("\x0a\x0b\x0a\x04loss\x15\x00\x00\x00\x3f", 13);
-  CHECK(loom::summary_format::scalar_summary("loss", 0.5f) == expected);
+  CHECK(loom::detail::summary_format::scalar_summary("loss", 0.5f) == expected);
 
-  loom::summary_format::histogram h;
+  loom::detail::summary_format::histogram h;
   for (double v : {-2.0, 0.0, 1.0, 1.0, 3.5})
     h.add(v);
-  const auto values = values_of(loom::summary_format::histogram_summary("w", h));
+  const auto values = values_of(loom::detail::summary_format::histogram_summary("w", h));
   REQUIRE(values.size() == 1);
   CHECK(values[0].str(1) == "w");
   REQUIRE(values[0].wire_types.find(5)->second == 2);
@@ -254,7 +254,7 @@ TEST_CASE("a histogram counts a value under the first limit above it, at and bes
   // The bucket is found from a logarithm, then corrected: it must be what a
   // binary search over the limits finds, for values on a limit, one ulp to
   // either side of one, and between limits, negative and positive.
-  const auto& l = loom::summary_format::histogram::limits();
+  const auto& l = loom::detail::summary_format::histogram::limits();
   std::vector<double> values{0.0, -0.0, 1e-300, -1e-300, 5e-13, 1.0, -1.0, 3e25, -3e25};
   for (double limit : l)
     for (double v :
@@ -262,7 +262,7 @@ TEST_CASE("a histogram counts a value under the first limit above it, at and bes
       if (std::isfinite(v))
         values.push_back(v);
   for (double v : values) {
-    loom::summary_format::histogram h;
+    loom::detail::summary_format::histogram h;
     h.add(v);
     const fields histo = decode(h.encode().bytes());
     const auto limits = packed_doubles(histo.str(6)), counts = packed_doubles(histo.str(7));
@@ -368,7 +368,7 @@ TEST_CASE("summary_writer writes TF's file name, the file version first, then th
     loom::summary_writer w(logdir.string(), {.flush_secs = 0});
     path = w.path();
     w.add_scalar("examples_per_sec", 1234.5, 7);
-    w.add_summary(loom::summary_format::scalar_summary("loss", 0.25f), 8);
+    w.add_summary(loom::detail::summary_format::scalar_summary("loss", 0.25f), 8);
     w.close();
     CHECK(contains(message_of<loom::error>([&] { w.add_scalar("late", 1, 9); }), "is closed"));
   }

@@ -232,7 +232,7 @@ TEST_CASE("the saver writes TF's format under TF's names, restored by either rea
   saver.save(s, dir / "model.ckpt", 9);
   CHECK_FALSE(fs::exists(path + ".index"));
   CHECK_FALSE(fs::exists(path + ".data-00000-of-00001"));
-  CHECK(loom::checkpoint_files_in(dir.path) ==
+  CHECK(loom::detail::checkpoint_files_in(dir.path) ==
         std::vector<std::string>{dir / "model.ckpt-8", dir / "model.ckpt-9"});
 }
 

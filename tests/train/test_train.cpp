@@ -167,10 +167,10 @@ TEST_CASE("rmsprop: ms starts at one; with and without momentum") {
 TEST_CASE("an update copies the buffers something else holds, and only those") {
   loom::detail::resource_manager resources;
   Eigen::ThreadPool pool(2);
-  loom::cpu_device device(&pool, 2);
+  loom::kernels::cpu_device device(&pool, 2);
   auto vec = [](std::vector<double> v) { return loom::any_tensor::from_vector(shape{3}, v); };
   auto scalar = [](double v) { return loom::any_tensor::scalar(v); };
-  loom::detail::variable_resource w, slot_m, slot_v;
+  loom::kernels::variable_resource w, slot_m, slot_v;
   w.value = vec(w0);
   slot_m.value = vec({0.5, 0.5, 0.5});
   slot_v.value = vec({0.25, 0.25, 0.25});
@@ -186,14 +186,14 @@ TEST_CASE("an update copies the buffers something else holds, and only those") {
   const loom::any_tensor grad = vec(c0);
   const loom::any_tensor* inputs[] = {nullptr,   nullptr,   nullptr,   &hyper[0], &hyper[1],
                                       &hyper[2], &hyper[3], &hyper[4], &hyper[5], &grad};
-  loom::detail::variable_resource* refs[] = {&w, &slot_m, &slot_v};
-  loom::detail::kernel_context c{n, inputs, refs, device, resources, {}, 0, nullptr, nullptr};
+  loom::kernels::variable_resource* refs[] = {&w, &slot_m, &slot_v};
+  loom::kernels::kernel_context c{n, inputs, refs, device, resources, {}, 0, nullptr, nullptr};
 
   const loom::any_tensor m_read = slot_m.value;
   const void* w_buffer = w.value.raw_data();
   const void* v_buffer = slot_v.value.raw_data();
-  const loom::detail::kernel_fn kernel = loom::detail::kernel_registry::instance().find(
-      "apply_adam", loom::dtype::f64, loom::detail::device_cpu);
+  const loom::kernels::kernel_fn kernel = loom::kernels::kernel_registry::instance().find(
+      "apply_adam", loom::dtype::f64, loom::kernels::device_cpu);
   REQUIRE(static_cast<bool>(kernel));
   kernel(c);
 

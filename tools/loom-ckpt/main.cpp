@@ -246,7 +246,7 @@ int convert(const std::string& from, const std::string& to) {
         shard_of[key] = {whole, layout};
     }
     for (const loom::checkpoint_entry& e : reader.entries()) {
-      if (e.name == loom::checkpoint_shards_key) // a sharded checkpoint's list of files
+      if (e.name == loom::detail::checkpoint_shards_key) // a sharded checkpoint's list of files
         continue;
       loom::any_tensor value = reader.read(e);
       ++count;

@@ -28,7 +28,7 @@ constexpr bool knows_gpu = false;
 
 // The dtypes `op` has a kernel for on `device`, as "float32, int64", or "—".
 std::string kernel_dtypes(const std::string& op, const char* device) {
-  const auto& kernels = loom::detail::kernel_registry::instance();
+  const auto& kernels = loom::kernels::kernel_registry::instance();
   std::string out;
   for (loom::dtype t : {loom::dtype::f32, loom::dtype::f64, loom::dtype::i32, loom::dtype::i64,
                         loom::dtype::boolean, loom::dtype::string})
@@ -38,7 +38,7 @@ std::string kernel_dtypes(const std::string& op, const char* device) {
 }
 
 std::string page() {
-  const auto& ops = loom::op_registry::instance();
+  const auto& ops = loom::detail::op_registry::instance();
   std::ostringstream md;
   md << "# Op reference\n\n"
         "Every op loom registers, generated from the op and kernel registries by\n"
@@ -55,7 +55,7 @@ std::string page() {
         "| op | inputs | gradient | notes | CPU | GPU |\n"
         "|---|---|---|---|---|---|\n";
   for (const std::string& name : ops.names()) {
-    const loom::op_def& d = ops.find(name);
+    const loom::detail::op_def& d = ops.find(name);
     std::vector<std::string> notes;
     if (d.no_output)
       notes.emplace_back("no output");
@@ -72,8 +72,8 @@ std::string page() {
       joined += (joined.empty() ? "" : ", ") + n;
     md << "| `" << name << "` | " << (d.num_inputs < 0 ? "any" : std::to_string(d.num_inputs))
        << " | " << (d.gradient ? "yes" : "no") << " | " << (joined.empty() ? "—" : joined) << " | "
-       << kernel_dtypes(name, loom::detail::device_cpu) << " | "
-       << kernel_dtypes(name, loom::detail::device_gpu) << " |\n";
+       << kernel_dtypes(name, loom::kernels::device_cpu) << " | "
+       << kernel_dtypes(name, loom::kernels::device_gpu) << " |\n";
   }
   return md.str();
 }
@@ -114,7 +114,7 @@ int check(const std::string& path) {
     return 1;
   }
   std::cout << "ops_reference: " << path << " lists the "
-            << loom::op_registry::instance().names().size()
+            << loom::detail::op_registry::instance().names().size()
             << " registered ops as the code has them"
             << (knows_gpu ? "" : " (the GPU column unchecked: a build without CUDA)") << "\n";
   return 0;

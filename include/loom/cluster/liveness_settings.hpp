@@ -54,6 +54,7 @@ struct liveness_settings {
   }
 };
 
+namespace detail {
 // "6 s", "0.5 s": a duration as log lines and errors say it.
 inline std::string seconds_text(std::chrono::milliseconds d) {
   const auto ms = d.count();
@@ -66,6 +67,7 @@ inline std::string seconds_text(std::chrono::milliseconds d) {
   }
   return s + " s";
 }
+} // namespace detail
 
 // The settings LOOM_HEARTBEAT_TIMEOUT gives (the defaults where it is unset). Throws
 // invalid_argument_error naming the variable and its flag when it is not a number of

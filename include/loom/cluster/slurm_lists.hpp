@@ -17,9 +17,9 @@
 #include <string_view>
 #include <vector>
 
-namespace loom {
+namespace loom::detail {
 
-namespace detail::slurm_impl {
+namespace slurm_impl {
 
 // Past this many names a list is surely a mistake (or an attack on memory), not a cluster.
 inline constexpr std::size_t max_expanded = 1 << 20;
@@ -97,12 +97,12 @@ inline bool name_char(char c) {
          c == '.';
 }
 
-} // namespace detail::slurm_impl
+} // namespace slurm_impl
 
 // The host names of a Slurm node list (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST).
 inline std::vector<std::string> expand_nodelist(std::string_view value,
                                                 std::string_view variable = "node list") {
-  namespace impl = detail::slurm_impl;
+  namespace impl = slurm_impl;
   std::vector<std::string> out;
   std::size_t pos = 0;
   if (value.empty())
@@ -152,7 +152,7 @@ inline std::vector<std::string> expand_nodelist(std::string_view value,
 // "2(x3),1" is 2 tasks on each of 3 nodes, then 1.
 inline std::vector<int> expand_tasks_per_node(std::string_view value,
                                               std::string_view variable = "tasks per node") {
-  namespace impl = detail::slurm_impl;
+  namespace impl = slurm_impl;
   std::vector<int> out;
   std::size_t pos = 0;
   if (value.empty())
@@ -190,4 +190,4 @@ inline std::vector<int> expand_tasks_per_node(std::string_view value,
   }
 }
 
-} // namespace loom
+} // namespace loom::detail

@@ -32,7 +32,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace loom {
+namespace loom::detail {
 
 class bounded_input_archive
     : public cereal::InputArchive<bounded_input_archive, cereal::AllowEmptyClassElision> {
@@ -181,13 +181,13 @@ template <class T> T bounded_decode(std::string_view bytes) {
   return value;
 }
 
-} // namespace loom
+} // namespace loom::detail
 
 // cereal finds the output archive of an input archive for load_minimal (enums
 // travel as their underlying type). Only this direction: PortableBinaryOutputArchive's
 // input archive stays cereal's own.
 namespace cereal::traits::detail {
-template <> struct get_output_from_input<loom::bounded_input_archive> {
+template <> struct get_output_from_input<loom::detail::bounded_input_archive> {
   using type = cereal::PortableBinaryOutputArchive;
 };
 } // namespace cereal::traits::detail

@@ -143,12 +143,14 @@ struct checkpoint_entry {
   std::size_t file = 0;     // 0: this file; i: the manifest's shard i - 1
 };
 
+namespace detail {
 // The name of shard i of n of the sharded checkpoint at `path`.
 inline std::string checkpoint_shard_path(const std::string& path, std::int64_t i, std::int64_t n) {
   return path + ".data-" + std::to_string(i) + "-of-" + std::to_string(n);
 }
 // The tensor of a manifest that lists its shards' file names.
 inline constexpr std::string_view checkpoint_shards_key = ".shards";
+} // namespace detail
 
 // Opens a checkpoint file, checks its structure (magic, version, every length
 // against the file's size) and every tensor's checksum, and reads tensors
@@ -264,13 +266,14 @@ private:
   // takes their tensors in as its own. A shard missing or a tensor in two files
   // is data loss: the checkpoint is incomplete or was mixed from two saves.
   void open_shards() {
-    const checkpoint_entry* list = find(checkpoint_shards_key);
+    const checkpoint_entry* list = find(detail::checkpoint_shards_key);
     if (!list)
       return;
     const any_tensor names = read(*list);
     if (names.type() != dtype::string || names.rank() != 1)
-      throw data_loss_error("checkpoint " + path_ + ": its '" + std::string(checkpoint_shards_key) +
-                            "' is " + names.describe() + ", not a list of file names");
+      throw data_loss_error("checkpoint " + path_ + ": its '" +
+                            std::string(detail::checkpoint_shards_key) + "' is " +
+                            names.describe() + ", not a list of file names");
     const std::string dir = detail::ckpt::parent_dir(path_);
     for (const std::string& name : names.flat<std::string>()) {
       if (name.empty() || name.find('/') != std::string::npos)

@@ -17,7 +17,7 @@
 #include <nmmintrin.h>
 #endif
 
-namespace loom::crc32c {
+namespace loom::detail::crc32c {
 
 namespace detail {
 inline constexpr std::uint32_t reflected_polynomial = 0x82f63b78u;
@@ -63,4 +63,4 @@ inline std::uint32_t value(std::string_view bytes) {
   return extend(0, bytes);
 }
 
-} // namespace loom::crc32c
+} // namespace loom::detail::crc32c

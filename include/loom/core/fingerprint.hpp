@@ -16,15 +16,18 @@
 
 namespace loom {
 
+namespace detail {
 inline std::uint64_t fingerprint64(std::string_view bytes) noexcept {
   return util::Fingerprint64(bytes.data(), bytes.size());
 }
+} // namespace detail
 
 inline std::int64_t string_to_hash_bucket_fast(std::string_view bytes, std::int64_t num_buckets) {
   if (num_buckets <= 0)
     throw invalid_argument_error("string_to_hash_bucket_fast: num_buckets must be positive, got " +
                                  std::to_string(num_buckets));
-  return static_cast<std::int64_t>(fingerprint64(bytes) % static_cast<std::uint64_t>(num_buckets));
+  return static_cast<std::int64_t>(detail::fingerprint64(bytes) %
+                                   static_cast<std::uint64_t>(num_buckets));
 }
 
 // Every string of a string tensor hashed: an int64 tensor of the same shape.
@@ -37,7 +40,7 @@ inline any_tensor string_to_hash_bucket_fast(const any_tensor& strings, std::int
   const std::string* s = strings.data<std::string>();
   std::int64_t* b = out.data<std::int64_t>();
   for (std::int64_t i = 0, n = strings.num_elements(); i < n; ++i)
-    b[i] = static_cast<std::int64_t>(fingerprint64(s[i]) % buckets);
+    b[i] = static_cast<std::int64_t>(detail::fingerprint64(s[i]) % buckets);
   return out;
 }
 

@@ -38,7 +38,7 @@
 #include <utility>
 #include <vector>
 
-namespace loom::leveldb_table {
+namespace loom::detail::leveldb_table {
 
 enum class compression : std::uint8_t { none = 0, snappy = 1 };
 
@@ -376,4 +376,4 @@ inline std::vector<entry> read_table(std::string_view file, const std::string& w
   return entries;
 }
 
-} // namespace loom::leveldb_table
+} // namespace loom::detail::leveldb_table

@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-namespace loom::protobuf {
+namespace loom::detail::protobuf {
 
 // The wire types of a field's key (its field number << 3 | wire type).
 enum class wire_type : std::uint32_t { varint = 0, fixed64 = 1, length_delimited = 2, fixed32 = 5 };
@@ -186,4 +186,4 @@ private:
   const char* literal_what_ = nullptr;
 };
 
-} // namespace loom::protobuf
+} // namespace loom::detail::protobuf

@@ -32,7 +32,7 @@
 #include <string_view>
 #include <vector>
 
-namespace loom::summary_format {
+namespace loom::detail::summary_format {
 
 // Field numbers (the protos above).
 namespace event_field {
@@ -220,4 +220,4 @@ inline std::string session_start_event(double wall_time, std::int64_t step) {
   return std::move(e).bytes();
 }
 
-} // namespace loom::summary_format
+} // namespace loom::detail::summary_format

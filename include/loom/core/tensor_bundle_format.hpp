@@ -141,9 +141,9 @@ inline void ordered_signed_number(std::string& out, std::int64_t v) {
 // -- the protocol buffers --
 
 inline std::string encode_shape(const loom::shape& s) {
-  protobuf::writer w;
+  loom::detail::protobuf::writer w;
   for (std::int64_t d : s.dims()) {
-    protobuf::writer dim;
+    loom::detail::protobuf::writer dim;
     if (d != 0)
       dim.int64(1, d);
     w.message(2, dim);
@@ -152,9 +152,9 @@ inline std::string encode_shape(const loom::shape& s) {
 }
 
 inline std::string encode_slice(const tensor_slice& s) {
-  protobuf::writer w;
+  loom::detail::protobuf::writer w;
   for (int d = 0; d < s.rank(); ++d) {
-    protobuf::writer extent;
+    loom::detail::protobuf::writer extent;
     if (!s.whole_at(d)) {
       if (s.start(d) != 0)
         extent.int64(1, s.start(d));
@@ -166,7 +166,7 @@ inline std::string encode_slice(const tensor_slice& s) {
 }
 
 inline std::string encode_entry(const entry& e) {
-  protobuf::writer w;
+  loom::detail::protobuf::writer w;
   if (e.tf_dtype != 0)
     w.varint(1, static_cast<std::uint64_t>(e.tf_dtype));
   w.bytes(2, encode_shape(e.shape));
@@ -184,9 +184,9 @@ inline std::string encode_entry(const entry& e) {
 }
 
 inline std::string encode_header(int num_shards) {
-  protobuf::writer version;
+  loom::detail::protobuf::writer version;
   version.varint(1, static_cast<std::uint64_t>(format_version)); // producer; min_consumer 0
-  protobuf::writer w;
+  loom::detail::protobuf::writer w;
   w.varint(1, static_cast<std::uint64_t>(num_shards)); // endianness LITTLE: the default
   w.message(3, version);
   return std::move(w).bytes();
@@ -202,18 +202,18 @@ struct header {
 
 inline header decode_header(std::string_view bytes, const std::string& what) {
   header h;
-  protobuf::reader r(bytes, what + "'s header (BundleHeaderProto)");
+  loom::detail::protobuf::reader r(bytes, what + "'s header (BundleHeaderProto)");
   while (!r.done()) {
-    const protobuf::field f = r.next();
-    if (f.number == 1 && f.type == protobuf::wire_type::varint)
+    const loom::detail::protobuf::field f = r.next();
+    if (f.number == 1 && f.type == loom::detail::protobuf::wire_type::varint)
       h.num_shards = static_cast<int>(f.as_int64());
-    else if (f.number == 2 && f.type == protobuf::wire_type::varint)
+    else if (f.number == 2 && f.type == loom::detail::protobuf::wire_type::varint)
       h.big_endian = f.number_value == 1;
-    else if (f.number == 3 && f.type == protobuf::wire_type::length_delimited) {
-      protobuf::reader v(f.bytes, what + "'s format version (VersionDef)");
+    else if (f.number == 3 && f.type == loom::detail::protobuf::wire_type::length_delimited) {
+      loom::detail::protobuf::reader v(f.bytes, what + "'s format version (VersionDef)");
       while (!v.done()) {
-        const protobuf::field g = v.next();
-        if (g.type != protobuf::wire_type::varint)
+        const loom::detail::protobuf::field g = v.next();
+        if (g.type != loom::detail::protobuf::wire_type::varint)
           continue;
         if (g.number == 1)
           h.producer = static_cast<int>(g.as_int64());
@@ -229,18 +229,18 @@ inline header decode_header(std::string_view bytes, const std::string& what) {
 
 inline loom::shape decode_shape(std::string_view bytes, const std::string& what) {
   std::vector<std::int64_t> dims;
-  protobuf::reader r(bytes, what + "'s shape (TensorShapeProto)");
+  loom::detail::protobuf::reader r(bytes, what + "'s shape (TensorShapeProto)");
   while (!r.done()) {
-    const protobuf::field f = r.next();
-    if (f.number == 3 && f.type == protobuf::wire_type::varint && f.number_value != 0)
+    const loom::detail::protobuf::field f = r.next();
+    if (f.number == 3 && f.type == loom::detail::protobuf::wire_type::varint && f.number_value != 0)
       throw data_loss_error(what + " has a shape of unknown rank");
-    if (f.number != 2 || f.type != protobuf::wire_type::length_delimited)
+    if (f.number != 2 || f.type != loom::detail::protobuf::wire_type::length_delimited)
       continue;
     std::int64_t size = 0;
-    protobuf::reader d(f.bytes, what + "'s shape (TensorShapeProto.Dim)");
+    loom::detail::protobuf::reader d(f.bytes, what + "'s shape (TensorShapeProto.Dim)");
     while (!d.done()) {
-      const protobuf::field g = d.next();
-      if (g.number == 1 && g.type == protobuf::wire_type::varint)
+      const loom::detail::protobuf::field g = d.next();
+      if (g.number == 1 && g.type == loom::detail::protobuf::wire_type::varint)
         size = g.as_int64();
     }
     if (size < 0)
@@ -260,18 +260,18 @@ inline loom::shape decode_shape(std::string_view bytes, const std::string& what)
 
 inline tensor_slice decode_slice(std::string_view bytes, const std::string& what) {
   std::vector<std::int64_t> starts, lengths;
-  protobuf::reader r(bytes, what + "'s slice (TensorSliceProto)");
+  loom::detail::protobuf::reader r(bytes, what + "'s slice (TensorSliceProto)");
   while (!r.done()) {
-    const protobuf::field f = r.next();
-    if (f.number != 1 || f.type != protobuf::wire_type::length_delimited)
+    const loom::detail::protobuf::field f = r.next();
+    if (f.number != 1 || f.type != loom::detail::protobuf::wire_type::length_delimited)
       continue;
     std::int64_t start = 0, length = tensor_slice::whole;
-    protobuf::reader x(f.bytes, what + "'s slice extent");
+    loom::detail::protobuf::reader x(f.bytes, what + "'s slice extent");
     while (!x.done()) {
-      const protobuf::field g = x.next();
-      if (g.number == 1 && g.type == protobuf::wire_type::varint)
+      const loom::detail::protobuf::field g = x.next();
+      if (g.number == 1 && g.type == loom::detail::protobuf::wire_type::varint)
         start = g.as_int64();
-      else if (g.number == 2 && g.type == protobuf::wire_type::varint)
+      else if (g.number == 2 && g.type == loom::detail::protobuf::wire_type::varint)
         length = g.as_int64();
     }
     starts.push_back(start);
@@ -287,10 +287,10 @@ inline tensor_slice decode_slice(std::string_view bytes, const std::string& what
 inline entry decode_entry(std::string key, std::string_view bytes, const std::string& what) {
   entry e;
   e.key = std::move(key);
-  protobuf::reader r(bytes, what);
+  loom::detail::protobuf::reader r(bytes, what);
   while (!r.done()) {
-    const protobuf::field f = r.next();
-    using wt = protobuf::wire_type;
+    const loom::detail::protobuf::field f = r.next();
+    using wt = loom::detail::protobuf::wire_type;
     switch (f.number) {
     case 1:
       if (f.type == wt::varint)
@@ -350,7 +350,7 @@ inline std::pair<std::string, std::uint32_t> encode_strings(std::span<const std:
   std::string out;
   std::uint32_t crc = 0;
   for (const std::string& s : strings) {
-    leveldb_table::put_varint64(out, s.size());
+    loom::detail::leveldb_table::put_varint64(out, s.size());
     std::string length; // as TF checksums it: a u32 where it fits, else a u64
     if (s.size() <= 0xffffffffu) {
       put_le32(length, static_cast<std::uint32_t>(s.size()));
@@ -358,15 +358,15 @@ inline std::pair<std::string, std::uint32_t> encode_strings(std::span<const std:
       put_le32(length, static_cast<std::uint32_t>(s.size()));
       put_le32(length, static_cast<std::uint32_t>(static_cast<std::uint64_t>(s.size()) >> 32));
     }
-    crc = crc32c::extend(crc, length);
+    crc = loom::detail::crc32c::extend(crc, length);
   }
   std::string masked;
   put_le32(masked, tfrecord::mask(crc));
   out += masked;
-  crc = crc32c::extend(crc, masked);
+  crc = loom::detail::crc32c::extend(crc, masked);
   for (const std::string& s : strings) {
     out += s;
-    crc = crc32c::extend(crc, s);
+    crc = loom::detail::crc32c::extend(crc, s);
   }
   return {std::move(out), crc};
 }

@@ -46,7 +46,8 @@ public:
   explicit reader(std::string prefix) : prefix_(std::move(prefix)) {
     const std::string path = index_path(prefix_);
     const std::string bytes = read_file(path);
-    std::vector<leveldb_table::entry> table = leveldb_table::read_table(bytes, path);
+    std::vector<loom::detail::leveldb_table::entry> table =
+        loom::detail::leveldb_table::read_table(bytes, path);
     if (table.empty() || !table.front().key.empty())
       throw data_loss_error(path + " has no header entry (key \"\"): not a checkpoint index");
     const detail::header h = detail::decode_header(table.front().value, path);
@@ -143,14 +144,15 @@ public:
     any_tensor out(*type, shape);
     std::int64_t copied = 0;
     if (!e.partitioned()) {
-      copied = copy_common_elements(read_data(e, name), tensor_slice::full(e.shape.rank()), out,
-                                    slice, e.shape);
+      copied = loom::detail::copy_common_elements(
+          read_data(e, name), tensor_slice::full(e.shape.rank()), out, slice, e.shape);
     } else {
       for (const tensor_slice& part : e.slices) {
         if (!part.intersect(slice, e.shape))
           continue;
         const entry& stored = all_[by_key_.find(slice_key(name, part))->second];
-        copied += copy_common_elements(read_data(stored, name), part, out, slice, e.shape);
+        copied +=
+            loom::detail::copy_common_elements(read_data(stored, name), part, out, slice, e.shape);
       }
     }
     if (copied != shape.num_elements())
@@ -303,7 +305,7 @@ private:
     any_tensor t(type, e.shape);
     if (type != dtype::string) { // straight into the tensor: sizes were checked on open
       read_into(t.raw_data());
-      check_crc(e, crc32c::extend(0, t.raw_data(), e.size), what);
+      check_crc(e, loom::detail::crc32c::extend(0, t.raw_data(), e.size), what);
       if (type == dtype::boolean)
         for (unsigned char b : std::span(static_cast<const unsigned char*>(t.raw_data()), e.size))
           if (b > 1)
@@ -332,7 +334,7 @@ private:
     std::vector<std::uint64_t> lengths;
     std::uint32_t crc = 0;
     for (std::size_t i = 0; i < out.size(); ++i) {
-      const auto n = leveldb_table::get_varint64(rest);
+      const auto n = loom::detail::leveldb_table::get_varint64(rest);
       if (!n)
         throw data_loss_error(what + ": the length of string " + std::to_string(i) +
                               " is malformed");
@@ -340,17 +342,17 @@ private:
       detail::put_le32(length, static_cast<std::uint32_t>(*n));
       if (*n > 0xffffffffu)
         detail::put_le32(length, static_cast<std::uint32_t>(*n >> 32));
-      crc = crc32c::extend(crc, length);
+      crc = loom::detail::crc32c::extend(crc, length);
       lengths.push_back(*n);
     }
     if (!bytes.empty()) {
       if (rest.size() < 4)
         throw data_loss_error(what + ": its bytes end before the strings' lengths' checksum");
       const std::string_view masked = rest.substr(0, 4);
-      if (tfrecord::unmask(leveldb_table::detail::get_fixed32(masked)) != crc)
+      if (tfrecord::unmask(loom::detail::leveldb_table::detail::get_fixed32(masked)) != crc)
         throw data_loss_error(what + ": the checksum of its strings' lengths does not match: "
                                      "the file is corrupt");
-      crc = crc32c::extend(crc, masked);
+      crc = loom::detail::crc32c::extend(crc, masked);
       rest.remove_prefix(4);
     }
     for (std::size_t i = 0; i < out.size(); ++i) {
@@ -359,7 +361,7 @@ private:
                               std::to_string(lengths[i]) + " bytes runs past its data");
       out[i].assign(rest.substr(0, static_cast<std::size_t>(lengths[i])));
       rest.remove_prefix(static_cast<std::size_t>(lengths[i]));
-      crc = crc32c::extend(crc, out[i]);
+      crc = loom::detail::crc32c::extend(crc, out[i]);
     }
     check_crc(e, crc, what);
     if (!rest.empty())

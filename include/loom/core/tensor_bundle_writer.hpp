@@ -111,7 +111,7 @@ inline std::vector<entry> write_shard(const std::string& prefix, int shard, int 
         crc = string_crc;
       } else {
         e.size = t.value.byte_size();
-        crc = crc32c::extend(0, t.value.raw_data(), e.size);
+        crc = loom::detail::crc32c::extend(0, t.value.raw_data(), e.size);
         out(t.value.raw_data(), e.size);
       }
       e.masked_crc32c = tfrecord::mask(crc);
@@ -150,7 +150,7 @@ inline void write_index(const std::string& prefix, int num_shards, std::vector<e
       have.slices.push_back(part);
     }
   }
-  leveldb_table::table_builder table;
+  loom::detail::leveldb_table::table_builder table;
   table.add("", detail::encode_header(num_shards));
   for (const auto& [key, e] : by_key)
     table.add(key, detail::encode_entry(e));

@@ -182,6 +182,7 @@ private:
 // Copies the elements that slices `from_slice` and `to_slice` of a tensor of shape
 // `full` have in common from `from` (holding from_slice) into `to` (holding
 // to_slice); returns how many. Both tensors are host tensors of one dtype.
+namespace detail {
 inline std::int64_t copy_common_elements(const any_tensor& from, const tensor_slice& from_slice,
                                          any_tensor& to, const tensor_slice& to_slice,
                                          const loom::shape& full) {
@@ -226,5 +227,6 @@ inline std::int64_t copy_common_elements(const any_tensor& from, const tensor_sl
   });
   return box.num_elements();
 }
+} // namespace detail
 
 } // namespace loom

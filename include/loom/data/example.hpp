@@ -162,15 +162,15 @@ public:
     previous_ = -1;
     for (auto& col : columns_)
       col.seen = false;
-    protobuf::reader example(serialized, "tf.Example");
+    loom::detail::protobuf::reader example(serialized, "tf.Example");
     while (!example.done()) {
-      const protobuf::field f = example.next();
-      if (f.number != 1 || f.type != protobuf::wire_type::length_delimited)
+      const loom::detail::protobuf::field f = example.next();
+      if (f.number != 1 || f.type != loom::detail::protobuf::wire_type::length_delimited)
         continue; // Example.features
-      protobuf::reader features(f.bytes, "tf.Features");
+      loom::detail::protobuf::reader features(f.bytes, "tf.Features");
       while (!features.done()) {
-        const protobuf::field entry = features.next();
-        if (entry.number == 1 && entry.type == protobuf::wire_type::length_delimited)
+        const loom::detail::protobuf::field entry = features.next();
+        if (entry.number == 1 && entry.type == loom::detail::protobuf::wire_type::length_delimited)
           parse_entry(entry.bytes);
       }
     }
@@ -245,11 +245,11 @@ private:
 
   // A Features map entry: key (1) and Feature (2).
   void parse_entry(std::string_view entry_bytes) {
-    protobuf::reader entry(entry_bytes, "tf.Feature map");
+    loom::detail::protobuf::reader entry(entry_bytes, "tf.Feature map");
     std::string_view key, value;
     while (!entry.done()) {
-      const protobuf::field f = entry.next();
-      if (f.type != protobuf::wire_type::length_delimited)
+      const loom::detail::protobuf::field f = entry.next();
+      if (f.type != loom::detail::protobuf::wire_type::length_delimited)
         continue;
       if (f.number == 1)
         key = f.bytes;
@@ -274,13 +274,13 @@ private:
     col.seen = true;
 
     // The Feature: its one kind's list, whose field 1 holds the values.
-    protobuf::reader feature(value, "tf.Feature");
+    loom::detail::protobuf::reader feature(value, "tf.Feature");
     std::string_view list;
     dtype kind = spec.type; // a Feature with no kind set holds no values
     while (!feature.done()) {
-      const protobuf::field f = feature.next();
+      const loom::detail::protobuf::field f = feature.next();
       const dtype k = feature_kind(f.number);
-      if (k == dtype::boolean || f.type != protobuf::wire_type::length_delimited)
+      if (k == dtype::boolean || f.type != loom::detail::protobuf::wire_type::length_delimited)
         continue;
       kind = k;
       list = f.bytes;
@@ -295,9 +295,9 @@ private:
       fail(spec.name, "more values than the " + std::to_string(col.per_example) +
                           " of the spec's shape " + spec.shape.to_string());
     };
-    protobuf::reader values(list, "tf.Feature list");
+    loom::detail::protobuf::reader values(list, "tf.Feature list");
     while (!values.done()) {
-      const protobuf::field f = values.next();
+      const loom::detail::protobuf::field f = values.next();
       if (f.number != 1)
         continue;
       if (spec.type == dtype::string) {
@@ -320,7 +320,7 @@ private:
           }
           ++count;
         };
-        if (f.type == protobuf::wire_type::length_delimited) { // packed
+        if (f.type == loom::detail::protobuf::wire_type::length_delimited) { // packed
           for (std::string_view p = f.bytes; !p.empty();)
             put(static_cast<std::int64_t>(packed_varint(p, spec.name)));
         } else {
@@ -337,7 +337,7 @@ private:
           }
           ++count;
         };
-        if (f.type == protobuf::wire_type::length_delimited) { // packed
+        if (f.type == loom::detail::protobuf::wire_type::length_delimited) { // packed
           if (f.bytes.size() % 4 != 0)
             fail(spec.name, "a packed float list of " + std::to_string(f.bytes.size()) + " bytes");
           for (std::size_t i = 0; i < f.bytes.size(); i += 4) {

@@ -26,7 +26,7 @@ public:
         }
         packed.push_back(static_cast<char>(u | 0x80));
       }
-    return add(name, 3, protobuf::writer().bytes(1, packed));
+    return add(name, 3, loom::detail::protobuf::writer().bytes(1, packed));
   }
   example_builder& add_float(const std::string& name, const std::vector<float>& values) {
     std::string packed;
@@ -35,10 +35,10 @@ public:
       for (int i = 0; i < 4; ++i)
         packed.push_back(static_cast<char>(bits >> (8 * i) & 0xff));
     }
-    return add(name, 2, protobuf::writer().bytes(1, packed));
+    return add(name, 2, loom::detail::protobuf::writer().bytes(1, packed));
   }
   example_builder& add_bytes(const std::string& name, const std::vector<std::string>& values) {
-    protobuf::writer list;
+    loom::detail::protobuf::writer list;
     for (const auto& v : values)
       list.bytes(1, v);
     return add(name, 1, list);
@@ -46,16 +46,17 @@ public:
 
   // The Example's bytes, features in name order.
   std::string serialize() const {
-    protobuf::writer features;
+    loom::detail::protobuf::writer features;
     for (const auto& [name, feature] : features_)
-      features.message(1, protobuf::writer().bytes(1, name).bytes(2, feature));
-    return std::move(protobuf::writer().message(1, features)).bytes();
+      features.message(1, loom::detail::protobuf::writer().bytes(1, name).bytes(2, feature));
+    return std::move(loom::detail::protobuf::writer().message(1, features)).bytes();
   }
 
 private:
   // Feature: bytes_list = 1, float_list = 2, int64_list = 3.
-  example_builder& add(const std::string& name, std::uint32_t kind, const protobuf::writer& list) {
-    features_[name] = std::move(protobuf::writer().message(kind, list)).bytes();
+  example_builder& add(const std::string& name, std::uint32_t kind,
+                       const loom::detail::protobuf::writer& list) {
+    features_[name] = std::move(loom::detail::protobuf::writer().message(kind, list)).bytes();
     return *this;
   }
   std::map<std::string, std::string> features_;

@@ -100,7 +100,7 @@ public:
     // one (core/crc32c.hpp): every byte read is checksummed, and the table-driven
     // CRC cost a third of a parse's time.
     static std::uint32_t masked_crc(std::string_view bytes) {
-      return tfrecord::mask(crc32c::value(bytes));
+      return tfrecord::mask(loom::detail::crc32c::value(bytes));
     }
 
     // The file's next record; nullopt at its end.

@@ -72,6 +72,8 @@ template <class Op, class... Children> struct expr {
 template <expression E> using value_type_of = typename std::remove_cvref_t<E>::value_type;
 template <expression E> inline constexpr int rank_of = std::remove_cvref_t<E>::rank;
 
+namespace detail {
+
 // How many leaves a typed tree has, counted in depth-first order: the fused
 // kernel reads its inputs in that order.
 template <class E> constexpr std::size_t leaf_count() {
@@ -105,6 +107,8 @@ template <class E> constexpr std::size_t op_count() {
       return (op_count<C>() + ... + 1);
     }(std::type_identity<E>{});
 }
+
+} // namespace detail
 
 namespace detail {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::build {
+namespace loom::detail::build {
 
 inline node_id op(graph& g, const std::string& op_id, std::vector<node_id> inputs,
                   attr_map attrs = {}) {
@@ -21,7 +21,7 @@ inline node_id scalar(graph& g, dtype t, double v) {
     if constexpr (std::is_same_v<T, std::string>)
       throw invalid_argument_error("a numeric scalar of dtype string");
     else
-      return scalar_node(g, static_cast<T>(v));
+      return loom::detail::scalar_node(g, static_cast<T>(v));
   });
 }
 
@@ -59,4 +59,4 @@ inline node_id sum_to(graph& g, node_id dy, node_id x) {
   return op(g, "sum_to_shape", {dy, x});
 }
 
-} // namespace loom::build
+} // namespace loom::detail::build

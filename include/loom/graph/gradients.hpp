@@ -68,14 +68,14 @@ inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
     throw invalid_argument_error("gradients: " + std::to_string(grad_ys.size()) + " grad_ys for " +
                                  std::to_string(ys.size()) + " ys");
   const std::size_t n = g.size();
-  const auto& reg = op_registry::instance();
+  const auto& reg = detail::op_registry::instance();
   // Nodes that depend on some x (forward) and that some y depends on (backward).
   std::vector<char> from_x(n, 0), to_y(n, 0);
   for (node_id x : xs)
     from_x[static_cast<std::size_t>(g.node(x).id)] = 1;
   for (std::size_t i = 0; i < n; ++i) {
     const node_def& nd = g.node(static_cast<node_id>(i));
-    const op_def& def = reg.find(nd.op);
+    const detail::op_def& def = reg.find(nd.op);
     for (std::size_t k = 0; k < nd.inputs.size(); ++k)
       if (detail::differentiable_input(def, k) && from_x[static_cast<std::size_t>(nd.inputs[k])])
         from_x[i] = 1;
@@ -89,7 +89,7 @@ inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
     if (!to_y[static_cast<std::size_t>(i)])
       continue;
     const node_def& nd = g.node(i);
-    const op_def& def = reg.find(nd.op);
+    const detail::op_def& def = reg.find(nd.op);
     for (std::size_t k = 0; k < nd.inputs.size(); ++k)
       if (detail::differentiable_input(def, k))
         to_y[static_cast<std::size_t>(nd.inputs[k])] = 1;
@@ -98,14 +98,14 @@ inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
   std::map<node_id, std::vector<node_id>> pending; // adjoint contributions per node
   for (std::size_t k = 0; k < ys.size(); ++k) {
     node_id y = ys[k];
-    pending[y].push_back(grad_ys.empty() ? build::ones_like(g, y) : grad_ys[k]);
+    pending[y].push_back(grad_ys.empty() ? detail::build::ones_like(g, y) : grad_ys[k]);
   }
   auto sum = [&](std::vector<node_id>& parts) {
     if (node_id slices = detail::sum_of_slices(g, parts); slices != no_node)
       return slices;
     node_id acc = parts.front();
     for (std::size_t k = 1; k < parts.size(); ++k)
-      acc = build::add(g, acc, parts[k]);
+      acc = detail::build::add(g, acc, parts[k]);
     return acc;
   };
 
@@ -117,7 +117,7 @@ inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
     const node_id dy = sum(it->second);
     adjoint[i] = dy;
     const node_def nd = g.node(i); // a copy: the gradient function adds nodes
-    const op_def& def = reg.find(nd.op);
+    const detail::op_def& def = reg.find(nd.op);
     bool wants = false;
     for (std::size_t k = 0; k < nd.inputs.size(); ++k) {
       const auto in = static_cast<std::size_t>(nd.inputs[k]);

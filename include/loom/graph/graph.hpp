@@ -47,11 +47,13 @@ inline constexpr std::string_view moving_average_variables = "moving_average_var
 // A maximal elementwise region lowered from one typed expression: the region's
 // root node, its leaves in the order the typed evaluator reads them, and the
 // canonical key under which the typed instantiation is cached.
+namespace detail {
 struct fusion_candidate {
   node_id root = no_node;
   std::string key;
   std::vector<node_id> leaves;
 };
+} // namespace detail
 
 // Undoes a scope when it goes out of scope.
 class [[nodiscard]] scope_guard {
@@ -146,7 +148,7 @@ public:
   // op's registered function; errors name the node.
   node_id add_node(std::string op, std::vector<node_id> inputs, attr_map attrs = {},
                    std::string name = {}) {
-    const op_def& def = op_registry::instance().find(op);
+    const detail::op_def& def = detail::op_registry::instance().find(op);
     if (def.num_inputs >= 0 && static_cast<int>(inputs.size()) != def.num_inputs)
       throw invalid_argument_error("op '" + op + "' takes " + std::to_string(def.num_inputs) +
                                    " inputs, got " + std::to_string(inputs.size()));
@@ -357,13 +359,13 @@ public:
   }
 
   // -- fusion ---------------------------------------------------------------
-  void add_fusion(fusion_candidate c) {
+  void add_fusion(detail::fusion_candidate c) {
     if (state_->fusion_by_root.count(c.root))
       return;
     state_->fusion_by_root.emplace(c.root, state_->fusions.size());
     state_->fusions.push_back(std::move(c));
   }
-  const std::vector<fusion_candidate>& fusions() const noexcept { return state_->fusions; }
+  const std::vector<detail::fusion_candidate>& fusions() const noexcept { return state_->fusions; }
 
   detail::graph_state& state() noexcept { return *state_; }
   const detail::graph_state& state() const noexcept { return *state_; }

@@ -30,6 +30,7 @@
 #include <loom/graph/builder.hpp>
 #include <loom/graph/op_registry.hpp>
 #include <loom/graph/ops/array.hpp>
+#include <loom/graph/ops/embedding_lookup.hpp>
 #include <loom/graph/ops/sync.hpp> // attach_to_variable
 #include <loom/graph/variables.hpp>
 

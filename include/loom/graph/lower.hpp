@@ -19,6 +19,8 @@
 
 namespace loom {
 
+namespace detail {
+
 // A constant node holding `value` (any dtype, strings too).
 inline node_id constant_node(graph& g, any_tensor value, std::string name = {}) {
   dtype t = value.type();
@@ -28,8 +30,6 @@ inline node_id constant_node(graph& g, any_tensor value, std::string name = {}) 
 template <element_type T> node_id scalar_node(graph& g, T v) {
   return constant_node(g, any_tensor::scalar<T>(v));
 }
-
-namespace detail {
 
 // The canonical key of a typed tree: op ids, cast targets, leaf dtypes and
 // whether each leaf is a scalar, e.g. "mul(f32:t,log(clip_by_value(f32:t,f32:s,f32:s)))".
@@ -101,8 +101,6 @@ node_id lower_tree(graph& g, const E& e, std::vector<node_id>& leaves,
   }
 }
 
-} // namespace detail
-
 template <expression E> graph graph_of(const E& e) {
   std::optional<graph> g;
   detail::find_graph(e, g);
@@ -112,7 +110,6 @@ template <expression E> graph graph_of(const E& e) {
   return *g;
 }
 
-namespace detail {
 template <expression E>
 output<value_type_of<E>, rank_of<E>> lower_with(const E& e,
                                                 const std::optional<device_spec>& extra) {

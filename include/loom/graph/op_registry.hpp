@@ -20,8 +20,10 @@
 #include <vector>
 
 namespace loom {
-
 class graph;
+} // namespace loom
+
+namespace loom::detail {
 
 struct op_def {
   std::string name{};
@@ -103,4 +105,4 @@ struct op_registration {
   explicit op_registration(op_def def) { op_registry::instance().add(std::move(def)); }
 };
 
-} // namespace loom
+} // namespace loom::detail

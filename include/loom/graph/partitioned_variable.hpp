@@ -10,6 +10,7 @@
 #pragma once
 
 #include <loom/graph/ops/array.hpp>
+#include <loom/graph/ops/embedding_lookup.hpp>
 #include <loom/graph/variables.hpp>
 
 #include <cmath>

@@ -67,7 +67,7 @@ template <class Archive> void load(Archive& ar, any_tensor& t) {
       throw data_loss_error("serialized tensor has an invalid shape " + s.to_string());
     count *= static_cast<std::uint64_t>(dim);
   }
-  if constexpr (std::is_same_v<Archive, bounded_input_archive>) {
+  if constexpr (std::is_same_v<Archive, detail::bounded_input_archive>) {
     // A string element takes its 8-byte length at least; the others their size.
     const std::size_t min_bytes = d == dtype::string ? 8 : size_of(d);
     if (count > ar.remaining() / min_bytes)
@@ -94,12 +94,12 @@ template <class Archive> void serialize(Archive& ar, node_def& n, std::uint32_t 
      cereal::make_nvp("colocation_group", n.colocation_group));
 }
 
+namespace detail {
+
 template <class Archive> void serialize(Archive& ar, fusion_candidate& c) {
   ar(cereal::make_nvp("root", c.root), cereal::make_nvp("key", c.key),
      cereal::make_nvp("leaves", c.leaves));
 }
-
-namespace detail {
 
 inline constexpr std::uint32_t graph_format_version = 1;
 
@@ -222,7 +222,7 @@ inline std::string serialize_graph(const graph& g) {
 inline graph deserialize_graph(std::string_view bytes) {
   detail::graph_image img;
   try {
-    bounded_input_archive ar(bytes);
+    detail::bounded_input_archive ar(bytes);
     ar(img);
   } catch (const error& e) {
     // The graph's own checks name the graph; the archive's name only the offset.

@@ -7,6 +7,7 @@
 
 #include <loom/graph/hash_embedding.hpp>
 #include <loom/graph/ops/array.hpp>
+#include <loom/graph/ops/embedding_lookup.hpp>
 #include <loom/graph/partitioned_variable.hpp>
 #include <loom/graph/variables.hpp>
 
@@ -50,7 +51,7 @@ output<T, 2> combine_sparse(const sparse_tensor<I>& sp_ids,
                  {{"_what", "sparse tensor '" + sp_ids.values.name() + "'"}});
   const output<std::int64_t, 1> segment(g, rows_of);
   const auto batch =
-      gather(sp_ids.dense_shape, output<std::int64_t, 0>(g, scalar_node(g, std::int64_t{0})));
+      gather(sp_ids.dense_shape, output<std::int64_t, 0>(g, loom::detail::scalar_node(g, std::int64_t{0})));
   const output<T, 2> embedded = lookup(sp_ids.values);
   // The weights: sp_weights' values, or ones.
   const output<T, 1> weights =
@@ -84,7 +85,8 @@ embedding_lookup_sparse(const std::vector<output<T, 2>>& params, const sparse_te
                         combiner how = combiner::mean,
                         partition_strategy strategy = partition_strategy::mod,
                         std::optional<double> max_norm = std::nullopt) {
-  static_assert(id_type<I>, "loom::embedding_lookup_sparse: the ids must be int32 or int64");
+  static_assert(detail::id_type<I>,
+                "loom::embedding_lookup_sparse: the ids must be int32 or int64");
   return detail::combine_sparse<T>(sp_ids, sp_weights, how, [&](const output<I, 1>& ids) {
     return embedding_lookup(params, ids, strategy, max_norm);
   });

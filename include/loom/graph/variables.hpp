@@ -37,11 +37,11 @@ private:
 
 template <element_type T, int R>
 output<T, R> constant(graph& g, const tensor<T, R>& value, std::string name = {}) {
-  return output<T, R>(g, constant_node(g, value.value().clone(), std::move(name)));
+  return output<T, R>(g, detail::constant_node(g, value.value().clone(), std::move(name)));
 }
 template <element_type T> output<T, 0> constant(graph& g, T value, std::string name = {}) {
-  return output<T, 0>(g,
-                      constant_node(g, any_tensor::scalar<T>(std::move(value)), std::move(name)));
+  return output<T, 0>(
+      g, detail::constant_node(g, any_tensor::scalar<T>(std::move(value)), std::move(name)));
 }
 inline output<std::string, 0> constant(graph& g, const char* value, std::string name = {}) {
   return constant<std::string>(g, std::string(value), std::move(name));
@@ -248,7 +248,7 @@ public:
     static_assert(std::is_arithmetic_v<T>, "loom::variable: a number cannot initialize a "
                                            "string variable");
     if constexpr (R == 0 && std::is_arithmetic_v<T>)
-      set_initializer(scalar_node(g, static_cast<T>(initial_value)), o);
+      set_initializer(loom::detail::scalar_node(g, static_cast<T>(initial_value)), o);
   }
   // A variable initialised from an expression (tf.Variable(initial_value)).
   template <expression E>
@@ -331,7 +331,7 @@ private:
       v = lower(value).id();
     } else {
       static_assert(std::is_arithmetic_v<E>, "loom::variable::assign: not an expression or number");
-      v = scalar_node(this->graph(), static_cast<T>(value));
+      v = loom::detail::scalar_node(this->graph(), static_cast<T>(value));
     }
     return {this->graph(), this->graph().add_node(op, {this->id(), v})};
   }

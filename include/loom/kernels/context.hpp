@@ -19,7 +19,7 @@
 #include <span>
 #include <string>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // A variable's storage in a resource container. An update writes its buffer in
 // place only when nothing else holds it, and otherwise writes another buffer
@@ -158,4 +158,4 @@ struct kernel_context {
   }
 };
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -10,8 +10,8 @@ namespace Eigen {
 struct ThreadPoolDevice; // as Eigen declares it (TensorForwardDeclarations.h)
 } // namespace Eigen
 
-namespace loom {
+namespace loom::kernels {
 
 using cpu_device = Eigen::ThreadPoolDevice;
 
-} // namespace loom
+} // namespace loom::kernels

@@ -18,7 +18,7 @@
 namespace loom::detail {
 
 template <class E> void register_fused_kernels(const std::string& key) {
-  fused_kernel_registry::instance().add(key, &fused_kernel<E>);
+  kernels::fused_kernel_registry::instance().add(key, &kernels::fused_kernel<E>);
 #if defined(__CUDACC__)
   cuda::register_gpu_region<E>(key);
 #endif

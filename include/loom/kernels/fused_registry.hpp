@@ -12,7 +12,7 @@
 #include <span>
 #include <string>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // The kernel of a fused region: false when the operands' shapes need general
 // broadcasting, and the caller then runs the region's primitive ops instead.
@@ -65,4 +65,4 @@ private:
   std::map<std::string, kernels, std::less<>> kernels_;
 };
 
-} // namespace loom::detail
+} // namespace loom::kernels

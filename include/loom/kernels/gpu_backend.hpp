@@ -18,7 +18,7 @@
 #include <string>
 
 namespace loom {
-namespace detail {
+namespace kernels {
 
 class gpu_backend {
 public:
@@ -54,15 +54,15 @@ private:
   }
 };
 
-} // namespace detail
+} // namespace kernels
 
 // GPUs this process can place nodes on.
 inline int gpu_count() noexcept {
-  const detail::gpu_backend* b = detail::gpu_backend::registered();
+  const kernels::gpu_backend* b = kernels::gpu_backend::registered();
   return b ? b->device_count() : 0;
 }
 
-namespace detail {
+namespace kernels {
 
 // `t` at `where`: itself when it is there already, else a copy (one clear
 // error when no backend could have made it).
@@ -76,5 +76,5 @@ inline any_tensor at_location(const any_tensor& t, memory_location where) {
   return b->copy(t, where);
 }
 
-} // namespace detail
+} // namespace kernels
 } // namespace loom

@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 template <class T> struct reshape_kernel {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
     c.output = x.reshaped(
-        reshape_target(c.node, x.shape(), c.node.attr<std::vector<std::int64_t>>("dims")));
+        detail::reshape_target(c.node, x.shape(), c.node.attr<std::vector<std::int64_t>>("dims")));
   }
 };
 
@@ -39,13 +39,13 @@ template <class T> struct reshape_like_kernel {
 
 template <class T> struct expand_dims_kernel {
   static void run(kernel_context& c) {
-    c.output = c.input(0).reshaped(expanded_shape(c.node, c.input(0).shape()));
+    c.output = c.input(0).reshaped(detail::expanded_shape(c.node, c.input(0).shape()));
   }
 };
 
 template <class T> struct squeeze_kernel {
   static void run(kernel_context& c) {
-    c.output = c.input(0).reshaped(squeezed_shape(c.node, c.input(0).shape()));
+    c.output = c.input(0).reshaped(detail::squeezed_shape(c.node, c.input(0).shape()));
   }
 };
 
@@ -69,4 +69,4 @@ template <class Types> bool register_metadata_kernels(const std::string& device)
   return true;
 }
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <tuple>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 using kernel_fn = void (*)(kernel_context&);
 
@@ -90,4 +90,4 @@ bool register_kernels(const std::string& op, type_list<Ts...>,
   return true;
 }
 
-} // namespace loom::detail
+} // namespace loom::kernels

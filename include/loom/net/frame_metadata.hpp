@@ -105,7 +105,7 @@ template <class T> T decode_metadata(std::string_view bytes, const std::string& 
     // declared sizes must not allocate more than the bytes it sent can fill.
     T value{};
     try {
-      bounded_input_archive ar(bytes);
+      loom::detail::bounded_input_archive ar(bytes);
       ar(value);
     } catch (const std::exception& e) {
       throw invalid_argument_error("cannot decode the metadata of " + what + " (" +

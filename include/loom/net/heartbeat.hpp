@@ -94,7 +94,7 @@ private:
     const auto silence = now - last;
     if (silence >= live_.heartbeat_timeout) {
       o->declare_dead(*w, *peer_ + " stopped answering: no heartbeat for " +
-                              seconds_text(live_.heartbeat_timeout));
+                              loom::detail::seconds_text(live_.heartbeat_timeout));
       return;
     }
     if (silence >= live_.ping_interval() && now - last_ping_ >= live_.ping_interval()) {

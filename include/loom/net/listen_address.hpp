@@ -67,7 +67,7 @@ inline asio::ip::address resolve_own_host(const std::string& host,
         std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start);
     if (elapsed >= timeout)
       throw unavailable_error("its host name '" + host + "' did not resolve within " +
-                              seconds_text(timeout) + " (" + std::to_string(attempt) +
+                              loom::detail::seconds_text(timeout) + " (" + std::to_string(attempt) +
                               " attempt(s); the last: " + why +
                               "): check the name in the cluster spec, or give the address to "
                               "listen on with --bind (LOOM_BIND)");
@@ -76,8 +76,8 @@ inline asio::ip::address resolve_own_host(const std::string& host,
       log_line(log,
                "waiting for this task's host name '" + host + "' to resolve (attempt " +
                    std::to_string(attempt) + ": " + why + "); retrying in " +
-                   std::to_string(wait.count()) + " ms, for at most " + seconds_text(timeout) +
-                   " in all",
+                   std::to_string(wait.count()) + " ms, for at most " +
+                   loom::detail::seconds_text(timeout) + " in all",
                logging::level::info);
     std::this_thread::sleep_for(wait);
     wait = std::min(wait * 2, std::chrono::milliseconds(2000));

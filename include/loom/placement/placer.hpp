@@ -254,7 +254,7 @@ private:
   // the referenced node lives (TF's placer colocates reference edges).
   static void colocate_ref_inputs(std::vector<node_def>& nodes,
                                   const std::unordered_map<node_id, std::size_t>& by_id) {
-    const op_registry& reg = op_registry::instance();
+    const detail::op_registry& reg = detail::op_registry::instance();
     for (node_def& n : nodes) {
       if (!n.colocation_group.empty() || !reg.contains(n.op))
         continue;

@@ -80,6 +80,7 @@ struct pin {
 
 // -- predicates -------------------------------------------------------------------
 
+namespace detail {
 // The op ids of loom's variables (graph/ops/state.hpp registers "variable";
 // optimizer slots are variables too). The default ps_ops of
 // replica_device_setter.
@@ -87,10 +88,11 @@ inline const std::vector<std::string>& variable_op_ids() {
   static const std::vector<std::string> ids{"variable"};
   return ids;
 }
+} // namespace detail
 
 struct is_variable {
   bool operator()(const node_def& n) const {
-    for (const std::string& id : variable_op_ids())
+    for (const std::string& id : detail::variable_op_ids())
       if (n.op == id)
         return true;
     return false;

@@ -37,7 +37,7 @@ struct replica_options {
   std::string ps_device = "/job:ps"; // "" for no ps job
   std::string worker_device = "/job:worker";
   bool merge_devices = true; // false: a node with a device keeps it unchanged
-  std::vector<std::string> ps_ops = variable_op_ids(); // op ids placed on ps tasks
+  std::vector<std::string> ps_ops = detail::variable_op_ids(); // op ids placed on ps tasks
 };
 
 template <class Strategy = round_robin> class replica_device_setter {

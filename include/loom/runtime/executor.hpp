@@ -46,7 +46,7 @@ public:
   // ends, so nothing it waits for hangs on a held send.
   virtual void flush() {}
   // Where blocking kernels learn that the step was aborted; nullptr if never.
-  virtual step_cancellation* cancellation() noexcept { return nullptr; }
+  virtual kernels::step_cancellation* cancellation() noexcept { return nullptr; }
 };
 
 // The threads of an intra-op pool asked for as `requested` (session_options,
@@ -148,7 +148,8 @@ public:
   // Runs the plan on the calling thread, which waits there for its recvs; returns the
   // fetched values. A tracer, where given, records every item it runs.
   std::vector<any_tensor> run(const graph& g, std::vector<any_tensor> feeds,
-                              const cpu_device& device, resource_access& resources,
+                              const kernels::cpu_device& device,
+                              kernels::resource_access& resources,
                               step_rendezvous* rendezvous = nullptr,
                               step_tracer* tracer = nullptr) const {
     auto st =
@@ -168,8 +169,8 @@ public:
   // step. Not for a plan that blocks(): its kernels would wait on that thread.
   // The plan, its caches, g, device, resources and rendezvous must outlive the
   // step: `done` is the place to release them.
-  void start(const graph& g, std::vector<any_tensor> feeds, const cpu_device& device,
-             resource_access& resources, step_rendezvous& rendezvous, done_fn done,
+  void start(const graph& g, std::vector<any_tensor> feeds, const kernels::cpu_device& device,
+             kernels::resource_access& resources, step_rendezvous& rendezvous, done_fn done,
              step_tracer* tracer = nullptr) const {
     if (p_.blocks())
       throw internal_error("executor: a plan with blocking kernels cannot run as continuations");
@@ -184,8 +185,9 @@ private:
   // kernels they run. Shared with the recv callbacks, which may come late
   // (the step failed while a recv was outstanding).
   struct execution {
-    execution(const plan& p, const graph& g, std::vector<any_tensor> feeds, const cpu_device& d,
-              resource_access& r, step_rendezvous* rv, step_tracer* t)
+    execution(const plan& p, const graph& g, std::vector<any_tensor> feeds,
+              const kernels::cpu_device& d, kernels::resource_access& r, step_rendezvous* rv,
+              step_tracer* t)
         : g(g), values(p.slots()), device(d), resources(r), rendezvous(rv), tracer(t),
           pending(p.pending()), readers(p.readers()), elsewhere(p.on_gpu() ? p.slots() : 0) {
       if (feeds.size() != p.fed().size())
@@ -199,8 +201,8 @@ private:
     }
     const graph& g;
     std::vector<any_tensor> values; // by slot
-    const cpu_device& device;
-    resource_access& resources;
+    const kernels::cpu_device& device;
+    kernels::resource_access& resources;
     step_rendezvous* rendezvous;
     step_tracer* tracer;      // null: not traced
     std::vector<int> pending; // per item: inputs not yet computed
@@ -380,7 +382,7 @@ private:
       return v;
     any_tensor& copy = x.elsewhere[s];
     if (copy.empty() || copy.location() != where)
-      copy = at_location(v, where);
+      copy = kernels::at_location(v, where);
     return copy;
   }
 
@@ -426,7 +428,7 @@ private:
       any_tensor& v = x.values[in];
       if (v.empty())
         continue;
-      variable_resource& r = caches_.variable(p_, x.g, in, x.resources);
+      kernels::variable_resource& r = caches_.variable(p_, x.g, in, x.resources);
       std::lock_guard lock(r.mu);
       if (r.initialized) {
         read = read || !v.shares_buffer_with(r.value);
@@ -464,8 +466,8 @@ private:
   }
 
   // The GPU backend that runs node n on `where`; one clear error without one.
-  static gpu_backend& gpu_of(const node_def& n, memory_location where) {
-    gpu_backend* gpu = gpu_backend::registered();
+  static kernels::gpu_backend& gpu_of(const node_def& n, memory_location where) {
+    kernels::gpu_backend* gpu = kernels::gpu_backend::registered();
     if (!gpu)
       throw internal_error("node " + n.describe() + " is placed on " + where.to_string() +
                            " but this process has no GPU backend");
@@ -476,16 +478,17 @@ private:
   // Its refs are the variables of its ref inputs; a variable node's own
   // variable is its one ref (variable_cpu reads it there).
   void run_item(execution& x, const item& s, std::span<const any_tensor* const> inputs,
-                std::uint32_t forwardable = 0, step_cancellation* cancellation = nullptr) const {
+                std::uint32_t forwardable = 0,
+                kernels::step_cancellation* cancellation = nullptr) const {
     const node_def& n = x.g.node(s.id);
     const bool variable = p_.reads_variable(s.out);
-    pointer_list<variable_resource> refs(variable ? 1 : s.refs.size());
+    pointer_list<kernels::variable_resource> refs(variable ? 1 : s.refs.size());
     if (variable)
       refs[0] = &caches_.variable(p_, x.g, s.out, x.resources);
     for (std::size_t i = 0; !variable && i < s.refs.size(); ++i)
       refs[i] = &caches_.variable(p_, x.g, s.refs[i], x.resources);
-    kernel_context ctx{n,           inputs, refs.span(), x.device,
-                       x.resources, {},     forwardable, cancellation};
+    kernels::kernel_context ctx{n,           inputs, refs.span(), x.device,
+                                x.resources, {},     forwardable, cancellation};
     ctx.attrs = &caches_.attrs(s);
     if (s.where.on_host())
       s.kernel(ctx);
@@ -501,11 +504,10 @@ private:
 // Runs `p` on the calling thread, which waits there for its recvs. `feeds` are the values
 // of the plan's request's fed nodes, in its order; returns the fetched values in the order
 // of its fetches. A plan with _send or _recv nodes needs a rendezvous.
-inline std::vector<any_tensor> run_plan(const plan& p, plan_caches& caches, const graph& g,
-                                        std::vector<any_tensor> feeds, const cpu_device& device,
-                                        resource_access& resources,
-                                        step_rendezvous* rendezvous = nullptr,
-                                        step_tracer* tracer = nullptr) {
+inline std::vector<any_tensor>
+run_plan(const plan& p, plan_caches& caches, const graph& g, std::vector<any_tensor> feeds,
+         const kernels::cpu_device& device, kernels::resource_access& resources,
+         step_rendezvous* rendezvous = nullptr, step_tracer* tracer = nullptr) {
   return plan_execution(p, caches).run(g, std::move(feeds), device, resources, rendezvous, tracer);
 }
 
@@ -516,9 +518,9 @@ inline std::vector<any_tensor> run_plan(const plan& p, plan_caches& caches, cons
 // its caches, g, device, resources and rendezvous must outlive the step: `done`
 // is the place to release them.
 inline void start_plan(const plan& p, plan_caches& caches, const graph& g,
-                       std::vector<any_tensor> feeds, const cpu_device& device,
-                       resource_access& resources, step_rendezvous& rendezvous, plan_done_fn done,
-                       step_tracer* tracer = nullptr) {
+                       std::vector<any_tensor> feeds, const kernels::cpu_device& device,
+                       kernels::resource_access& resources, step_rendezvous& rendezvous,
+                       plan_done_fn done, step_tracer* tracer = nullptr) {
   plan_execution(p, caches).start(g, std::move(feeds), device, resources, rendezvous,
                                   std::move(done), tracer);
 }

@@ -93,7 +93,7 @@ private:
   }
 
   resource_manager resources_;
-  cpu_pool cpu_; // the intra-op pool its steps' CPU kernels run on
+  kernels::cpu_pool cpu_; // the intra-op pool its steps' CPU kernels run on
   std::map<std::string, std::unique_ptr<cached_plan>> plans_;
   std::uint64_t planned_version_ = 0;
   bool allow_fusion_ = true;

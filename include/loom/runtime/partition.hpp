@@ -42,7 +42,7 @@ inline placer_options session_placement(bool allow_soft_placement, bool log_devi
   po.device_filters = std::move(device_filters);
   po.default_device = std::move(default_device);
   po.has_kernel = [](std::string_view op, dtype, std::string_view device_type) {
-    return placeable_on(op, device_type);
+    return kernels::placeable_on(op, device_type);
   };
   return po;
 }

@@ -59,7 +59,7 @@ inline memory_location location_of(const node_def& n) {
   if (n.assigned_device.empty())
     return memory_location::host();
   const device_spec d = device_spec::from_string(n.assigned_device);
-  if (d.device_type() && *d.device_type() == device_gpu)
+  if (d.device_type() && *d.device_type() == kernels::device_gpu)
     return memory_location::gpu(d.device_index().value_or(0));
   return memory_location::host();
 }
@@ -88,7 +88,7 @@ public:
     kind k = kind::kernel;
     node_id id = no_node; // its node, for its definition and its name
     slot out = no_slot;   // where its value goes
-    kernel_fn kernel = nullptr;
+    kernels::kernel_fn kernel = nullptr;
     bool blocking = false;    // the kernel may wait for other steps (op_def::blocking)
     bool kept = false;        // a constant on a GPU: made by its first run, then kept
     memory_location where{};  // a kernel's device: its inputs are copied there
@@ -100,8 +100,8 @@ public:
     // A fused region: its kernel (the CPU's, or the GPU's for a region on a
     // GPU) and leaves, and the primitive items that compute the same value
     // when the fused kernel declines the shapes.
-    fused_kernel_fn fused = nullptr;
-    gpu_fused_kernel_fn gpu_fused = nullptr;
+    kernels::fused_kernel_fn fused = nullptr;
+    kernels::gpu_fused_kernel_fn gpu_fused = nullptr;
     std::vector<slot> leaves;
     std::vector<item> fallback;
   };
@@ -150,7 +150,7 @@ public:
         continue;
       auto interior = region_interior(g, *c);
       const memory_location where = placed[static_cast<std::size_t>(c->root)];
-      const auto& fused = detail::fused_kernel_registry::instance();
+      const auto& fused = kernels::fused_kernel_registry::instance();
       if (!interior ||
           !(where.on_host() ? fused.find(c->key) != nullptr : fused.find_gpu(c->key) != nullptr))
         continue;
@@ -188,9 +188,9 @@ public:
         s.out = slot_of(id);
         s.where = placed[i];
         if (s.where.on_host())
-          s.fused = detail::fused_kernel_registry::instance().find(it->second->key);
+          s.fused = kernels::fused_kernel_registry::instance().find(it->second->key);
         else
-          s.gpu_fused = detail::fused_kernel_registry::instance().find_gpu(it->second->key);
+          s.gpu_fused = kernels::fused_kernel_registry::instance().find_gpu(it->second->key);
         for (node_id l : it->second->leaves)
           s.leaves.push_back(slot_of(l));
         auto interior = *region_interior(g, *it->second);
@@ -311,8 +311,8 @@ private:
     s.where = where;
     s.blocking = def.blocking;
     s.kept = n.op == "constant" && !where.on_host();
-    s.kernel =
-        kernel_registry::instance().find_for(n, t, where.on_host() ? device_cpu : device_gpu);
+    s.kernel = kernels::kernel_registry::instance().find_for(
+        n, t, where.on_host() ? kernels::device_cpu : kernels::device_gpu);
     s.attrs = decoded_items_++;
     for (std::size_t i = 0; i < n.inputs.size(); ++i) {
       if (def.ref_inputs >> i & 1u) {
@@ -371,13 +371,13 @@ private:
 class plan_caches {
 public:
   explicit plan_caches(const plan& p)
-      : attrs_(std::make_unique<decoded_attrs[]>(p.decoded_items())),
+      : attrs_(std::make_unique<kernels::decoded_attrs[]>(p.decoded_items())),
         variables_(p.slots(), nullptr) {}
   plan_caches(const plan_caches&) = delete;
   plan_caches& operator=(const plan_caches&) = delete;
 
   // An item's decoded attributes (kernel_context::decoded), kept from its first run.
-  decoded_attrs& attrs(const plan::item& s) noexcept { return attrs_[s.attrs]; }
+  kernels::decoded_attrs& attrs(const plan::item& s) noexcept { return attrs_[s.attrs]; }
 
   // A GPU constant's value from an earlier run: a constant never changes, and making it
   // again costs a copy or a kernel on every step. Readers never write it in place: the
@@ -399,8 +399,8 @@ public:
   // attribute reads and two map finds; a ps step reads and updates hundreds of
   // variables). A reset() of the resources changes the generation, and the next lookup
   // asks them again.
-  variable_resource& variable(const plan& p, const graph& g, plan::slot s,
-                              resource_access& resources) {
+  kernels::variable_resource& variable(const plan& p, const graph& g, plan::slot s,
+                                       kernels::resource_access& resources) {
     const std::uint64_t generation = resources.generation();
     if (generation == 0)
       return resources.variable(g.node(p.node_of(s)));
@@ -409,19 +409,19 @@ public:
       std::fill(variables_.begin(), variables_.end(), nullptr);
       variables_generation_ = generation;
     }
-    variable_resource*& v = variables_[s];
+    kernels::variable_resource*& v = variables_[s];
     if (!v)
       v = &resources.variable(g.node(p.node_of(s)));
     return *v;
   }
 
 private:
-  std::unique_ptr<decoded_attrs[]> attrs_; // per item that decodes (plan::item::attrs)
+  std::unique_ptr<kernels::decoded_attrs[]> attrs_; // per item that decodes (plan::item::attrs)
   std::mutex kept_mu_;
   std::unordered_map<plan::slot, any_tensor> kept_;
   std::mutex variables_mu_;
   std::uint64_t variables_generation_ = 0;
-  std::vector<variable_resource*> variables_; // per slot
+  std::vector<kernels::variable_resource*> variables_; // per slot
 };
 
 } // namespace loom::detail

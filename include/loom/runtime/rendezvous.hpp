@@ -71,7 +71,7 @@ public:
   // Calls fn(reason) once if `step` is aborted or the table closes before
   // forget(id), at once if that already happened (then returns 0). fn runs
   // under the table's lock (see step_cancellation).
-  std::uint64_t on_abort(step_id step, step_cancellation::callback fn) {
+  std::uint64_t on_abort(step_id step, kernels::step_cancellation::callback fn) {
     std::lock_guard lock(mu_);
     if (closed_) {
       fn(*closed_);
@@ -157,7 +157,7 @@ private:
   std::map<std::pair<std::uint64_t, std::string>, entry> entries_;
   struct watcher {
     step_id step;
-    step_cancellation::callback fn;
+    kernels::step_cancellation::callback fn;
   };
   std::map<std::uint64_t, watcher> watchers_;
   std::uint64_t last_watch_ = 0;

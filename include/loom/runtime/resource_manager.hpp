@@ -15,15 +15,15 @@
 
 namespace loom::detail {
 
-class resource_manager final : public resource_access {
+class resource_manager final : public kernels::resource_access {
 public:
-  variable_resource& variable(const node_def& var) override {
+  kernels::variable_resource& variable(const node_def& var) override {
     const std::string container = var.attr_or<std::string>("container", "");
     const std::string shared_name = var.attr_or<std::string>("shared_name", var.name);
     std::lock_guard lock(mu_);
     auto& slot = containers_[container][shared_name];
     if (!slot)
-      slot = std::make_unique<variable_resource>();
+      slot = std::make_unique<kernels::variable_resource>();
     return *slot;
   }
 
@@ -35,9 +35,9 @@ public:
     return *slot;
   }
 
-  std::shared_ptr<resource_base>
+  std::shared_ptr<kernels::resource_base>
   resource(const std::string& container, const std::string& name,
-           const std::function<std::shared_ptr<resource_base>()>& make) override {
+           const std::function<std::shared_ptr<kernels::resource_base>()>& make) override {
     std::lock_guard lock(mu_);
     auto& slot = others_[container][name];
     if (!slot)
@@ -98,8 +98,9 @@ private:
 
   std::atomic<std::uint64_t> generation_{next_generation()};
   std::mutex mu_;
-  std::map<std::string, std::map<std::string, std::unique_ptr<variable_resource>>> containers_;
-  std::map<std::string, std::map<std::string, std::shared_ptr<resource_base>>> others_;
+  std::map<std::string, std::map<std::string, std::unique_ptr<kernels::variable_resource>>>
+      containers_;
+  std::map<std::string, std::map<std::string, std::shared_ptr<kernels::resource_base>>> others_;
   std::map<std::string, std::unique_ptr<std::mt19937_64>> engines_;
 };
 

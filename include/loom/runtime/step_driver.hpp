@@ -63,9 +63,9 @@ public:
   using clock = std::chrono::steady_clock;
 
   // `task` names the task in errors. The others are the task's, and outlive the driver.
-  step_driver(std::string task, const cpu_device& device, resource_access& resources,
-              rendezvous_table& table, worker_cache& peers, step_runners& runners,
-              step_watchdog& watchdog)
+  step_driver(std::string task, const kernels::cpu_device& device,
+              kernels::resource_access& resources, rendezvous_table& table, worker_cache& peers,
+              step_runners& runners, step_watchdog& watchdog)
       : task_(std::move(task)), device_(device), resources_(resources), table_(table),
         peers_(peers), runners_(runners), watchdog_(watchdog) {}
 
@@ -281,8 +281,8 @@ private:
   }
 
   std::string task_;
-  const cpu_device& device_;
-  resource_access& resources_;
+  const kernels::cpu_device& device_;
+  kernels::resource_access& resources_;
   rendezvous_table& table_;
   worker_cache& peers_;
   step_runners& runners_;

@@ -35,7 +35,7 @@ namespace loom::detail {
 // send to a task not yet connected is issued by a runner thread, which
 // connects first, and sends_delivered() says without waiting whether the end
 // of the step can wait for the acknowledgements here.
-class step_transfers final : public step_rendezvous, private step_cancellation {
+class step_transfers final : public step_rendezvous, private kernels::step_cancellation {
 public:
   step_transfers(rendezvous_table& table, worker_cache& peers, step_runners& runners,
                  std::uint64_t step)

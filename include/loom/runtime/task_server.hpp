@@ -205,7 +205,7 @@ private:
   int task_;
   server_options options_;
   cluster_spec cluster_;
-  cpu_pool cpu_; // the intra-op pool its steps' CPU kernels run on
+  kernels::cpu_pool cpu_; // the intra-op pool its steps' CPU kernels run on
   resource_manager resources_;
   rendezvous_table table_;
   // Ends the steps that wait too long (step_watchdog.hpp).

@@ -88,7 +88,7 @@ protected:
     // nor their products cross the network.
     auto after = g.control_dependencies(update_ops);
     auto advance = [&](node_id power, node_id beta) {
-      const node_id product = build::mul(g, power, beta);
+      const node_id product = detail::build::mul(g, power, beta);
       colocate(g, product, power);
       const node_id update = g.add_node("assign", {power, product});
       colocate(g, update, power);

@@ -17,6 +17,7 @@
 #include <loom/graph/graph.hpp>
 #include <loom/graph/node.hpp>
 #include <loom/graph/ops/array.hpp>
+#include <loom/graph/ops/embedding_lookup.hpp>
 
 #include <algorithm>
 #include <cstddef>

@@ -140,6 +140,7 @@ inline void write_checkpoint_state(const std::string& dir, const std::vector<std
                                  [&](auto&& out) { out(text.data(), text.size()); });
 }
 
+namespace detail {
 // The checkpoints of `dir`, oldest first: loom's (a checkpoint's one file, or a
 // sharded one's manifest: files that begin with the format's magic, other than a
 // sharded checkpoint's data files) and TensorFlow's (the prefix of each
@@ -189,6 +190,7 @@ inline std::vector<std::string> checkpoint_files_in(const std::string& dir) {
     out.push_back(std::move(f.path));
   return out;
 }
+} // namespace detail
 
 // What a chief restores from its checkpoint directory.
 struct checkpoint_to_restore {
@@ -223,7 +225,7 @@ inline checkpoint_to_restore find_checkpoint_to_restore(const std::string& dir,
                                " cannot be read (truncated, or not a checkpoint state)"
                          : "it has no state file ('checkpoint')";
   }
-  const std::vector<std::string> files = checkpoint_files_in(dir);
+  const std::vector<std::string> files = detail::checkpoint_files_in(dir);
   if (files.empty())
     return {{},
             has_state_file ? dir + ": " + why + ", and it holds no checkpoint: initializing"

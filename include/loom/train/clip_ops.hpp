@@ -94,8 +94,8 @@ clip_by_global_norm(graph& g, const std::vector<grad_and_var>& grads_and_vars, d
     throw invalid_argument_error("loom::clip_by_global_norm: no gradients to clip");
   clipped_gradients out{{}, global_norm(g, grads)};
   const dtype t = g.node(out.global_norm).type;
-  const node_id c = build::scalar(g, t, clip_norm);
-  const node_id scale = build::div(g, c, g.add_node("maximum", {out.global_norm, c}));
+  const node_id c = detail::build::scalar(g, t, clip_norm);
+  const node_id scale = detail::build::div(g, c, g.add_node("maximum", {out.global_norm, c}));
   for (const grad_and_var& gv : grads_and_vars)
     out.grads_and_vars.push_back(
         {gv.grad == no_node ? no_node : detail::scaled_gradient(g, gv.grad, scale), gv.var});

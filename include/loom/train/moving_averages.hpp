@@ -46,8 +46,9 @@ public:
       const node_id shadow = make_shadow(g, v);
       shadows_[v] = shadow;
       // shadow -= (shadow - var) * (1 - decay), beside both (the shadow is colocated).
-      const node_id rate = build::sub(g, build::scalar(g, var.type, 1.0), decay_node(g, var.type));
-      const node_id step = build::mul(g, build::sub(g, shadow, v), rate);
+      const node_id rate =
+          detail::build::sub(g, detail::build::scalar(g, var.type, 1.0), decay_node(g, var.type));
+      const node_id step = detail::build::mul(g, detail::build::sub(g, shadow, v), rate);
       const node_id update = g.add_node("assign_sub", {shadow, step});
       g.mutable_node(update).colocation_group = g.node(shadow).colocation();
       updates.push_back(update);
@@ -116,12 +117,13 @@ private:
   }
 
   node_id decay_node(graph& g, dtype t) const {
-    const node_id decay = build::scalar(g, t, decay_);
+    const node_id decay = detail::build::scalar(g, t, decay_);
     if (!num_updates_)
       return decay;
     const node_id n = g.add_node("cast", {num_updates_->id()}, {{"dst", t}});
-    const node_id warm = build::div(g, build::add(g, build::scalar(g, t, 1.0), n),
-                                    build::add(g, build::scalar(g, t, 10.0), n));
+    const node_id warm =
+        detail::build::div(g, detail::build::add(g, detail::build::scalar(g, t, 1.0), n),
+                           detail::build::add(g, detail::build::scalar(g, t, 10.0), n));
     return g.add_node("minimum", {decay, warm});
   }
 

@@ -65,10 +65,11 @@ public:
       throw invalid_argument_error("hyperparameter '" + name + "' for a " +
                                    std::string(to_string(t)) + " variable");
     if (!is_node())
-      return constant_node(g,
-                           t == dtype::f32 ? any_tensor::scalar<float>(static_cast<float>(value_))
-                                           : any_tensor::scalar<double>(value_),
-                           name);
+      return detail::constant_node(g,
+                                   t == dtype::f32
+                                       ? any_tensor::scalar<float>(static_cast<float>(value_))
+                                       : any_tensor::scalar<double>(value_),
+                                   name);
     if (!(*graph_ == g))
       throw invalid_argument_error("hyperparameter '" + name + "': node " +
                                    graph_->node(id_).describe() +
@@ -199,7 +200,7 @@ public:
     if (global_step) {
       // The increment is made before the dependency scope: a plain constant is
       // built on every task that reads it instead of crossing the network.
-      const node_id one = scalar_node(g, std::int64_t{1});
+      const node_id one = detail::scalar_node(g, std::int64_t{1});
       auto after = g.control_dependencies({updated});
       train = g.add_node("assign_add", {global_step->id(), one}, {}, op_name);
     } else {

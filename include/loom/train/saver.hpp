@@ -225,12 +225,12 @@ private:
     s.run_nodes({}, shard_writers_, {{filename_, any_tensor::scalar<std::string>(path)}});
     std::vector<std::string> names;
     for (std::size_t i = 0; i < shard_writers_.size(); ++i)
-      names.push_back(std::filesystem::path(
-                          checkpoint_shard_path(path, static_cast<std::int64_t>(i),
+      names.push_back(std::filesystem::path(detail::checkpoint_shard_path(
+                                                path, static_cast<std::int64_t>(i),
                                                 static_cast<std::int64_t>(shard_writers_.size())))
                           .filename()
                           .string());
-    records.emplace_back(std::string(checkpoint_shards_key),
+    records.emplace_back(std::string(detail::checkpoint_shards_key),
                          any_tensor::from_vector<std::string>(
                              loom::shape{static_cast<std::int64_t>(names.size())}, names));
     write_checkpoint_file(path, records.size(),

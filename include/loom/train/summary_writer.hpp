@@ -61,7 +61,7 @@ public:
         throw failed_precondition_error("summary_writer: cannot create the event file " + path_ +
                                         ": " + std::strerror(errno));
     }
-    write_record(summary_format::file_version_event(now));
+    write_record(detail::summary_format::file_version_event(now));
     flush();
     if (o_.flush_secs > 0)
       flusher_ = std::jthread([this](std::stop_token stop) { flush_periodically(stop); });
@@ -83,7 +83,8 @@ public:
   // A serialized Summary (a summary op's value) at a global step
   // (FileWriter.add_summary).
   void add_summary(std::string_view serialized_summary, std::int64_t global_step) {
-    write_record(summary_format::summary_event(wall_time(), global_step, serialized_summary));
+    write_record(
+        detail::summary_format::summary_event(wall_time(), global_step, serialized_summary));
   }
   // A summary op's value as fetched: a string scalar.
   void add_summary(const any_tensor& summary, std::int64_t global_step) {
@@ -95,12 +96,13 @@ public:
   }
   // A value computed on the host (examples/s), as tf.Summary(value=[...]).
   void add_scalar(std::string_view tag, double value, std::int64_t global_step) {
-    add_summary(summary_format::scalar_summary(tag, static_cast<float>(value)), global_step);
+    add_summary(detail::summary_format::scalar_summary(tag, static_cast<float>(value)),
+                global_step);
   }
   // SessionLog START (SummarySaverHook writes it first): TensorBoard then drops
   // events of an earlier life of the run at later steps.
   void add_session_start(std::int64_t global_step) {
-    write_record(summary_format::session_start_event(wall_time(), global_step));
+    write_record(detail::summary_format::session_start_event(wall_time(), global_step));
   }
 
   // Writes what was added to the file and fsyncs it.

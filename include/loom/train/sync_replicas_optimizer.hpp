@@ -192,10 +192,11 @@ public:
       reset_ = {g, g.add_node("barrier_reset", {global_step.id(), global_step.id()}, barrier_attrs,
                               "reset_barrier")};
     }
-    release_all_ = {
-        g, g.add_node("counter_raise",
-                      {global_step.id(), scalar_node(g, std::numeric_limits<std::int64_t>::max())},
-                      {{"counter", token}}, "release_all")};
+    release_all_ = {g,
+                    g.add_node("counter_raise",
+                               {global_step.id(),
+                                detail::scalar_node(g, std::numeric_limits<std::int64_t>::max())},
+                               {{"counter", token}}, "release_all")};
     return *train_op_;
   }
 

@@ -3,6 +3,8 @@
 
 #include <loom/graph/layers/layer.hpp>
 #include <loom/graph/ops/array.hpp>
+#include <loom/graph/ops/embedding_lookup.hpp>
+#include <loom/graph/ops/matmul.hpp>
 
 #include <array>
 #include <cstdint>

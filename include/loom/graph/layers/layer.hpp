@@ -41,7 +41,7 @@ inline regularizer l2_regularizer(double scale) {
     const dtype t = g.node(w).type;
     const node_id squares =
         detail::reduce_node(g, "reduce_sum", g.add_node("square", {w}), {}, false);
-    return build::mul(g, squares, build::scalar(g, t, scale / 2));
+    return detail::build::mul(g, squares, detail::build::scalar(g, t, scale / 2));
   };
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <loom/graph/ops/array.hpp>
+#include <loom/graph/ops/embedding_lookup.hpp>
 #include <loom/kernels/registry.hpp>
 
 #include <algorithm>
@@ -17,7 +18,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // A tensor seen as [outer, count, inner] around one axis.
 struct axis_layout {
@@ -161,7 +162,7 @@ inline axis_layout gather_layout(const node_def& n, const any_tensor& params, in
 // values of an indexed_slices must be dense_shape gathered at the indices.
 inline void check_slices(const node_def& n, const any_tensor& values, const any_tensor& indices,
                          const loom::shape& dense, int axis) {
-  const loom::shape want = gathered_shape(dense, indices.shape(), axis);
+  const loom::shape want = detail::gathered_shape(dense, indices.shape(), axis);
   if (!(values.shape() == want))
     throw invalid_argument_error("node " + n.describe() + ": values of shape " +
                                  values.shape().to_string() + " do not match indices of shape " +
@@ -277,7 +278,7 @@ inline void check_scatter(const node_def& n, const variable_resource& v, const a
                                     var +
                                     " (run its initializer, or global_variables_initializer, "
                                     "first)");
-  const loom::shape want = gathered_shape(v.value.shape(), indices.shape(), 0);
+  const loom::shape want = detail::gathered_shape(v.value.shape(), indices.shape(), 0);
   if (!(updates.shape() == want))
     throw invalid_argument_error("node " + n.describe() + ": updates of shape " +
                                  updates.shape().to_string() + " do not fit indices of shape " +
@@ -375,10 +376,10 @@ struct slot_split {
 template <class F> decltype(auto) with_shard_router(const shard_route_attrs& a, F&& f) {
   if (!a.div) {
     const slot_split mod(a.num_shards);
-    return f([mod](std::int64_t v) { return shard_route{mod.shard(v), mod.row(v)}; });
+    return f([mod](std::int64_t v) { return detail::shard_route{mod.shard(v), mod.row(v)}; });
   }
   const std::int64_t n = a.num_shards, rows = a.rows;
-  return f([n, rows](std::int64_t v) { return route_id(v, n, rows, true); });
+  return f([n, rows](std::int64_t v) { return detail::route_id(v, n, rows, true); });
 }
 
 // The rows of shard `shard` that slots name: the largest named row's plus one
@@ -424,7 +425,7 @@ any_tensor shard_slots_of(const node_def& node, const shard_route_attrs& a, cons
     for (std::int64_t k = 0; k < count; ++k) {
       const auto [number, added] = table.insert(id[k]);
       if (added) {
-        const shard_route r = where(static_cast<std::int64_t>(id[k]));
+        const detail::shard_route r = where(static_cast<std::int64_t>(id[k]));
         slot_of.push_back(in_shard[static_cast<std::size_t>(r.shard)]++ * n + r.shard);
       }
       slot[k] = slot_of[static_cast<std::size_t>(number)];
@@ -512,4 +513,4 @@ inline void check_shards_adjoint(const node_def& n, const any_tensor& dy, const 
                                  std::to_string(slots.num_elements()) + " slots");
 }
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -13,27 +13,27 @@
 #include <span>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // The most elements of patches a conv2d kernel holds at once: 16 MiB of floats.
 inline constexpr std::int64_t patch_budget = std::int64_t{4} << 20;
 
 // The images whose patches a kernel builds at once: as many as the budget holds, one at
 // least.
-inline std::int64_t chunk_images(const conv_window& w) {
+inline std::int64_t chunk_images(const detail::conv_window& w) {
   const std::int64_t per_image = w.out_h * w.out_w * w.patch_size();
   return std::clamp<std::int64_t>(per_image ? patch_budget / per_image : w.batch, 1,
                                   std::max<std::int64_t>(w.batch, 1));
 }
 
 // Whether the input is its own patch matrix: a 1x1 window, unit strides, no padding.
-inline bool pointwise(const conv_window& w) {
+inline bool pointwise(const detail::conv_window& w) {
   return w.window_h == 1 && w.window_w == 1 && w.stride_h == 1 && w.stride_w == 1 &&
          w.pad_top == 0 && w.pad_left == 0;
 }
 
 // A gradient's dy must have the shape of the op's output.
-inline void check_window_dy(const node_def& n, const any_tensor& dy, const conv_window& w) {
+inline void check_window_dy(const node_def& n, const any_tensor& dy, const detail::conv_window& w) {
   if (dy.shape() != w.output_shape())
     throw invalid_argument_error("node " + n.describe() + ": dy of shape " +
                                  dy.shape().to_string() + " is not the output shape " +
@@ -48,4 +48,4 @@ inline loom::shape backprop_shape(std::span<const any_tensor* const> inputs, con
                                : loom::shape(n.attr<std::vector<std::int64_t>>(attr));
 }
 
-} // namespace loom::detail
+} // namespace loom::kernels

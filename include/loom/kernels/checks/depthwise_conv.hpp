@@ -8,31 +8,31 @@
 #include <loom/kernels/checks/conv.hpp>
 #include <loom/kernels/registry.hpp>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // depthwise_conv2d: inputs (x, filter).
-inline conv_window depthwise_forward_window(kernel_context& c) {
-  return depthwise_window_of(c.node, c.decoded<window_attrs>(), c.input(0).shape(),
+inline detail::conv_window depthwise_forward_window(kernel_context& c) {
+  return depthwise_window_of(c.node, c.decoded<detail::window_attrs>(), c.input(0).shape(),
                              c.input(1).shape());
 }
 
 // depthwise_conv2d_native_backprop_input: inputs (filter, dy[, x]); the window of x's shape.
-inline conv_window depthwise_input_grad_window(kernel_context& c) {
+inline detail::conv_window depthwise_input_grad_window(kernel_context& c) {
   const loom::shape x = backprop_shape(c.inputs, c.node, 2, "input_shape");
-  const conv_window w =
-      depthwise_window_of(c.node, c.decoded<window_attrs>(), x, c.input(0).shape());
+  const detail::conv_window w =
+      depthwise_window_of(c.node, c.decoded<detail::window_attrs>(), x, c.input(0).shape());
   check_window_dy(c.node, c.input(1), w);
   return w;
 }
 
 // depthwise_conv2d_native_backprop_filter: inputs (x, dy[, filter]); the window of the
 // filter's shape.
-inline conv_window depthwise_filter_grad_window(kernel_context& c, loom::shape& filter) {
+inline detail::conv_window depthwise_filter_grad_window(kernel_context& c, loom::shape& filter) {
   filter = backprop_shape(c.inputs, c.node, 2, "filter_shape");
-  const conv_window w =
-      depthwise_window_of(c.node, c.decoded<window_attrs>(), c.input(0).shape(), filter);
+  const detail::conv_window w =
+      depthwise_window_of(c.node, c.decoded<detail::window_attrs>(), c.input(0).shape(), filter);
   check_window_dy(c.node, c.input(1), w);
   return w;
 }
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // The shape all operands broadcast to; `what` names the op for the error.
 inline loom::shape broadcast_all(std::span<const any_tensor* const> in, const std::string& what) {
@@ -37,7 +37,7 @@ bool leaves_have_shape(std::span<const any_tensor* const> in, const loom::shape&
         []<class Op, class... C>(std::type_identity<expr<Op, C...>>,
                                  std::span<const any_tensor* const> leaves, const loom::shape& sh) {
           return [&]<std::size_t... I>(std::index_sequence<I...>) {
-            constexpr auto at = child_leaf_offsets<E, Offset>();
+            constexpr auto at = loom::detail::child_leaf_offsets<E, Offset>();
             return (leaves_have_shape<C, at[I]>(leaves, sh) && ...);
           }
           (std::index_sequence_for<C...>{});
@@ -45,4 +45,4 @@ bool leaves_have_shape(std::span<const any_tensor* const> in, const loom::shape&
   }
 }
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // params seen as [slices, slice]: the tuples of `depth` indices name one of `slices` slices
 // of `slice` elements each.
@@ -24,7 +24,7 @@ struct gather_nd_layout {
 inline gather_nd_layout gather_nd_layout_of(const node_def& n, const loom::shape& params,
                                             const loom::shape& indices) {
   gather_nd_layout l;
-  l.out = gather_nd_shape(n, params, indices);
+  l.out = detail::gather_nd_shape(n, params, indices);
   l.depth = indices[indices.rank() - 1];
   l.tuples = indices.num_elements() / (l.depth > 0 ? l.depth : 1);
   if (l.depth == 0)
@@ -89,7 +89,7 @@ inline std::vector<std::int64_t> gather_nd_slices(const node_def& n, const any_t
 inline loom::shape gather_nd_grad_shape(const node_def& n, std::span<const any_tensor* const> in) {
   const loom::shape s =
       in.size() == 3 ? in[2]->shape() : loom::shape(n.attr<std::vector<std::int64_t>>("shape"));
-  const loom::shape want = gather_nd_shape(n, s, in[1]->shape());
+  const loom::shape want = detail::gather_nd_shape(n, s, in[1]->shape());
   if (in[0]->shape() != want)
     throw invalid_argument_error("node " + n.describe() + ": dy of shape " +
                                  in[0]->shape().to_string() + " is not gather_nd's output " +
@@ -97,4 +97,4 @@ inline loom::shape gather_nd_grad_shape(const node_def& n, std::span<const any_t
   return s;
 }
 
-} // namespace loom::detail
+} // namespace loom::kernels

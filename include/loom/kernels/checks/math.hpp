@@ -5,6 +5,7 @@
 #pragma once
 
 #include <loom/graph/ops/math.hpp>
+#include <loom/graph/ops/matmul.hpp>
 #include <loom/kernels/registry.hpp>
 
 #include <algorithm>
@@ -14,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // -- matmul, xw_plus_b --------------------------------------------------------------
 
@@ -25,7 +26,7 @@ inline loom::shape matmul_shape(const node_def& n, const any_tensor& a, const an
     throw invalid_argument_error("node " + n.describe() + ": needs rank-2 operands, got " +
                                  a.shape().to_string() + " x " + b.shape().to_string());
   if (a.shape()[ta ? 0 : 1] != b.shape()[tb ? 1 : 0])
-    throw invalid_argument_error(inner_dims_message(n, a.shape(), b.shape(), ta, tb));
+    throw invalid_argument_error(detail::inner_dims_message(n, a.shape(), b.shape(), ta, tb));
   return loom::shape{a.shape()[ta ? 1 : 0], b.shape()[tb ? 0 : 1]};
 }
 
@@ -39,7 +40,7 @@ inline loom::shape xw_plus_b_shape(const node_def& n, const any_tensor& x, const
                                  x.shape().to_string() + ", " + w.shape().to_string() + " and " +
                                  b.shape().to_string());
   if (x.shape()[1] != w.shape()[0])
-    throw invalid_argument_error(inner_dims_message(n, x.shape(), w.shape(), false, false));
+    throw invalid_argument_error(detail::inner_dims_message(n, x.shape(), w.shape(), false, false));
   if (b.shape()[0] != w.shape()[1])
     throw invalid_argument_error(
         "node " + n.describe() + ": the bias of shape " + b.shape().to_string() +
@@ -76,8 +77,8 @@ struct reduction_axes {
 
 inline reduction_axes reduction_of(const node_def& n, const loom::shape& in) {
   reduction_axes r;
-  r.mask = reduction_mask(n, in, n.attr_or<std::vector<std::int64_t>>("axes", {}));
-  r.out = reduced_shape(in, r.mask, n.attr_or<bool>("keepdims", false));
+  r.mask = detail::reduction_mask(n, in, n.attr_or<std::vector<std::int64_t>>("axes", {}));
+  r.out = detail::reduced_shape(in, r.mask, n.attr_or<bool>("keepdims", false));
   return r;
 }
 
@@ -92,8 +93,8 @@ struct reduce_grad_axes {
 inline reduce_grad_axes reduce_grad_of(const node_def& n, const any_tensor& dy,
                                        const loom::shape& to) {
   reduce_grad_axes r;
-  r.mask = reduction_mask(n, to, n.attr_or<std::vector<std::int64_t>>("axes", {}));
-  const loom::shape kept = reduced_shape(to, r.mask, true);
+  r.mask = detail::reduction_mask(n, to, n.attr_or<std::vector<std::int64_t>>("axes", {}));
+  const loom::shape kept = detail::reduced_shape(to, r.mask, true);
   if (dy.num_elements() != kept.num_elements())
     throw invalid_argument_error("node " + n.describe() + ": the gradient of shape " +
                                  dy.shape().to_string() + " does not match a reduction of shape " +
@@ -172,8 +173,8 @@ inline std::int64_t walk_offset(std::int64_t i, const std::vector<std::int64_t>&
 // reduce_prod_grad's dy must have one element per output of the reduction of x.
 inline reduction_walk reduce_prod_grad_of(const node_def& n, const any_tensor& dy,
                                           const loom::shape& x) {
-  const auto mask = reduction_mask(n, x, n.attr_or<std::vector<std::int64_t>>("axes", {}));
-  if (dy.num_elements() != reduced_shape(x, mask, true).num_elements())
+  const auto mask = detail::reduction_mask(n, x, n.attr_or<std::vector<std::int64_t>>("axes", {}));
+  if (dy.num_elements() != detail::reduced_shape(x, mask, true).num_elements())
     throw invalid_argument_error("node " + n.describe() + ": the gradient of shape " +
                                  dy.shape().to_string() + " does not match a reduction of shape " +
                                  x.to_string());
@@ -189,11 +190,11 @@ struct arg_reduction_layout {
 };
 
 inline arg_reduction_layout arg_reduction_of(const node_def& n, const loom::shape& in) {
-  const int axis = normalize_axis(n, in, n.attr<std::int64_t>("axis"));
+  const int axis = detail::normalize_axis(n, in, n.attr<std::int64_t>("axis"));
   std::vector<char> mask(static_cast<std::size_t>(in.rank()), 0);
   mask[static_cast<std::size_t>(axis)] = 1;
   arg_reduction_layout l;
-  l.out = reduced_shape(in, mask, false);
+  l.out = detail::reduced_shape(in, mask, false);
   for (int k = 0; k < axis; ++k)
     l.outer *= in[k];
   for (int k = axis + 1; k < in.rank(); ++k)
@@ -205,4 +206,4 @@ inline arg_reduction_layout arg_reduction_of(const node_def& n, const loom::shap
   return l;
 }
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // A [rows, cols] view of a tensor of rank >= 1: cols is its last dimension.
 struct row_layout {
@@ -23,7 +23,7 @@ inline row_layout rows_of(const node_def& n, const any_tensor& t) {
                                  t.shape().to_string());
   row_layout l;
   l.cols = t.shape()[t.rank() - 1];
-  l.rows = l.cols == 0 ? without_last(t.shape()).num_elements() : t.num_elements() / l.cols;
+  l.rows = l.cols == 0 ? detail::without_last(t.shape()).num_elements() : t.num_elements() / l.cols;
   return l;
 }
 
@@ -37,7 +37,7 @@ inline void check_same_shape(const node_def& n, const any_tensor& a, const char*
 
 // dy of a per-row op must have one element per row.
 inline void check_per_row(const node_def& n, const any_tensor& dy, const any_tensor& logits) {
-  if (dy.shape() != without_last(logits.shape()))
+  if (dy.shape() != detail::without_last(logits.shape()))
     throw invalid_argument_error("node " + n.describe() + ": the gradient of shape " +
                                  dy.shape().to_string() + " does not match logits of shape " +
                                  logits.shape().to_string());
@@ -48,7 +48,7 @@ inline void check_per_row(const node_def& n, const any_tensor& dy, const any_ten
 // device memory).
 inline void check_sparse_labels(const node_def& n, const any_tensor& labels,
                                 const any_tensor& logits) {
-  if (labels.shape() != without_last(logits.shape()))
+  if (labels.shape() != detail::without_last(logits.shape()))
     throw invalid_argument_error("node " + n.describe() + ": labels of shape " +
                                  labels.shape().to_string() + " do not match logits of shape " +
                                  logits.shape().to_string());
@@ -57,4 +57,4 @@ inline void check_sparse_labels(const node_def& n, const any_tensor& labels,
                                  std::string(to_string(labels.type())));
 }
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // A variable node reads its variable only once it has a value. The caller holds v.mu.
 inline void check_variable_initialized(const node_def& n, const variable_resource& v) {
@@ -62,4 +62,4 @@ inline std::vector<char> summed_axes(const node_def& n, const loom::shape& from,
   return mask;
 }
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // For every index (i_0, ..., i_{k-1}) of the iteration space `count` (row-major):
 // dst[dst_base + sum i_d dst_stride_d] = src[src_base + sum i_d src_stride_d]
@@ -83,7 +83,8 @@ inline strided_copy transpose_copy(const loom::shape& x, const std::vector<int>&
 
 // The elements a resolved strided_slice takes from x, in x's coordinates: gathered
 // into a contiguous output (forward) or scattered into x's shape (its gradient).
-inline strided_copy slice_copy(const loom::shape& x, const resolved_slice& r, bool scatter) {
+inline strided_copy slice_copy(const loom::shape& x, const detail::resolved_slice& r,
+                               bool scatter) {
   const auto xs = strides_of(x);
   strided_copy c;
   std::int64_t base = 0;
@@ -133,7 +134,8 @@ inline void check_strided_rank(const node_def& n, const loom::shape& x) {
 }
 
 // dy must have the shape of the slice it is the gradient of.
-inline void check_slice_grad(const node_def& n, const any_tensor& dy, const resolved_slice& r) {
+inline void check_slice_grad(const node_def& n, const any_tensor& dy,
+                             const detail::resolved_slice& r) {
   if (dy.shape() != r.out)
     throw invalid_argument_error("node " + n.describe() + ": dy of shape " +
                                  dy.shape().to_string() + " is not the slice's shape " +
@@ -142,10 +144,10 @@ inline void check_slice_grad(const node_def& n, const any_tensor& dy, const reso
 
 // strided_slice_grad's x shape: its second input's, else its "shape" attribute.
 struct slice_grad_attrs {
-  strided_slice_attrs slice;
+  detail::strided_slice_attrs slice;
   std::vector<std::int64_t> shape;
   explicit slice_grad_attrs(const node_def& n)
       : slice(n), shape(n.attr_or<std::vector<std::int64_t>>("shape", {})) {}
 };
 
-} // namespace loom::detail
+} // namespace loom::kernels

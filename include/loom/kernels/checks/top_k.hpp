@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 struct top_k_attrs {
   std::int64_t k;
@@ -51,4 +51,4 @@ inline void check_positions(const node_def& n, const std::int32_t* idx, std::int
                                    std::to_string(cols));
 }
 
-} // namespace loom::detail
+} // namespace loom::kernels

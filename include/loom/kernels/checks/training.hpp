@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // Holds the mutexes of one update's variable and slots for the duration of the
 // update, and nothing longer: updates of different variables never wait on
@@ -52,7 +52,7 @@ private:
 // The name of an update's ref input k (its variable for k = 0, else a slot),
 // as the graph recorded it, for messages.
 inline std::string apply_ref_name(const node_def& n, std::size_t k) {
-  return n.attr_or<std::string>(apply_ref_attr(k), "input " + std::to_string(k));
+  return n.attr_or<std::string>(detail::apply_ref_attr(k), "input " + std::to_string(k));
 }
 
 // Checks, under the locks, that every ref is initialised and every slot has
@@ -128,4 +128,4 @@ inline const any_tensor& apply_scalar_input(const kernel_context& c, std::size_t
   return t;
 }
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -18,7 +18,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // dst += src over `len` elements of two distinct buffers. At a width with_row_width
 // (below) made a constant, as a fixed-size Eigen array: g++ adds a row of 16 floats
@@ -84,7 +84,7 @@ template <class T> void gather_rows(kernel_context& c, const any_tensor& params)
   const bool drop_negative = a.drop_negative;
   const axis_layout l = gather_layout(c.node, params, axis);
   const std::int64_t n = ids.num_elements();
-  c.output = any_tensor(params.type(), gathered_shape(params.shape(), ids.shape(), axis));
+  c.output = any_tensor(params.type(), detail::gathered_shape(params.shape(), ids.shape(), axis));
   const T* src = params.data<T>();
   T* dst = c.output.data<T>();
   with_ids(ids, [&](const auto* id) {
@@ -409,4 +409,4 @@ inline bool register_array_kernels() {
 
 inline const bool array_kernels_registered = register_array_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

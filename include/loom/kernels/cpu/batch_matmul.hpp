@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 template <class T> struct batch_matmul_cpu {
   static void run(kernel_context& c) {
@@ -17,7 +17,8 @@ template <class T> struct batch_matmul_cpu {
     const any_tensor& b = c.input(1);
     const bool adj_x = c.node.attr_or<bool>("adj_x", false);
     const bool adj_y = c.node.attr_or<bool>("adj_y", false);
-    const batch_layout l = batch_layout_of(c.node, a.shape(), b.shape(), adj_x, adj_y);
+    const detail::batch_layout l =
+        detail::batch_layout_of(c.node, a.shape(), b.shape(), adj_x, adj_y);
     c.output = any_tensor(dtype_of<T>, l.output_shape());
     const std::int64_t batches = l.batches();
     auto one = [&](std::int64_t at, bool threads) {
@@ -45,4 +46,4 @@ template <class T> struct batch_matmul_cpu {
 inline const bool batch_matmul_cpu_registered =
     register_kernels<batch_matmul_cpu>("batch_matmul", floating_types{});
 
-} // namespace loom::detail
+} // namespace loom::kernels

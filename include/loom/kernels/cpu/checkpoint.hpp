@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 template <class T> struct save_shard_cpu {
   static void run(kernel_context& c) {
@@ -31,17 +31,18 @@ template <class T> struct save_shard_cpu {
     for (std::size_t i = 0; i < count; ++i)
       total += c.input(i + 1).byte_size();
     const std::string what = " shard " + std::to_string(shard) + " of checkpoint " + path;
-    byte_progress said(
+    detail::byte_progress said(
         "saving" + what, "saved" + what, total,
         static_cast<std::uint64_t>(c.node.attr_or<std::int64_t>(
-            "progress_every_bytes", static_cast<std::int64_t>(byte_progress::default_every))));
+            "progress_every_bytes",
+            static_cast<std::int64_t>(detail::byte_progress::default_every))));
     auto input = [&](std::size_t i) -> const any_tensor& {
       said.add(c.input(i + 1).byte_size());
       return c.input(i + 1);
     };
     if (c.node.attr_or<std::string>("format", "loom") == "loom") {
       write_checkpoint_file(
-          checkpoint_shard_path(path, shard, num_shards), count,
+          detail::checkpoint_shard_path(path, shard, num_shards), count,
           [&](std::size_t i) { return std::pair<std::string, any_tensor>(name[i], input(i)); });
       said.finish();
       c.output = any_tensor::from_vector<std::string>(loom::shape{0}, {});
@@ -93,4 +94,4 @@ inline bool register_checkpoint_kernels() {
 
 inline const bool checkpoint_kernels_registered = register_checkpoint_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -24,12 +24,12 @@
 #include <type_traits>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // Calls f(y, x, k) for each element of output position (oy, ox)'s window that lies inside
 // the input: its input row and column and its place k among the window's positions.
 template <class F>
-void for_each_in_window(const conv_window& w, std::int64_t oy, std::int64_t ox, F&& f) {
+void for_each_in_window(const detail::conv_window& w, std::int64_t oy, std::int64_t ox, F&& f) {
   for (std::int64_t ky = 0; ky < w.window_h; ++ky) {
     const std::int64_t y = oy * w.stride_h - w.pad_top + ky * w.dilation_h;
     if (y < 0 || y >= w.in_h)
@@ -44,7 +44,7 @@ void for_each_in_window(const conv_window& w, std::int64_t oy, std::int64_t ox, 
 
 // The patches of images [first, last) into p: row (image, oy, ox), column (ky, kx, c).
 template <class T>
-void im2col(const cpu_device& d, const conv_window& w, const T* x, std::int64_t first,
+void im2col(const cpu_device& d, const detail::conv_window& w, const T* x, std::int64_t first,
             std::int64_t last, T* p) {
   const std::int64_t per_image = w.out_h * w.out_w, cols = w.patch_size(), c = w.in_c;
   parallel_for(d, (last - first) * per_image,
@@ -67,7 +67,7 @@ void im2col(const cpu_device& d, const conv_window& w, const T* x, std::int64_t 
 
 // The patches' gradient of images [first, last) added into dx, an image per task.
 template <class T>
-void col2im(const cpu_device& d, const conv_window& w, const T* p, std::int64_t first,
+void col2im(const cpu_device& d, const detail::conv_window& w, const T* p, std::int64_t first,
             std::int64_t last, T* dx) {
   const std::int64_t per_image = w.out_h * w.out_w, cols = w.patch_size(), c = w.in_c;
   parallel_for(d, last - first,
@@ -94,7 +94,7 @@ void col2im(const cpu_device& d, const conv_window& w, const T* p, std::int64_t 
 // Calls f(first, last, patches) over chunks of images, patches filled for them (or the
 // input itself for a pointwise convolution).
 template <class T, class F>
-void over_patch_chunks(const cpu_device& d, const conv_window& w, const T* x, F&& f) {
+void over_patch_chunks(const cpu_device& d, const detail::conv_window& w, const T* x, F&& f) {
   const std::int64_t per_image = w.out_h * w.out_w * w.patch_size();
   if (pointwise(w)) {
     f(std::int64_t{0}, w.batch, x);
@@ -113,7 +113,8 @@ template <class T> struct conv2d_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
     const any_tensor& f = c.input(1);
-    const conv_window w = window_of(c.node, c.decoded<window_attrs>(), x.shape(), &f.shape());
+    const detail::conv_window w =
+        window_of(c.node, c.decoded<detail::window_attrs>(), x.shape(), &f.shape());
     c.output = any_tensor(x.type(), w.output_shape());
     T* y = c.output.data<T>();
 #if defined(LOOM_HAVE_DNNL)
@@ -136,7 +137,8 @@ template <class T> struct conv2d_backprop_input_cpu {
     const any_tensor& f = c.input(0);
     const any_tensor& dy = c.input(1);
     const loom::shape xs = backprop_shape(c.inputs, c.node, 2, "input_shape");
-    const conv_window w = window_of(c.node, c.decoded<window_attrs>(), xs, &f.shape());
+    const detail::conv_window w =
+        window_of(c.node, c.decoded<detail::window_attrs>(), xs, &f.shape());
     check_window_dy(c.node, dy, w);
     c.output = any_tensor(dy.type(), xs);
     T* dx = c.output.data<T>();
@@ -170,7 +172,8 @@ template <class T> struct conv2d_backprop_filter_cpu {
     const any_tensor& x = c.input(0);
     const any_tensor& dy = c.input(1);
     const loom::shape fs = backprop_shape(c.inputs, c.node, 2, "filter_shape");
-    const conv_window w = window_of(c.node, c.decoded<window_attrs>(), x.shape(), &fs);
+    const detail::conv_window w =
+        window_of(c.node, c.decoded<detail::window_attrs>(), x.shape(), &fs);
     check_window_dy(c.node, dy, w);
     c.output = any_tensor(dy.type(), fs);
     T* df = c.output.data<T>();
@@ -193,7 +196,7 @@ template <class T> struct conv2d_backprop_filter_cpu {
 };
 
 // Runs f(n, oy, ox) for every output position, rows (n, oy) over the pool.
-template <class F> void over_outputs(const cpu_device& d, const conv_window& w, F&& f) {
+template <class F> void over_outputs(const cpu_device& d, const detail::conv_window& w, F&& f) {
   const double per_row = static_cast<double>(w.out_w * w.window_h * w.window_w * w.in_c);
   parallel_for(d, w.batch * w.out_h,
                Eigen::TensorOpCost(per_row * 4, w.out_w * w.in_c * 4, per_row),
@@ -207,7 +210,8 @@ template <class F> void over_outputs(const cpu_device& d, const conv_window& w, 
 template <class T> struct max_pool_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
-    const conv_window w = window_of(c.node, c.decoded<window_attrs>(), x.shape(), nullptr);
+    const detail::conv_window w =
+        window_of(c.node, c.decoded<detail::window_attrs>(), x.shape(), nullptr);
     c.output = any_tensor(x.type(), w.output_shape());
     const T* in = x.data<T>();
     T* out = c.output.data<T>();
@@ -228,7 +232,8 @@ template <class T> struct max_pool_cpu {
 template <class T> struct avg_pool_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
-    const conv_window w = window_of(c.node, c.decoded<window_attrs>(), x.shape(), nullptr);
+    const detail::conv_window w =
+        window_of(c.node, c.decoded<detail::window_attrs>(), x.shape(), nullptr);
     c.output = any_tensor(x.type(), w.output_shape());
     const T* in = x.data<T>();
     T* out = c.output.data<T>();
@@ -251,7 +256,7 @@ template <class T> struct avg_pool_cpu {
 };
 
 // Runs f(n) for each image over the pool: a gradient's windows overlap within an image only.
-template <class F> void over_images(const cpu_device& d, const conv_window& w, F&& f) {
+template <class F> void over_images(const cpu_device& d, const detail::conv_window& w, F&& f) {
   const double per_image =
       static_cast<double>(w.out_h * w.out_w * w.window_h * w.window_w * w.in_c);
   parallel_for(d, w.batch, Eigen::TensorOpCost(per_image * 4, per_image * 4, per_image),
@@ -266,7 +271,8 @@ template <class T> struct max_pool_grad_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
     const any_tensor& dy = c.input(2);
-    const conv_window w = window_of(c.node, c.decoded<window_attrs>(), x.shape(), nullptr);
+    const detail::conv_window w =
+        window_of(c.node, c.decoded<detail::window_attrs>(), x.shape(), nullptr);
     check_window_dy(c.node, dy, w);
     c.output = any_tensor(x.type(), x.shape());
     T* dx = c.output.data<T>();
@@ -302,7 +308,7 @@ template <class T> struct avg_pool_grad_cpu {
   static void run(kernel_context& c) {
     const any_tensor& dy = c.input(0);
     const loom::shape xs = backprop_shape(c.inputs, c.node, 1, "input_shape");
-    const conv_window w = window_of(c.node, c.decoded<window_attrs>(), xs, nullptr);
+    const detail::conv_window w = window_of(c.node, c.decoded<detail::window_attrs>(), xs, nullptr);
     check_window_dy(c.node, dy, w);
     c.output = any_tensor(dy.type(), xs);
     T* dx = c.output.data<T>();
@@ -338,4 +344,4 @@ inline bool register_conv_cpu() {
 
 inline const bool conv_cpu_registered = register_conv_cpu();
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -9,7 +9,7 @@
 #include <loom/kernels/cpu/eigen_tensor.hpp>
 #include <loom/kernels/cpu_device.hpp>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 class cpu_pool {
 public:
@@ -24,4 +24,4 @@ private:
   cpu_device device_;
 };
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -12,19 +12,19 @@
 #include <algorithm>
 #include <cstdint>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // The input row and column tap (i, j) of output (oy, ox) reads; outside the input: < 0 or >=.
-inline std::int64_t dw_tap_row(const conv_window& w, std::int64_t oy, std::int64_t i) {
+inline std::int64_t dw_tap_row(const detail::conv_window& w, std::int64_t oy, std::int64_t i) {
   return oy * w.stride_h - w.pad_top + i * w.dilation_h;
 }
-inline std::int64_t dw_tap_col(const conv_window& w, std::int64_t ox, std::int64_t j) {
+inline std::int64_t dw_tap_col(const detail::conv_window& w, std::int64_t ox, std::int64_t j) {
   return ox * w.stride_w - w.pad_left + j * w.dilation_w;
 }
 
 template <class T> struct depthwise_conv2d_cpu {
   static void run(kernel_context& c) {
-    const conv_window w = depthwise_forward_window(c);
+    const detail::conv_window w = depthwise_forward_window(c);
     c.output = any_tensor(dtype_of<T>, w.output_shape());
     const std::int64_t m = multiplier_of(w), ch = w.in_c, oc = w.out_c;
     const T* x = c.input(0).data<T>();
@@ -64,7 +64,7 @@ template <class T> struct depthwise_conv2d_cpu {
 
 template <class T> struct depthwise_backprop_input_cpu {
   static void run(kernel_context& c) {
-    const conv_window w = depthwise_input_grad_window(c);
+    const detail::conv_window w = depthwise_input_grad_window(c);
     const loom::shape xs{w.batch, w.in_h, w.in_w, w.in_c};
     c.output = any_tensor(dtype_of<T>, xs);
     const std::int64_t m = multiplier_of(w), ch = w.in_c, oc = w.out_c;
@@ -110,7 +110,7 @@ template <class T> struct depthwise_backprop_input_cpu {
 template <class T> struct depthwise_backprop_filter_cpu {
   static void run(kernel_context& c) {
     loom::shape fs;
-    const conv_window w = depthwise_filter_grad_window(c, fs);
+    const detail::conv_window w = depthwise_filter_grad_window(c, fs);
     c.output = any_tensor(dtype_of<T>, fs);
     const std::int64_t m = multiplier_of(w), ch = w.in_c, oc = w.out_c;
     const T* x = c.input(0).data<T>();
@@ -154,4 +154,4 @@ inline bool register_depthwise_conv_kernels() {
 
 inline const bool depthwise_conv_kernels_registered = register_depthwise_conv_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

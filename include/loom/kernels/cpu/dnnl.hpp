@@ -1,5 +1,5 @@
 // oneDNN (Debian's libdnnl-dev) as the CPU's float convolution: conv2d and its two backprops
-// on NHWC tensors and HWIO filters, with TF's padding (a conv_window's leading padding, the
+// on NHWC tensors and HWIO filters, with TF's padding (a detail::conv_window's leading padding, the
 // trailing padding what the output size leaves), strides and dilations. Compiled where
 // LOOM_HAVE_DNNL is defined: CMake defines it for loom::kernels where it finds oneDNN, and
 // links -ldnnl. kernels/cpu/conv.hpp runs im2col plus GEMM where it is not, and for double
@@ -41,7 +41,7 @@
 #include <new>
 #include <utility>
 
-namespace loom::detail::dnnl_conv {
+namespace loom::kernels::dnnl_conv {
 
 enum class pass { forward, backward_data, backward_weights };
 
@@ -54,7 +54,7 @@ struct key {
   auto operator<=>(const key&) const = default;
 };
 
-inline key key_of(pass which, int threads, const conv_window& w) {
+inline key key_of(pass which, int threads, const detail::conv_window& w) {
   return {which,
           threads,
           {w.batch, w.in_h, w.in_w, w.in_c, w.window_h, w.window_w, w.out_c, w.out_h, w.out_w,
@@ -152,7 +152,7 @@ inline dnnl::memory::desc nhwc(std::int64_t n, std::int64_t h, std::int64_t w, s
   return {{n, c, h, w}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nhwc};
 }
 
-inline std::shared_ptr<const entry> make(pass which, const conv_window& w) {
+inline std::shared_ptr<const entry> make(pass which, const detail::conv_window& w) {
   using dnnl::memory;
   using tag = memory::format_tag;
   const memory::dims filter_dims{w.out_c, w.in_c, w.window_h, w.window_w};
@@ -212,7 +212,7 @@ inline std::shared_ptr<const entry> make(pass which, const conv_window& w) {
 
 // The cached primitive of this pass and geometry on `threads` threads; nullptr where oneDNN
 // has none for it (remembered, so the caller's fallback is not a failed creation each call).
-inline std::shared_ptr<const entry> get(pass which, int threads, const conv_window& w) {
+inline std::shared_ptr<const entry> get(pass which, int threads, const detail::conv_window& w) {
   const key k = key_of(which, threads, w);
   if (auto e = primitives().find(k))
     return e->conv ? e : nullptr;
@@ -228,8 +228,8 @@ inline std::shared_ptr<const entry> get(pass which, int threads, const conv_wind
 
 // Runs one pass: x (or dx), y (or dy) and the filter (or its gradient) in TF's layouts. False
 // where oneDNN cannot (an empty dimension, no primitive): the caller computes it.
-inline bool run(const cpu_device& d, pass which, const conv_window& w, float* x, float* filter,
-                float* y) {
+inline bool run(const cpu_device& d, pass which, const detail::conv_window& w, float* x,
+                float* filter, float* y) {
   if (w.batch <= 0 || w.in_c <= 0 || w.out_c <= 0 || w.out_h <= 0 || w.out_w <= 0 || w.in_h <= 0 ||
       w.in_w <= 0)
     return false;
@@ -284,19 +284,19 @@ inline bool run(const cpu_device& d, pass which, const conv_window& w, float* x,
 }
 
 // y = conv2d(x, filter).
-inline bool forward(const cpu_device& d, const conv_window& w, const float* x, const float* filter,
-                    float* y) {
+inline bool forward(const cpu_device& d, const detail::conv_window& w, const float* x,
+                    const float* filter, float* y) {
   return run(d, pass::forward, w, const_cast<float*>(x), const_cast<float*>(filter), y);
 }
 // dx from the filter and dy.
-inline bool backward_data(const cpu_device& d, const conv_window& w, const float* filter,
+inline bool backward_data(const cpu_device& d, const detail::conv_window& w, const float* filter,
                           const float* dy, float* dx) {
   return run(d, pass::backward_data, w, dx, const_cast<float*>(filter), const_cast<float*>(dy));
 }
 // The filter's gradient from x and dy.
-inline bool backward_weights(const cpu_device& d, const conv_window& w, const float* x,
+inline bool backward_weights(const cpu_device& d, const detail::conv_window& w, const float* x,
                              const float* dy, float* df) {
   return run(d, pass::backward_weights, w, const_cast<float*>(x), df, const_cast<float*>(dy));
 }
 
-} // namespace loom::detail::dnnl_conv
+} // namespace loom::kernels::dnnl_conv

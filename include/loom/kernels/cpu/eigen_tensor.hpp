@@ -47,14 +47,14 @@ template <class T> struct cos_fn : Eigen::internal::scalar_cos_op<T> {};
 template <class T> struct sin_fn : Eigen::internal::scalar_sin_op<T> {};
 } // namespace ops
 
+namespace kernels {
+
 template <element_type T, int R>
 using tensor_map =
     Eigen::TensorMap<Eigen::Tensor<T, R, Eigen::RowMajor, Eigen::DenseIndex>, Eigen::Aligned>;
 template <element_type T, int R>
 using const_tensor_map =
     Eigen::TensorMap<Eigen::Tensor<const T, R, Eigen::RowMajor, Eigen::DenseIndex>, Eigen::Aligned>;
-
-namespace detail {
 
 // Eigen::array: std::array under g++ and clang, Eigen's own array under nvcc,
 // where TensorMap takes nothing else (a graph built in an nvcc unit views
@@ -70,14 +70,12 @@ Eigen::array<Eigen::DenseIndex, static_cast<std::size_t>(R)> eigen_dims(const an
   return d;
 }
 
-} // namespace detail
-
 // An Eigen view of rank R of a host tensor. The tensor's rank must be R.
 template <element_type T, int R> tensor_map<T, R> eigen_map(any_tensor& t) {
-  return tensor_map<T, R>(t.data<T>(), detail::eigen_dims<R>(t));
+  return tensor_map<T, R>(t.data<T>(), kernels::eigen_dims<R>(t));
 }
 template <element_type T, int R> const_tensor_map<T, R> eigen_map(const any_tensor& t) {
-  return const_tensor_map<T, R>(t.data<T>(), detail::eigen_dims<R>(t));
+  return const_tensor_map<T, R>(t.data<T>(), kernels::eigen_dims<R>(t));
 }
 // A rank-1 view over all elements, whatever the rank.
 template <element_type T> tensor_map<T, 1> eigen_flat(any_tensor& t) {
@@ -87,6 +85,7 @@ template <element_type T> const_tensor_map<T, 1> eigen_flat(const any_tensor& t)
   return const_tensor_map<T, 1>(t.data<T>(), t.num_elements());
 }
 
+} // namespace kernels
 } // namespace loom
 
 // Tells Eigen that relu_grad_fn has a packet form (its cost: a compare and an and).

@@ -18,9 +18,7 @@
 #include <string>
 #include <type_traits>
 
-namespace loom {
-
-namespace detail {
+namespace loom::kernels {
 
 // Materialises t broadcast to `to` (TF semantics), for the general case.
 template <class T>
@@ -72,8 +70,6 @@ void with_flat_operands(std::span<const any_tensor* const> in, Eigen::DenseIndex
   }
 }
 
-} // namespace detail
-
 // One elementwise op over runtime tensors. Operands that already have the
 // output's shape, or hold a single element, are read in place; others are
 // broadcast into a temporary first.
@@ -83,7 +79,7 @@ any_tensor elementwise_kernel(const cpu_device& d, std::span<const any_tensor* c
   constexpr std::size_t n_in = static_cast<std::size_t>(Op::arity);
   using Out = ops::result_for_t<Op, T>;
 
-  const loom::shape out_shape = detail::broadcast_all(in, node_name);
+  const loom::shape out_shape = kernels::broadcast_all(in, node_name);
   const Eigen::DenseIndex n = out_shape.num_elements();
   std::array<any_tensor, n_in> expanded;
   std::array<const any_tensor*, n_in> operands{};
@@ -96,7 +92,7 @@ any_tensor elementwise_kernel(const cpu_device& d, std::span<const any_tensor* c
         if constexpr (std::is_same_v<E, std::string>)
           throw invalid_argument_error(node_name + ": string operand");
         else
-          return detail::broadcast_to<E>(d, t, out_shape);
+          return kernels::broadcast_to<E>(d, t, out_shape);
       });
       operands[i] = &expanded[i];
     }
@@ -107,15 +103,13 @@ any_tensor elementwise_kernel(const cpu_device& d, std::span<const any_tensor* c
   Out* dst = out.data<Out>();
   constexpr bool first_is_bool = std::is_same_v<Op, ops::select>; // select's condition
   const Eigen::TensorOpCost cost(static_cast<double>(n_in * sizeof(T)), sizeof(Out), 4.0);
-  detail::parallel_chunks(d, n, cost, [&](Eigen::DenseIndex first, Eigen::DenseIndex len) {
-    detail::with_flat_operands<T, first_is_bool, 0, n_in>(
+  kernels::parallel_chunks(d, n, cost, [&](Eigen::DenseIndex first, Eigen::DenseIndex len) {
+    kernels::with_flat_operands<T, first_is_bool, 0, n_in>(
         operands, n, first, len,
-        [&](const auto&... ops) { detail::chunk_map<Out>(dst + first, len) = Op::eval(ops...); });
+        [&](const auto&... ops) { kernels::chunk_map<Out>(dst + first, len) = Op::eval(ops...); });
   });
   return out;
 }
-
-namespace detail {
 
 template <class Op> struct elementwise_cpu {
   template <class T> struct kernel {
@@ -146,5 +140,4 @@ template <class... Op> bool register_elementwise_kernels(type_list<Op...>) {
 inline const bool elementwise_kernels_registered =
     register_elementwise_kernels(ops::elementwise_ops{});
 
-} // namespace detail
-} // namespace loom
+} // namespace loom::kernels

@@ -15,9 +15,7 @@
 #include <type_traits>
 #include <utility>
 
-namespace loom {
-
-namespace detail {
+namespace loom::kernels {
 
 // Builds the Eigen expression of a typed tree. Leaves are read from `in` in
 // depth-first order starting at Offset; rank-0 leaves become constants.
@@ -36,7 +34,7 @@ auto fused_operand(std::span<const any_tensor* const> in, Eigen::DenseIndex firs
                                     std::span<const any_tensor* const> leaves,
                                     Eigen::DenseIndex begin, Eigen::DenseIndex size) {
       return [&]<std::size_t... I>(std::index_sequence<I...>) {
-        constexpr auto at = child_leaf_offsets<E, Offset>();
+        constexpr auto at = loom::detail::child_leaf_offsets<E, Offset>();
         return Op::eval(fused_operand<C, at[I]>(leaves, begin, size)...);
       }
       (std::index_sequence_for<C...>{});
@@ -44,18 +42,17 @@ auto fused_operand(std::span<const any_tensor* const> in, Eigen::DenseIndex firs
   }
 }
 
-} // namespace detail
-
 // The region's kernel (fused_kernel_fn): false when an operand needs general
 // broadcasting, and the executor then runs the region's primitive ops.
 template <class E>
 bool fused_kernel(const cpu_device& d, std::span<const any_tensor* const> leaves, any_tensor& out,
                   const std::string& node_name) {
-  if (leaves.size() != leaf_count<E>())
-    throw internal_error(node_name + ": fused region expects " + std::to_string(leaf_count<E>()) +
-                         " inputs, got " + std::to_string(leaves.size()));
-  const loom::shape s = detail::broadcast_all(leaves, node_name);
-  if (!detail::leaves_have_shape<E>(leaves, s))
+  if (leaves.size() != loom::detail::leaf_count<E>())
+    throw internal_error(node_name + ": fused region expects " +
+                         std::to_string(loom::detail::leaf_count<E>()) + " inputs, got " +
+                         std::to_string(leaves.size()));
+  const loom::shape s = kernels::broadcast_all(leaves, node_name);
+  if (!kernels::leaves_have_shape<E>(leaves, s))
     return false;
   using T = typename E::value_type;
   out = any_tensor(dtype_of<T>, s);
@@ -63,12 +60,12 @@ bool fused_kernel(const cpu_device& d, std::span<const any_tensor* const> leaves
   if (n == 0)
     return true;
   T* dst = out.data<T>();
-  const Eigen::TensorOpCost cost(static_cast<double>(leaf_count<E>() * sizeof(T)), sizeof(T),
-                                 4.0 * static_cast<double>(op_count<E>()));
-  detail::parallel_chunks(d, n, cost, [&](Eigen::DenseIndex first, Eigen::DenseIndex len) {
-    detail::chunk_map<T>(dst + first, len) = detail::fused_operand<E, 0>(leaves, first, len);
+  const Eigen::TensorOpCost cost(static_cast<double>(loom::detail::leaf_count<E>() * sizeof(T)),
+                                 sizeof(T), 4.0 * static_cast<double>(loom::detail::op_count<E>()));
+  kernels::parallel_chunks(d, n, cost, [&](Eigen::DenseIndex first, Eigen::DenseIndex len) {
+    kernels::chunk_map<T>(dst + first, len) = kernels::fused_operand<E, 0>(leaves, first, len);
   });
   return true;
 }
 
-} // namespace loom
+} // namespace loom::kernels

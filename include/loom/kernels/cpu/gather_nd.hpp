@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 template <class T> struct gather_nd_cpu {
   static void run(kernel_context& c) {
@@ -62,4 +62,4 @@ inline bool register_gather_nd_kernels() {
 
 inline const bool gather_nd_kernels_registered = register_gather_nd_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

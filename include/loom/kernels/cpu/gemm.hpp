@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 template <class T>
 using row_major_matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -64,4 +64,4 @@ void gemm_rows(const cpu_device& d, const T* a, bool ta, const T* b, bool tb, T*
   parallel_for(d, m, per_row, rows);
 }
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 struct hash_index : resource_base {
   std::mutex mu;
@@ -135,4 +135,4 @@ inline bool register_hash_embedding_kernels() {
 
 inline const bool hash_embedding_kernels_registered = register_hash_embedding_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

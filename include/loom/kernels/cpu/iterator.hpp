@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 struct iterator_resource : resource_base {
   using clock = std::chrono::steady_clock;
@@ -39,10 +39,10 @@ struct iterator_resource : resource_base {
   static constexpr double slow_share = 0.1;
 
   std::mutex mu;
-  std::unique_ptr<component_iterator> it; // made at the first pull or restore
-  std::int64_t pulls = 0;                 // tickets given, over every pass
-  std::int64_t pass_first_ticket = 0;     // the current pass's first
-  std::deque<pulled> recent;              // the last tickets_kept pulls, oldest first
+  std::unique_ptr<detail::component_iterator> it; // made at the first pull or restore
+  std::int64_t pulls = 0;                         // tickets given, over every pass
+  std::int64_t pass_first_ticket = 0;             // the current pass's first
+  std::deque<pulled> recent;                      // the last tickets_kept pulls, oldest first
   std::optional<clock::time_point> last_pull_end;
   double window_wait_ms = 0, window_total_ms = 0;
   std::int64_t window_pulls = 0;
@@ -90,14 +90,14 @@ inline std::shared_ptr<iterator_resource> iterator_of(kernel_context& c) {
   return std::dynamic_pointer_cast<iterator_resource>(
       c.resources.resource("iterators", key, [&]() -> std::shared_ptr<resource_base> {
         auto r = std::make_shared<iterator_resource>();
-        dataset_registry::instance().find(key, n); // fails now where the dataset is unknown
+        detail::dataset_registry::instance().find(key, n); // fails now where the dataset is unknown
         return r;
       }));
 }
 
 // A one-shot iterator's pass, made at its first pull or restore.
 inline void make_iterator(iterator_resource& r, const node_def& n) {
-  r.it = dataset_registry::instance().find(n.attr<std::string>("dataset"), n)({});
+  r.it = detail::dataset_registry::instance().find(n.attr<std::string>("dataset"), n)({});
 }
 
 template <class T> struct iterator_get_next_cpu {
@@ -192,8 +192,8 @@ template <class T> struct iterator_init_cpu {
     std::vector<any_tensor> args;
     for (const any_tensor* in : c.inputs)
       args.push_back(*in);
-    auto pass =
-        dataset_registry::instance().find(c.node.attr<std::string>("dataset"), c.node)(args);
+    auto pass = detail::dataset_registry::instance().find(c.node.attr<std::string>("dataset"),
+                                                          c.node)(args);
     std::lock_guard lock(r->mu);
     r->it = std::move(pass);
     r->pass_first_ticket = r->pulls;
@@ -218,4 +218,4 @@ inline bool register_iterator_kernels() {
 
 inline const bool iterator_kernels_registered = register_iterator_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -20,7 +20,7 @@
 #include <limits>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 using index_t = Eigen::Index;
 
@@ -359,4 +359,4 @@ inline bool register_math_kernels() {
 
 inline const bool math_kernels_registered = register_math_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

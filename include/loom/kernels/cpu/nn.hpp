@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 template <class T> using row_array = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
 template <class T> using const_row_array = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
@@ -91,7 +91,7 @@ template <class T> struct xent_cpu {
     const any_tensor& logits = c.input(1);
     check_same_shape(c.node, labels, "labels", logits, "logits");
     const row_layout l = rows_of(c.node, logits);
-    c.output = any_tensor(logits.type(), without_last(logits.shape()));
+    c.output = any_tensor(logits.type(), detail::without_last(logits.shape()));
     T* out = c.output.data<T>();
     if (l.cols == 0)
       std::fill_n(out, l.rows, T(0));
@@ -168,7 +168,7 @@ template <class T> struct sparse_xent_cpu {
     const any_tensor& logits = c.input(1);
     const row_layout l = rows_of(c.node, logits);
     const auto labels = checked_labels(c.node, c.input(0), logits, l);
-    c.output = any_tensor(logits.type(), without_last(logits.shape()));
+    c.output = any_tensor(logits.type(), detail::without_last(logits.shape()));
     const T* px = logits.data<T>();
     T* out = c.output.data<T>();
     for_each_row<T>(c.device, l, exp_cycles, [&](Eigen::Index r) {
@@ -215,4 +215,4 @@ inline bool register_nn_kernels() {
 
 inline const bool nn_kernels_registered = register_nn_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

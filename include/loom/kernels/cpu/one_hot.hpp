@@ -8,12 +8,12 @@
 
 #include <cstdint>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 template <class T> struct one_hot_cpu {
   static void run(kernel_context& c) {
     const any_tensor& ids = c.input(0);
-    const one_hot_attrs& a = c.decoded<one_hot_attrs>();
+    const detail::one_hot_attrs& a = c.decoded<detail::one_hot_attrs>();
     c.output = any_tensor(dtype_of<T>, one_hot_shape(c.node, a, ids.shape()));
     const axis_layout l = layout_around(c.output.shape(), a.axis < 0 ? c.output.shape().rank() - 1
                                                                      : static_cast<int>(a.axis));
@@ -41,4 +41,4 @@ template <class T> struct one_hot_cpu {
 inline const bool one_hot_cpu_registered =
     register_kernels<one_hot_cpu>("one_hot", all_types_but_string{});
 
-} // namespace loom::detail
+} // namespace loom::kernels

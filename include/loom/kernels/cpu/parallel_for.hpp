@@ -12,7 +12,7 @@
 #include <memory>
 #include <type_traits>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // Elementwise work is split into contiguous chunks over the pool, and each
 // chunk is one Eigen expression evaluated on the DefaultDevice (vectorised,
@@ -95,4 +95,4 @@ void parallel_chunks(const cpu_device& d, Eigen::DenseIndex n, const Eigen::Tens
   });
 }
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <numbers>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // A uniform double in [0, 1) from the top 53 bits.
 inline double uniform01(std::mt19937_64& e) {
@@ -68,4 +68,4 @@ inline bool register_random_kernels() {
 
 inline const bool random_kernels_registered = register_random_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

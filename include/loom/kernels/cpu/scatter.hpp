@@ -13,7 +13,7 @@
 #include <mutex>
 #include <string>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 template <class T> struct scatter_cpu {
   static void run(kernel_context& c) {
@@ -55,4 +55,4 @@ inline bool register_scatter_kernels() {
 
 inline const bool scatter_kernels_registered = register_scatter_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <numeric>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 template <class T> struct constant_cpu {
   static void run(kernel_context& c) { c.output = c.node.attr<any_tensor>("value"); }
@@ -148,4 +148,4 @@ inline bool register_state_kernels() {
 
 inline const bool state_kernels_registered = register_state_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

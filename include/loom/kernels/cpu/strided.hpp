@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // Runs a coalesced strided copy: each block of rows of the innermost dimension finds
 // its first row's offsets once and steps the others' from it.
@@ -70,8 +70,8 @@ template <class T> struct transpose_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
     check_strided_rank(c.node, x.shape());
-    const std::vector<int> perm = checked_perm(c.node, x.shape());
-    c.output = any_tensor(x.type(), transposed_shape(x.shape(), perm));
+    const std::vector<int> perm = detail::checked_perm(c.node, x.shape());
+    c.output = any_tensor(x.type(), detail::transposed_shape(x.shape(), perm));
     run_strided_copy(c.device, transpose_copy(x.shape(), perm), x.data<T>(), c.output.data<T>());
   }
 };
@@ -80,7 +80,8 @@ template <class T> struct strided_slice_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
     check_strided_rank(c.node, x.shape());
-    const resolved_slice r = resolve_slice(c.node, c.decoded<strided_slice_attrs>(), x.shape());
+    const detail::resolved_slice r =
+        resolve_slice(c.node, c.decoded<detail::strided_slice_attrs>(), x.shape());
     c.output = any_tensor(x.type(), r.out);
     run_strided_copy(c.device, slice_copy(x.shape(), r, false), x.data<T>(), c.output.data<T>());
   }
@@ -92,7 +93,7 @@ template <class T> struct strided_slice_grad_cpu {
     const slice_grad_attrs& a = c.decoded<slice_grad_attrs>();
     const loom::shape x = c.inputs.size() == 2 ? c.input(1).shape() : loom::shape(a.shape);
     check_strided_rank(c.node, x);
-    const resolved_slice r = resolve_slice(c.node, a.slice, x);
+    const detail::resolved_slice r = resolve_slice(c.node, a.slice, x);
     check_slice_grad(c.node, dy, r);
     c.output = any_tensor(dy.type(), x);
     fill_elements(c.device, c.output.data<T>(), c.output.num_elements(), T{});
@@ -104,8 +105,8 @@ template <class T> struct pad_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
     check_strided_rank(c.node, x.shape());
-    const auto paddings = checked_paddings(c.node, x.shape());
-    c.output = any_tensor(x.type(), padded_shape(x.shape(), paddings));
+    const auto paddings = detail::checked_paddings(c.node, x.shape());
+    c.output = any_tensor(x.type(), detail::padded_shape(x.shape(), paddings));
     fill_elements(c.device, c.output.data<T>(), c.output.num_elements(), *c.input(1).data<T>());
     run_strided_copy(c.device, pad_copy(x.shape(), c.output.shape(), paddings), x.data<T>(),
                      c.output.data<T>());
@@ -116,8 +117,8 @@ template <class T> struct tile_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
     check_strided_rank(c.node, x.shape());
-    const auto multiples = checked_multiples(c.node, x.shape());
-    c.output = any_tensor(x.type(), tiled_shape(x.shape(), multiples));
+    const auto multiples = detail::checked_multiples(c.node, x.shape());
+    c.output = any_tensor(x.type(), detail::tiled_shape(x.shape(), multiples));
     run_strided_copy(c.device, tile_copy(x.shape(), multiples), x.data<T>(), c.output.data<T>());
   }
 };
@@ -133,4 +134,4 @@ inline bool register_strided_cpu() {
 
 inline const bool strided_cpu_registered = register_strided_cpu();
 
-} // namespace loom::detail
+} // namespace loom::kernels

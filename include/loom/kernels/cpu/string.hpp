@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 template <class T> struct string_to_hash_bucket_fast_cpu {
   static void run(kernel_context& c) {
@@ -24,4 +24,4 @@ inline bool register_string_kernels() {
 
 inline const bool string_kernels_registered = register_string_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 inline any_tensor string_scalar(std::string s) {
   any_tensor out(dtype::string, loom::shape{});
@@ -24,7 +24,8 @@ template <class T> struct scalar_summary_cpu {
     // A NaN is written as it is: TensorBoard shows it, and a diverging loss is
     // what a user watches for (TF writes it too).
     const auto v = static_cast<float>(*c.input(0).data<T>());
-    c.output = string_scalar(summary_format::scalar_summary(c.node.attr<std::string>("tag"), v));
+    c.output =
+        string_scalar(detail::summary_format::scalar_summary(c.node.attr<std::string>("tag"), v));
   }
 };
 
@@ -33,7 +34,7 @@ template <class T> struct histogram_summary_cpu {
     const any_tensor& in = c.input(0);
     const T* v = in.data<T>();
     const std::string& tag = c.node.attr<std::string>("tag");
-    summary_format::histogram h;
+    detail::summary_format::histogram h;
     for (std::int64_t i = 0, n = in.num_elements(); i < n; ++i) {
       const auto x = static_cast<double>(v[i]);
       if (!std::isfinite(x)) // TF's HistogramSummaryOp refuses them too: no bucket holds them
@@ -43,7 +44,7 @@ template <class T> struct histogram_summary_cpu {
                                      std::to_string(i) + " of " + in.describe());
       h.add(x);
     }
-    c.output = string_scalar(summary_format::histogram_summary(tag, h));
+    c.output = string_scalar(detail::summary_format::histogram_summary(tag, h));
   }
 };
 
@@ -53,8 +54,8 @@ template <class T> struct merge_summary_cpu {
     std::set<std::string, std::less<>> seen;
     for (std::size_t i = 0; i < c.inputs.size(); ++i) {
       const std::string& s = *c.input(i).data<std::string>();
-      for (auto& tag : summary_format::summary_tags(s, "summary " + std::to_string(i) +
-                                                           " of node " + c.node.describe()))
+      for (auto& tag : detail::summary_format::summary_tags(s, "summary " + std::to_string(i) +
+                                                                   " of node " + c.node.describe()))
         if (!seen.insert(tag).second)
           throw invalid_argument_error("node " + c.node.describe() + ": duplicate tag '" + tag +
                                        "' in the summaries it merges");
@@ -73,4 +74,4 @@ inline bool register_summary_kernels() {
 
 inline const bool summary_kernels_registered = register_summary_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // What the accumulators of one variable's gradients share (TF's
 // ConditionalAccumulatorBase): a gradient computed at a local step older
@@ -243,7 +243,7 @@ template <class T> struct accumulate_sparse_gradient_cpu {
     const loom::shape var_shape = variable_shape(c);
     const std::int64_t rows = var_shape.dim(0);
     const std::int64_t width = rows == 0 ? 0 : var_shape.num_elements() / rows;
-    if (!(values.shape() == gathered_shape(var_shape, indices.shape(), 0)))
+    if (!(values.shape() == detail::gathered_shape(var_shape, indices.shape(), 0)))
       throw invalid_argument_error(
           "node " + c.node.describe() + ": rows of shape " + values.shape().to_string() +
           " do not match ids of shape " + indices.shape().to_string() + " into variable '" +
@@ -538,4 +538,4 @@ inline bool register_sync_kernels() {
 
 inline const bool sync_kernels_registered = register_sync_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -12,13 +12,13 @@
 #include <numeric>
 #include <vector>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 template <class T> struct top_k_indices_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
     const std::int64_t k = c.decoded<top_k_attrs>().k;
-    c.output = any_tensor(dtype::i32, top_k_shape(c.node, x.shape(), k));
+    c.output = any_tensor(dtype::i32, detail::top_k_shape(c.node, x.shape(), k));
     const top_k_rows r = rows_of(x.shape());
     if (k == 0 || r.rows == 0)
       return;
@@ -98,4 +98,4 @@ inline bool register_top_k_kernels() {
 
 inline const bool top_k_kernels_registered = register_top_k_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

@@ -11,7 +11,7 @@
 #include <array>
 #include <cmath>
 
-namespace loom::detail {
+namespace loom::kernels {
 
 // A hyperparameter input's value; TF accepts only scalars.
 template <class T> T apply_scalar(const kernel_context& c, std::size_t i, const char* what) {
@@ -270,7 +270,7 @@ template <class T> struct apply_ftrl_cpu {
 // Registers `Kernel` for the dense op and its sparse twin (run_update tells them apart).
 template <template <class> class Kernel> void register_update_kernels(const char* op) {
   register_kernels<Kernel>(op, floating_types{});
-  register_kernels<Kernel>(sparse_apply_op(op), floating_types{});
+  register_kernels<Kernel>(detail::sparse_apply_op(op), floating_types{});
 }
 
 inline bool register_training_kernels() {
@@ -285,4 +285,4 @@ inline bool register_training_kernels() {
 
 inline const bool training_kernels_registered = register_training_kernels();
 
-} // namespace loom::detail
+} // namespace loom::kernels

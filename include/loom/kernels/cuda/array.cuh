@@ -36,10 +36,10 @@
 #include <type_traits>
 #include <vector>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
-using loom::detail::axis_layout;
-using loom::detail::layout_around;
+using loom::kernels::axis_layout;
+using loom::kernels::layout_around;
 
 // The unsigned integer of T's width: the kernels that only move elements
 // (gathers, stitches, concats) are instantiated per width, not per dtype, so
@@ -77,12 +77,12 @@ template <class T> void gather_rows(kernel_context& c, const any_tensor& params)
   const gather_attrs& a = c.decoded<gather_attrs>();
   const int axis = a.axis;
   const bool drop_negative = a.drop_negative;
-  const axis_layout l = loom::detail::gather_layout(c.node, params, axis);
+  const axis_layout l = loom::kernels::gather_layout(c.node, params, axis);
   const std::int64_t n = ids.num_elements();
   with_ids(download(g, ids), [&](const auto* id) {
-    loom::detail::check_gather_ids(c.node, id, n, l.count, drop_negative, axis);
+    loom::kernels::check_gather_ids(c.node, id, n, l.count, drop_negative, axis);
   });
-  c.output = g.allocate(params.type(), gathered_shape(params.shape(), ids.shape(), axis));
+  c.output = g.allocate(params.type(), detail::gathered_shape(params.shape(), ids.shape(), axis));
   if (const std::int64_t total = l.outer * n * l.inner; total > 0)
     with_device_ids(ids, [&]<class I>(const I* id) {
       gather_kernel<same_width<T>, I><<<grid_for(total), block_threads, 0, g.stream>>>(
@@ -102,7 +102,7 @@ template <class T> struct resource_gather_gpu {
   static void run(kernel_context& c) {
     variable_resource& v = *c.refs[0];
     std::lock_guard lock(v.mu);
-    loom::detail::check_gather_variable(c.node, v);
+    loom::kernels::check_gather_variable(c.node, v);
     check_on_gpu(c, v.value, c.node.attr<std::string>("_params_name"), "read by a gather");
     gather_rows<T>(c, v.value);
   }
@@ -157,7 +157,7 @@ template <class T> struct indexed_slices_gpu {
     const slices_attrs& a = c.decoded<slices_attrs>();
     const int axis = a.axis;
     const loom::shape dense = a.dense(c.node, c.inputs);
-    loom::detail::check_slices(c.node, values, indices, dense, axis);
+    loom::kernels::check_slices(c.node, values, indices, dense, axis);
     const axis_layout l = layout_around(dense, axis);
     with_ids(download(gpu_of(c), indices), [&](const auto* id) {
       check_id_range(c.node, id, indices.num_elements(), l.count, true,
@@ -174,7 +174,7 @@ template <class T> struct unsorted_segment_sum_gpu {
     const any_tensor& ids = c.input(1);
     const std::int64_t segments = with_ids(
         download(g, c.input(2)), [](const auto* v) { return static_cast<std::int64_t>(*v); });
-    const loom::shape out_shape = loom::detail::segment_sum_shape(c.node, data, ids, segments);
+    const loom::shape out_shape = loom::kernels::segment_sum_shape(c.node, data, ids, segments);
     with_ids(download(g, ids), [&](const auto* id) {
       check_id_range(c.node, id, ids.num_elements(), segments, true, "the segments");
     });
@@ -189,7 +189,7 @@ template <class I> struct unique_gpu {
     const gpu_context& g = gpu_of(c);
     const any_tensor x = download(g, c.input(0));
     std::vector<I> values;
-    (void)loom::detail::unique_positions(x.data<I>(), x.num_elements(), &values);
+    (void)loom::kernels::unique_positions(x.data<I>(), x.num_elements(), &values);
     c.output = g.upload(
         any_tensor::from_vector(loom::shape{static_cast<std::int64_t>(values.size())}, values));
   }
@@ -200,7 +200,7 @@ template <class I> struct unique_index_gpu {
     const gpu_context& g = gpu_of(c);
     const any_tensor x = download(g, c.input(0));
     c.output = g.upload(any_tensor::from_vector(
-        x.shape(), loom::detail::unique_positions<I>(x.data<I>(), x.num_elements(), nullptr)));
+        x.shape(), loom::kernels::unique_positions<I>(x.data<I>(), x.num_elements(), nullptr)));
   }
 };
 
@@ -209,15 +209,15 @@ template <class I> struct unique_index_gpu {
 template <class I> struct shard_unique_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
-    c.output = g.upload(loom::detail::shard_unique_rows<I>(
+    c.output = g.upload(loom::kernels::shard_unique_rows<I>(
         c.node, c.decoded<shard_route_attrs>(), download(g, c.input(0)), download(g, c.input(1))));
   }
 };
 template <class I> struct shard_slots_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
-    c.output = g.upload(loom::detail::shard_slots_of<I>(c.node, c.decoded<shard_route_attrs>(),
-                                                        download(g, c.input(0))));
+    c.output = g.upload(loom::kernels::shard_slots_of<I>(c.node, c.decoded<shard_route_attrs>(),
+                                                         download(g, c.input(0))));
   }
 };
 
@@ -238,15 +238,15 @@ template <class T> struct gather_shards_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
     const auto parts = c.inputs.subspan(1);
-    const loom::detail::slot_split split(c.decoded<gather_shards_attrs>().parts);
+    const loom::kernels::slot_split split(c.decoded<gather_shards_attrs>().parts);
     const std::int64_t n = c.input(0).num_elements();
     with_ids(download(g, c.input(0)), [&](const auto* slot) {
-      loom::detail::check_slots(c.node, slot, n, split, [&](std::int64_t p) {
+      loom::kernels::check_slots(c.node, slot, n, split, [&](std::int64_t p) {
         return parts[static_cast<std::size_t>(p)]->shape()[0];
       });
     });
     c.output =
-        g.allocate(parts[0]->type(), loom::detail::gather_shards_shape(c.node, c.input(0), parts));
+        g.allocate(parts[0]->type(), loom::kernels::gather_shards_shape(c.node, c.input(0), parts));
     const std::int64_t total = c.output.num_elements();
     if (total == 0)
       return;
@@ -271,14 +271,14 @@ template <class T> struct gather_shards_grad_gpu {
     const gpu_context& g = gpu_of(c);
     const any_tensor& dy = c.input(0);
     const gather_shards_attrs& a = c.decoded<gather_shards_attrs>();
-    const loom::detail::slot_split split(a.parts);
-    loom::detail::check_shards_adjoint(c.node, dy, c.input(1));
+    const loom::kernels::slot_split split(a.parts);
+    loom::kernels::check_shards_adjoint(c.node, dy, c.input(1));
     const any_tensor slots = download(g, c.input(1));
     const std::int64_t n = slots.num_elements();
     any_tensor rows(dtype::i64, loom::shape{n});
     std::int64_t count = 0;
     with_ids(slots, [&](const auto* slot) {
-      count = loom::detail::shard_rows_named(slot, n, split, a.shard);
+      count = loom::kernels::shard_rows_named(slot, n, split, a.shard);
       for (std::int64_t k = 0; k < n; ++k) {
         const auto s = static_cast<std::int64_t>(slot[k]);
         rows.data<std::int64_t>()[k] = s >= 0 && split.shard(s) == a.shard ? split.row(s) : -1;
@@ -314,7 +314,7 @@ template <class T> struct dynamic_stitch_gpu {
     std::vector<any_tensor> at(parts);
     std::int64_t size = 0;
     for (std::size_t i = 0; i < parts; ++i) {
-      loom::detail::check_stitch_part(c.node, i, c.input(i), c.input(parts + i), first);
+      loom::kernels::check_stitch_part(c.node, i, c.input(i), c.input(parts + i), first);
       at[i] = download(g, c.input(parts + i));
       with_ids(at[i], [&](const auto* idx) {
         check_id_range(c.node, idx, at[i].num_elements(), std::numeric_limits<std::int32_t>::max(),
@@ -367,8 +367,8 @@ template <class T> struct sparse_segment_ids_gpu {
     const any_tensor dense = download(g, c.input(1));
     const std::int64_t rank = dense.num_elements();
     const std::string what = c.node.attr_or<std::string>("_what", "the sparse tensor");
-    loom::detail::check_sparse_indices(c.node, download(g, indices), dense.data<std::int64_t>(),
-                                       rank, what);
+    loom::kernels::check_sparse_indices(c.node, download(g, indices), dense.data<std::int64_t>(),
+                                        rank, what);
     const std::int64_t n = indices.shape()[0];
     c.output = g.allocate(dtype::i64, loom::shape{n});
     if (n > 0) {
@@ -405,7 +405,7 @@ template <class T> struct concat_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
     const int axis = c.decoded<concat_attrs>().axis;
-    c.output = g.allocate(c.input(0).type(), loom::detail::concat_shape(c.node, c.inputs, axis));
+    c.output = g.allocate(c.input(0).type(), loom::kernels::concat_shape(c.node, c.inputs, axis));
     const axis_layout out = layout_around(c.output.shape(), axis);
     T* dst = c.output.template device_data<T>();
     std::int64_t offset = 0; // along the axis, in rows of `inner`
@@ -427,7 +427,7 @@ template <class T> struct concat_grad_gpu {
     const int axis = a.axis;
     const std::size_t index = a.index;
     const auto xs = c.inputs.subspan(1);
-    loom::detail::check_concat_grad(c.node, dy, xs, axis);
+    loom::kernels::check_concat_grad(c.node, dy, xs, axis);
     std::int64_t offset = 0;
     for (std::size_t k = 0; k < index; ++k)
       offset += xs[k]->shape()[axis];
@@ -463,4 +463,4 @@ inline bool register_array_gpu() {
 
 inline const bool array_gpu_registered = register_array_gpu();
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

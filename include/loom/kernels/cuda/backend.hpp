@@ -34,7 +34,7 @@
 #include <vector>
 
 namespace loom {
-namespace detail {
+namespace kernels {
 
 // What a GPU kernel launches on (kernel_context::gpu).
 struct gpu_context {
@@ -73,7 +73,7 @@ struct gpu_context {
   }
 };
 
-} // namespace detail
+} // namespace kernels
 
 namespace cuda {
 
@@ -96,7 +96,7 @@ inline void check_cublas(cublasStatus_t s, const char* call) {
     throw internal_error(std::string("cuBLAS: ") + call + " failed: " + describe(s));
 }
 
-class backend final : public loom::detail::gpu_backend {
+class backend final : public loom::kernels::gpu_backend {
 public:
   backend() : count_(cuda::device_count()), devices_(static_cast<std::size_t>(count_)) {}
   backend(const backend&) = delete;
@@ -113,26 +113,26 @@ public:
     return std::forward<F>(f)(d.context);
   }
 
-  void run(int device, loom::detail::kernel_fn kernel, loom::detail::kernel_context& c) override {
+  void run(int device, loom::kernels::kernel_fn kernel, loom::kernels::kernel_context& c) override {
     for (const any_tensor* in : c.inputs)
       if (in && !in->empty() && in->location() != memory_location::gpu(device))
         throw internal_error("node " + c.node.describe() + " on GPU:" + std::to_string(device) +
                              " got an input " + in->describe());
-    on_device(device, [&](loom::detail::gpu_context& g) {
+    on_device(device, [&](loom::kernels::gpu_context& g) {
       c.gpu = &g;
       kernel(c);
       LOOM_CUDA_CHECK(cudaGetLastError()); // a launch that failed
     });
   }
 
-  bool run_fused(int device, loom::detail::gpu_fused_kernel_fn kernel,
+  bool run_fused(int device, loom::kernels::gpu_fused_kernel_fn kernel,
                  std::span<const any_tensor* const> leaves, any_tensor& out,
                  const std::string& node_name) override {
     for (const any_tensor* in : leaves)
       if (in->location() != memory_location::gpu(device))
         throw internal_error("fused region '" + node_name + "' on GPU:" + std::to_string(device) +
                              " got an input " + in->describe());
-    return on_device(device, [&](const loom::detail::gpu_context& g) {
+    return on_device(device, [&](const loom::kernels::gpu_context& g) {
       const bool ran = kernel(g, leaves, out, node_name);
       LOOM_CUDA_CHECK(cudaGetLastError()); // a launch that failed
       return ran;
@@ -174,7 +174,7 @@ public:
 
   // Waits for everything queued on `device`.
   void synchronize(int device) {
-    on_device(device, [](const loom::detail::gpu_context& g) {
+    on_device(device, [](const loom::kernels::gpu_context& g) {
       LOOM_CUDA_CHECK(cudaStreamSynchronize(g.stream));
     });
   }
@@ -184,7 +184,7 @@ private:
     std::once_flag made;
     std::mutex mu; // kernels and copies of concurrent steps, one at a time
     std::unique_ptr<stream> s;
-    loom::detail::gpu_context context;
+    loom::kernels::gpu_context context;
     ~per_device() {
       if (context.blas)
         cublasDestroy(context.blas);
@@ -220,7 +220,7 @@ private:
 inline backend& the_backend() {
   static backend* b = [] {
     auto* p = new backend();
-    loom::detail::gpu_backend::register_backend(p);
+    loom::kernels::gpu_backend::register_backend(p);
     return p;
   }();
   return *b;

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
 inline cublasStatus_t strided_gemm_call(cublasHandle_t h, cublasOperation_t ta,
                                         cublasOperation_t tb, int m, int n, int k,
@@ -85,4 +85,4 @@ template <class T> struct batch_matmul_gpu {
 inline const bool batch_matmul_gpu_registered =
     register_kernels<batch_matmul_gpu>("batch_matmul", floating_types{}, device_gpu);
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

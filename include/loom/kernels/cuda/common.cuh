@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
 inline constexpr int block_threads = 256;
 // Grid-stride kernels need no more blocks than the GPU holds at once; this
@@ -105,4 +105,4 @@ struct max_op {
   template <class T> __device__ T operator()(T a, T b) const { return a < b ? b : a; }
 };
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

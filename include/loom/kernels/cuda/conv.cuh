@@ -13,21 +13,23 @@
 
 #include <cstdint>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
 using loom::detail::conv_window;
 
 // The input row and column of window element (ky, kx) of output (oy, ox).
-__device__ inline std::int64_t window_row(const conv_window& w, std::int64_t oy, std::int64_t ky) {
+__device__ inline std::int64_t window_row(const detail::conv_window& w, std::int64_t oy,
+                                          std::int64_t ky) {
   return oy * w.stride_h - w.pad_top + ky * w.dilation_h;
 }
-__device__ inline std::int64_t window_col(const conv_window& w, std::int64_t ox, std::int64_t kx) {
+__device__ inline std::int64_t window_col(const detail::conv_window& w, std::int64_t ox,
+                                          std::int64_t kx) {
   return ox * w.stride_w - w.pad_left + kx * w.dilation_w;
 }
 
 // patches [(image, oy, ox), (ky, kx, c)] of images [first, first + count).
 template <class T>
-__global__ void im2col_kernel(T* p, const T* x, conv_window w, std::int64_t first,
+__global__ void im2col_kernel(T* p, const T* x, detail::conv_window w, std::int64_t first,
                               std::int64_t total) {
   const std::int64_t cols = w.window_h * w.window_w * w.in_c, per_image = w.out_h * w.out_w;
   for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
@@ -44,7 +46,8 @@ __global__ void im2col_kernel(T* p, const T* x, conv_window w, std::int64_t firs
 
 // Calls f(oy, ox, ky, kx) for every window that holds input element (y, x).
 template <class F>
-__device__ void for_each_window_of(const conv_window& w, std::int64_t y, std::int64_t x, F f) {
+__device__ void for_each_window_of(const detail::conv_window& w, std::int64_t y, std::int64_t x,
+                                   F f) {
   for (std::int64_t ky = 0; ky < w.window_h; ++ky) {
     const std::int64_t ty = y + w.pad_top - ky * w.dilation_h;
     if (ty < 0 || ty % w.stride_h != 0 || ty / w.stride_h >= w.out_h)
@@ -60,7 +63,7 @@ __device__ void for_each_window_of(const conv_window& w, std::int64_t y, std::in
 
 // dx of images [first, first + count) from their patches' gradient.
 template <class T>
-__global__ void col2im_kernel(T* dx, const T* p, conv_window w, std::int64_t first,
+__global__ void col2im_kernel(T* dx, const T* p, detail::conv_window w, std::int64_t first,
                               std::int64_t total) {
   const std::int64_t cols = w.window_h * w.window_w * w.in_c, per_image = w.out_h * w.out_w;
   for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
@@ -77,7 +80,7 @@ __global__ void col2im_kernel(T* dx, const T* p, conv_window w, std::int64_t fir
 }
 
 template <class T>
-void im2col(const kernel_context& c, const conv_window& w, const T* x, std::int64_t first,
+void im2col(const kernel_context& c, const detail::conv_window& w, const T* x, std::int64_t first,
             std::int64_t count, T* p) {
   const std::int64_t total = count * w.out_h * w.out_w * w.patch_size();
   if (total == 0)
@@ -91,17 +94,18 @@ template <class T> struct conv2d_gpu {
     const gpu_context& g = gpu_of(c);
     const any_tensor& x = c.input(0);
     const any_tensor& f = c.input(1);
-    const conv_window w = window_of(c.node, c.decoded<window_attrs>(), x.shape(), &f.shape());
+    const detail::conv_window w =
+        detail::window_of(c.node, c.decoded<detail::window_attrs>(), x.shape(), &f.shape());
     c.output = g.allocate(x.type(), w.output_shape());
     T* y = c.output.template device_data<T>();
     const T* xs = x.template device_data<T>();
     const std::int64_t rows = w.out_h * w.out_w, cols = w.patch_size();
-    if (loom::detail::pointwise(w)) {
+    if (loom::kernels::pointwise(w)) {
       gemm_rows(c, xs, false, f.template device_data<T>(), false, y, w.batch * rows, w.out_c, cols,
                 false);
       return;
     }
-    const std::int64_t images = loom::detail::chunk_images(w);
+    const std::int64_t images = loom::kernels::chunk_images(w);
     any_tensor patches = g.allocate(x.type(), loom::shape{std::min(images, w.batch) * rows, cols});
     for (std::int64_t first = 0; first < w.batch; first += images) {
       const std::int64_t count = std::min(w.batch - first, images);
@@ -117,18 +121,19 @@ template <class T> struct conv2d_backprop_input_gpu {
     const gpu_context& g = gpu_of(c);
     const any_tensor& f = c.input(0);
     const any_tensor& dy = c.input(1);
-    const loom::shape xs = loom::detail::backprop_shape(c.inputs, c.node, 2, "input_shape");
-    const conv_window w = window_of(c.node, c.decoded<window_attrs>(), xs, &f.shape());
-    loom::detail::check_window_dy(c.node, dy, w);
+    const loom::shape xs = loom::kernels::backprop_shape(c.inputs, c.node, 2, "input_shape");
+    const detail::conv_window w =
+        detail::window_of(c.node, c.decoded<detail::window_attrs>(), xs, &f.shape());
+    loom::kernels::check_window_dy(c.node, dy, w);
     c.output = g.allocate(dy.type(), xs);
     T* dx = c.output.template device_data<T>();
     const std::int64_t rows = w.out_h * w.out_w, cols = w.patch_size();
-    if (loom::detail::pointwise(w)) {
+    if (loom::kernels::pointwise(w)) {
       gemm_rows(c, dy.template device_data<T>(), false, f.template device_data<T>(), true, dx,
                 w.batch * rows, cols, w.out_c, false);
       return;
     }
-    const std::int64_t images = loom::detail::chunk_images(w);
+    const std::int64_t images = loom::kernels::chunk_images(w);
     any_tensor patches = g.allocate(dy.type(), loom::shape{std::min(images, w.batch) * rows, cols});
     for (std::int64_t first = 0; first < w.batch; first += images) {
       const std::int64_t count = std::min(w.batch - first, images);
@@ -150,19 +155,20 @@ template <class T> struct conv2d_backprop_filter_gpu {
     const gpu_context& g = gpu_of(c);
     const any_tensor& x = c.input(0);
     const any_tensor& dy = c.input(1);
-    const loom::shape fs = loom::detail::backprop_shape(c.inputs, c.node, 2, "filter_shape");
-    const conv_window w = window_of(c.node, c.decoded<window_attrs>(), x.shape(), &fs);
-    loom::detail::check_window_dy(c.node, dy, w);
+    const loom::shape fs = loom::kernels::backprop_shape(c.inputs, c.node, 2, "filter_shape");
+    const detail::conv_window w =
+        detail::window_of(c.node, c.decoded<detail::window_attrs>(), x.shape(), &fs);
+    loom::kernels::check_window_dy(c.node, dy, w);
     c.output = g.allocate(dy.type(), fs);
     T* df = c.output.template device_data<T>();
     const std::int64_t rows = w.out_h * w.out_w, cols = w.patch_size();
     const T* xs = x.template device_data<T>();
-    if (loom::detail::pointwise(w) || w.batch == 0) {
+    if (loom::kernels::pointwise(w) || w.batch == 0) {
       gemm_rows(c, xs, true, dy.template device_data<T>(), false, df, cols, w.out_c, w.batch * rows,
                 false);
       return;
     }
-    const std::int64_t images = loom::detail::chunk_images(w);
+    const std::int64_t images = loom::kernels::chunk_images(w);
     any_tensor patches = g.allocate(x.type(), loom::shape{std::min(images, w.batch) * rows, cols});
     for (std::int64_t first = 0; first < w.batch; first += images) {
       const std::int64_t count = std::min(w.batch - first, images);
@@ -176,7 +182,7 @@ template <class T> struct conv2d_backprop_filter_gpu {
 
 // The offset in x of output e's window's first largest element in channel ch, -1 if none.
 template <class T>
-__device__ std::int64_t window_argmax(const T* x, const conv_window& w, std::int64_t n,
+__device__ std::int64_t window_argmax(const T* x, const detail::conv_window& w, std::int64_t n,
                                       std::int64_t oy, std::int64_t ox, std::int64_t ch) {
   std::int64_t best = -1;
   for (std::int64_t ky = 0; ky < w.window_h; ++ky) {
@@ -196,7 +202,7 @@ __device__ std::int64_t window_argmax(const T* x, const conv_window& w, std::int
 }
 
 // The number of input elements in output (oy, ox)'s window.
-__device__ inline std::int64_t window_count(const conv_window& w, std::int64_t oy,
+__device__ inline std::int64_t window_count(const detail::conv_window& w, std::int64_t oy,
                                             std::int64_t ox) {
   std::int64_t rows = 0, cols = 0;
   for (std::int64_t ky = 0; ky < w.window_h; ++ky) {
@@ -211,7 +217,8 @@ __device__ inline std::int64_t window_count(const conv_window& w, std::int64_t o
 }
 
 template <class T>
-__global__ void pool_kernel(T* out, const T* x, conv_window w, bool average, std::int64_t total) {
+__global__ void pool_kernel(T* out, const T* x, detail::conv_window w, bool average,
+                            std::int64_t total) {
   for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
     const std::int64_t ch = e % w.in_c, pix = e / w.in_c;
     const std::int64_t ox = pix % w.out_w, oy = (pix / w.out_w) % w.out_h,
@@ -238,8 +245,8 @@ __global__ void pool_kernel(T* out, const T* x, conv_window w, bool average, std
 // dx: each element the dy of the windows it is the maximum of (x given), or its share of
 // every window's dy (average).
 template <class T>
-__global__ void pool_grad_kernel(T* dx, const T* x, const T* dy, conv_window w, bool average,
-                                 std::int64_t total) {
+__global__ void pool_grad_kernel(T* dx, const T* x, const T* dy, detail::conv_window w,
+                                 bool average, std::int64_t total) {
   for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
     const std::int64_t ch = e % w.in_c, pix = e / w.in_c;
     const std::int64_t x0 = pix % w.in_w, y = (pix / w.in_w) % w.in_h, n = pix / (w.in_w * w.in_h);
@@ -259,7 +266,8 @@ template <class T, bool Average> struct pool_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
     const any_tensor& x = c.input(0);
-    const conv_window w = window_of(c.node, c.decoded<window_attrs>(), x.shape(), nullptr);
+    const detail::conv_window w =
+        detail::window_of(c.node, c.decoded<detail::window_attrs>(), x.shape(), nullptr);
     c.output = g.allocate(x.type(), w.output_shape());
     const std::int64_t total = c.output.num_elements();
     if (total == 0)
@@ -278,10 +286,11 @@ template <class T, bool Average> struct pool_grad_gpu {
     const gpu_context& g = gpu_of(c);
     const any_tensor& dy = c.input(Average ? 0 : 2);
     const loom::shape xs = Average
-                               ? loom::detail::backprop_shape(c.inputs, c.node, 1, "input_shape")
+                               ? loom::kernels::backprop_shape(c.inputs, c.node, 1, "input_shape")
                                : c.input(0).shape();
-    const conv_window w = window_of(c.node, c.decoded<window_attrs>(), xs, nullptr);
-    loom::detail::check_window_dy(c.node, dy, w);
+    const detail::conv_window w =
+        detail::window_of(c.node, c.decoded<detail::window_attrs>(), xs, nullptr);
+    loom::kernels::check_window_dy(c.node, dy, w);
     c.output = g.allocate(dy.type(), xs);
     const std::int64_t total = c.output.num_elements();
     if (total == 0)
@@ -311,4 +320,4 @@ inline bool register_conv_gpu() {
 
 inline const bool conv_gpu_registered = register_conv_gpu();
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

@@ -12,10 +12,10 @@
 #include <algorithm>
 #include <cstdint>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
 template <class T>
-__global__ void depthwise_forward_kernel(T* out, const T* x, const T* f, conv_window w,
+__global__ void depthwise_forward_kernel(T* out, const T* x, const T* f, detail::conv_window w,
                                          std::int64_t m, std::int64_t total) {
   for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
     const std::int64_t o = e % w.out_c, k = o / m;
@@ -51,7 +51,7 @@ __device__ inline std::int64_t dw_output_of(std::int64_t in, std::int64_t t, std
 }
 
 template <class T>
-__global__ void depthwise_input_grad_kernel(T* dx, const T* f, const T* dy, conv_window w,
+__global__ void depthwise_input_grad_kernel(T* dx, const T* f, const T* dy, detail::conv_window w,
                                             std::int64_t m, std::int64_t total) {
   for (std::int64_t e = global_thread(); e < total; e += grid_threads()) {
     const std::int64_t k = e % w.in_c;
@@ -80,8 +80,8 @@ __global__ void depthwise_input_grad_kernel(T* dx, const T* f, const T* dy, conv
 
 template <class T>
 __global__ void __launch_bounds__(block_threads)
-    depthwise_filter_grad_kernel(T* df, const T* x, const T* dy, conv_window w, std::int64_t m,
-                                 std::int64_t filter_elements) {
+    depthwise_filter_grad_kernel(T* df, const T* x, const T* dy, detail::conv_window w,
+                                 std::int64_t m, std::int64_t filter_elements) {
   __shared__ alignas(8) unsigned char scratch_bytes[32 * sizeof(T)];
   T* scratch = reinterpret_cast<T*>(scratch_bytes);
   const std::int64_t positions = w.batch * w.out_h * w.out_w;
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(block_threads)
 template <class T> struct depthwise_conv2d_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
-    const conv_window w = loom::detail::depthwise_forward_window(c);
+    const detail::conv_window w = loom::kernels::depthwise_forward_window(c);
     c.output = g.allocate(dtype_of<T>, w.output_shape());
     const std::int64_t total = c.output.num_elements();
     if (total == 0)
@@ -122,7 +122,7 @@ template <class T> struct depthwise_conv2d_gpu {
 template <class T> struct depthwise_backprop_input_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
-    const conv_window w = loom::detail::depthwise_input_grad_window(c);
+    const detail::conv_window w = loom::kernels::depthwise_input_grad_window(c);
     c.output = g.allocate(dtype_of<T>, loom::shape{w.batch, w.in_h, w.in_w, w.in_c});
     const std::int64_t total = c.output.num_elements();
     if (total == 0)
@@ -138,7 +138,7 @@ template <class T> struct depthwise_backprop_filter_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
     loom::shape fs;
-    const conv_window w = loom::detail::depthwise_filter_grad_window(c, fs);
+    const detail::conv_window w = loom::kernels::depthwise_filter_grad_window(c, fs);
     c.output = g.allocate(dtype_of<T>, fs);
     const std::int64_t total = c.output.num_elements();
     if (total == 0)
@@ -162,4 +162,4 @@ inline bool register_depthwise_conv_gpu() {
 
 inline const bool depthwise_conv_gpu_registered = register_depthwise_conv_gpu();
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

@@ -19,9 +19,9 @@
 #include <string>
 #include <type_traits>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
-// The CPU kernels broadcast up to this rank (detail::broadcast_to).
+// The CPU kernels broadcast up to this rank (kernels::broadcast_to).
 inline constexpr int max_broadcast_rank = 6;
 
 // The output's dimensions, for turning a flat index into an operand's offset.
@@ -83,7 +83,7 @@ template <class Op, class T> void elementwise(kernel_context& c) {
   if (c.inputs.size() != n_in)
     throw invalid_argument_error("node " + c.node.describe() + ": needs " + std::to_string(n_in) +
                                  " inputs, got " + std::to_string(c.inputs.size()));
-  const loom::shape out_shape = loom::detail::broadcast_all(c.inputs, c.node.name);
+  const loom::shape out_shape = loom::kernels::broadcast_all(c.inputs, c.node.name);
   const std::int64_t n = out_shape.num_elements();
   out_dims d;
   std::array<operand, 3> ops{};
@@ -152,4 +152,4 @@ template <class... Op> bool register_elementwise_gpu(type_list<Op...>) {
 
 inline const bool elementwise_gpu_registered = register_elementwise_gpu(ops::elementwise_ops{});
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

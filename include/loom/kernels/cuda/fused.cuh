@@ -53,7 +53,7 @@ auto region_tree(std::span<const any_tensor* const> leaves) {
     return []<class Op, class... C>(std::type_identity<expr<Op, C...>>,
                                     std::span<const any_tensor* const> in) {
       return [&]<std::size_t... I>(std::index_sequence<I...>) {
-        constexpr auto at = child_leaf_offsets<E, Offset>();
+        constexpr auto at = loom::detail::child_leaf_offsets<E, Offset>();
         return d_node<Op, decltype(region_tree<C, at[I]>(in))...>{region_tree<C, at[I]>(in)...};
       }
       (std::index_sequence_for<C...>{});
@@ -79,14 +79,16 @@ template <class E> constexpr bool gpu_fusable() {
 // that writes `out`, made on g's GPU; false when an operand needs general
 // broadcasting.
 template <class E>
-bool gpu_fused_kernel(const loom::detail::gpu_context& g, std::span<const any_tensor* const> leaves,
-                      any_tensor& out, const std::string& node_name) {
+bool gpu_fused_kernel(const loom::kernels::gpu_context& g,
+                      std::span<const any_tensor* const> leaves, any_tensor& out,
+                      const std::string& node_name) {
   static_assert(gpu_fusable<E>(), "loom::cuda::gpu_fused_kernel: a tree with string operands");
-  if (leaves.size() != leaf_count<E>())
-    throw internal_error(node_name + ": fused region expects " + std::to_string(leaf_count<E>()) +
-                         " inputs, got " + std::to_string(leaves.size()));
-  const loom::shape s = loom::detail::broadcast_all(leaves, node_name);
-  if (!loom::detail::leaves_have_shape<E>(leaves, s))
+  if (leaves.size() != loom::detail::leaf_count<E>())
+    throw internal_error(node_name + ": fused region expects " +
+                         std::to_string(loom::detail::leaf_count<E>()) + " inputs, got " +
+                         std::to_string(leaves.size()));
+  const loom::shape s = loom::kernels::broadcast_all(leaves, node_name);
+  if (!loom::kernels::leaves_have_shape<E>(leaves, s))
     return false;
   using R = typename E::value_type;
   out = g.allocate(dtype_of<R>, s);
@@ -99,7 +101,7 @@ bool gpu_fused_kernel(const loom::detail::gpu_context& g, std::span<const any_te
 // unit compiled by nvcc); a tree with strings has none.
 template <class E> void register_gpu_region(const std::string& key) {
   if constexpr (gpu_fusable<E>())
-    loom::detail::fused_kernel_registry::instance().add(key, &gpu_fused_kernel<E>);
+    loom::kernels::fused_kernel_registry::instance().add(key, &gpu_fused_kernel<E>);
 }
 
 } // namespace loom::cuda

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
 template <class T>
 __global__ void gather_slices_kernel(T* out, const T* in, const std::int64_t* rows,
@@ -32,9 +32,9 @@ template <class T> struct gather_nd_gpu {
     const any_tensor& params = c.input(0);
     const any_tensor& indices = c.input(1);
     const gather_nd_layout l =
-        loom::detail::gather_nd_layout_of(c.node, params.shape(), indices.shape());
+        loom::kernels::gather_nd_layout_of(c.node, params.shape(), indices.shape());
     const std::vector<std::int64_t> rows =
-        loom::detail::gather_nd_slices(c.node, download(g, indices), params.shape(), l);
+        loom::kernels::gather_nd_slices(c.node, download(g, indices), params.shape(), l);
     c.output = g.allocate(params.type(), l.out);
     const std::int64_t total = l.tuples * l.slice;
     if (total == 0)
@@ -52,10 +52,10 @@ template <class T> struct gather_nd_grad_gpu {
     const gpu_context& g = gpu_of(c);
     const any_tensor& dy = c.input(0);
     const any_tensor& indices = c.input(1);
-    const loom::shape to = loom::detail::gather_nd_grad_shape(c.node, c.inputs);
-    const gather_nd_layout l = loom::detail::gather_nd_layout_of(c.node, to, indices.shape());
+    const loom::shape to = loom::kernels::gather_nd_grad_shape(c.node, c.inputs);
+    const gather_nd_layout l = loom::kernels::gather_nd_layout_of(c.node, to, indices.shape());
     const std::vector<std::int64_t> rows =
-        loom::detail::gather_nd_slices(c.node, download(g, indices), to, l);
+        loom::kernels::gather_nd_slices(c.node, download(g, indices), to, l);
     const any_tensor ids = g.upload(any_tensor::from_vector(loom::shape{l.tuples}, rows));
     // dy as [tuples, slice] summed into zeros of [slices, slice] at the slice numbers.
     const loom::shape dense{l.slices, l.slice};
@@ -72,4 +72,4 @@ inline bool register_gather_nd_gpu() {
 
 inline const bool gather_nd_gpu_registered = register_gather_nd_gpu();
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

@@ -39,10 +39,10 @@
 #include <string>
 #include <vector>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
-using loom::detail::check_id_range;
-using loom::detail::with_ids;
+using loom::kernels::check_id_range;
+using loom::kernels::with_ids;
 
 // A tensor in this GPU's memory copied to the host, once the work queued
 // before it on the stream has run (the ids a kernel checks).
@@ -167,4 +167,4 @@ inline id_groups group_ids(const gpu_context& g, const node_def& node, const any
       ids, [&](const auto* id) { return group_ids(g, node, id, ids.num_elements(), limit); });
 }
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

@@ -25,18 +25,18 @@
 #include <string>
 #include <vector>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
 // The argument checks, output shapes and layouts of the CPU kernels, with their messages.
-using loom::detail::add_n_shape;
-using loom::detail::arg_reduction_layout;
-using loom::detail::arg_reduction_of;
-using loom::detail::matmul_shape;
-using loom::detail::merge_runs;
-using loom::detail::reduce_grad_of;
-using loom::detail::reduction_of;
-using loom::detail::reduction_runs;
-using loom::detail::xw_plus_b_shape;
+using loom::kernels::add_n_shape;
+using loom::kernels::arg_reduction_layout;
+using loom::kernels::arg_reduction_of;
+using loom::kernels::matmul_shape;
+using loom::kernels::merge_runs;
+using loom::kernels::reduce_grad_of;
+using loom::kernels::reduction_of;
+using loom::kernels::reduction_runs;
+using loom::kernels::xw_plus_b_shape;
 
 // -- matmul, xw_plus_b -------------------------------------------------------------------
 
@@ -356,7 +356,7 @@ template <class T> struct reduction_gpu {
 };
 
 // The walk of reduce_prod_grad and of the bools' reductions in a reduce_desc.
-inline reduce_desc desc_of(const kernel_context& c, const loom::detail::reduction_walk& w) {
+inline reduce_desc desc_of(const kernel_context& c, const loom::kernels::reduction_walk& w) {
   if (w.kept_dims.size() > static_cast<std::size_t>(max_runs) ||
       w.red_dims.size() > static_cast<std::size_t>(max_runs))
     throw unimplemented_error("node " + c.node.describe() + ": a reduction over more than " +
@@ -407,7 +407,7 @@ template <class T> struct logical_reduction_gpu {
       fill<bool>(g, c.output.template device_data<bool>(), outputs, all);
       return;
     }
-    const reduce_desc d = desc_of(c, loom::detail::walk_of(x.shape(), mask));
+    const reduce_desc d = desc_of(c, loom::kernels::walk_of(x.shape(), mask));
     logical_reduce_kernel<<<static_cast<unsigned>(std::min(outputs, max_blocks)), block_threads, 0,
                             g.stream>>>(x.template device_data<bool>(),
                                         c.output.template device_data<bool>(), d, outputs,
@@ -444,7 +444,8 @@ template <class T> struct reduce_prod_grad_gpu {
     const gpu_context& g = gpu_of(c);
     const any_tensor& dy = c.input(0);
     const any_tensor& x = c.input(1);
-    const loom::detail::reduction_walk w = loom::detail::reduce_prod_grad_of(c.node, dy, x.shape());
+    const loom::kernels::reduction_walk w =
+        loom::kernels::reduce_prod_grad_of(c.node, dy, x.shape());
     c.output = g.allocate(x.type(), x.shape());
     if (w.outputs == 0 || w.count == 0)
       return;
@@ -561,4 +562,4 @@ inline bool register_math_gpu() {
 
 inline const bool math_gpu_registered = register_math_gpu();
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

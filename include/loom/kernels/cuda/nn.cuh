@@ -20,15 +20,15 @@
 #include <limits>
 #include <string>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
 // The host-side checks and row layout of the CPU kernels, with their messages.
-using loom::detail::check_per_row;
-using loom::detail::check_same_shape;
-using loom::detail::check_sparse_labels;
-using loom::detail::row_layout;
-using loom::detail::rows_of;
 using loom::detail::without_last;
+using loom::kernels::check_per_row;
+using loom::kernels::check_same_shape;
+using loom::kernels::check_sparse_labels;
+using loom::kernels::row_layout;
+using loom::kernels::rows_of;
 
 // Threads per row: a warp for short rows, up to a full block for long ones.
 inline int row_threads(std::int64_t cols) {
@@ -212,7 +212,7 @@ template <class T> struct xent_gpu {
     check_same_shape(c.node, labels, "labels", logits, "logits");
     const row_layout l = rows_of(c.node, logits);
     const gpu_context& g = gpu_of(c);
-    c.output = g.allocate(logits.type(), without_last(logits.shape()));
+    c.output = g.allocate(logits.type(), detail::without_last(logits.shape()));
     if (l.cols == 0) { // an empty sum per row
       fill<T>(g, c.output.template device_data<T>(), l.rows, T(0));
       return;
@@ -251,7 +251,7 @@ template <class T> struct sparse_xent_gpu {
     const row_layout l = rows_of(c.node, logits);
     check_sparse_labels(c.node, labels, logits);
     const gpu_context& g = gpu_of(c);
-    c.output = g.allocate(logits.type(), without_last(logits.shape()));
+    c.output = g.allocate(logits.type(), detail::without_last(logits.shape()));
     T* out = c.output.template device_data<T>();
     if (labels.type() == dtype::i32)
       launch_rows(g, l, sparse_xent_kernel<T, std::int32_t>,
@@ -304,4 +304,4 @@ inline bool register_nn_gpu() {
 
 inline const bool nn_gpu_registered = register_nn_gpu();
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

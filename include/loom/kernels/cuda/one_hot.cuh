@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
 template <class T, class I>
 __global__ void one_hot_kernel(T* out, const I* ids, const T* on, const T* off, std::int64_t depth,
@@ -24,8 +24,8 @@ template <class T> struct one_hot_gpu {
   static void run(kernel_context& c) {
     const gpu_context& g = gpu_of(c);
     const any_tensor& ids = c.input(0);
-    const one_hot_attrs& a = c.decoded<one_hot_attrs>();
-    c.output = g.allocate(dtype_of<T>, one_hot_shape(c.node, a, ids.shape()));
+    const detail::one_hot_attrs& a = c.decoded<detail::one_hot_attrs>();
+    c.output = g.allocate(dtype_of<T>, detail::one_hot_shape(c.node, a, ids.shape()));
     const std::int64_t total = c.output.num_elements();
     if (total == 0)
       return;
@@ -47,4 +47,4 @@ template <class T> struct one_hot_gpu {
 inline const bool one_hot_gpu_registered =
     register_kernels<one_hot_gpu>("one_hot", all_types_but_string{}, device_gpu);
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

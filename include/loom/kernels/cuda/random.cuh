@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
 __device__ inline std::uint64_t mix64(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -112,4 +112,4 @@ inline bool register_random_gpu() {
 
 inline const bool random_gpu_registered = register_random_gpu();
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
 template <class T> __global__ void range_kernel(T* out, T start, T delta, std::int64_t n) {
   for (std::int64_t i = global_thread(); i < n; i += grid_threads())
@@ -36,4 +36,4 @@ template <class T> struct range_gpu {
 inline const bool range_gpu_registered =
     register_kernels<range_gpu>("range", numeric_types{}, device_gpu);
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

@@ -22,7 +22,7 @@
 #include <mutex>
 #include <string>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
 enum class scatter_mode { add, sub, update };
 
@@ -53,10 +53,10 @@ template <class T> struct scatter_gpu {
     variable_resource& v = *c.refs[0];
     const any_tensor& indices = c.input(1);
     const any_tensor& updates = c.input(2);
-    const std::string var = loom::detail::scatter_variable(c.node);
+    const std::string var = loom::kernels::scatter_variable(c.node);
     const gpu_context& g = gpu_of(c);
     std::lock_guard lock(v.mu);
-    loom::detail::check_scatter(c.node, v, indices, updates);
+    loom::kernels::check_scatter(c.node, v, indices, updates);
     check_on_gpu(c, v.value, var);
     const std::int64_t rows = v.value.shape()[0];
     const std::int64_t row = rows == 0 ? 0 : v.value.num_elements() / rows;
@@ -85,4 +85,4 @@ inline bool register_scatter_gpu() {
 
 inline const bool scatter_gpu_registered = register_scatter_gpu();
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

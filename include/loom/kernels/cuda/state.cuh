@@ -23,13 +23,13 @@
 #include <type_traits>
 #include <vector>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
 // The checks of the CPU kernels, with their messages.
-using loom::detail::check_assign_update;
-using loom::detail::check_variable_initialized;
-using loom::detail::summed_axes;
-using loom::detail::throw_no_arithmetic;
+using loom::kernels::check_assign_update;
+using loom::kernels::check_variable_initialized;
+using loom::kernels::summed_axes;
+using loom::kernels::throw_no_arithmetic;
 
 // Throws unless the variable's value lives on this GPU (an update in place, or
 // a gather of its rows by reference, needs it there); `use` says what the node
@@ -197,7 +197,7 @@ inline bool register_state_gpu() {
   register_kernels<is_variable_initialized_gpu>("is_variable_initialized", type_list<bool>{},
                                                 device_gpu);
   // Strings never live on a GPU.
-  loom::detail::register_metadata_kernels<all_types_but_string>(device_gpu);
+  loom::kernels::register_metadata_kernels<all_types_but_string>(device_gpu);
   register_kernels<fill_gpu>("fill", all_types_but_string{}, device_gpu);
   register_kernels<fill_like_gpu>("zeros_like", numeric_types{}, device_gpu);
   register_kernels<fill_like_gpu>("ones_like", numeric_types{}, device_gpu);
@@ -207,4 +207,4 @@ inline bool register_state_gpu() {
 
 inline const bool state_gpu_registered = register_state_gpu();
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
 // A strided copy as a kernel argument: by value, its dimensions in fixed arrays.
 struct strided_copy_args {
@@ -65,8 +65,8 @@ template <class T> struct transpose_gpu {
     const gpu_context& g = gpu_of(c);
     const any_tensor& x = c.input(0);
     check_strided_rank(c.node, x.shape());
-    const std::vector<int> perm = checked_perm(c.node, x.shape());
-    c.output = g.allocate(x.type(), transposed_shape(x.shape(), perm));
+    const std::vector<int> perm = detail::checked_perm(c.node, x.shape());
+    c.output = g.allocate(x.type(), detail::transposed_shape(x.shape(), perm));
     run_strided_copy(g, transpose_copy(x.shape(), perm), x.template device_data<T>(),
                      c.output.template device_data<T>());
   }
@@ -77,7 +77,8 @@ template <class T> struct strided_slice_gpu {
     const gpu_context& g = gpu_of(c);
     const any_tensor& x = c.input(0);
     check_strided_rank(c.node, x.shape());
-    const resolved_slice r = resolve_slice(c.node, c.decoded<strided_slice_attrs>(), x.shape());
+    const detail::resolved_slice r =
+        detail::resolve_slice(c.node, c.decoded<detail::strided_slice_attrs>(), x.shape());
     c.output = g.allocate(x.type(), r.out);
     run_strided_copy(g, slice_copy(x.shape(), r, false), x.template device_data<T>(),
                      c.output.template device_data<T>());
@@ -91,7 +92,7 @@ template <class T> struct strided_slice_grad_gpu {
     const slice_grad_attrs& a = c.decoded<slice_grad_attrs>();
     const loom::shape x = c.inputs.size() == 2 ? c.input(1).shape() : loom::shape(a.shape);
     check_strided_rank(c.node, x);
-    const resolved_slice r = resolve_slice(c.node, a.slice, x);
+    const detail::resolved_slice r = detail::resolve_slice(c.node, a.slice, x);
     check_slice_grad(c.node, dy, r);
     c.output = g.allocate(dy.type(), x);
     T* out = c.output.template device_data<T>();
@@ -105,8 +106,8 @@ template <class T> struct pad_gpu {
     const gpu_context& g = gpu_of(c);
     const any_tensor& x = c.input(0);
     check_strided_rank(c.node, x.shape());
-    const auto paddings = checked_paddings(c.node, x.shape());
-    c.output = g.allocate(x.type(), padded_shape(x.shape(), paddings));
+    const auto paddings = detail::checked_paddings(c.node, x.shape());
+    c.output = g.allocate(x.type(), detail::padded_shape(x.shape(), paddings));
     T* out = c.output.template device_data<T>();
     if (const std::int64_t n = c.output.num_elements(); n > 0) {
       fill_from_kernel<same_width<T>><<<grid_for(n), block_threads, 0, g.stream>>>(
@@ -123,8 +124,8 @@ template <class T> struct tile_gpu {
     const gpu_context& g = gpu_of(c);
     const any_tensor& x = c.input(0);
     check_strided_rank(c.node, x.shape());
-    const auto multiples = checked_multiples(c.node, x.shape());
-    c.output = g.allocate(x.type(), tiled_shape(x.shape(), multiples));
+    const auto multiples = detail::checked_multiples(c.node, x.shape());
+    c.output = g.allocate(x.type(), detail::tiled_shape(x.shape(), multiples));
     run_strided_copy(g, tile_copy(x.shape(), multiples), x.template device_data<T>(),
                      c.output.template device_data<T>());
   }
@@ -142,4 +143,4 @@ inline bool register_strided_gpu() {
 
 inline const bool strided_gpu_registered = register_strided_gpu();
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

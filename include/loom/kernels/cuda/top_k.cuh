@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
 template <class T>
 __global__ void top_k_rank_kernel(std::int32_t* out, const T* in, std::int64_t cols, std::int64_t k,
@@ -37,7 +37,7 @@ template <class T> struct top_k_indices_gpu {
     const any_tensor& x = c.input(0);
     const std::int64_t k = c.decoded<top_k_attrs>().k;
     c.output = g.allocate(dtype::i32, loom::detail::top_k_shape(c.node, x.shape(), k));
-    const top_k_rows r = loom::detail::rows_of(x.shape());
+    const top_k_rows r = loom::kernels::rows_of(x.shape());
     const std::int64_t total = r.rows * r.cols;
     if (k == 0 || total == 0)
       return;
@@ -51,10 +51,10 @@ template <class T> struct top_k_indices_gpu {
 // The indices checked on the host: their rows and k.
 inline top_k_rows checked_selection(const gpu_context& g, const node_def& n, const loom::shape& x,
                                     const any_tensor& indices) {
-  loom::detail::check_selection(n, x, indices.shape());
-  const top_k_rows r = loom::detail::rows_of(x);
+  loom::kernels::check_selection(n, x, indices.shape());
+  const top_k_rows r = loom::kernels::rows_of(x);
   const any_tensor host = download(g, indices);
-  loom::detail::check_positions(n, host.data<std::int32_t>(), host.num_elements(), r.cols);
+  loom::kernels::check_positions(n, host.data<std::int32_t>(), host.num_elements(), r.cols);
   return r;
 }
 
@@ -130,4 +130,4 @@ inline bool register_top_k_gpu() {
 
 inline const bool top_k_gpu_registered = register_top_k_gpu();
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels

@@ -33,28 +33,28 @@
 #include <string>
 #include <type_traits>
 
-namespace loom::detail::cuda_kernels {
+namespace loom::kernels::cuda_kernels {
 
-using loom::detail::apply_locks;
-using loom::detail::apply_ref_name;
+using loom::kernels::apply_locks;
+using loom::kernels::apply_ref_name;
 
 // The CPU's begin_update on this GPU: take the locks; check the inputs (the
 // CPU's messages) and that every ref lives on this GPU; own the buffers the
 // update writes, a shared one copied on this GPU's stream (unshare_refs).
 [[nodiscard]] inline apply_locks begin_update(const kernel_context& c, const any_tensor& grad) {
   apply_locks lock(c.refs);
-  loom::detail::check_apply_inputs(c, grad);
+  loom::kernels::check_apply_inputs(c, grad);
   for (std::size_t k = 0; k < c.refs.size(); ++k)
     check_on_gpu(c, c.refs[k]->value,
                  (k == 0 ? "variable '" : "slot '") + apply_ref_name(c.node, k) + "'");
   const gpu_context& g = gpu_of(c);
-  loom::detail::unshare_refs(c, [&g](const any_tensor& t) { return g.clone(t); });
+  loom::kernels::unshare_refs(c, [&g](const any_tensor& t) { return g.clone(t); });
   return lock;
 }
 
 // A scalar hyperparameter input, in device memory; TF accepts only scalars.
 template <class T> const T* scalar_input(const kernel_context& c, std::size_t i, const char* what) {
-  return loom::detail::apply_scalar_input(c, i, what).template device_data<T>();
+  return loom::kernels::apply_scalar_input(c, i, what).template device_data<T>();
 }
 
 template <class T> T* ref_data(const kernel_context& c, std::size_t k) {
@@ -254,7 +254,7 @@ void run_update(kernel_context& c, std::size_t grad_input, Make&& make) {
   }
   const any_tensor& indices = c.input(c.inputs.size() - 1);
   const apply_locks lock(c.refs);
-  loom::detail::check_sparse_apply_inputs(c, grad, indices);
+  loom::kernels::check_sparse_apply_inputs(c, grad, indices);
   for (std::size_t k = 0; k < c.refs.size(); ++k)
     check_on_gpu(c, c.refs[k]->value,
                  (k == 0 ? "variable '" : "slot '") + apply_ref_name(c.node, k) + "'");
@@ -359,4 +359,4 @@ inline bool register_training_gpu() {
 
 inline const bool training_gpu_registered = register_training_gpu();
 
-} // namespace loom::detail::cuda_kernels
+} // namespace loom::kernels::cuda_kernels
