@@ -450,7 +450,8 @@ inline cluster_role from_slurm(const flags& f, const environment& env) {
   const std::string nodelist_text = require_env(env, "SLURM_STEP_NODELIST", not_srun);
   const std::string per_node_text = require_env(env, "SLURM_STEP_TASKS_PER_NODE", not_srun);
   const auto nodes = loom::detail::expand_nodelist(nodelist_text, "SLURM_STEP_NODELIST");
-  const auto per_node = loom::detail::expand_tasks_per_node(per_node_text, "SLURM_STEP_TASKS_PER_NODE");
+  const auto per_node =
+      loom::detail::expand_tasks_per_node(per_node_text, "SLURM_STEP_TASKS_PER_NODE");
   if (nodes.size() != per_node.size())
     fail(quoted("SLURM_STEP_NODELIST", nodelist_text) + " names " + std::to_string(nodes.size()) +
          " node(s), but " + quoted("SLURM_STEP_TASKS_PER_NODE", per_node_text) + " gives " +

@@ -51,7 +51,8 @@ output<T, 2> combine_sparse(const sparse_tensor<I>& sp_ids,
                  {{"_what", "sparse tensor '" + sp_ids.values.name() + "'"}});
   const output<std::int64_t, 1> segment(g, rows_of);
   const auto batch =
-      gather(sp_ids.dense_shape, output<std::int64_t, 0>(g, loom::detail::scalar_node(g, std::int64_t{0})));
+      gather(sp_ids.dense_shape,
+             output<std::int64_t, 0>(g, loom::detail::scalar_node(g, std::int64_t{0})));
   const output<T, 2> embedded = lookup(sp_ids.values);
   // The weights: sp_weights' values, or ones.
   const output<T, 1> weights =

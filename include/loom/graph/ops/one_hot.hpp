@@ -85,7 +85,9 @@ output<T, rank_of<I> + 1> one_hot(const I& ids, std::int64_t depth, T on_value =
                 "loom::one_hot: the values must be numbers or bool");
   auto li = lower(ids);
   graph g = li.graph();
-  return {g, g.add_node("one_hot", {li.id(), loom::detail::scalar_node(g, on_value), loom::detail::scalar_node(g, off_value)},
+  return {g, g.add_node("one_hot",
+                        {li.id(), loom::detail::scalar_node(g, on_value),
+                         loom::detail::scalar_node(g, off_value)},
                         {{"depth", depth}, {"axis", axis}})};
 }
 

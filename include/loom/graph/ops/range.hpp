@@ -114,7 +114,8 @@ namespace loom {
 template <element_type T> output<T, 1> range(graph& g, T start, T limit, T delta) {
   static_assert(numeric_type<T>, "loom::range: start, limit and delta must be numbers");
   return {g, g.add_node("range",
-                        {loom::detail::scalar_node(g, start), loom::detail::scalar_node(g, limit), loom::detail::scalar_node(g, delta)})};
+                        {loom::detail::scalar_node(g, start), loom::detail::scalar_node(g, limit),
+                         loom::detail::scalar_node(g, delta)})};
 }
 template <element_type T> output<T, 1> range(graph& g, T start, T limit) {
   return range(g, start, limit, T(1));
