@@ -38,9 +38,6 @@
 
 namespace loom::kernels::cuda_kernels {
 
-using loom::kernels::axis_layout;
-using loom::kernels::layout_around;
-
 // The unsigned integer of T's width: the kernels that only move elements
 // (gathers, stitches, concats) are instantiated per width, not per dtype, so
 // nvcc compiles three of each instead of five. A zero element is all zero

@@ -15,8 +15,6 @@
 
 namespace loom::kernels::cuda_kernels {
 
-using loom::detail::conv_window;
-
 // The input row and column of window element (ky, kx) of output (oy, ox).
 __device__ inline std::int64_t window_row(const detail::conv_window& w, std::int64_t oy,
                                           std::int64_t ky) {

@@ -41,9 +41,6 @@
 
 namespace loom::kernels::cuda_kernels {
 
-using loom::kernels::check_id_range;
-using loom::kernels::with_ids;
-
 // A tensor in this GPU's memory copied to the host, once the work queued
 // before it on the stream has run (the ids a kernel checks).
 inline any_tensor download(const gpu_context& g, const any_tensor& t) {

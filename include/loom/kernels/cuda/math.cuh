@@ -27,17 +27,6 @@
 
 namespace loom::kernels::cuda_kernels {
 
-// The argument checks, output shapes and layouts of the CPU kernels, with their messages.
-using loom::kernels::add_n_shape;
-using loom::kernels::arg_reduction_layout;
-using loom::kernels::arg_reduction_of;
-using loom::kernels::matmul_shape;
-using loom::kernels::merge_runs;
-using loom::kernels::reduce_grad_of;
-using loom::kernels::reduction_of;
-using loom::kernels::reduction_runs;
-using loom::kernels::xw_plus_b_shape;
-
 // -- matmul, xw_plus_b -------------------------------------------------------------------
 
 inline cublasStatus_t gemm_call(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,

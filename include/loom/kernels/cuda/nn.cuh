@@ -22,14 +22,6 @@
 
 namespace loom::kernels::cuda_kernels {
 
-// The host-side checks and row layout of the CPU kernels, with their messages.
-using loom::detail::without_last;
-using loom::kernels::check_per_row;
-using loom::kernels::check_same_shape;
-using loom::kernels::check_sparse_labels;
-using loom::kernels::row_layout;
-using loom::kernels::rows_of;
-
 // Threads per row: a warp for short rows, up to a full block for long ones.
 inline int row_threads(std::int64_t cols) {
   return cols <= 32 ? 32 : cols <= 128 ? 64 : cols <= 512 ? 128 : block_threads;

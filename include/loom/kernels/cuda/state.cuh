@@ -25,12 +25,6 @@
 
 namespace loom::kernels::cuda_kernels {
 
-// The checks of the CPU kernels, with their messages.
-using loom::kernels::check_assign_update;
-using loom::kernels::check_variable_initialized;
-using loom::kernels::summed_axes;
-using loom::kernels::throw_no_arithmetic;
-
 // Throws unless the variable's value lives on this GPU (an update in place, or
 // a gather of its rows by reference, needs it there); `use` says what the node
 // does with it.

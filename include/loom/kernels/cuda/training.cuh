@@ -35,9 +35,6 @@
 
 namespace loom::kernels::cuda_kernels {
 
-using loom::kernels::apply_locks;
-using loom::kernels::apply_ref_name;
-
 // The CPU's begin_update on this GPU: take the locks; check the inputs (the
 // CPU's messages) and that every ref lives on this GPU; own the buffers the
 // update writes, a shared one copied on this GPU's stream (unshare_refs).
