@@ -10,6 +10,9 @@ pool 2x2, dense 1024 (relu), dropout 0.5, dense 10; weights truncated normal (st
 --batch_norm adds tf.layers.batch_normalization after each convolution and fc1 (before
 the relu, no biases there), its UPDATE_OPS run with the train op.
 
+Needs TensorFlow 2.15, or a later one with tf_keras of its version (pip install
+tensorflow-cpu tf_keras): tf.compat.v1.layers is Keras 2's.
+
 Data: Fashion-MNIST's IDX files (--data_dir, .gz as published); the first 5000 training
 images are the validation set, as TF's read_data_sets and loom's read_mnist split them;
 worker i shuffles the rest with seed + i.
@@ -51,6 +54,9 @@ def load(data_dir, name):
 
 def worker_or_ps(a):
     import numpy as np
+    # tf.compat.v1.layers is Keras 2's: from TensorFlow 2.16 on it needs the tf_keras package
+    # and this switch (TF 2.15 has it built in).
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow.compat.v1 as tf
     tf.disable_eager_execution()
     tf.logging.set_verbosity(tf.logging.ERROR)

@@ -22,6 +22,7 @@
 #include <loom/graph/metrics.hpp>
 #include <loom/graph/ops/array.hpp>
 #include <loom/graph/ops/batch_matmul.hpp>
+#include <loom/graph/ops/batch_norm.hpp>
 #include <loom/graph/ops/checkpoint.hpp>
 #include <loom/graph/ops/conv.hpp>
 #include <loom/graph/ops/depthwise_conv.hpp>

@@ -911,3 +911,76 @@ TEST_CASE("depthwise_conv2d: the input and the filter, SAME and VALID, strided a
     check_gradients(g, y, {{x, random_tensor(c.x, -1, 1)}, {f, random_tensor(c.f, -1, 1)}}, others);
   }
 }
+
+TEST_CASE("fused_batch_norm: training through the batch's moments, and inference") {
+  for (const shape& xs : {shape{5, 3}, shape{2, 3, 2, 4}}) {
+    const std::int64_t c = xs[xs.rank() - 1];
+    INFO("x " << xs.to_string());
+    {
+      // Training: y's gradient reaches x directly and through the mean and the variance.
+      graph g;
+      feeds_t others;
+      const node_id x = placeholder(g, xs, "x");
+      const node_id scale = placeholder(g, shape{c}, "scale");
+      const node_id offset = placeholder(g, shape{c}, "offset");
+      const node_id moments = g.add_node("batch_norm_moments", {x});
+      const node_id mean = loom::detail::channel_row(g, moments, 0);
+      const node_id variance = loom::detail::channel_row(g, moments, 1);
+      const node_id bn =
+          g.add_node("fused_batch_norm", {x, scale, offset, mean, variance}, {{"epsilon", 1e-3}});
+      const node_id y = weighted(g, bn, others);
+      check_gradients(g, y,
+                      {{x, random_tensor(xs, -2, 2)},
+                       {scale, random_tensor(shape{c}, 0.5, 2)},
+                       {offset, random_tensor(shape{c}, -1, 1)}},
+                      others, 1e-5);
+    }
+    {
+      // Inference: given mean and variance (the moving averages), each with its gradient.
+      graph g;
+      feeds_t others;
+      const node_id x = placeholder(g, xs, "x");
+      const node_id scale = placeholder(g, shape{c}, "scale");
+      const node_id offset = placeholder(g, shape{c}, "offset");
+      const node_id mean = placeholder(g, shape{c}, "mean");
+      const node_id variance = placeholder(g, shape{c}, "variance");
+      const node_id y = weighted(
+          g,
+          g.add_node("fused_batch_norm", {x, scale, offset, mean, variance}, {{"epsilon", 0.01}}),
+          others);
+      check_gradients(g, y,
+                      {{x, random_tensor(xs, -2, 2)},
+                       {scale, random_tensor(shape{c}, 0.5, 2)},
+                       {offset, random_tensor(shape{c}, -1, 1)},
+                       {mean, random_tensor(shape{c}, -1, 1)},
+                       {variance, random_tensor(shape{c}, 0.5, 2)}},
+                      others);
+    }
+    {
+      // The moments alone, every row (the reported variance's n / (n - 1) included).
+      graph g;
+      feeds_t others;
+      const node_id x = placeholder(g, xs, "x");
+      const node_id y = weighted(g, g.add_node("batch_norm_moments", {x}), others);
+      check_gradients(g, y, {{x, random_tensor(xs, -2, 2)}}, others);
+    }
+  }
+}
+
+TEST_CASE("the batch_normalization layer: its gradient while training, through its flag") {
+  graph g;
+  feeds_t others;
+  loom::placeholder<double, 4> x(g, shape{2, 3, 2, 2}, "x");
+  loom::placeholder<bool, 0> training(g, shape{}, "training");
+  auto bn = loom::layers::batch_normalization(x, training, {.epsilon = 1e-2});
+  others.emplace_back(training.id(), any_tensor::scalar<bool>(true));
+  // Read by the inference branch only; fed rather than initialized.
+  others.emplace_back(g.find("batch_normalization/moving_mean"), random_tensor(shape{2}, -1, 1));
+  others.emplace_back(g.find("batch_normalization/moving_variance"), random_tensor(shape{2}, 1, 2));
+  const node_id y = weighted(g, bn.id(), others);
+  check_gradients(g, y,
+                  {{x.id(), random_tensor(shape{2, 3, 2, 2}, -2, 2)},
+                   {g.find("batch_normalization/gamma"), random_tensor(shape{2}, 0.5, 2)},
+                   {g.find("batch_normalization/beta"), random_tensor(shape{2}, -1, 1)}},
+                  others, 1e-5);
+}

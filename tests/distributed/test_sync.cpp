@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -160,6 +161,46 @@ TEST_CASE("counter_wait returns when the counter passes its threshold") {
   CHECK(released.get() == 5);
   // Raising never lowers it.
   CHECK(as_int(raiser.run_nodes({raise}, {}, {{v.id(), at(2)}})[0]) == 5);
+}
+
+TEST_CASE("sync_replicas_optimizer under update ops: only the worker's step waits for them") {
+  // TF's UPDATE_OPS idiom around minimize: an update that reads the step's feed. The ops run
+  // outside a step (at session start, in the chief's loop) must not need that feed.
+  loom::graph g;
+  auto step = loom::create_global_step(g);
+  loom::placeholder<float, 1> x(g, loom::shape{2}, "x");
+  loom::variable<float, 1> w(g, "w", loom::shape{2}, loom::zeros_initializer{});
+  loom::variable<float, 1> average(g, "average", loom::shape{2}, loom::zeros_initializer{},
+                                   loom::variable_options{.trainable = false});
+  const auto update = average.assign(x);
+  loom::gradient_descent_optimizer sgd{0.5};
+  loom::sync_replicas_optimizer sync(sgd, {.replicas_to_aggregate = 1, .total_num_replicas = 1});
+  {
+    auto after = g.control_dependencies({update.id()});
+    sync.minimize(loom::reduce_sum(loom::square(w - x)), step);
+  }
+  // Whether `from` needs `target` through its inputs and control inputs.
+  auto needs = [&](loom::node_id from, loom::node_id target) {
+    std::vector<loom::node_id> todo{from};
+    std::set<loom::node_id> seen;
+    while (!todo.empty()) {
+      const loom::node_id n = todo.back();
+      todo.pop_back();
+      if (n == target)
+        return true;
+      if (!seen.insert(n).second)
+        continue;
+      for (const auto* list : {&g.node(n).inputs, &g.node(n).control_inputs})
+        todo.insert(todo.end(), list->begin(), list->end());
+    }
+    return false;
+  };
+  CHECK(needs(sync.train_op().id(), update.id()));
+  for (const loom::operation& op : {sync.local_step_init_op(), sync.chief_update_op(),
+                                    sync.reset_op(), sync.close_op(), sync.release_all_op()}) {
+    INFO(g.node(op.id()).name);
+    CHECK_FALSE(needs(op.id(), x.id()));
+  }
 }
 
 TEST_CASE("sync_replicas_optimizer: workers wait for each update; one global step per update") {

@@ -115,6 +115,11 @@ const std::set<std::string>& cpu_only_ops() {
       "iterator_component",
       "iterator_wait_ms",
       "iterator_init", // makes a new pass of that host resource
+      // The exact AUC's pairs: a host resource beside its metric's variable, like the
+      // accumulators, sorted on the host when evaluated.
+      "exact_auc_update",
+      "exact_auc",
+      "exact_auc_reset",
       // init_from_checkpoint's read of a checkpoint's slice: files on the variable's task's
       // host, as the saver's own ops read them.
       "restore_slice",
@@ -694,6 +699,25 @@ std::vector<op_case> make_cases() {
     cs.push_back({"depthwise_conv2d_native_backprop_input", floats, {{f}, {y}, {x}}, a, check::l2});
     cs.push_back(
         {"depthwise_conv2d_native_backprop_filter", floats, {{x}, {y}, {f}}, a, check::l2});
+  }
+
+  // Fused batch normalization: channels fewer than a warp, more than a block's 32 (a second
+  // tile, a partial one), rows more than one chunk, and no rows.
+  for (const S& x : {S{2, 7, 6, 3}, S{5, 4, 4, 45}, S{20000, 2}, S{0, 3}}) {
+    const std::int64_t c = x[x.rank() - 1];
+    const attr_map eps{{"epsilon", 1e-3}};
+    cs.push_back({"batch_norm_moments", floats, {{x}}, {}, check::l2});
+    cs.push_back({"fused_batch_norm",
+                  floats,
+                  {{x}, {S{c}}, {S{c}}, {S{c}}, {S{c}, {}, gen::positive}},
+                  eps,
+                  check::l2});
+    cs.push_back({"fused_batch_norm_grad_sums",
+                  floats,
+                  {{x}, {x}, {S{c}}, {S{c}, {}, gen::positive}},
+                  eps,
+                  check::l2});
+    cs.push_back({"batch_norm_moments_grad", floats, {{S{3, c}}, {x}, {S{3, c}}}, {}, check::l2});
   }
 
   // Softmax and cross-entropies (L2: exp and row sums differ in order).

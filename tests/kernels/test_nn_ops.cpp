@@ -1,4 +1,5 @@
-// dropout (a seeded mask of the input's run-time shape, inverted scaling, nothing while
+// fused_batch_norm (the batch's moments and TF's reported variance, the inference form, its
+// errors), dropout (a seeded mask of the input's run-time shape, inverted scaling, nothing while
 // not training, a rate outside [0, 1) refused), leaky_relu and l2_loss.
 #include <doctest/doctest.h>
 #include <support/messages.hpp>
@@ -115,4 +116,88 @@ TEST_CASE("batch_matmul against per-batch products, broadcast batches, and its e
   CHECK(contains(
       message_of<loom::invalid_argument_error>([&] { loom::batch_matmul(bt, other_batch); }),
       "batch dimensions 4 and 3 do not broadcast"));
+}
+
+TEST_CASE_TEMPLATE("fused_batch_norm: the batch's statistics, TF's reported variance, inference", T,
+                   float, double) {
+  graph g;
+  loom::placeholder<T, 2> x(g, shape{-1, 2}, "x");
+  const auto scale = loom::constant(g, tensor<T, 1>(shape{2}, {T(2), T(1)}));
+  const auto offset = loom::constant(g, tensor<T, 1>(shape{2}, {T(0.5), T(0)}));
+  auto [y, mean, variance] = loom::fused_batch_norm(x, scale, offset, 1e-3);
+  auto inference =
+      loom::fused_batch_norm(x, scale, offset, mean * T(0) + T(1), variance * T(0) + T(3), 1e-3);
+  loom::session s(g);
+  const auto xv = tensor<T, 2>(shape{4, 2}, {1, 10, 2, 20, 3, 30, 4, 40});
+  const auto got = s.run(y, {{x, xv}});
+  const auto m = s.run(mean, {{x, xv}});
+  const auto v = s.run(variance, {{x, xv}});
+  // Columns: mean 2.5 and 25, variance 1.25 and 125 (reported times 4 / 3).
+  CHECK(m.flat()[0] == doctest::Approx(2.5));
+  CHECK(m.flat()[1] == doctest::Approx(25));
+  CHECK(v.flat()[0] == doctest::Approx(1.25 * 4 / 3));
+  CHECK(v.flat()[1] == doctest::Approx(125.0 * 4 / 3));
+  for (int r = 0; r < 4; ++r) {
+    const double x0 = r + 1, x1 = 10.0 * (r + 1);
+    CHECK(got.flat()[static_cast<std::size_t>(2 * r)] ==
+          doctest::Approx(2 * (x0 - 2.5) / std::sqrt(1.25 + 1e-3) + 0.5).epsilon(1e-5));
+    CHECK(got.flat()[static_cast<std::size_t>(2 * r + 1)] ==
+          doctest::Approx((x1 - 25) / std::sqrt(125 + 1e-3)).epsilon(1e-5));
+  }
+  const auto inf = s.run(inference.y, {{x, xv}});
+  CHECK(inf.flat()[0] == doctest::Approx(2 * (1 - 1) / std::sqrt(3 + 1e-3) + 0.5));
+  CHECK(inf.flat()[1] == doctest::Approx((10 - 1) / std::sqrt(3 + 1e-3)).epsilon(1e-5));
+}
+
+TEST_CASE("fused_batch_norm over NHWC: every channel's statistics over batch, height and width") {
+  graph g;
+  loom::placeholder<float, 4> x(g, shape{-1, 5, 7, 3}, "x");
+  const auto ones = loom::constant(g, tensor<float, 1>(shape{3}, 1.f));
+  const auto zeros = loom::constant(g, tensor<float, 1>(shape{3}, 0.f));
+  auto [y, mean, variance] = loom::fused_batch_norm(x, ones, zeros, 1e-5);
+  tensor<float, 4> xv(shape{6, 5, 7, 3});
+  for (std::size_t e = 0; e < xv.flat().size(); ++e) // channel c: large offset, spread c + 1
+    xv.data()[e] = static_cast<float>(1000.0 * (e % 3) + (e % 3 + 1) * std::sin(double(e)));
+  loom::session s(g, loom::session_options{.intra_op_threads = 2});
+  const auto got = s.run(y, {{x, xv}});
+  const auto m = s.run(mean, {{x, xv}});
+  for (std::size_t c = 0; c < 3; ++c) {
+    double sum = 0, squares = 0, n = 0;
+    for (std::size_t e = c; e < xv.flat().size(); e += 3, ++n)
+      sum += xv.data()[e];
+    for (std::size_t e = c; e < xv.flat().size(); e += 3)
+      squares += std::pow(xv.data()[e] - sum / n, 2);
+    CHECK(m.flat()[c] == doctest::Approx(sum / n).epsilon(1e-6));
+    double y_sum = 0, y_squares = 0;
+    for (std::size_t e = c; e < xv.flat().size(); e += 3)
+      y_sum += got.flat()[e], y_squares += std::pow(got.flat()[e], 2);
+    CHECK(std::abs(y_sum / n) < 1e-4);
+    CHECK(y_squares / n == doctest::Approx(squares / n / (squares / n + 1e-5)).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("fused_batch_norm's errors name the node and the shapes") {
+  graph g;
+  loom::placeholder<float, 4> x(g, shape{-1, 4, 4, 3}, "images");
+  const auto three = loom::constant(g, tensor<float, 1>(shape{3}, 1.f));
+  const auto four = loom::constant(g, tensor<float, 1>(shape{4}, 1.f));
+  CHECK(contains(
+      message_of<loom::invalid_argument_error>([&] { loom::fused_batch_norm(x, four, three); }),
+      "must be a vector of 3 float32"));
+  CHECK(contains(message_of<loom::invalid_argument_error>(
+                     [&] { loom::fused_batch_norm(x, three, three, 0.0); }),
+                 "must be positive"));
+  loom::placeholder<float, 4> unknown(g, shape{-1, 4, 4, -1}, "unknown_channels");
+  CHECK(contains(message_of<loom::invalid_argument_error>(
+                     [&] { loom::fused_batch_norm(unknown, three, three); }),
+                 "unknown_channels"));
+  // A per-channel input known only when it runs, of the wrong length.
+  loom::placeholder<float, 1> scale(g, shape{-1}, "scale");
+  auto bn = loom::fused_batch_norm(x, scale, three).y;
+  loom::session s(g);
+  CHECK(contains(message_of<loom::invalid_argument_error>([&] {
+                   s.run(bn, {{x, tensor<float, 4>(shape{1, 4, 4, 3}, 1.f)},
+                              {scale, tensor<float, 1>(shape{2}, 1.f)}});
+                 }),
+                 "the scale of shape [2] must be [3], one per channel"));
 }

@@ -143,6 +143,26 @@ TEST_CASE("batch_normalization: batch statistics and update ops while training, 
   CHECK(inference[0] == doctest::Approx((1 - 0.25) / std::sqrt(moving_var[0] + 1e-9)));
 }
 
+TEST_CASE("batch_normalization of NHWC images moves the variance toward the unbiased one, as TF") {
+  graph g;
+  loom::placeholder<double, 4> x(g, shape{-1, 2, 1, 1}, "x");
+  auto y = loom::layers::batch_normalization(x, true, {.momentum = 0.5});
+  loom::session s(g);
+  s.run(loom::global_variables_initializer(g));
+  const auto xv = tensor<double, 4>(shape{2, 2, 1, 1}, {1, 2, 3, 6});
+  const auto& updates = g.collection(loom::collection::update_ops);
+  std::vector<loom::node_id> fetch(updates.begin(), updates.end());
+  fetch.push_back(y.id());
+  s.run_nodes(fetch, {}, {{x.id(), xv.value()}});
+  // One channel over n = 4 values: mean 3, variance 3.5, unbiased 14 / 3.
+  const auto moving_var =
+      values_in(s.run_nodes({g.find("batch_normalization/moving_variance")}, {}, {})[0]);
+  CHECK(moving_var[0] == doctest::Approx(0.5 + 0.5 * 14.0 / 3));
+  const auto moving_mean =
+      values_in(s.run_nodes({g.find("batch_normalization/moving_mean")}, {}, {})[0]);
+  CHECK(moving_mean[0] == doctest::Approx(1.5));
+}
+
 TEST_CASE("layer_normalization and an embedding layer") {
   graph g;
   loom::placeholder<double, 2> x(g, shape{-1, 4}, "x");
@@ -238,4 +258,48 @@ TEST_CASE("metrics accumulate over batches, reset, and stay out of checkpoints")
   CHECK(contains(
       message_of<loom::invalid_argument_error>([&] { loom::metrics::auc(truth, scores, 1); }),
       "num_thresholds 1 must be 2 or more"));
+}
+
+TEST_CASE("exact_auc: the Mann-Whitney statistic over every batch, ties half, reset") {
+  graph g;
+  loom::placeholder<bool, 1> truth(g, shape{-1}, "truth");
+  loom::placeholder<double, 1> scores(g, shape{-1}, "scores");
+  auto exact = loom::metrics::exact_auc(truth, scores);
+  auto fine = loom::metrics::auc(truth, scores, 5001);
+  loom::session s(g);
+  s.run(loom::local_variables_initializer(g));
+  auto feed = [&](const std::vector<bool>& t, const std::vector<double>& sc) {
+    const auto n = static_cast<std::int64_t>(t.size());
+    tensor<bool, 1> tt(shape{n});
+    for (std::size_t i = 0; i < t.size(); ++i)
+      tt.data()[i] = t[i];
+    return loom::feed_dict{{truth, tt}, {scores, tensor<double, 1>(shape{n}, sc)}};
+  };
+  CHECK(s.run(exact.value).flat()[0] == 0.0); // nothing seen yet
+  // Positives 0.9, 0.4, 0.8 against negatives 0.1, 0.4: 5 pairs ordered, 1 tied, of 6.
+  s.run(exact.update, feed({true, false, true}, {0.9, 0.1, 0.4}));
+  s.run(exact.update, feed({false, true}, {0.4, 0.8}));
+  CHECK(s.run(exact.value).flat()[0] == doctest::Approx(5.5 / 6));
+  s.run(exact.reset);
+  CHECK(s.run(exact.value).flat()[0] == 0.0);
+  // On scores without ties, the thresholded form with fine thresholds agrees.
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<bool> t;
+  std::vector<double> sc;
+  for (int i = 0; i < 500; ++i) {
+    sc.push_back(u(rng));
+    t.push_back(u(rng) < sc.back()); // positives score higher on the whole
+  }
+  s.run(loom::group(g, exact.update, fine.update), feed(t, sc));
+  const double e = s.run(exact.value).flat()[0];
+  CHECK(e > 0.7);
+  CHECK(e == doctest::Approx(s.run(fine.value).flat()[0]).epsilon(1e-3));
+  // Initializing the local variables forgets the pairs, as it resets every metric.
+  s.run(loom::local_variables_initializer(g));
+  s.run(exact.update, feed({true, false}, {0.2, 0.7}));
+  CHECK(s.run(exact.value).flat()[0] == 0.0);
+  CHECK(contains(message_of<loom::invalid_argument_error>(
+                     [&] { s.run(exact.update, feed({true}, {std::nan("")})); }),
+                 "prediction 0 is NaN"));
 }

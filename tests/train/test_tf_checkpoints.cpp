@@ -270,6 +270,34 @@ TEST_CASE("var_names saves variables under other names, and restores them from t
                        doctest::Contains("are both saved as 'x'"), loom::invalid_argument_error);
 }
 
+TEST_CASE("an evaluation graph restores the moving averages into its variables (TF's way)") {
+  scratch dir;
+  std::string path;
+  {
+    // Training: w moves to 10, its average to 4 + 0.5 (10 - 4) = 7.
+    loom::graph g;
+    auto step = loom::create_global_step(g);
+    loom::variable<float, 1> w(g, "w", shape{2}, loom::constant_initializer{4.0});
+    loom::exponential_moving_average ema(0.5);
+    auto update = ema.apply(g, {w.id()});
+    loom::session s(g);
+    s.run(loom::global_variables_initializer(g));
+    s.run(w.assign(loom::constant(g, loom::tensor<float, 1>(shape{2}, 10.0f))));
+    s.run(update);
+    s.run(step.assign(loom::constant(g, std::int64_t{42})));
+    path = loom::saver(g).save(s, dir / "model.ckpt");
+  }
+  // Evaluation: no apply(); w reads its shadow, the step itself.
+  loom::graph g;
+  auto step = loom::create_global_step(g);
+  loom::variable<float, 1> w(g, "w", shape{2}, loom::constant_initializer{0.0});
+  loom::session s(g);
+  loom::saver(g, {.var_names = loom::exponential_moving_average(0.5).variables_to_restore(g)})
+      .restore(s, path);
+  CHECK(s.run(w).flat()[1] == 7.0f);
+  CHECK(s.run(step).flat()[0] == 42);
+}
+
 TEST_CASE("init_from_checkpoint warm-starts scopes and single variables under other names") {
   const std::string mlp = fixtures + "mlp_adam/model.ckpt-3";
   const auto expected = expected_values(mlp);

@@ -219,7 +219,12 @@ TEST_CASE("exponential_moving_average: shadows start at the variable, move with 
   const loom::node_id shadow = ema.average(w.id());
   CHECK(g.node(shadow).name == "w/ExponentialMovingAverage");
   CHECK(g.node(shadow).colocation() == w.node().colocation());
-  CHECK(ema.variables_to_restore(g).at("w/ExponentialMovingAverage") == w.id());
+  // The name map restores w from its shadow, the step from itself, and not the shadow.
+  using name_map = std::vector<std::pair<std::string, loom::node_id>>;
+  CHECK(ema.variables_to_restore(g) ==
+        name_map{{"global_step", step.id()}, {"w/ExponentialMovingAverage", w.id()}});
+  CHECK(g.collection(loom::collection::moving_average_variables) ==
+        std::vector<loom::node_id>{w.id()});
   loom::session s(g);
   s.run(loom::global_variables_initializer(g));
   const loom::output<double, 1> average(g, shadow);

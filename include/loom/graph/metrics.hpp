@@ -8,6 +8,7 @@
 
 #include <loom/graph/graph.hpp>
 #include <loom/graph/lower.hpp>
+#include <loom/graph/ops/exact_auc.hpp>
 #include <loom/graph/ops/math.hpp>
 #include <loom/graph/ops/strided.hpp>
 #include <loom/graph/variables.hpp>
@@ -164,6 +165,30 @@ metric auc(const L& labels, const P& predictions, std::int64_t num_thresholds = 
   };
   auto value = reduce_sum((head(x) - tail(x)) * (head(y) + tail(y)) * 0.5);
   return {value, update, detail::reset_of(g, tp, fn, tn, fp)};
+}
+
+// The exact area under the ROC curve of every (label, prediction) pair so far: the
+// Mann-Whitney statistic, a positive and a negative of one prediction counting half
+// (scikit-learn's roc_auc_score; TF 1.x has only the thresholded form above). 0 until both
+// classes were seen. It keeps every pair, 9 bytes an example, in a host resource beside its
+// local variable NAME/pairs (which counts them, so where the device setter places that
+// variable every worker's updates reach one list, and initializing the local variables
+// forgets the pairs too). Evaluating sorts them: O(n log n).
+template <expression L, expression P>
+metric exact_auc(const L& labels, const P& predictions, const std::string& name = "exact_auc") {
+  static_assert(std::is_same_v<value_type_of<L>, bool>, "loom::metrics::exact_auc: bool labels");
+  static_assert(floating_type<value_type_of<P>>,
+                "loom::metrics::exact_auc: the predictions are float or double scores");
+  detail::check_same_shape("exact_auc", labels, lower(predictions).shape());
+  auto l = lower(cast<double>(labels));
+  auto p = lower(cast<double>(predictions));
+  graph g = l.graph();
+  auto scope = g.name_scope(name + "/");
+  auto pairs = detail::local_total<0>(g, "pairs", loom::shape{});
+  const operation update{g, g.add_node("exact_auc_update", {pairs.id(), l.id(), p.id()})};
+  const output<double, 0> value{g, g.add_node("exact_auc", {pairs.id()})};
+  const operation reset{g, g.add_node("exact_auc_reset", {pairs.id()})};
+  return {value, update, reset};
 }
 
 } // namespace loom::metrics

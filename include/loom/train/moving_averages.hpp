@@ -1,8 +1,8 @@
 // tf.train.ExponentialMovingAverage: a shadow variable per variable ("w/ExponentialMovingAverage"),
 // colocated with it (so on its ps), starting at the variable's initial value, and an apply op
 // that moves every shadow toward its variable: shadow -= (1 - decay) (shadow - variable),
-// decay min(decay, (1 + n) / (10 + n)) with a step count n. variables_to_restore() names the
-// shadows as a saver's name map reads them, to evaluate with the averages.
+// decay min(decay, (1 + n) / (10 + n)) with a step count n. variables_to_restore() is the
+// saver's name map that reads the shadows into the variables, to evaluate with the averages.
 #pragma once
 
 #include <loom/core/error.hpp>
@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loom {
@@ -65,13 +67,33 @@ public:
     return it->second;
   }
 
-  // For restoring the averages into the variables (TF's variables_to_restore): the shadow's
-  // checkpoint name -> the variable, for every variable apply() was given.
-  std::map<std::string, node_id> variables_to_restore(const graph& g) const {
-    std::map<std::string, node_id> out;
-    for (const auto& [var, shadow] : shadows_)
-      out[g.node(shadow).name] = var;
-    return out;
+  // The name under which a variable's shadow is saved: "<variable>/<name>" (TF's average_name).
+  std::string average_name(const graph& g, node_id var) const {
+    return g.node(var).name + "/" + name_;
+  }
+
+  // A saver's name map (saver_options::var_names) that restores the averages into the
+  // variables, to evaluate with them (TF's variables_to_restore): each variable to average
+  // from its shadow's name, every other global variable from its own. The variables to
+  // average are `averaged`, or as TF's default the trainable variables and the
+  // moving_average_variables collection; so an evaluation graph that never called apply()
+  // restores the averages its training graph saved.
+  std::vector<std::pair<std::string, node_id>>
+  variables_to_restore(const graph& g, std::optional<std::vector<node_id>> averaged = {}) const {
+    if (!averaged) {
+      averaged = g.collection(collection::trainable_variables);
+      const auto& listed = g.collection(collection::moving_average_variables);
+      averaged->insert(averaged->end(), listed.begin(), listed.end());
+    }
+    std::map<std::string, node_id> names;
+    std::set<node_id> averaged_ids;
+    for (node_id v : *averaged)
+      if (averaged_ids.insert(v).second)
+        names[average_name(g, v)] = v;
+    for (node_id v : g.collection(collection::global_variables))
+      if (!averaged_ids.count(v))
+        names.emplace(g.node(v).name, v); // not where a shadow's name is taken (TF's)
+    return {names.begin(), names.end()};
   }
 
 private:
@@ -89,7 +111,7 @@ private:
     visit_dtype(var.type, [&]<class T>() {
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
         auto init = [&]<int R>() {
-          variable<T, R> s(g, var.name + "/" + name_, output<T, R>(g, initial),
+          variable<T, R> s(g, average_name(g, v), output<T, R>(g, initial),
                            variable_options{.trainable = false});
           shadow = s.id();
         };
@@ -112,7 +134,8 @@ private:
     g.mutable_node(shadow).colocation_group = group;
     if (g.node(initial).colocation_group == g.node(shadow).name)
       g.mutable_node(initial).colocation_group = group;
-    g.add_to_collection(collection::moving_average_variables, shadow);
+    // TF lists the averaged variable, not its shadow.
+    g.add_to_collection(collection::moving_average_variables, v);
     return shadow;
   }
 

@@ -107,6 +107,11 @@ public:
     const std::string token = o_.name + "_token";
     auto scope = g.name_scope(o_.name);
 
+    // Only the worker's step (its accumulates, the wait, train_op) takes the caller's control
+    // dependencies (TF's UPDATE_OPS idiom: batch normalization's updates run with the step).
+    // What runs outside a step (the local init, the chief's update and the barrier's
+    // close, reset and release) must not: it would need the step's feeds.
+    std::optional<scope_guard> outside_step(g.control_dependencies(nullptr));
     // The worker's own step counter lives on the worker (where the device
     // scope puts ops that are not variables), not on a ps: each worker has one.
     const std::string worker_device = g.node(no_op(g, "local_anchor").id()).requested_device;
@@ -129,6 +134,7 @@ public:
                           {}, "local_epoch_init")},
               "local_init");
 
+    outside_step.reset();
     // Worker: gradients into the accumulators, then wait for the update.
     // A gradient of rows (an embedding's) goes to a sparse accumulator: only
     // the rows and their ids travel, and the chief applies them sparsely.
@@ -156,6 +162,7 @@ public:
     train_op_ = {g, g.add_node("assign", {local_step->id(), released}, {}, "train_op")};
     g.add_to_collection(collection::train_op, train_op_->id());
 
+    outside_step.emplace(g.control_dependencies(nullptr));
     // Chief: the means of the fresh gradients, applied; then release.
     std::vector<grad_and_var> means;
     std::vector<node_id> closes, resets;

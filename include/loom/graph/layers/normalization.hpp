@@ -2,15 +2,17 @@
 // tf.layers.batch_normalization (its moving mean and variance updated by ops in the
 // "update_ops" collection, TF's UPDATE_OPS) and layer normalization.
 //
-// Built from elementwise ops and reductions, so autodiff differentiates them and the CPU and
-// the GPU run them (a fused batch-norm kernel would save passes over the activations; not
-// built).
+// moments and batch_normalization are expressions of elementwise ops and reductions; the
+// batch_normalization layer runs the fused ops of graph/ops/batch_norm.hpp (one pass for the
+// statistics, one for y, two for the gradient).
 #pragma once
 
 #include <loom/graph/layers/layer.hpp>
+#include <loom/graph/ops/batch_norm.hpp>
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,51 +86,49 @@ output<value_type_of<X>, rank_of<X>> normalize_batch(const X& x, const Training&
   auto moving_variance =
       loom::detail::layer_weight<T, 1>(g, "moving_variance", c, ones_initializer{}, {}, false);
 
-  // Every axis but the last.
-  std::array<std::int64_t, R - 1> axes{};
-  for (int a = 0; a < R - 1; ++a)
-    axes[static_cast<std::size_t>(a)] = a;
-  auto [mean, variance] = moments(lx, axes);
-  auto flat_mean = reshape(mean, std::array<std::int64_t, 1>{channels});
-  auto flat_variance = reshape(variance, std::array<std::int64_t, 1>{channels});
-  // TF's fused kernel (its choice for a 4-D input) moves the average toward the unbiased
-  // variance, n / (n - 1) times the batch's; the non-fused one toward the batch's.
-  output<T, 1> update_variance = flat_variance;
-  if constexpr (R == 4) {
-    auto n = cast<T>(reduce_sum(lx * T(0) + T(1))) / static_cast<T>(channels);
-    update_variance = lower(flat_variance * (n / maximum(n - T(1), T(1))));
-  }
-  const T decay = static_cast<T>(1 - o.momentum);
-  auto move_toward = [&](const variable<T, 1>& average, const output<T, 1>& value) {
-    node_id update;
-    if constexpr (std::is_same_v<Training, bool>)
-      update = average.assign_sub((average - value) * decay).id();
-    else // no move while the graph's flag says not training
-      update = average.assign_sub(where(training, (average - value) * decay, average * T(0))).id();
-    g.add_to_collection(collection::update_ops, update);
-  };
-  bool updates = true;
+  // The batch's statistics in one pass (batch_norm_moments: mean, variance, and the variance
+  // times n / (n - 1)); not computed where the flag is the constant false.
+  bool batch_statistics = true;
   if constexpr (std::is_same_v<Training, bool>)
-    updates = training;
-  if (updates) {
-    move_toward(moving_mean, flat_mean);
-    move_toward(moving_variance, update_variance);
+    batch_statistics = training;
+  std::optional<output<T, 1>> batch_mean, batch_variance, update_variance;
+  if (batch_statistics) {
+    const node_id m = g.add_node("batch_norm_moments", {lx.id()});
+    batch_mean.emplace(g, loom::detail::channel_row(g, m, 0));
+    batch_variance.emplace(g, loom::detail::channel_row(g, m, 1));
+    // TF's fused kernel (its choice for a 4-D input) moves the average toward the unbiased
+    // variance; the non-fused one toward the batch's.
+    update_variance.emplace(g, R == 4 ? loom::detail::channel_row(g, m, 2) : batch_variance->id());
+    const T decay = static_cast<T>(1 - o.momentum);
+    auto move_toward = [&](const variable<T, 1>& average, const output<T, 1>& value) {
+      node_id update;
+      if constexpr (std::is_same_v<Training, bool>)
+        update = average.assign_sub((average - value) * decay).id();
+      else // no move while the graph's flag says not training
+        update =
+            average.assign_sub(where(training, (average - value) * decay, average * T(0))).id();
+      g.add_to_collection(collection::update_ops, update);
+    };
+    move_toward(moving_mean, *batch_mean);
+    move_toward(moving_variance, *update_variance);
   }
-  auto use_mean = [&]() -> output<T, 1> {
+  auto pick = [&](const std::optional<output<T, 1>>& batch,
+                  const variable<T, 1>& average) -> output<T, 1> {
     if constexpr (std::is_same_v<Training, bool>)
-      return training ? flat_mean : output<T, 1>(moving_mean);
+      return training ? *batch : output<T, 1>(average);
     else
-      return lower(where(training, flat_mean, moving_mean));
-  }();
-  auto use_variance = [&]() -> output<T, 1> {
-    if constexpr (std::is_same_v<Training, bool>)
-      return training ? flat_variance : output<T, 1>(moving_variance);
-    else
-      return lower(where(training, flat_variance, moving_variance));
-  }();
-  output<T, 1> scale_by = gamma ? output<T, 1>(*gamma) : lower(use_mean * T(0) + T(1));
-  output<T, 1> offset = beta ? output<T, 1>(*beta) : lower(use_mean * T(0));
-  return lower(batch_normalization(lx, use_mean, use_variance, offset, scale_by, o.epsilon));
+      return lower(where(training, *batch, average));
+  };
+  auto filled = [&](T v) {
+    return output<T, 1>(
+        constant(g, tensor<T, 1>(c, std::vector<T>(static_cast<std::size_t>(channels), v))));
+  };
+  const output<T, 1> scale_by = gamma ? output<T, 1>(*gamma) : filled(T(1));
+  const output<T, 1> offset = beta ? output<T, 1>(*beta) : filled(T(0));
+  // One fused_batch_norm: its gradient reaches x through the batch statistics while
+  // training, as TF's training-mode kernel's does.
+  return loom::detail::fused_batch_norm_node(lx, scale_by, offset, pick(batch_mean, moving_mean),
+                                             pick(batch_variance, moving_variance), o.epsilon);
 }
 } // namespace detail
 

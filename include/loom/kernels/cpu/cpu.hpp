@@ -4,10 +4,12 @@
 
 #include <loom/kernels/cpu/array.hpp>
 #include <loom/kernels/cpu/batch_matmul.hpp>
+#include <loom/kernels/cpu/batch_norm.hpp>
 #include <loom/kernels/cpu/checkpoint.hpp>
 #include <loom/kernels/cpu/conv.hpp>
 #include <loom/kernels/cpu/depthwise_conv.hpp>
 #include <loom/kernels/cpu/elementwise.hpp>
+#include <loom/kernels/cpu/exact_auc.hpp>
 #include <loom/kernels/cpu/gather_nd.hpp>
 #include <loom/kernels/cpu/hash_embedding.hpp>
 #include <loom/kernels/cpu/iterator.hpp>

@@ -19,6 +19,7 @@
 #include <loom/kernels/cuda/array.cuh>
 #include <loom/kernels/cuda/backend.hpp>
 #include <loom/kernels/cuda/batch_matmul.cuh>
+#include <loom/kernels/cuda/batch_norm.cuh>
 #include <loom/kernels/cuda/conv.cuh>
 #include <loom/kernels/cuda/depthwise_conv.cuh>
 #include <loom/kernels/cuda/elementwise.cuh>
