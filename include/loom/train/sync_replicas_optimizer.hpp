@@ -111,30 +111,32 @@ public:
     // dependencies (TF's UPDATE_OPS idiom: batch normalization's updates run with the step).
     // What runs outside a step (the local init, the chief's update and the barrier's
     // close, reset and release) must not: it would need the step's feeds.
-    std::optional<scope_guard> outside_step(g.control_dependencies(nullptr));
     // The worker's own step counter lives on the worker (where the device
     // scope puts ops that are not variables), not on a ps: each worker has one.
-    const std::string worker_device = g.node(no_op(g, "local_anchor").id()).requested_device;
     // Beside it, the barrier's epoch its session began in.
+    std::string worker_device;
     std::optional<variable<std::int64_t, 0>> local_step, local_epoch;
-    {
-      auto on_worker = g.device(worker_device);
-      local_step.emplace(g, "local_step", shape{}, zeros_initializer{},
-                         variable_options{.trainable = false, .local = true});
-      local_epoch.emplace(g, "local_epoch", shape{}, zeros_initializer{},
-                          variable_options{.trainable = false, .local = true});
-    }
     const attr_map barrier_attrs{{"counter", token}};
-    local_step_init_ =
-        group(g,
-              {g.add_node("assign", {local_step->id(), global_step.id()}, {}, "local_step_init"),
-               g.add_node("assign",
-                          {local_epoch->id(), g.add_node("barrier_epoch", {global_step.id()},
-                                                         barrier_attrs, "barrier_epoch")},
-                          {}, "local_epoch_init")},
-              "local_init");
+    {
+      const scope_guard outside_step = g.control_dependencies(nullptr);
+      worker_device = g.node(no_op(g, "local_anchor").id()).requested_device;
+      {
+        auto on_worker = g.device(worker_device);
+        local_step.emplace(g, "local_step", shape{}, zeros_initializer{},
+                           variable_options{.trainable = false, .local = true});
+        local_epoch.emplace(g, "local_epoch", shape{}, zeros_initializer{},
+                            variable_options{.trainable = false, .local = true});
+      }
+      local_step_init_ =
+          group(g,
+                {g.add_node("assign", {local_step->id(), global_step.id()}, {}, "local_step_init"),
+                 g.add_node("assign",
+                            {local_epoch->id(), g.add_node("barrier_epoch", {global_step.id()},
+                                                           barrier_attrs, "barrier_epoch")},
+                            {}, "local_epoch_init")},
+                "local_init");
+    }
 
-    outside_step.reset();
     // Worker: gradients into the accumulators, then wait for the update.
     // A gradient of rows (an embedding's) goes to a sparse accumulator: only
     // the rows and their ids travel, and the chief applies them sparsely.
@@ -162,7 +164,7 @@ public:
     train_op_ = {g, g.add_node("assign", {local_step->id(), released}, {}, "train_op")};
     g.add_to_collection(collection::train_op, train_op_->id());
 
-    outside_step.emplace(g.control_dependencies(nullptr));
+    const scope_guard chief_outside_step = g.control_dependencies(nullptr);
     // Chief: the means of the fresh gradients, applied; then release.
     std::vector<grad_and_var> means;
     std::vector<node_id> closes, resets;
