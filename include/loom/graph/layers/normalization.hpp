@@ -4,7 +4,8 @@
 //
 // moments and batch_normalization are expressions of elementwise ops and reductions; the
 // batch_normalization layer runs the fused ops of graph/ops/batch_norm.hpp (one pass for the
-// statistics, one for y, two for the gradient).
+// statistics, one for y, and for the gradient one for its per-channel sums and one for the
+// statistics' part).
 #pragma once
 
 #include <loom/graph/layers/layer.hpp>
