@@ -282,17 +282,23 @@ template <class T> struct max_pool_grad_cpu {
     over_images(c.device, w, [&](std::int64_t n) {
       const T* image = in + n * w.in_h * w.in_w * ch;
       T* grad = dx + n * w.in_h * w.in_w * ch;
+      // Each channel's largest value so far beside where it is: the comparison reads no
+      // element through an index, so the channel loop vectorizes.
       std::vector<std::int64_t> best(static_cast<std::size_t>(ch));
+      std::vector<T> best_value(static_cast<std::size_t>(ch));
       for (std::int64_t oy = 0; oy < w.out_h; ++oy)
         for (std::int64_t ox = 0; ox < w.out_w; ++ox) {
           std::fill(best.begin(), best.end(), -1);
+          std::int64_t* b = best.data();
+          T* bv = best_value.data();
           for_each_in_window(w, oy, ox, [&](std::int64_t y, std::int64_t xx, std::int64_t) {
             const std::int64_t at = (y * w.in_w + xx) * ch;
-            for (std::int64_t j = 0; j < ch; ++j) {
-              auto& b = best[static_cast<std::size_t>(j)];
-              if (b < 0 || image[at + j] > image[b])
-                b = at + j;
-            }
+            const T* v = image + at;
+            for (std::int64_t j = 0; j < ch; ++j)
+              if (b[j] < 0 || v[j] > bv[j]) {
+                b[j] = at + j;
+                bv[j] = v[j];
+              }
           });
           const T* d = dy.data<T>() + ((n * w.out_h + oy) * w.out_w + ox) * ch;
           for (std::int64_t j = 0; j < ch; ++j)

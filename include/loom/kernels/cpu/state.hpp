@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <mutex>
 #include <numeric>
+#include <utility>
+#include <vector>
 
 namespace loom::kernels {
 
@@ -116,6 +118,46 @@ template <class T> struct sum_to_shape_cpu {
     std::fill_n(out, c.output.num_elements(), T(0));
     const T* in = dy.data<T>();
     const std::int64_t n = dy.num_elements();
+    if (n == 0)
+      return;
+    // dy's axes as runs of summed and of kept ones (axes of extent 1 left out): a bias's
+    // gradient is [summed rows, kept columns], a broadcast column's [kept, summed]. Those
+    // loop in dy's order, adding in the order the general walk below does (the same sums
+    // to the bit), without its index arithmetic per element.
+    std::vector<std::pair<std::int64_t, bool>> runs; // (elements, summed)
+    for (int i = 0; i < r; ++i) {
+      const bool sum = summed[static_cast<std::size_t>(i)] != 0;
+      if (from[i] == 1)
+        continue;
+      if (!runs.empty() && runs.back().second == sum)
+        runs.back().first *= from[i];
+      else
+        runs.emplace_back(from[i], sum);
+    }
+    if (runs.size() == 1 && runs[0].second) { // everything into one
+      T total = T(0);
+      for (std::int64_t k = 0; k < n; ++k)
+        total += in[k];
+      out[0] = total;
+      return;
+    }
+    if (runs.size() == 2 && runs[0].second) { // columns: out[j] = sum over rows
+      const std::int64_t rows = runs[0].first, cols = runs[1].first;
+      for (std::int64_t i = 0; i < rows; ++i)
+        for (std::int64_t j = 0; j < cols; ++j)
+          out[j] += in[i * cols + j];
+      return;
+    }
+    if (runs.size() == 2 && runs[1].second) { // rows: out[i] = sum over the row
+      const std::int64_t rows = runs[0].first, cols = runs[1].first;
+      for (std::int64_t i = 0; i < rows; ++i) {
+        T total = T(0);
+        for (std::int64_t j = 0; j < cols; ++j)
+          total += in[i * cols + j];
+        out[i] = total;
+      }
+      return;
+    }
     std::vector<std::int64_t> idx(static_cast<std::size_t>(r), 0);
     std::int64_t o = 0;
     for (std::int64_t k = 0; k < n; ++k) {
