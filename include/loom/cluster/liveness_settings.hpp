@@ -41,10 +41,15 @@ struct liveness_settings {
   std::chrono::milliseconds heartbeat_timeout{6000};
   // A ping after this long without a byte from the peer; 0: a third of heartbeat_timeout.
   std::chrono::milliseconds heartbeat_interval{0};
-  // TCP keepalive; keepalive_idle 0: the system's settings (keepalive off).
+  // TCP keepalive; keepalive_idle 0: the system's settings (keepalive off). An idle
+  // connection to a vanished host is let go after idle + count x interval, 10 s. Seven
+  // probes, not three: on a link that loses 5 % of its packets each way, three probes in a
+  // row go unanswered once in about a thousand idle spells, and the kernel then drops a
+  // healthy connection (ETIMEDOUT) under the next call (docs/benchmarks.md, "Under delay,
+  // loss and a bandwidth cap"); seven, once in ten million.
   std::chrono::milliseconds keepalive_idle{3000};
   std::chrono::milliseconds keepalive_interval{1000};
-  int keepalive_count = 3;
+  int keepalive_count = 7;
 
   bool heartbeat() const noexcept { return heartbeat_timeout.count() > 0; }
   std::chrono::milliseconds ping_interval() const noexcept {
