@@ -78,7 +78,7 @@ struct scheduled {
   nanoseconds at;
   std::uint64_t order; // ties in arrival order
   std::size_t from, to;
-  std::vector<std::uint8_t> packet;
+  mutable std::vector<std::uint8_t> packet; // moved back to the pool once written
   bool operator>(const scheduled& o) const { return at != o.at ? at > o.at : order > o.order; }
 };
 
@@ -116,7 +116,9 @@ public:
       const ssize_t got = ::read(hosts_[i].fd, buffer_.data(), buffer_.size());
       if (got <= 0)
         return; // EAGAIN: all read
-      take(i, std::vector<std::uint8_t>(buffer_.begin(), buffer_.begin() + got));
+      std::vector<std::uint8_t> packet = fresh_packet();
+      packet.assign(buffer_.begin(), buffer_.begin() + got);
+      take(i, std::move(packet));
     }
   }
 
@@ -136,17 +138,30 @@ public:
         ++c_.forwarded;
         c_.bytes += s.packet.size();
       }
+      recycle(std::move(s.packet));
       queue_.pop();
     }
     return queue_.empty() ? -1 : queue_.top().at - now;
   }
 
 private:
+  // Packets' buffers are reused (one read buffer of the largest size, each packet copied out
+  // at its own size into a buffer a delivered one left): no allocation per packet once the
+  // links hold as many as they will.
+  std::vector<std::uint8_t> fresh_packet() {
+    if (pool_.empty())
+      return {};
+    std::vector<std::uint8_t> p = std::move(pool_.back());
+    pool_.pop_back();
+    return p;
+  }
+  void recycle(std::vector<std::uint8_t> p) { pool_.push_back(std::move(p)); }
+
   void take(std::size_t from, std::vector<std::uint8_t> packet) {
     // IPv4 only (the hosts have IPv4 addresses; IPv6's own chatter goes nowhere).
     if (packet.size() < 20 || (packet[0] >> 4) != 4) {
       ++c_.unroutable;
-      return;
+      return recycle(std::move(packet));
     }
     std::uint32_t destination;
     std::memcpy(&destination, packet.data() + 16, 4);
@@ -156,24 +171,23 @@ private:
         to = j;
     if (to == hosts_.size() || to == from) {
       ++c_.unroutable;
-      return;
+      return recycle(std::move(packet));
     }
     if (hosts_[from].cut || hosts_[to].cut) {
       ++c_.partitioned;
-      return;
+      return recycle(std::move(packet));
     }
     const netem::fate f = hosts_[from].out->send(m_, packet.size(), now_ns());
-    if (f.lost) {
-      ++c_.lost;
-    } else if (f.queue_full) {
-      ++c_.queue_full;
-    } else {
-      queue_.push({f.at, order_++, from, to, std::move(packet)});
+    if (f.lost || f.queue_full) {
+      ++(f.lost ? c_.lost : c_.queue_full);
+      return recycle(std::move(packet));
     }
+    queue_.push({f.at, order_++, from, to, std::move(packet)});
   }
 
   std::vector<host> hosts_;
   std::vector<std::uint8_t> buffer_ = std::vector<std::uint8_t>(65536); // a packet read
+  std::vector<std::vector<std::uint8_t>> pool_; // delivered or dropped packets' buffers
   netem::impairment m_;
   counters c_;
   std::uint64_t order_ = 0;
