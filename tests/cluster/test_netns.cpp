@@ -345,14 +345,19 @@ void env_must_not_set_liveness(const lt::env_overrides& env) {
   REQUIRE(env.count("LOOM_HEARTBEAT_TIMEOUT") == 0);
 }
 
-// How many times a task's monitored session recreated its session after a failed step
+// The lines where a task's monitored session recreated its session after a failed step
 // ("... failed (...); recreating the session (recovery N)").
-std::size_t recoveries(const std::string& output) {
-  std::size_t n = 0;
+std::vector<std::string> recovery_lines(const std::string& output) {
+  std::vector<std::string> lines;
   for (auto at = output.find("; recreating the session"); at != std::string::npos;
-       at = output.find("; recreating the session", at + 1))
-    ++n;
-  return n;
+       at = output.find("; recreating the session", at + 1)) {
+    const auto begin = output.rfind('\n', at) + 1;
+    lines.push_back(output.substr(begin, output.find('\n', at) - begin));
+  }
+  return lines;
+}
+std::size_t recoveries(const std::string& output) {
+  return recovery_lines(output).size();
 }
 
 // A TCP socket made in host i's namespace (a socket keeps the namespace it was made in), on
@@ -401,8 +406,8 @@ bool connect_within(int fd, int host, std::uint16_t port, std::chrono::milliseco
   return done;
 }
 
-// A server socket listening on host:port, and a client connected to it from `from`
-// (nothing when it cannot connect within `limit`): both closed by the destructor.
+// A server socket listening in one host, and a client from another with the server's end
+// of their connection (connect_pair); all three closed by the destructor.
 struct tcp_pair {
   int server = -1, client = -1, accepted = -1;
   ~tcp_pair() {
@@ -706,11 +711,7 @@ TEST_CASE("network namespaces, figures: full runs under delay, loss and a bandwi
                 << stats.forwarded + stats.lost + stats.queue_full << ", " << r.seconds
                 << " s from start to the last exit" << std::endl;
       for (const std::string* out : {&r.w0, &r.w1})
-        for (auto at = out->find("; recreating the session"); at != std::string::npos;
-             at = out->find("; recreating the session", at + 1)) {
-          const auto begin = out->rfind('\n', at) + 1;
-          std::cout << "  recovery: " << out->substr(begin, out->find('\n', at) - begin)
-                    << std::endl;
-        }
+        for (const std::string& line : recovery_lines(*out))
+          std::cout << "  recovery: " << line << std::endl;
     }
 }
