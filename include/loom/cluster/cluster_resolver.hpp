@@ -56,6 +56,7 @@
 #include <loom/cluster/slurm_lists.hpp>
 #include <loom/cluster/tf_config.hpp>
 #include <loom/cluster/tls_settings.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/flags.hpp>
 
@@ -84,40 +85,8 @@ struct cluster_flag_defaults {
 // Defines the flags resolve_cluster reads: --ps_hosts, --worker_hosts, --job_name,
 // --task_index, --jobs, --port_base, --hosts, --hostfile, the TLS flags --tls,
 // --tls_cert, --tls_key, --tls_ca, and --bind and --heartbeat_timeout.
-inline flags& define_cluster_flags(flags& f, const cluster_flag_defaults& defaults = {}) {
-  return f.define_string("ps_hosts", defaults.ps_hosts, "Comma-separated host:port of the ps tasks")
-      .define_string("worker_hosts", defaults.worker_hosts,
-                     "Comma-separated host:port of the worker tasks")
-      .define_string("job_name", defaults.job_name, defaults.job_name_help)
-      .define_int("task_index", defaults.task_index, "Index of the task within its job")
-      .define_string("jobs", "",
-                     "Under srun or mpirun: the jobs and their sizes, in rank order, as "
-                     "ps:1,worker:2 (default: every task a worker)")
-      .define_int("port_base", 8888,
-                  "Under srun or mpirun: a task listens on this port plus its index on its host")
-      .define_string("hosts", "",
-                     "Under mpirun: the hosts and their slots, as mpirun's --host: a:2,b:2")
-      .define_string("hostfile", "",
-                     "Under mpirun: the hostfile given to mpirun (host slots=N a line)")
-      .define_bool("tls", false,
-                   "Encrypt the cluster's connections with TLS 1.3 keyed by the cluster token "
-                   "(LOOM_TLS=1; every task and client alike)")
-      .define_string("tls_cert", "",
-                     "TLS with certificates: this task's certificate (chain), PEM "
-                     "(LOOM_TLS_CERT; with --tls_key and --tls_ca)")
-      .define_string("tls_key", "", "TLS with certificates: its private key, PEM (LOOM_TLS_KEY)")
-      .define_string("tls_ca", "",
-                     "TLS with certificates: the CA that signed every task's certificate, PEM "
-                     "(LOOM_TLS_CA)")
-      .define_string("bind", "",
-                     "The address this task listens on (LOOM_BIND; default: every interface, "
-                     "or its loopback address where the whole cluster is on this host's "
-                     "loopback); the others still reach it at its cluster-spec address")
-      .define_string("heartbeat_timeout", "",
-                     "Seconds without a byte from a peer with calls in flight before it is "
-                     "declared dead and the calls fail (LOOM_HEARTBEAT_TIMEOUT; default 6; 0: "
-                     "off)");
-}
+LOOM_COMPILED_ONCE flags& define_cluster_flags(flags& f,
+                                               const cluster_flag_defaults& defaults = {});
 
 // This process's place in its cluster.
 struct cluster_role {
@@ -155,27 +124,9 @@ inline std::string quoted(std::string_view name, std::string_view value) {
 }
 
 // A non-negative integer of at most 9 digits, or nullopt.
-inline std::optional<int> to_count(std::string_view s) {
-  if (s.empty() || s.size() > 9)
-    return std::nullopt;
-  int n = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9')
-      return std::nullopt;
-    n = n * 10 + (c - '0');
-  }
-  return n;
-}
+LOOM_COMPILED_ONCE std::optional<int> to_count(std::string_view s);
 
-inline int env_count(const environment& env, const std::string& name) {
-  const auto v = env(name);
-  if (!v)
-    fail(name + " is not set");
-  const auto n = to_count(*v);
-  if (!n)
-    fail(quoted(name, *v) + " is not a non-negative integer");
-  return *n;
-}
+LOOM_COMPILED_ONCE int env_count(const environment& env, const std::string& name);
 
 inline std::string require_env(const environment& env, const std::string& name,
                                const std::string& why) {
@@ -191,7 +142,134 @@ struct job_size {
 };
 
 // --jobs=ps:1,worker:2 in order; empty: every task a worker.
-inline std::vector<job_size> parse_jobs(std::string_view text, int total) {
+LOOM_COMPILED_ONCE std::vector<job_size> parse_jobs(std::string_view text, int total);
+
+// One host of a rank launcher and the tasks it holds, in rank order.
+struct host_slots {
+  std::string host;
+  int slots;
+};
+
+// The cluster a rank launcher (srun, mpirun) builds: `size` ranks placed on `hosts` in
+// blocks, filling the jobs of --jobs in order. `size_name` names where size came from.
+struct rank_layout {
+  cluster_spec cluster;
+  std::string job_name;
+  int task_index = 0;
+  std::string host;    // this rank's
+  int local_index = 0; // this rank's index on its host
+};
+
+LOOM_COMPILED_ONCE rank_layout lay_out(const std::vector<host_slots>& hosts, int rank, int size,
+                                       const std::string& size_name, std::string_view jobs_flag,
+                                       std::int64_t port_base);
+
+// A launcher's own word on where it put this rank must match the block layout.
+LOOM_COMPILED_ONCE void check_placement(const environment& env, const rank_layout& layout, int rank,
+                                        const char* host_variable, const char* local_variable,
+                                        const std::string& remedy);
+
+// --hosts=a:2,b:1 (mpirun's --host: a host alone has 1 slot).
+LOOM_COMPILED_ONCE std::vector<host_slots> parse_hosts_flag(std::string_view text);
+
+// An Open MPI / MPICH hostfile: "host [slots=N] [max_slots=N]" a line, '#' comments;
+// a host without slots has 1.
+LOOM_COMPILED_ONCE std::vector<host_slots> read_hostfile(const std::string& path);
+
+// Sets LOOM_TLS, LOOM_TLS_CERT, LOOM_TLS_KEY and LOOM_TLS_CA from the TLS flags given, and
+// checks the settings they make (tls_settings_from_environment's errors name the flags).
+LOOM_COMPILED_ONCE void export_tls_flags(const flags& f);
+
+// Sets LOOM_BIND and LOOM_HEARTBEAT_TIMEOUT from --bind and --heartbeat_timeout when given,
+// and checks the timeout (liveness_settings_from_environment's error names the flag).
+LOOM_COMPILED_ONCE void export_listen_flags(const flags& f);
+
+// Whether a source other than Slurm or mpirun left their flags set.
+LOOM_COMPILED_ONCE void reject_rank_flags(const flags& f, const std::string& winner);
+
+// --job_name/--task_index given beside a source that also gives the task must agree.
+LOOM_COMPILED_ONCE void check_role_flags(const flags& f, const cluster_role& role);
+
+LOOM_COMPILED_ONCE bool chief_of(const cluster_spec& c, const std::string& job, int index);
+
+LOOM_COMPILED_ONCE cluster_role from_slurm(const flags& f, const environment& env);
+
+LOOM_COMPILED_ONCE cluster_role from_mpi(const flags& f, const environment& env, bool open_mpi);
+
+} // namespace detail::resolver_impl
+
+// This process's cluster and task from `f` (defined by define_cluster_flags and parsed)
+// and the environment; the order of the sources is at the top of this header.
+LOOM_COMPILED_ONCE cluster_role resolve_cluster(const flags& f,
+                                                const environment& env = process_environment());
+
+} // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom {
+
+LOOM_COMPILED_ONCE flags& define_cluster_flags(flags& f, const cluster_flag_defaults& defaults) {
+  return f.define_string("ps_hosts", defaults.ps_hosts, "Comma-separated host:port of the ps tasks")
+      .define_string("worker_hosts", defaults.worker_hosts,
+                     "Comma-separated host:port of the worker tasks")
+      .define_string("job_name", defaults.job_name, defaults.job_name_help)
+      .define_int("task_index", defaults.task_index, "Index of the task within its job")
+      .define_string("jobs", "",
+                     "Under srun or mpirun: the jobs and their sizes, in rank order, as "
+                     "ps:1,worker:2 (default: every task a worker)")
+      .define_int("port_base", 8888,
+                  "Under srun or mpirun: a task listens on this port plus its index on its host")
+      .define_string("hosts", "",
+                     "Under mpirun: the hosts and their slots, as mpirun's --host: a:2,b:2")
+      .define_string("hostfile", "",
+                     "Under mpirun: the hostfile given to mpirun (host slots=N a line)")
+      .define_bool("tls", false,
+                   "Encrypt the cluster's connections with TLS 1.3 keyed by the cluster token "
+                   "(LOOM_TLS=1; every task and client alike)")
+      .define_string("tls_cert", "",
+                     "TLS with certificates: this task's certificate (chain), PEM "
+                     "(LOOM_TLS_CERT; with --tls_key and --tls_ca)")
+      .define_string("tls_key", "", "TLS with certificates: its private key, PEM (LOOM_TLS_KEY)")
+      .define_string("tls_ca", "",
+                     "TLS with certificates: the CA that signed every task's certificate, PEM "
+                     "(LOOM_TLS_CA)")
+      .define_string("bind", "",
+                     "The address this task listens on (LOOM_BIND; default: every interface, "
+                     "or its loopback address where the whole cluster is on this host's "
+                     "loopback); the others still reach it at its cluster-spec address")
+      .define_string("heartbeat_timeout", "",
+                     "Seconds without a byte from a peer with calls in flight before it is "
+                     "declared dead and the calls fail (LOOM_HEARTBEAT_TIMEOUT; default 6; 0: "
+                     "off)");
+}
+} // namespace loom
+
+namespace loom::detail::resolver_impl {
+
+LOOM_COMPILED_ONCE std::optional<int> to_count(std::string_view s) {
+  if (s.empty() || s.size() > 9)
+    return std::nullopt;
+  int n = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9')
+      return std::nullopt;
+    n = n * 10 + (c - '0');
+  }
+  return n;
+}
+
+LOOM_COMPILED_ONCE int env_count(const environment& env, const std::string& name) {
+  const auto v = env(name);
+  if (!v)
+    fail(name + " is not set");
+  const auto n = to_count(*v);
+  if (!n)
+    fail(quoted(name, *v) + " is not a non-negative integer");
+  return *n;
+}
+
+LOOM_COMPILED_ONCE std::vector<job_size> parse_jobs(std::string_view text, int total) {
   if (text.empty())
     return {{"worker", total}};
   std::vector<job_size> out;
@@ -223,25 +301,9 @@ inline std::vector<job_size> parse_jobs(std::string_view text, int total) {
   }
 }
 
-// One host of a rank launcher and the tasks it holds, in rank order.
-struct host_slots {
-  std::string host;
-  int slots;
-};
-
-// The cluster a rank launcher (srun, mpirun) builds: `size` ranks placed on `hosts` in
-// blocks, filling the jobs of --jobs in order. `size_name` names where size came from.
-struct rank_layout {
-  cluster_spec cluster;
-  std::string job_name;
-  int task_index = 0;
-  std::string host;    // this rank's
-  int local_index = 0; // this rank's index on its host
-};
-
-inline rank_layout lay_out(const std::vector<host_slots>& hosts, int rank, int size,
-                           const std::string& size_name, std::string_view jobs_flag,
-                           std::int64_t port_base) {
+LOOM_COMPILED_ONCE rank_layout lay_out(const std::vector<host_slots>& hosts, int rank, int size,
+                                       const std::string& size_name, std::string_view jobs_flag,
+                                       std::int64_t port_base) {
   const auto jobs = parse_jobs(jobs_flag, size);
   int asked = 0;
   for (const auto& j : jobs)
@@ -284,10 +346,9 @@ inline rank_layout lay_out(const std::vector<host_slots>& hosts, int rank, int s
   return out;
 }
 
-// A launcher's own word on where it put this rank must match the block layout.
-inline void check_placement(const environment& env, const rank_layout& layout, int rank,
-                            const char* host_variable, const char* local_variable,
-                            const std::string& remedy) {
+LOOM_COMPILED_ONCE void check_placement(const environment& env, const rank_layout& layout, int rank,
+                                        const char* host_variable, const char* local_variable,
+                                        const std::string& remedy) {
   if (host_variable)
     if (const auto node = env(host_variable); node && !node->empty() && *node != layout.host)
       fail("rank " + std::to_string(rank) + " runs on " + quoted(host_variable, *node) +
@@ -303,8 +364,7 @@ inline void check_placement(const environment& env, const rank_layout& layout, i
   }
 }
 
-// --hosts=a:2,b:1 (mpirun's --host: a host alone has 1 slot).
-inline std::vector<host_slots> parse_hosts_flag(std::string_view text) {
+LOOM_COMPILED_ONCE std::vector<host_slots> parse_hosts_flag(std::string_view text) {
   std::vector<host_slots> out;
   std::size_t start = 0;
   while (true) {
@@ -332,9 +392,7 @@ inline std::vector<host_slots> parse_hosts_flag(std::string_view text) {
   }
 }
 
-// An Open MPI / MPICH hostfile: "host [slots=N] [max_slots=N]" a line, '#' comments;
-// a host without slots has 1.
-inline std::vector<host_slots> read_hostfile(const std::string& path) {
+LOOM_COMPILED_ONCE std::vector<host_slots> read_hostfile(const std::string& path) {
   std::ifstream in(path);
   if (!in)
     fail("--hostfile=\"" + path + "\": cannot be read");
@@ -374,9 +432,7 @@ inline std::vector<host_slots> read_hostfile(const std::string& path) {
   return out;
 }
 
-// Sets LOOM_TLS, LOOM_TLS_CERT, LOOM_TLS_KEY and LOOM_TLS_CA from the TLS flags given, and
-// checks the settings they make (tls_settings_from_environment's errors name the flags).
-inline void export_tls_flags(const flags& f) {
+LOOM_COMPILED_ONCE void export_tls_flags(const flags& f) {
   struct flag_variable {
     const char* flag;
     const char* variable;
@@ -397,9 +453,7 @@ inline void export_tls_flags(const flags& f) {
     (void)tls_settings_from_environment();
 }
 
-// Sets LOOM_BIND and LOOM_HEARTBEAT_TIMEOUT from --bind and --heartbeat_timeout when given,
-// and checks the timeout (liveness_settings_from_environment's error names the flag).
-inline void export_listen_flags(const flags& f) {
+LOOM_COMPILED_ONCE void export_listen_flags(const flags& f) {
   for (const auto& [flag, variable] :
        {std::pair{"bind", "LOOM_BIND"}, std::pair{"heartbeat_timeout", "LOOM_HEARTBEAT_TIMEOUT"}}) {
     if (!f.is_set(flag))
@@ -411,8 +465,7 @@ inline void export_listen_flags(const flags& f) {
     (void)liveness_settings_from_environment();
 }
 
-// Whether a source other than Slurm or mpirun left their flags set.
-inline void reject_rank_flags(const flags& f, const std::string& winner) {
+LOOM_COMPILED_ONCE void reject_rank_flags(const flags& f, const std::string& winner) {
   for (const char* name : {"jobs", "port_base", "hosts", "hostfile"})
     if (f.is_set(name))
       fail("--" + std::string(name) +
@@ -421,8 +474,7 @@ inline void reject_rank_flags(const flags& f, const std::string& winner) {
            winner + "; drop --" + name);
 }
 
-// --job_name/--task_index given beside a source that also gives the task must agree.
-inline void check_role_flags(const flags& f, const cluster_role& role) {
+LOOM_COMPILED_ONCE void check_role_flags(const flags& f, const cluster_role& role) {
   const bool job_set = f.is_set("job_name");
   const bool index_set = f.is_set("task_index");
   if ((job_set && f.get_string("job_name") != role.job_name) ||
@@ -433,7 +485,7 @@ inline void check_role_flags(const flags& f, const cluster_role& role) {
          "; drop the flags or make them agree");
 }
 
-inline bool chief_of(const cluster_spec& c, const std::string& job, int index) {
+LOOM_COMPILED_ONCE bool chief_of(const cluster_spec& c, const std::string& job, int index) {
   if (c.has_job("chief"))
     return job == "chief";
   if (c.has_job("master"))
@@ -441,7 +493,7 @@ inline bool chief_of(const cluster_spec& c, const std::string& job, int index) {
   return job == "worker" && index == 0;
 }
 
-inline cluster_role from_slurm(const flags& f, const environment& env) {
+LOOM_COMPILED_ONCE cluster_role from_slurm(const flags& f, const environment& env) {
   const int rank = env_count(env, "SLURM_PROCID");
   const int size = env_count(env, "SLURM_NTASKS");
   const std::string not_srun =
@@ -475,7 +527,7 @@ inline cluster_role from_slurm(const flags& f, const environment& env) {
           chief_of(layout.cluster, layout.job_name, layout.task_index), "Slurm"};
 }
 
-inline cluster_role from_mpi(const flags& f, const environment& env, bool open_mpi) {
+LOOM_COMPILED_ONCE cluster_role from_mpi(const flags& f, const environment& env, bool open_mpi) {
   const std::string rank_var = open_mpi ? "OMPI_COMM_WORLD_RANK" : "PMI_RANK";
   const std::string size_var = open_mpi ? "OMPI_COMM_WORLD_SIZE" : "PMI_SIZE";
   const int rank = env_count(env, rank_var);
@@ -505,13 +557,11 @@ inline cluster_role from_mpi(const flags& f, const environment& env, bool open_m
           chief_of(layout.cluster, layout.job_name, layout.task_index),
           open_mpi ? "Open MPI" : "PMI"};
 }
+} // namespace loom::detail::resolver_impl
 
-} // namespace detail::resolver_impl
+namespace loom {
 
-// This process's cluster and task from `f` (defined by define_cluster_flags and parsed)
-// and the environment; the order of the sources is at the top of this header.
-inline cluster_role resolve_cluster(const flags& f,
-                                    const environment& env = process_environment()) {
+LOOM_COMPILED_ONCE cluster_role resolve_cluster(const flags& f, const environment& env) {
   namespace impl = detail::resolver_impl;
   impl::export_tls_flags(f);
   impl::export_listen_flags(f);
@@ -563,3 +613,5 @@ inline cluster_role resolve_cluster(const flags& f,
 }
 
 } // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <loom/cluster/environment.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 
 #include <algorithm>
@@ -61,7 +62,28 @@ struct liveness_settings {
 
 namespace detail {
 // "6 s", "0.5 s": a duration as log lines and errors say it.
-inline std::string seconds_text(std::chrono::milliseconds d) {
+LOOM_COMPILED_ONCE std::string seconds_text(std::chrono::milliseconds d);
+} // namespace detail
+
+// The settings LOOM_HEARTBEAT_TIMEOUT gives (the defaults where it is unset). Throws
+// invalid_argument_error naming the variable and its flag when it is not a number of
+// seconds >= 0.
+LOOM_COMPILED_ONCE liveness_settings
+liveness_settings_from_environment(const environment& env = process_environment());
+
+// The settings to use: the explicit ones when given, else the environment's.
+inline liveness_settings
+resolve_liveness(const std::optional<liveness_settings>& explicit_settings) {
+  return explicit_settings ? *explicit_settings : liveness_settings_from_environment();
+}
+
+} // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE std::string seconds_text(std::chrono::milliseconds d) {
   const auto ms = d.count();
   std::string s = std::to_string(ms / 1000);
   if (ms % 1000) {
@@ -72,13 +94,11 @@ inline std::string seconds_text(std::chrono::milliseconds d) {
   }
   return s + " s";
 }
-} // namespace detail
+} // namespace loom::detail
 
-// The settings LOOM_HEARTBEAT_TIMEOUT gives (the defaults where it is unset). Throws
-// invalid_argument_error naming the variable and its flag when it is not a number of
-// seconds >= 0.
-inline liveness_settings
-liveness_settings_from_environment(const environment& env = process_environment()) {
+namespace loom {
+
+LOOM_COMPILED_ONCE liveness_settings liveness_settings_from_environment(const environment& env) {
   liveness_settings s;
   const auto v = env("LOOM_HEARTBEAT_TIMEOUT");
   if (!v || v->empty())
@@ -95,10 +115,6 @@ liveness_settings_from_environment(const environment& env = process_environment(
   return s;
 }
 
-// The settings to use: the explicit ones when given, else the environment's.
-inline liveness_settings
-resolve_liveness(const std::optional<liveness_settings>& explicit_settings) {
-  return explicit_settings ? *explicit_settings : liveness_settings_from_environment();
-}
-
 } // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <loom/cluster/cluster_spec.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/device_spec.hpp>
 #include <loom/core/error.hpp>
 #include <loom/placement/replica_device_setter.hpp>
@@ -18,24 +19,8 @@
 namespace loom {
 
 namespace detail {
-inline replica_options with_cluster_ps_tasks(const cluster_spec& cluster, replica_options o) {
-  device_spec ps;
-  try {
-    ps = device_spec::from_string(o.ps_device);
-  } catch (const error& e) {
-    throw invalid_argument_error("make_replica_device_setter: ps_device: " + e.message());
-  }
-  if (!ps.job())
-    throw invalid_argument_error("make_replica_device_setter: ps_device \"" + o.ps_device +
-                                 "\" names no job, so the cluster cannot say how many ps tasks "
-                                 "there are; pass ps_tasks to replica_device_setter instead");
-  if (!cluster.has_job(*ps.job()))
-    throw invalid_argument_error("make_replica_device_setter: the cluster " + cluster.to_string() +
-                                 " has no job '" + *ps.job() + "' for ps_device \"" + o.ps_device +
-                                 "\"");
-  o.ps_tasks = cluster.num_tasks(*ps.job());
-  return o;
-}
+LOOM_COMPILED_ONCE replica_options with_cluster_ps_tasks(const cluster_spec& cluster,
+                                                         replica_options o);
 } // namespace detail
 
 // The strategy is made as Strategy(ps_tasks).
@@ -56,3 +41,31 @@ replica_device_setter<Strategy> make_replica_device_setter(const cluster_spec& c
 }
 
 } // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE replica_options with_cluster_ps_tasks(const cluster_spec& cluster,
+                                                         replica_options o) {
+  device_spec ps;
+  try {
+    ps = device_spec::from_string(o.ps_device);
+  } catch (const error& e) {
+    throw invalid_argument_error("make_replica_device_setter: ps_device: " + e.message());
+  }
+  if (!ps.job())
+    throw invalid_argument_error("make_replica_device_setter: ps_device \"" + o.ps_device +
+                                 "\" names no job, so the cluster cannot say how many ps tasks "
+                                 "there are; pass ps_tasks to replica_device_setter instead");
+  if (!cluster.has_job(*ps.job()))
+    throw invalid_argument_error("make_replica_device_setter: the cluster " + cluster.to_string() +
+                                 " has no job '" + *ps.job() + "' for ps_device \"" + o.ps_device +
+                                 "\"");
+  o.ps_tasks = cluster.num_tasks(*ps.job());
+  return o;
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -10,6 +10,7 @@
 // its value and the position (0-based) of the offending character.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 
 #include <cstddef>
@@ -35,8 +36,35 @@ inline bool digit(char c) {
 }
 
 // A decimal number of at most 9 digits at `pos`; advances `pos`.
-inline long number(std::string_view variable, std::string_view value, std::size_t& pos,
-                   const char* what) {
+LOOM_COMPILED_ONCE long number(std::string_view variable, std::string_view value, std::size_t& pos,
+                               const char* what);
+
+// The names of one bracket group's contents "01-03,07" starting at `pos` (after '[');
+// leaves `pos` after the closing ']'.
+LOOM_COMPILED_ONCE std::vector<std::string> bracket(std::string_view variable,
+                                                    std::string_view value, std::size_t& pos);
+
+LOOM_COMPILED_ONCE bool name_char(char c);
+
+} // namespace slurm_impl
+
+// The host names of a Slurm node list (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST).
+LOOM_COMPILED_ONCE std::vector<std::string>
+expand_nodelist(std::string_view value, std::string_view variable = "node list");
+
+// The tasks on each node of a Slurm tasks-per-node list (SLURM_STEP_TASKS_PER_NODE):
+// "2(x3),1" is 2 tasks on each of 3 nodes, then 1.
+LOOM_COMPILED_ONCE std::vector<int>
+expand_tasks_per_node(std::string_view value, std::string_view variable = "tasks per node");
+
+} // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail::slurm_impl {
+
+LOOM_COMPILED_ONCE long number(std::string_view variable, std::string_view value, std::size_t& pos,
+                               const char* what) {
   const std::size_t start = pos;
   long n = 0;
   while (pos < value.size() && digit(value[pos])) {
@@ -52,10 +80,8 @@ inline long number(std::string_view variable, std::string_view value, std::size_
   return n;
 }
 
-// The names of one bracket group's contents "01-03,07" starting at `pos` (after '[');
-// leaves `pos` after the closing ']'.
-inline std::vector<std::string> bracket(std::string_view variable, std::string_view value,
-                                        std::size_t& pos) {
+LOOM_COMPILED_ONCE std::vector<std::string> bracket(std::string_view variable,
+                                                    std::string_view value, std::size_t& pos) {
   std::vector<std::string> out;
   while (true) {
     const std::size_t lo_pos = pos;
@@ -92,16 +118,16 @@ inline std::vector<std::string> bracket(std::string_view variable, std::string_v
   }
 }
 
-inline bool name_char(char c) {
+LOOM_COMPILED_ONCE bool name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || digit(c) || c == '-' || c == '_' ||
          c == '.';
 }
+} // namespace loom::detail::slurm_impl
 
-} // namespace slurm_impl
+namespace loom::detail {
 
-// The host names of a Slurm node list (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST).
-inline std::vector<std::string> expand_nodelist(std::string_view value,
-                                                std::string_view variable = "node list") {
+LOOM_COMPILED_ONCE std::vector<std::string> expand_nodelist(std::string_view value,
+                                                            std::string_view variable) {
   namespace impl = slurm_impl;
   std::vector<std::string> out;
   std::size_t pos = 0;
@@ -148,10 +174,8 @@ inline std::vector<std::string> expand_nodelist(std::string_view value,
   }
 }
 
-// The tasks on each node of a Slurm tasks-per-node list (SLURM_STEP_TASKS_PER_NODE):
-// "2(x3),1" is 2 tasks on each of 3 nodes, then 1.
-inline std::vector<int> expand_tasks_per_node(std::string_view value,
-                                              std::string_view variable = "tasks per node") {
+LOOM_COMPILED_ONCE std::vector<int> expand_tasks_per_node(std::string_view value,
+                                                          std::string_view variable) {
   namespace impl = slurm_impl;
   std::vector<int> out;
   std::size_t pos = 0;
@@ -191,3 +215,5 @@ inline std::vector<int> expand_tasks_per_node(std::string_view value,
 }
 
 } // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

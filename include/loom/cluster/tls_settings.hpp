@@ -18,6 +18,7 @@
 #pragma once
 
 #include <loom/cluster/environment.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 
 #include <fstream>
@@ -73,7 +74,21 @@ inline std::string setting_name(std::string_view var, std::string_view flag) {
 // invalid_argument_error naming the variable (and the flag that sets it): a LOOM_TLS that is
 // not a boolean, a certificate variable without the other two, LOOM_TLS=0 beside them, a
 // file that cannot be read.
-inline tls_settings tls_settings_from_environment(const environment& env = process_environment()) {
+LOOM_COMPILED_ONCE tls_settings
+tls_settings_from_environment(const environment& env = process_environment());
+
+// The settings to use: the explicit ones when given, else the environment's.
+inline tls_settings resolve_tls(const std::optional<tls_settings>& explicit_settings) {
+  return explicit_settings ? *explicit_settings : tls_settings_from_environment();
+}
+
+} // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom {
+
+LOOM_COMPILED_ONCE tls_settings tls_settings_from_environment(const environment& env) {
   using detail::tls_impl::setting_name;
   const auto value = [&](const char* name) {
     const auto v = env(name);
@@ -120,9 +135,6 @@ inline tls_settings tls_settings_from_environment(const environment& env = proce
   return tls_settings::with_certificates(files[0].path, files[1].path, files[2].path);
 }
 
-// The settings to use: the explicit ones when given, else the environment's.
-inline tls_settings resolve_tls(const std::optional<tls_settings>& explicit_settings) {
-  return explicit_settings ? *explicit_settings : tls_settings_from_environment();
-}
-
 } // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

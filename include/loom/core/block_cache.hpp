@@ -18,6 +18,8 @@
 // every block: 146-152 MiB).
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
+
 #include <bit>
 #include <cstddef>
 #include <map>
@@ -79,61 +81,10 @@ public:
     return bytes >= large_bytes ? bytes : class_bytes(size_class(bytes));
   }
 
-  void* allocate(std::size_t bytes, pages kind = pages::huge_where_large) {
-    if (keeps_blocks && bytes < large_bytes) {
-      const std::size_t c = size_class(bytes);
-      {
-        std::lock_guard lock(mu_);
-        if (auto& idle = small_[c]; !idle.empty()) {
-          void* p = idle.back();
-          idle.pop_back();
-          idle_small_bytes_ -= class_bytes(c);
-          return p;
-        }
-      }
-      return ::operator new (class_bytes(c), std::align_val_t{alignment});
-    }
-    if (keeps_blocks) {
-      std::lock_guard lock(mu_);
-      if (auto it = idle_.find({bytes, kind}); it != idle_.end()) {
-        void* p = it->second;
-        idle_.erase(it);
-        idle_bytes_ -= bytes;
-        return p;
-      }
-    }
-    void* p = ::operator new (bytes, std::align_val_t{alignment_of(bytes, kind)});
-    if (bytes >= huge_page_bytes && kind == pages::huge_where_large)
-      advise_huge_pages(p, bytes);
-    return p;
-  }
+  void* allocate(std::size_t bytes, pages kind = pages::huge_where_large);
 
   // Takes back a block allocate(bytes, kind) returned.
-  void release(void* p, std::size_t bytes, pages kind = pages::huge_where_large) noexcept {
-    if (keeps_blocks && bytes < large_bytes) {
-      const std::size_t c = size_class(bytes);
-      std::lock_guard lock(mu_);
-      if (idle_small_bytes_ + class_bytes(c) <= max_idle_small_bytes) {
-        try {
-          small_[c].push_back(p);
-          idle_small_bytes_ += class_bytes(c);
-          return;
-        } catch (...) { // no memory for the list: free the block instead
-        }
-      }
-    } else if (keeps_blocks) {
-      std::lock_guard lock(mu_);
-      if (idle_bytes_ + bytes <= max_idle_bytes) {
-        try {
-          idle_.emplace(std::pair{bytes, kind}, p);
-          idle_bytes_ += bytes;
-          return;
-        } catch (...) {
-        }
-      }
-    }
-    ::operator delete (p, std::align_val_t{alignment_of(bytes, kind)});
-  }
+  void release(void* p, std::size_t bytes, pages kind = pages::huge_where_large) noexcept;
 
   // The alignment of a block: a huge page's where it may have huge pages.
   static constexpr std::size_t alignment_of(std::size_t bytes, pages kind) noexcept {
@@ -154,19 +105,8 @@ private:
   // Classes 0 (up to 64 bytes), then four per power of two: class 1 + 4 (m - 6) + s
   // holds (5 + s) << (m - 2) bytes, for sizes above (4 + s) << (m - 2).
   static constexpr std::size_t classes = 1 + 4 * (std::bit_width(large_bytes - 1) - 6);
-  static std::size_t size_class(std::size_t bytes) noexcept {
-    if (bytes <= 64)
-      return 0;
-    const std::size_t b = bytes - 1;
-    const std::size_t m = static_cast<std::size_t>(std::bit_width(b)) - 1; // >= 6
-    return 1 + 4 * (m - 6) + ((b >> (m - 2)) & 3);
-  }
-  static std::size_t class_bytes(std::size_t c) noexcept {
-    if (c == 0)
-      return 64;
-    const std::size_t m = (c - 1) / 4 + 6, s = (c - 1) % 4;
-    return (5 + s) << (m - 2);
-  }
+  static std::size_t size_class(std::size_t bytes) noexcept;
+  static std::size_t class_bytes(std::size_t c) noexcept;
 
   std::mutex mu_;
   std::multimap<std::pair<std::size_t, pages>, void*> idle_; // by size and kind of pages
@@ -176,3 +116,81 @@ private:
 };
 
 } // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE auto block_cache::allocate(std::size_t bytes, pages kind) -> void* {
+  if (keeps_blocks && bytes < large_bytes) {
+    const std::size_t c = size_class(bytes);
+    {
+      std::lock_guard lock(mu_);
+      if (auto& idle = small_[c]; !idle.empty()) {
+        void* p = idle.back();
+        idle.pop_back();
+        idle_small_bytes_ -= class_bytes(c);
+        return p;
+      }
+    }
+    return ::operator new (class_bytes(c), std::align_val_t{alignment});
+  }
+  if (keeps_blocks) {
+    std::lock_guard lock(mu_);
+    if (auto it = idle_.find({bytes, kind}); it != idle_.end()) {
+      void* p = it->second;
+      idle_.erase(it);
+      idle_bytes_ -= bytes;
+      return p;
+    }
+  }
+  void* p = ::operator new (bytes, std::align_val_t{alignment_of(bytes, kind)});
+  if (bytes >= huge_page_bytes && kind == pages::huge_where_large)
+    advise_huge_pages(p, bytes);
+  return p;
+}
+
+LOOM_COMPILED_ONCE void block_cache::release(void* p, std::size_t bytes, pages kind) noexcept {
+  if (keeps_blocks && bytes < large_bytes) {
+    const std::size_t c = size_class(bytes);
+    std::lock_guard lock(mu_);
+    if (idle_small_bytes_ + class_bytes(c) <= max_idle_small_bytes) {
+      try {
+        small_[c].push_back(p);
+        idle_small_bytes_ += class_bytes(c);
+        return;
+      } catch (...) { // no memory for the list: free the block instead
+      }
+    }
+  } else if (keeps_blocks) {
+    std::lock_guard lock(mu_);
+    if (idle_bytes_ + bytes <= max_idle_bytes) {
+      try {
+        idle_.emplace(std::pair{bytes, kind}, p);
+        idle_bytes_ += bytes;
+        return;
+      } catch (...) {
+      }
+    }
+  }
+  ::operator delete (p, std::align_val_t{alignment_of(bytes, kind)});
+}
+
+LOOM_COMPILED_ONCE std::size_t block_cache::size_class(std::size_t bytes) noexcept {
+  if (bytes <= 64)
+    return 0;
+  const std::size_t b = bytes - 1;
+  const std::size_t m = static_cast<std::size_t>(std::bit_width(b)) - 1; // >= 6
+  return 1 + 4 * (m - 6) + ((b >> (m - 2)) & 3);
+}
+
+LOOM_COMPILED_ONCE std::size_t block_cache::class_bytes(std::size_t c) noexcept {
+  if (c == 0)
+    return 64;
+  const std::size_t m = (c - 1) / 4 + 6, s = (c - 1) % 4;
+  return (5 + s) << (m - 2);
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

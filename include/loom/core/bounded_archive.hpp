@@ -16,6 +16,7 @@
 // was given, and a bad input is a data_loss_error naming the offset.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 
 #include <cereal/archives/portable_binary.hpp>
@@ -39,53 +40,23 @@ class bounded_input_archive
 public:
   // `bytes` must outlive the archive. Reads the byte-order flag that
   // PortableBinaryOutputArchive writes first.
-  explicit bounded_input_archive(std::string_view bytes)
-      : cereal::InputArchive<bounded_input_archive, cereal::AllowEmptyClassElision>(this),
-        bytes_(bytes) {
-    std::uint8_t little = 0;
-    read_bytes(&little, 1);
-    if (little > 1)
-      throw data_loss_error("cereal portable binary: byte-order flag " + std::to_string(little) +
-                            " at offset 0 (expected 0 or 1)");
-    swap_ = (little == 1) != (std::endian::native == std::endian::little);
-  }
+  explicit bounded_input_archive(std::string_view bytes);
 
   std::size_t remaining() const noexcept { return bytes_.size() - pos_; }
   std::size_t offset() const noexcept { return pos_; }
 
   // Reads `size` bytes of elements of `element_size` bytes each, in the
   // sender's byte order.
-  void read_elements(void* data, std::size_t size, std::size_t element_size) {
-    read_bytes(data, size);
-    if (swap_ && element_size > 1) {
-      auto* p = static_cast<unsigned char*>(data);
-      for (std::size_t i = 0; i + element_size <= size; i += element_size)
-        std::reverse(p + i, p + i + element_size);
-    }
-  }
+  void read_elements(void* data, std::size_t size, std::size_t element_size);
 
   // Throws unless `count` elements of at least `min_bytes` bytes each can
   // still follow: what every declared size passes before anything is allocated.
   // `declared_at`: the offset of the size, for the error.
   void check_count(std::uint64_t count, std::size_t min_bytes, std::string_view what,
-                   std::size_t declared_at) const {
-    if (min_bytes != 0 && count > remaining() / min_bytes)
-      throw data_loss_error("cereal portable binary: " + std::string(what) + " of " +
-                            std::to_string(count) + " element(s) declared at offset " +
-                            std::to_string(declared_at) + ", but only " +
-                            std::to_string(remaining()) + " byte(s) follow");
-  }
+                   std::size_t declared_at) const;
 
 private:
-  void read_bytes(void* out, std::size_t n) {
-    if (n > remaining())
-      throw data_loss_error("cereal portable binary: needs " + std::to_string(n) +
-                            " more byte(s) at offset " + std::to_string(pos_) + ", only " +
-                            std::to_string(remaining()) + " left");
-    if (n)
-      std::memcpy(out, bytes_.data() + pos_, n);
-    pos_ += n;
-  }
+  void read_bytes(void* out, std::size_t n);
 
   std::string_view bytes_;
   std::size_t pos_ = 0;
@@ -191,3 +162,53 @@ template <> struct get_output_from_input<loom::detail::bounded_input_archive> {
   using type = cereal::PortableBinaryOutputArchive;
 };
 } // namespace cereal::traits::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE bounded_input_archive::bounded_input_archive(std::string_view bytes)
+    : cereal::InputArchive<bounded_input_archive, cereal::AllowEmptyClassElision>(this),
+      bytes_(bytes) {
+  std::uint8_t little = 0;
+  read_bytes(&little, 1);
+  if (little > 1)
+    throw data_loss_error("cereal portable binary: byte-order flag " + std::to_string(little) +
+                          " at offset 0 (expected 0 or 1)");
+  swap_ = (little == 1) != (std::endian::native == std::endian::little);
+}
+
+LOOM_COMPILED_ONCE void bounded_input_archive::read_elements(void* data, std::size_t size,
+                                                             std::size_t element_size) {
+  read_bytes(data, size);
+  if (swap_ && element_size > 1) {
+    auto* p = static_cast<unsigned char*>(data);
+    for (std::size_t i = 0; i + element_size <= size; i += element_size)
+      std::reverse(p + i, p + i + element_size);
+  }
+}
+
+LOOM_COMPILED_ONCE void bounded_input_archive::check_count(std::uint64_t count,
+                                                           std::size_t min_bytes,
+                                                           std::string_view what,
+                                                           std::size_t declared_at) const {
+  if (min_bytes != 0 && count > remaining() / min_bytes)
+    throw data_loss_error("cereal portable binary: " + std::string(what) + " of " +
+                          std::to_string(count) + " element(s) declared at offset " +
+                          std::to_string(declared_at) + ", but only " +
+                          std::to_string(remaining()) + " byte(s) follow");
+}
+
+LOOM_COMPILED_ONCE void bounded_input_archive::read_bytes(void* out, std::size_t n) {
+  if (n > remaining())
+    throw data_loss_error("cereal portable binary: needs " + std::to_string(n) +
+                          " more byte(s) at offset " + std::to_string(pos_) + ", only " +
+                          std::to_string(remaining()) + " left");
+  if (n)
+    std::memcpy(out, bytes_.data() + pos_, n);
+  pos_ += n;
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

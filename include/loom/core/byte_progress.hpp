@@ -5,6 +5,7 @@
 // checkpoint of a few MB logs nothing.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/log.hpp>
 
 #include <chrono>
@@ -29,42 +30,14 @@ public:
 
   bool logs() const noexcept { return total_ >= every_; }
 
-  void add(std::uint64_t bytes) {
-    bytes_ += bytes;
-    if (!logs() || bytes_ < next_ || bytes_ >= total_)
-      return;
-    while (next_ <= bytes_)
-      next_ += every_;
-    char line[64];
-    std::snprintf(line, sizeof line, " (%.0f %%), %.0f MB/s",
-                  100.0 * static_cast<double>(bytes_) / static_cast<double>(total_), mb_per_s());
-    logging::info(doing_ + ": " + size(bytes_) + " of " + size(total_) + line);
-  }
+  void add(std::uint64_t bytes);
 
   // At the end of the work: its total and rate, where it was long enough to log.
-  void finish() {
-    if (!logs())
-      return;
-    char line[64];
-    std::snprintf(line, sizeof line, " in %.1f s (%.0f MB/s)", seconds(), mb_per_s());
-    logging::info(done_ + ": " + size(bytes_) + line);
-  }
+  void finish();
 
 private:
   // "4.61 GB", "12.3 MB", "800.0 kB", "24 B".
-  static std::string size(std::uint64_t b) {
-    const auto v = static_cast<double>(b);
-    char out[32];
-    if (v >= 1e9)
-      std::snprintf(out, sizeof out, "%.2f GB", v / 1e9);
-    else if (v >= 1e6)
-      std::snprintf(out, sizeof out, "%.1f MB", v / 1e6);
-    else if (v >= 1e3)
-      std::snprintf(out, sizeof out, "%.1f kB", v / 1e3);
-    else
-      std::snprintf(out, sizeof out, "%llu B", static_cast<unsigned long long>(b));
-    return out;
-  }
+  static std::string size(std::uint64_t b);
   double seconds() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
@@ -79,3 +52,45 @@ private:
 };
 
 } // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE void byte_progress::add(std::uint64_t bytes) {
+  bytes_ += bytes;
+  if (!logs() || bytes_ < next_ || bytes_ >= total_)
+    return;
+  while (next_ <= bytes_)
+    next_ += every_;
+  char line[64];
+  std::snprintf(line, sizeof line, " (%.0f %%), %.0f MB/s",
+                100.0 * static_cast<double>(bytes_) / static_cast<double>(total_), mb_per_s());
+  logging::info(doing_ + ": " + size(bytes_) + " of " + size(total_) + line);
+}
+
+LOOM_COMPILED_ONCE void byte_progress::finish() {
+  if (!logs())
+    return;
+  char line[64];
+  std::snprintf(line, sizeof line, " in %.1f s (%.0f MB/s)", seconds(), mb_per_s());
+  logging::info(done_ + ": " + size(bytes_) + line);
+}
+
+LOOM_COMPILED_ONCE std::string byte_progress::size(std::uint64_t b) {
+  const auto v = static_cast<double>(b);
+  char out[32];
+  if (v >= 1e9)
+    std::snprintf(out, sizeof out, "%.2f GB", v / 1e9);
+  else if (v >= 1e6)
+    std::snprintf(out, sizeof out, "%.1f MB", v / 1e6);
+  else if (v >= 1e3)
+    std::snprintf(out, sizeof out, "%.1f kB", v / 1e3);
+  else
+    std::snprintf(out, sizeof out, "%llu B", static_cast<unsigned long long>(b));
+  return out;
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -7,6 +7,8 @@
 // the tests compare with.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -36,7 +38,22 @@ inline constexpr std::array<std::uint32_t, 256> table = make_table();
 } // namespace detail
 
 // The CRC-32C of (the bytes `crc` is the CRC of) followed by data[0, n).
-inline std::uint32_t extend(std::uint32_t crc, const void* data, std::size_t n) {
+LOOM_COMPILED_ONCE std::uint32_t extend(std::uint32_t crc, const void* data, std::size_t n);
+
+inline std::uint32_t extend(std::uint32_t crc, std::string_view bytes) {
+  return extend(crc, bytes.data(), bytes.size());
+}
+inline std::uint32_t value(std::string_view bytes) {
+  return extend(0, bytes);
+}
+
+} // namespace loom::detail::crc32c
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail::crc32c {
+
+LOOM_COMPILED_ONCE std::uint32_t extend(std::uint32_t crc, const void* data, std::size_t n) {
   const auto* p = static_cast<const unsigned char*>(data);
   std::uint32_t state = ~crc;
 #if defined(__SSE4_2__)
@@ -56,11 +73,6 @@ inline std::uint32_t extend(std::uint32_t crc, const void* data, std::size_t n) 
   return ~state;
 }
 
-inline std::uint32_t extend(std::uint32_t crc, std::string_view bytes) {
-  return extend(crc, bytes.data(), bytes.size());
-}
-inline std::uint32_t value(std::string_view bytes) {
-  return extend(0, bytes);
-}
-
 } // namespace loom::detail::crc32c
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

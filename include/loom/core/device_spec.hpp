@@ -9,6 +9,7 @@
 // placement decision and a typo should fail loudly, not place work elsewhere.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 
 #include <charconv>
@@ -125,37 +126,13 @@ inline std::string quoted(std::string_view s) {
   return out;
 }
 
-inline std::vector<std::string_view> split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t pos = s.find(sep, start);
-    if (pos == std::string_view::npos) {
-      out.push_back(s.substr(start));
-      return out;
-    }
-    out.push_back(s.substr(start, pos - start));
-    start = pos + 1;
-  }
-}
+LOOM_COMPILED_ONCE std::vector<std::string_view> split(std::string_view s, char sep);
 
 enum class int_parse { ok, not_an_integer, out_of_range };
 
 // Digits only: a sign, spaces or a suffix would be accepted by Python's int()
 // but almost always mean a malformed string.
-inline int_parse parse_index(std::string_view s, int& value) {
-  if (s.empty())
-    return int_parse::not_an_integer;
-  for (char c : s)
-    if (c < '0' || c > '9')
-      return int_parse::not_an_integer;
-  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (ec == std::errc::result_out_of_range)
-    return int_parse::out_of_range;
-  if (ec != std::errc() || ptr != s.data() + s.size())
-    return int_parse::not_an_integer;
-  return int_parse::ok;
-}
+LOOM_COMPILED_ONCE int_parse parse_index(std::string_view s, int& value);
 
 inline std::string normalize_device_type(std::string_view type) {
   if (type == "cpu")
@@ -165,16 +142,7 @@ inline std::string normalize_device_type(std::string_view type) {
   return std::string(type);
 }
 
-inline bool ascii_iequals(std::string_view a, std::string_view upper) {
-  if (a.size() != upper.size())
-    return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const char c = (a[i] >= 'a' && a[i] <= 'z') ? static_cast<char>(a[i] - 'a' + 'A') : a[i];
-    if (c != upper[i])
-      return false;
-  }
-  return true;
-}
+LOOM_COMPILED_ONCE bool ascii_iequals(std::string_view a, std::string_view upper);
 
 inline std::string device_str(const std::optional<std::string>& type,
                               const std::optional<int>& index) {
@@ -182,13 +150,7 @@ inline std::string device_str(const std::optional<std::string>& type,
 }
 
 // Separators would make the printed form parse back as something else.
-inline void check_name(std::string_view what, std::string_view name) {
-  if (name.empty())
-    throw invalid_argument_error("device_spec: " + std::string(what) + " is empty");
-  if (name.find_first_of("/:") != std::string_view::npos)
-    throw invalid_argument_error("device_spec: " + std::string(what) + " " + quoted(name) +
-                                 " must not contain '/' or ':'");
-}
+LOOM_COMPILED_ONCE void check_name(std::string_view what, std::string_view name);
 
 inline void check_index(std::string_view what, const std::optional<int>& index) {
   if (index && *index < 0)
@@ -377,3 +339,58 @@ inline bool device_spec::matches(const device_spec& filter) const noexcept {
 }
 
 } // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail::device_spec_impl {
+
+LOOM_COMPILED_ONCE std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t pos = s.find(sep, start);
+    if (pos == std::string_view::npos) {
+      out.push_back(s.substr(start));
+      return out;
+    }
+    out.push_back(s.substr(start, pos - start));
+    start = pos + 1;
+  }
+}
+
+LOOM_COMPILED_ONCE int_parse parse_index(std::string_view s, int& value) {
+  if (s.empty())
+    return int_parse::not_an_integer;
+  for (char c : s)
+    if (c < '0' || c > '9')
+      return int_parse::not_an_integer;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec == std::errc::result_out_of_range)
+    return int_parse::out_of_range;
+  if (ec != std::errc() || ptr != s.data() + s.size())
+    return int_parse::not_an_integer;
+  return int_parse::ok;
+}
+
+LOOM_COMPILED_ONCE bool ascii_iequals(std::string_view a, std::string_view upper) {
+  if (a.size() != upper.size())
+    return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const char c = (a[i] >= 'a' && a[i] <= 'z') ? static_cast<char>(a[i] - 'a' + 'A') : a[i];
+    if (c != upper[i])
+      return false;
+  }
+  return true;
+}
+
+LOOM_COMPILED_ONCE void check_name(std::string_view what, std::string_view name) {
+  if (name.empty())
+    throw invalid_argument_error("device_spec: " + std::string(what) + " is empty");
+  if (name.find_first_of("/:") != std::string_view::npos)
+    throw invalid_argument_error("device_spec: " + std::string(what) + " " + quoted(name) +
+                                 " must not contain '/' or ':'");
+}
+
+} // namespace loom::detail::device_spec_impl
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

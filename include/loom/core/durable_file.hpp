@@ -4,6 +4,7 @@
 // become the loom error that fits errno.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 
 #include <fcntl.h>
@@ -25,19 +26,7 @@ inline std::string errno_text(int e) {
 }
 
 // An I/O failure as the loom error that fits errno.
-[[noreturn]] inline void throw_io(const std::string& what, int e) {
-  const std::string msg = what + ": " + errno_text(e);
-  switch (e) {
-  case ENOENT: throw not_found_error(msg);
-  case EACCES:
-  case EPERM:
-  case EROFS: throw permission_denied_error(msg);
-  case ENOSPC:
-  case EDQUOT:
-  case EFBIG: throw resource_exhausted_error(msg);
-  default: throw coded_error<error_code::unknown>(msg);
-  }
-}
+[[noreturn]] LOOM_COMPILED_ONCE void throw_io(const std::string& what, int e);
 
 // An owned file descriptor.
 class fd_handle {
@@ -74,53 +63,15 @@ private:
   int fd_ = -1;
 };
 
-inline void write_all(int fd, const void* data, std::size_t n, const std::string& path) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, std::min<std::size_t>(n, std::size_t{1} << 30));
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      throw_io("cannot write " + path, errno);
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
+LOOM_COMPILED_ONCE void write_all(int fd, const void* data, std::size_t n, const std::string& path);
 
 // Reads exactly n bytes at offset; false at an early end of file.
-inline bool pread_all(int fd, void* data, std::size_t n, std::uint64_t offset,
-                      const std::string& path) {
-  auto* p = static_cast<char*>(data);
-  while (n > 0) {
-    const ssize_t r =
-        ::pread(fd, p, std::min<std::size_t>(n, std::size_t{1} << 30), static_cast<off_t>(offset));
-    if (r < 0) {
-      if (errno == EINTR)
-        continue;
-      throw_io("cannot read " + path, errno);
-    }
-    if (r == 0)
-      return false;
-    p += r;
-    n -= static_cast<std::size_t>(r);
-    offset += static_cast<std::uint64_t>(r);
-  }
-  return true;
-}
+LOOM_COMPILED_ONCE bool pread_all(int fd, void* data, std::size_t n, std::uint64_t offset,
+                                  const std::string& path);
 
-inline std::string parent_dir(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  return dir.empty() ? std::string(".") : dir;
-}
+LOOM_COMPILED_ONCE std::string parent_dir(const std::string& path);
 
-inline void fsync_dir(const std::string& dir) {
-  fd_handle fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd)
-    throw_io("cannot open directory " + dir + " to sync it", errno);
-  if (::fsync(fd.get()) != 0 && errno != EINVAL) // EINVAL: a file system without dir fsync
-    throw_io("cannot sync directory " + dir, errno);
-}
+LOOM_COMPILED_ONCE void fsync_dir(const std::string& dir);
 
 // Writes `path` atomically: the content goes to "<path>.tmp-<pid>", which is
 // fsynced and renamed over `path`, then the directory is fsynced. `fill`
@@ -148,3 +99,73 @@ template <class Fill> void write_atomically(const std::string& path, Fill&& fill
 }
 
 } // namespace loom::detail::ckpt
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail::ckpt {
+
+LOOM_COMPILED_ONCE void throw_io(const std::string& what, int e) {
+  const std::string msg = what + ": " + errno_text(e);
+  switch (e) {
+  case ENOENT: throw not_found_error(msg);
+  case EACCES:
+  case EPERM:
+  case EROFS: throw permission_denied_error(msg);
+  case ENOSPC:
+  case EDQUOT:
+  case EFBIG: throw resource_exhausted_error(msg);
+  default: throw coded_error<error_code::unknown>(msg);
+  }
+}
+
+LOOM_COMPILED_ONCE void write_all(int fd, const void* data, std::size_t n,
+                                  const std::string& path) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, std::min<std::size_t>(n, std::size_t{1} << 30));
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      throw_io("cannot write " + path, errno);
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+LOOM_COMPILED_ONCE bool pread_all(int fd, void* data, std::size_t n, std::uint64_t offset,
+                                  const std::string& path) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r =
+        ::pread(fd, p, std::min<std::size_t>(n, std::size_t{1} << 30), static_cast<off_t>(offset));
+    if (r < 0) {
+      if (errno == EINTR)
+        continue;
+      throw_io("cannot read " + path, errno);
+    }
+    if (r == 0)
+      return false;
+    p += r;
+    n -= static_cast<std::size_t>(r);
+    offset += static_cast<std::uint64_t>(r);
+  }
+  return true;
+}
+
+LOOM_COMPILED_ONCE std::string parent_dir(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  return dir.empty() ? std::string(".") : dir;
+}
+
+LOOM_COMPILED_ONCE void fsync_dir(const std::string& dir) {
+  fd_handle fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd)
+    throw_io("cannot open directory " + dir + " to sync it", errno);
+  if (::fsync(fd.get()) != 0 && errno != EINVAL) // EINVAL: a file system without dir fsync
+    throw_io("cannot sync directory " + dir, errno);
+}
+
+} // namespace loom::detail::ckpt
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

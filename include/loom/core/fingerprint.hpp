@@ -5,6 +5,7 @@
 // input pipeline's categorical features (data/), which must give TF's buckets.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 
@@ -22,7 +23,21 @@ inline std::uint64_t fingerprint64(std::string_view bytes) noexcept {
 }
 } // namespace detail
 
-inline std::int64_t string_to_hash_bucket_fast(std::string_view bytes, std::int64_t num_buckets) {
+LOOM_COMPILED_ONCE std::int64_t string_to_hash_bucket_fast(std::string_view bytes,
+                                                           std::int64_t num_buckets);
+
+// Every string of a string tensor hashed: an int64 tensor of the same shape.
+LOOM_COMPILED_ONCE any_tensor string_to_hash_bucket_fast(const any_tensor& strings,
+                                                         std::int64_t num_buckets);
+
+} // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom {
+
+LOOM_COMPILED_ONCE std::int64_t string_to_hash_bucket_fast(std::string_view bytes,
+                                                           std::int64_t num_buckets) {
   if (num_buckets <= 0)
     throw invalid_argument_error("string_to_hash_bucket_fast: num_buckets must be positive, got " +
                                  std::to_string(num_buckets));
@@ -30,8 +45,8 @@ inline std::int64_t string_to_hash_bucket_fast(std::string_view bytes, std::int6
                                    static_cast<std::uint64_t>(num_buckets));
 }
 
-// Every string of a string tensor hashed: an int64 tensor of the same shape.
-inline any_tensor string_to_hash_bucket_fast(const any_tensor& strings, std::int64_t num_buckets) {
+LOOM_COMPILED_ONCE any_tensor string_to_hash_bucket_fast(const any_tensor& strings,
+                                                         std::int64_t num_buckets) {
   if (num_buckets <= 0)
     throw invalid_argument_error("string_to_hash_bucket_fast: num_buckets must be positive, got " +
                                  std::to_string(num_buckets));
@@ -45,3 +60,5 @@ inline any_tensor string_to_hash_bucket_fast(const any_tensor& strings, std::int
 }
 
 } // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

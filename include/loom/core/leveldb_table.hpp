@@ -24,6 +24,7 @@
 // libsnappy-dev) decompresses blocks that were written compressed.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/crc32c.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tfrecord.hpp>
@@ -60,37 +61,15 @@ inline void put_fixed32(std::string& out, std::uint32_t v) {
   for (int i = 0; i < 4; ++i)
     out.push_back(static_cast<char>(v >> (8 * i) & 0xff));
 }
-inline std::uint32_t get_fixed32(std::string_view in) {
-  std::uint32_t v = 0;
-  for (std::size_t i = 0; i < 4; ++i)
-    v |= std::uint32_t{static_cast<std::uint8_t>(in[i])} << (8 * i);
-  return v;
-}
+LOOM_COMPILED_ONCE std::uint32_t get_fixed32(std::string_view in);
 
 } // namespace detail
 
-inline void put_varint64(std::string& out, std::uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
+LOOM_COMPILED_ONCE void put_varint64(std::string& out, std::uint64_t v);
 
 // Reads a varint64 from the front of `in`, consuming it; nullopt where the bytes end
 // inside it or it runs past 10 bytes.
-inline std::optional<std::uint64_t> get_varint64(std::string_view& in) {
-  std::uint64_t v = 0;
-  for (std::size_t i = 0; i < in.size() && i < 10; ++i) {
-    const auto b = static_cast<std::uint8_t>(in[i]);
-    v |= std::uint64_t{b & 0x7fu} << (7 * i);
-    if (!(b & 0x80)) {
-      in.remove_prefix(i + 1);
-      return v;
-    }
-  }
-  return std::nullopt;
-}
+LOOM_COMPILED_ONCE std::optional<std::uint64_t> get_varint64(std::string_view& in);
 
 // Where a block lies in the file (its stored bytes, without the trailer).
 struct block_handle {
@@ -116,37 +95,10 @@ public:
   // The block's size once finished (TF's CurrentSizeEstimate: it decides the splits).
   std::size_t size_estimate() const noexcept { return bytes_.size() + 4 * restarts_.size() + 4; }
 
-  void add(std::string_view key, std::string_view value) {
-    std::size_t shared = 0;
-    if (since_restart_ < restart_interval_) {
-      const std::size_t n = std::min(last_key_.size(), key.size());
-      while (shared < n && last_key_[shared] == key[shared])
-        ++shared;
-    } else {
-      restarts_.push_back(static_cast<std::uint32_t>(bytes_.size()));
-      since_restart_ = 0;
-    }
-    put_varint64(bytes_, shared);
-    put_varint64(bytes_, key.size() - shared);
-    put_varint64(bytes_, value.size());
-    bytes_.append(key.substr(shared));
-    bytes_.append(value);
-    last_key_.assign(key);
-    ++since_restart_;
-  }
+  void add(std::string_view key, std::string_view value);
 
   // The block's bytes; the builder is empty again after.
-  std::string finish() {
-    std::string out = std::move(bytes_);
-    for (std::uint32_t r : restarts_)
-      detail::put_fixed32(out, r);
-    detail::put_fixed32(out, static_cast<std::uint32_t>(restarts_.size()));
-    bytes_.clear();
-    restarts_.assign(1, 0);
-    since_restart_ = 0;
-    last_key_.clear();
-    return out;
-  }
+  std::string finish();
 
 private:
   int restart_interval_;
@@ -162,70 +114,16 @@ class table_builder {
 public:
   explicit table_builder(options o = {}) : options_(o), data_(o.restart_interval), index_(1) {}
 
-  void add(std::string_view key, std::string_view value) {
-    if (entries_ > 0 && !(std::string_view(last_key_) < key))
-      throw invalid_argument_error("leveldb table: key '" + std::string(key) + "' added after '" +
-                                   last_key_ + "' (keys must be strictly increasing)");
-    // An entry of twice the block size or more gets a block of its own.
-    if (entries_ > 0 && key.size() + value.size() >= 2 * options_.block_size)
-      flush();
-    if (pending_index_entry_) {
-      shorten_to_separator(last_key_, key);
-      add_index_entry();
-    }
-    last_key_.assign(key);
-    ++entries_;
-    data_.add(key, value);
-    if (data_.size_estimate() >= options_.block_size)
-      flush();
-  }
+  void add(std::string_view key, std::string_view value);
 
   // The whole file's bytes; the builder is spent after.
-  std::string finish() {
-    flush();
-    block_builder empty_metaindex(options_.restart_interval);
-    const block_handle metaindex = write_block(empty_metaindex);
-    if (pending_index_entry_) {
-      shorten_to_successor(last_key_);
-      add_index_entry();
-    }
-    const block_handle index = write_block(index_);
-    std::string footer;
-    metaindex.encode_to(footer);
-    index.encode_to(footer);
-    footer.resize(2 * max_handle_bytes, '\0');
-    detail::put_fixed32(footer, static_cast<std::uint32_t>(magic & 0xffffffffu));
-    detail::put_fixed32(footer, static_cast<std::uint32_t>(magic >> 32));
-    file_ += footer;
-    return std::move(file_);
-  }
+  std::string finish();
 
 private:
   // The shortest key k with start <= k < limit, where one byte of start can be raised.
-  static void shorten_to_separator(std::string& start, std::string_view limit) {
-    const std::size_t n = std::min(start.size(), limit.size());
-    std::size_t diff = 0;
-    while (diff < n && start[diff] == limit[diff])
-      ++diff;
-    if (diff >= n)
-      return; // one is a prefix of the other
-    const auto byte = static_cast<std::uint8_t>(start[diff]);
-    if (byte < 0xff && byte + 1 < static_cast<std::uint8_t>(limit[diff])) {
-      start[diff] = static_cast<char>(byte + 1);
-      start.resize(diff + 1);
-    }
-  }
+  static void shorten_to_separator(std::string& start, std::string_view limit);
   // The shortest key >= key: its first byte below 0xff raised, the rest cut.
-  static void shorten_to_successor(std::string& key) {
-    for (std::size_t i = 0; i < key.size(); ++i) {
-      const auto byte = static_cast<std::uint8_t>(key[i]);
-      if (byte != 0xff) {
-        key[i] = static_cast<char>(byte + 1);
-        key.resize(i + 1);
-        return;
-      }
-    }
-  }
+  static void shorten_to_successor(std::string& key);
   void add_index_entry() {
     std::string handle;
     pending_handle_.encode_to(handle);
@@ -238,27 +136,7 @@ private:
     pending_handle_ = write_block(data_);
     pending_index_entry_ = true;
   }
-  block_handle write_block(block_builder& block) {
-    const std::string raw = block.finish();
-    auto type = compression::none;
-    std::string compressed;
-    std::string_view stored = raw;
-    if (options_.compression == compression::snappy) {
-      snappy::Compress(raw.data(), raw.size(), &compressed);
-      // Kept only where it saves at least an eighth, as TF's builder does.
-      if (compressed.size() < raw.size() - raw.size() / 8) {
-        stored = compressed;
-        type = compression::snappy;
-      }
-    }
-    const block_handle handle{file_.size(), stored.size()};
-    file_.append(stored);
-    const char type_byte = static_cast<char>(type);
-    file_.push_back(type_byte);
-    detail::put_fixed32(file_,
-                        tfrecord::mask(crc32c::extend(crc32c::value(stored), &type_byte, 1)));
-    return handle;
-  }
+  block_handle write_block(block_builder& block);
 
   options options_;
   block_builder data_;
@@ -280,8 +158,178 @@ struct entry {
 namespace detail {
 
 // Reads and checks the block at `h` of `file` (trailer, checksum, decompression).
-inline std::string read_block(std::string_view file, const block_handle& h, const std::string& what,
-                              const std::string& which) {
+LOOM_COMPILED_ONCE std::string read_block(std::string_view file, const block_handle& h,
+                                          const std::string& what, const std::string& which);
+
+// The entries of a block's bytes, appended to `out`.
+LOOM_COMPILED_ONCE void parse_block(std::string_view block, const std::string& where,
+                                    std::vector<entry>& out);
+
+LOOM_COMPILED_ONCE block_handle decode_handle(std::string_view& in, const std::string& where);
+
+} // namespace detail
+
+// Every entry of a table file's bytes, in key order. `what` (the file's name) is in
+// the errors.
+LOOM_COMPILED_ONCE std::vector<entry> read_table(std::string_view file, const std::string& what);
+
+} // namespace loom::detail::leveldb_table
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail::leveldb_table::detail {
+
+LOOM_COMPILED_ONCE std::uint32_t get_fixed32(std::string_view in) {
+  std::uint32_t v = 0;
+  for (std::size_t i = 0; i < 4; ++i)
+    v |= std::uint32_t{static_cast<std::uint8_t>(in[i])} << (8 * i);
+  return v;
+}
+} // namespace loom::detail::leveldb_table::detail
+
+namespace loom::detail::leveldb_table {
+
+LOOM_COMPILED_ONCE void put_varint64(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+LOOM_COMPILED_ONCE std::optional<std::uint64_t> get_varint64(std::string_view& in) {
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < in.size() && i < 10; ++i) {
+    const auto b = static_cast<std::uint8_t>(in[i]);
+    v |= std::uint64_t{b & 0x7fu} << (7 * i);
+    if (!(b & 0x80)) {
+      in.remove_prefix(i + 1);
+      return v;
+    }
+  }
+  return std::nullopt;
+}
+
+LOOM_COMPILED_ONCE void block_builder::add(std::string_view key, std::string_view value) {
+  std::size_t shared = 0;
+  if (since_restart_ < restart_interval_) {
+    const std::size_t n = std::min(last_key_.size(), key.size());
+    while (shared < n && last_key_[shared] == key[shared])
+      ++shared;
+  } else {
+    restarts_.push_back(static_cast<std::uint32_t>(bytes_.size()));
+    since_restart_ = 0;
+  }
+  put_varint64(bytes_, shared);
+  put_varint64(bytes_, key.size() - shared);
+  put_varint64(bytes_, value.size());
+  bytes_.append(key.substr(shared));
+  bytes_.append(value);
+  last_key_.assign(key);
+  ++since_restart_;
+}
+
+LOOM_COMPILED_ONCE std::string block_builder::finish() {
+  std::string out = std::move(bytes_);
+  for (std::uint32_t r : restarts_)
+    detail::put_fixed32(out, r);
+  detail::put_fixed32(out, static_cast<std::uint32_t>(restarts_.size()));
+  bytes_.clear();
+  restarts_.assign(1, 0);
+  since_restart_ = 0;
+  last_key_.clear();
+  return out;
+}
+
+LOOM_COMPILED_ONCE void table_builder::add(std::string_view key, std::string_view value) {
+  if (entries_ > 0 && !(std::string_view(last_key_) < key))
+    throw invalid_argument_error("leveldb table: key '" + std::string(key) + "' added after '" +
+                                 last_key_ + "' (keys must be strictly increasing)");
+  // An entry of twice the block size or more gets a block of its own.
+  if (entries_ > 0 && key.size() + value.size() >= 2 * options_.block_size)
+    flush();
+  if (pending_index_entry_) {
+    shorten_to_separator(last_key_, key);
+    add_index_entry();
+  }
+  last_key_.assign(key);
+  ++entries_;
+  data_.add(key, value);
+  if (data_.size_estimate() >= options_.block_size)
+    flush();
+}
+
+LOOM_COMPILED_ONCE std::string table_builder::finish() {
+  flush();
+  block_builder empty_metaindex(options_.restart_interval);
+  const block_handle metaindex = write_block(empty_metaindex);
+  if (pending_index_entry_) {
+    shorten_to_successor(last_key_);
+    add_index_entry();
+  }
+  const block_handle index = write_block(index_);
+  std::string footer;
+  metaindex.encode_to(footer);
+  index.encode_to(footer);
+  footer.resize(2 * max_handle_bytes, '\0');
+  detail::put_fixed32(footer, static_cast<std::uint32_t>(magic & 0xffffffffu));
+  detail::put_fixed32(footer, static_cast<std::uint32_t>(magic >> 32));
+  file_ += footer;
+  return std::move(file_);
+}
+
+LOOM_COMPILED_ONCE void table_builder::shorten_to_separator(std::string& start,
+                                                            std::string_view limit) {
+  const std::size_t n = std::min(start.size(), limit.size());
+  std::size_t diff = 0;
+  while (diff < n && start[diff] == limit[diff])
+    ++diff;
+  if (diff >= n)
+    return; // one is a prefix of the other
+  const auto byte = static_cast<std::uint8_t>(start[diff]);
+  if (byte < 0xff && byte + 1 < static_cast<std::uint8_t>(limit[diff])) {
+    start[diff] = static_cast<char>(byte + 1);
+    start.resize(diff + 1);
+  }
+}
+
+LOOM_COMPILED_ONCE void table_builder::shorten_to_successor(std::string& key) {
+  for (std::size_t i = 0; i < key.size(); ++i) {
+    const auto byte = static_cast<std::uint8_t>(key[i]);
+    if (byte != 0xff) {
+      key[i] = static_cast<char>(byte + 1);
+      key.resize(i + 1);
+      return;
+    }
+  }
+}
+
+LOOM_COMPILED_ONCE auto table_builder::write_block(block_builder& block) -> block_handle {
+  const std::string raw = block.finish();
+  auto type = compression::none;
+  std::string compressed;
+  std::string_view stored = raw;
+  if (options_.compression == compression::snappy) {
+    snappy::Compress(raw.data(), raw.size(), &compressed);
+    // Kept only where it saves at least an eighth, as TF's builder does.
+    if (compressed.size() < raw.size() - raw.size() / 8) {
+      stored = compressed;
+      type = compression::snappy;
+    }
+  }
+  const block_handle handle{file_.size(), stored.size()};
+  file_.append(stored);
+  const char type_byte = static_cast<char>(type);
+  file_.push_back(type_byte);
+  detail::put_fixed32(file_, tfrecord::mask(crc32c::extend(crc32c::value(stored), &type_byte, 1)));
+  return handle;
+}
+} // namespace loom::detail::leveldb_table
+
+namespace loom::detail::leveldb_table::detail {
+
+LOOM_COMPILED_ONCE std::string read_block(std::string_view file, const block_handle& h,
+                                          const std::string& what, const std::string& which) {
   const std::string where = what + ": " + which + " block at byte " + std::to_string(h.offset);
   if (h.offset > file.size() || h.size > file.size() - h.offset ||
       file.size() - h.offset - h.size < block_trailer_bytes)
@@ -305,8 +353,8 @@ inline std::string read_block(std::string_view file, const block_handle& h, cons
   return out;
 }
 
-// The entries of a block's bytes, appended to `out`.
-inline void parse_block(std::string_view block, const std::string& where, std::vector<entry>& out) {
+LOOM_COMPILED_ONCE void parse_block(std::string_view block, const std::string& where,
+                                    std::vector<entry>& out) {
   if (block.size() < 4)
     throw data_loss_error(where + " has " + std::to_string(block.size()) +
                           " bytes, too few for its restart count");
@@ -332,19 +380,18 @@ inline void parse_block(std::string_view block, const std::string& where, std::v
   }
 }
 
-inline block_handle decode_handle(std::string_view& in, const std::string& where) {
+LOOM_COMPILED_ONCE block_handle decode_handle(std::string_view& in, const std::string& where) {
   const auto offset = get_varint64(in);
   const auto size = get_varint64(in);
   if (!offset || !size)
     throw data_loss_error(where + ": a malformed block handle");
   return {*offset, *size};
 }
+} // namespace loom::detail::leveldb_table::detail
 
-} // namespace detail
+namespace loom::detail::leveldb_table {
 
-// Every entry of a table file's bytes, in key order. `what` (the file's name) is in
-// the errors.
-inline std::vector<entry> read_table(std::string_view file, const std::string& what) {
+LOOM_COMPILED_ONCE std::vector<entry> read_table(std::string_view file, const std::string& what) {
   if (file.size() < footer_bytes)
     throw data_loss_error(what + " has " + std::to_string(file.size()) +
                           " bytes, fewer than a table's footer (" + std::to_string(footer_bytes) +
@@ -377,3 +424,5 @@ inline std::vector<entry> read_table(std::string_view file, const std::string& w
 }
 
 } // namespace loom::detail::leveldb_table
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

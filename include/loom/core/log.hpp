@@ -17,6 +17,8 @@
 // <loom/api.hpp> alone) has no sink: its lines go to stderr bare, "loom: <level>: ...".
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
+
 #include <atomic>
 #include <cstdio>
 #include <mutex>
@@ -43,12 +45,7 @@ constexpr std::string_view to_string(level l) noexcept {
 }
 
 // The level of a name to_string gives; nullopt for any other name.
-inline std::optional<level> parse_level(std::string_view name) noexcept {
-  for (level l : {level::trace, level::debug, level::info, level::warn, level::error, level::off})
-    if (name == to_string(l))
-      return l;
-  return std::nullopt;
-}
+LOOM_COMPILED_ONCE std::optional<level> parse_level(std::string_view name) noexcept;
 
 // What writes the lines: the linked runtime's (runtime/spdlog_sink.hpp). `task` and
 // `message` are whole; the sink adds the timestamp and the level.
@@ -103,12 +100,7 @@ inline void set_task(std::string task) {
 
 // Sets the task unless one is set already: a process's first server names it (tests and
 // single-process programs run several).
-inline void set_task_if_unset(std::string task) {
-  auto& t = detail::the_task_name();
-  std::lock_guard lock(t.mutex);
-  if (t.name == "-")
-    t.name = std::move(task);
-}
+LOOM_COMPILED_ONCE void set_task_if_unset(std::string task);
 
 inline std::string task() {
   auto& t = detail::the_task_name();
@@ -117,15 +109,7 @@ inline std::string task() {
 }
 
 // Writes one line at `l`, unless the level drops it.
-inline void write(level l, std::string_view message) {
-  if (!enabled(l))
-    return;
-  if (sink* out = detail::installed_sink.load(std::memory_order_acquire))
-    out->write(l, task(), message);
-  else // no runtime linked in (see above)
-    std::fprintf(stderr, "loom: %.*s: %.*s\n", static_cast<int>(to_string(l).size()),
-                 to_string(l).data(), static_cast<int>(message.size()), message.data());
-}
+LOOM_COMPILED_ONCE void write(level l, std::string_view message);
 
 inline void trace(std::string_view message) {
   write(level::trace, message);
@@ -145,14 +129,7 @@ inline void error(std::string_view message) {
 
 // Sets the level from LOOM_LOG_LEVEL's value (the runtime calls it before main()). A value
 // that names no level leaves the level as it is and says so in one line.
-inline void set_level_from_variable(std::string_view value) {
-  if (const auto l = parse_level(value))
-    set_level(*l);
-  else
-    warn("LOOM_LOG_LEVEL is \"" + std::string(value) +
-         "\", not one of trace, debug, info, warn, error, off; logging at " +
-         std::string(to_string(current_level())));
-}
+LOOM_COMPILED_ONCE void set_level_from_variable(std::string_view value);
 
 // Called by the linked runtime once, before main(). Returns the sink it replaces (nullptr:
 // none), so that a sink put in front of it (a test's, tests/support/log_capture.hpp) can hand
@@ -163,3 +140,44 @@ inline sink* install(sink& s) noexcept {
 }
 
 } // namespace loom::logging
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::logging {
+
+LOOM_COMPILED_ONCE std::optional<level> parse_level(std::string_view name) noexcept {
+  for (level l : {level::trace, level::debug, level::info, level::warn, level::error, level::off})
+    if (name == to_string(l))
+      return l;
+  return std::nullopt;
+}
+
+LOOM_COMPILED_ONCE void set_task_if_unset(std::string task) {
+  auto& t = detail::the_task_name();
+  std::lock_guard lock(t.mutex);
+  if (t.name == "-")
+    t.name = std::move(task);
+}
+
+LOOM_COMPILED_ONCE void write(level l, std::string_view message) {
+  if (!enabled(l))
+    return;
+  if (sink* out = detail::installed_sink.load(std::memory_order_acquire))
+    out->write(l, task(), message);
+  else // no runtime linked in (see above)
+    std::fprintf(stderr, "loom: %.*s: %.*s\n", static_cast<int>(to_string(l).size()),
+                 to_string(l).data(), static_cast<int>(message.size()), message.data());
+}
+
+LOOM_COMPILED_ONCE void set_level_from_variable(std::string_view value) {
+  if (const auto l = parse_level(value))
+    set_level(*l);
+  else
+    warn("LOOM_LOG_LEVEL is \"" + std::string(value) +
+         "\", not one of trace, debug, info, warn, error, off; logging at " +
+         std::string(to_string(current_level())));
+}
+
+} // namespace loom::logging
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

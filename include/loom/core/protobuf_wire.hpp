@@ -8,6 +8,7 @@
 // corrupt message is an error, never a read past the end.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 
 #include <bit>
@@ -72,13 +73,7 @@ private:
   void key(std::uint32_t field, wire_type t) {
     raw_varint(std::uint64_t{field} << 3 | static_cast<std::uint32_t>(t));
   }
-  void raw_varint(std::uint64_t v) {
-    while (v >= 0x80) {
-      bytes_.push_back(static_cast<char>(v | 0x80));
-      v >>= 7;
-    }
-    bytes_.push_back(static_cast<char>(v));
-  }
+  void raw_varint(std::uint64_t v);
   template <class U> void raw_fixed(U v) { // little-endian, as the wire format is
     for (std::size_t i = 0; i < sizeof(U); ++i)
       bytes_.push_back(static_cast<char>(v >> (8 * i) & 0xff));
@@ -116,70 +111,15 @@ public:
 
   // The next field; throws data_loss_error where the bytes end inside it or
   // its wire type is one loom never writes (groups).
-  field next() {
-    field f;
-    const std::uint64_t key = raw_varint();
-    f.number = static_cast<std::uint32_t>(key >> 3);
-    const auto t = static_cast<std::uint32_t>(key & 7);
-    if (f.number == 0)
-      fail("field number 0");
-    switch (t) {
-    case 0:
-      f.type = wire_type::varint;
-      f.number_value = raw_varint();
-      break;
-    case 1:
-      f.type = wire_type::fixed64;
-      f.number_value = raw_fixed(8);
-      break;
-    case 5:
-      f.type = wire_type::fixed32;
-      f.number_value = raw_fixed(4);
-      break;
-    case 2: {
-      f.type = wire_type::length_delimited;
-      const std::uint64_t n = raw_varint();
-      if (n > rest_.size())
-        fail("field " + std::to_string(f.number) + " declares " + std::to_string(n) + " bytes, " +
-             std::to_string(rest_.size()) + " are left");
-      f.bytes = rest_.substr(0, static_cast<std::size_t>(n));
-      rest_.remove_prefix(static_cast<std::size_t>(n));
-      break;
-    }
-    default:
-      fail("field " + std::to_string(f.number) + " has wire type " + std::to_string(t) +
-           ", which loom does not read");
-    }
-    return f;
-  }
+  field next();
 
 private:
   [[noreturn]] void fail(const std::string& why) const {
     throw data_loss_error("malformed " + (literal_what_ ? std::string(literal_what_) : what_) +
                           ": " + why);
   }
-  std::uint64_t raw_varint() {
-    std::uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (rest_.empty())
-        fail("the bytes end inside a varint");
-      const auto b = static_cast<std::uint8_t>(rest_.front());
-      rest_.remove_prefix(1);
-      v |= std::uint64_t{b & 0x7fu} << shift;
-      if (!(b & 0x80))
-        return v;
-    }
-    fail("a varint longer than 10 bytes");
-  }
-  std::uint64_t raw_fixed(std::size_t n) {
-    if (rest_.size() < n)
-      fail("the bytes end inside a fixed-width field");
-    std::uint64_t v = 0;
-    for (std::size_t i = 0; i < n; ++i)
-      v |= std::uint64_t{static_cast<std::uint8_t>(rest_[i])} << (8 * i);
-    rest_.remove_prefix(n);
-    return v;
-  }
+  std::uint64_t raw_varint();
+  std::uint64_t raw_fixed(std::size_t n);
 
   std::string_view rest_;
   std::string what_;
@@ -187,3 +127,80 @@ private:
 };
 
 } // namespace loom::detail::protobuf
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail::protobuf {
+
+LOOM_COMPILED_ONCE void writer::raw_varint(std::uint64_t v) {
+  while (v >= 0x80) {
+    bytes_.push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  bytes_.push_back(static_cast<char>(v));
+}
+
+LOOM_COMPILED_ONCE auto reader::next() -> field {
+  field f;
+  const std::uint64_t key = raw_varint();
+  f.number = static_cast<std::uint32_t>(key >> 3);
+  const auto t = static_cast<std::uint32_t>(key & 7);
+  if (f.number == 0)
+    fail("field number 0");
+  switch (t) {
+  case 0:
+    f.type = wire_type::varint;
+    f.number_value = raw_varint();
+    break;
+  case 1:
+    f.type = wire_type::fixed64;
+    f.number_value = raw_fixed(8);
+    break;
+  case 5:
+    f.type = wire_type::fixed32;
+    f.number_value = raw_fixed(4);
+    break;
+  case 2: {
+    f.type = wire_type::length_delimited;
+    const std::uint64_t n = raw_varint();
+    if (n > rest_.size())
+      fail("field " + std::to_string(f.number) + " declares " + std::to_string(n) + " bytes, " +
+           std::to_string(rest_.size()) + " are left");
+    f.bytes = rest_.substr(0, static_cast<std::size_t>(n));
+    rest_.remove_prefix(static_cast<std::size_t>(n));
+    break;
+  }
+  default:
+    fail("field " + std::to_string(f.number) + " has wire type " + std::to_string(t) +
+         ", which loom does not read");
+  }
+  return f;
+}
+
+LOOM_COMPILED_ONCE std::uint64_t reader::raw_varint() {
+  std::uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (rest_.empty())
+      fail("the bytes end inside a varint");
+    const auto b = static_cast<std::uint8_t>(rest_.front());
+    rest_.remove_prefix(1);
+    v |= std::uint64_t{b & 0x7fu} << shift;
+    if (!(b & 0x80))
+      return v;
+  }
+  fail("a varint longer than 10 bytes");
+}
+
+LOOM_COMPILED_ONCE std::uint64_t reader::raw_fixed(std::size_t n) {
+  if (rest_.size() < n)
+    fail("the bytes end inside a fixed-width field");
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    v |= std::uint64_t{static_cast<std::uint8_t>(rest_[i])} << (8 * i);
+  rest_.remove_prefix(n);
+  return v;
+}
+
+} // namespace loom::detail::protobuf
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -2,6 +2,7 @@
 // a placeholder's batch dimension; a shape with an unknown dimension is partial.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 
 #include <cstdint>
@@ -32,35 +33,12 @@ public:
   }
 
   // Number of elements; 1 for a scalar. Throws on a partial shape.
-  std::int64_t num_elements() const {
-    std::int64_t n = 1;
-    for (auto d : dims_) {
-      if (d < 0)
-        throw invalid_argument_error("num_elements of partial shape " + to_string());
-      n *= d;
-    }
-    return n;
-  }
+  std::int64_t num_elements() const;
 
   // True if some fully defined shape matches both (unknown dims match anything).
-  bool compatible_with(const shape& o) const noexcept {
-    if (rank() != o.rank())
-      return false;
-    for (std::size_t i = 0; i < dims_.size(); ++i)
-      if (dims_[i] >= 0 && o.dims_[i] >= 0 && dims_[i] != o.dims_[i])
-        return false;
-    return true;
-  }
+  bool compatible_with(const shape& o) const noexcept;
 
-  std::string to_string() const {
-    std::string s = "[";
-    for (std::size_t i = 0; i < dims_.size(); ++i) {
-      if (i)
-        s += ", ";
-      s += dims_[i] < 0 ? std::string("?") : std::to_string(dims_[i]);
-    }
-    return s + "]";
-  }
+  std::string to_string() const;
 
   friend bool operator==(const shape&, const shape&) = default;
 
@@ -78,7 +56,44 @@ private:
 
 // NumPy/TF broadcasting of two (possibly partial) shapes. Throws naming both
 // shapes when they are incompatible; `what` says where (the node's name).
-inline shape broadcast_shapes(const shape& a, const shape& b, const std::string& what) {
+LOOM_COMPILED_ONCE shape broadcast_shapes(const shape& a, const shape& b, const std::string& what);
+
+} // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom {
+
+LOOM_COMPILED_ONCE std::int64_t shape::num_elements() const {
+  std::int64_t n = 1;
+  for (auto d : dims_) {
+    if (d < 0)
+      throw invalid_argument_error("num_elements of partial shape " + to_string());
+    n *= d;
+  }
+  return n;
+}
+
+LOOM_COMPILED_ONCE bool shape::compatible_with(const shape& o) const noexcept {
+  if (rank() != o.rank())
+    return false;
+  for (std::size_t i = 0; i < dims_.size(); ++i)
+    if (dims_[i] >= 0 && o.dims_[i] >= 0 && dims_[i] != o.dims_[i])
+      return false;
+  return true;
+}
+
+LOOM_COMPILED_ONCE std::string shape::to_string() const {
+  std::string s = "[";
+  for (std::size_t i = 0; i < dims_.size(); ++i) {
+    if (i)
+      s += ", ";
+    s += dims_[i] < 0 ? std::string("?") : std::to_string(dims_[i]);
+  }
+  return s + "]";
+}
+
+LOOM_COMPILED_ONCE shape broadcast_shapes(const shape& a, const shape& b, const std::string& what) {
   const int r = a.rank() > b.rank() ? a.rank() : b.rank();
   std::vector<std::int64_t> out(static_cast<std::size_t>(r));
   for (int i = 0; i < r; ++i) {
@@ -103,3 +118,5 @@ inline shape broadcast_shapes(const shape& a, const shape& b, const std::string&
 }
 
 } // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

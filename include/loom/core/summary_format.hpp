@@ -18,6 +18,7 @@
 // share one encoding.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/protobuf_wire.hpp>
 
@@ -61,61 +62,16 @@ class histogram {
 public:
   histogram() : counts_(limits().size(), 0.0) {}
 
-  static const std::vector<double>& limits() {
-    static const std::vector<double> l = [] {
-      std::vector<double> pos;
-      for (double v = 1.0e-12; v < 1.0e20; v *= 1.1)
-        pos.push_back(v);
-      pos.push_back(DBL_MAX);
-      std::vector<double> all;
-      for (auto it = pos.rbegin(); it != pos.rend(); ++it)
-        all.push_back(-*it);
-      all.push_back(0.0);
-      all.insert(all.end(), pos.begin(), pos.end());
-      return all;
-    }();
-    return l;
-  }
+  static const std::vector<double>& limits();
 
   // A finite value (the caller refuses NaN and infinities, as TF's kernel does).
-  void add(double v) {
-    counts_[std::min(bucket(v), counts_.size() - 1)] += 1.0;
-    min_ = std::min(min_, v);
-    max_ = std::max(max_, v);
-    num_ += 1.0;
-    sum_ += v;
-    sum_squares_ += v * v;
-  }
+  void add(double v);
 
   double count() const noexcept { return num_; }
 
   // A HistogramProto, runs of empty buckets collapsed into their last limit
   // (TF's EncodeToProto with preserve_zero_buckets = false).
-  protobuf::writer encode() const {
-    std::vector<double> limit, count;
-    const auto& l = limits();
-    for (std::size_t i = 0; i < counts_.size();) {
-      double end = l[i], c = counts_[i];
-      ++i;
-      if (c <= 0.0)
-        while (i < counts_.size() && counts_[i] <= 0.0) {
-          end = l[i];
-          c = counts_[i];
-          ++i;
-        }
-      limit.push_back(end);
-      count.push_back(c);
-    }
-    protobuf::writer h;
-    h.float64(histogram_field::min, min_)
-        .float64(histogram_field::max, max_)
-        .float64(histogram_field::num, num_)
-        .float64(histogram_field::sum, sum_)
-        .float64(histogram_field::sum_squares, sum_squares_)
-        .packed_float64(histogram_field::bucket_limit, limit)
-        .packed_float64(histogram_field::bucket, count);
-    return h;
-  }
+  protobuf::writer encode() const;
 
 private:
   // The first limit above v (std::upper_bound's answer), found from a guess:
@@ -127,51 +83,128 @@ private:
   // the 1 549 limits, its branches mispredicted, took ~30 ns a value, most of
   // a histogram summary of a model's weights). The loops after them keep the
   // answer exact should the guess ever be further off.
-  static std::size_t bucket(double v) {
-    const auto& l = limits();
-    const std::size_t size = l.size(), zero = size / 2; // l[zero] == 0: mirrored around it
-    const auto bits = std::bit_cast<std::uint64_t>(std::abs(v));
-    const double log2_abs = static_cast<double>(static_cast<int>(bits >> 52) - 1023) +
-                            static_cast<double>(bits & ((std::uint64_t{1} << 52) - 1)) * 0x1p-52;
-    constexpr double log2_first = -39.863137138648348; // log2(1e-12)
-    constexpr double per_log2 = 7.2725408973417128;    // 1 / log2(1.1)
-    const auto k = static_cast<std::ptrdiff_t>(
-        std::clamp((log2_abs - log2_first) * per_log2, 0.0, double(zero)));
-    // Positive v: the answer is zero + 1 + (limits up to v) - 0..2 below; negative:
-    // zero - (limits below |v|), mirrored. 0 and subnormals: k is 0.
-    const std::ptrdiff_t first = v > 0 ? std::ptrdiff_t(zero) + k : std::ptrdiff_t(zero) - 2 - k;
-    std::size_t b = static_cast<std::size_t>(
-        std::clamp(first, std::ptrdiff_t{0}, static_cast<std::ptrdiff_t>(size) - 3));
-    b += static_cast<std::size_t>(l[b] <= v) + static_cast<std::size_t>(l[b + 1] <= v) +
-         static_cast<std::size_t>(l[b + 2] <= v);
-    while (b < size && l[b] <= v)
-      ++b;
-    while (b > 0 && l[b - 1] > v)
-      --b;
-    return b;
-  }
+  static std::size_t bucket(double v);
 
   std::vector<double> counts_;
   double min_ = DBL_MAX, max_ = -DBL_MAX, num_ = 0, sum_ = 0, sum_squares_ = 0;
 };
 
 // A Summary of one scalar value (tf.summary.scalar's), serialized.
-inline std::string scalar_summary(std::string_view tag, float value) {
+LOOM_COMPILED_ONCE std::string scalar_summary(std::string_view tag, float value);
+
+// A Summary of one histogram (tf.summary.histogram's), serialized.
+LOOM_COMPILED_ONCE std::string histogram_summary(std::string_view tag, const histogram& h);
+
+// The tags of a serialized Summary's values, in order; `what` names it in
+// errors (data_loss_error where it is not a Summary).
+LOOM_COMPILED_ONCE std::vector<std::string> summary_tags(std::string_view summary,
+                                                         const std::string& what);
+
+// Events, serialized (the data of one TFRecord each).
+LOOM_COMPILED_ONCE std::string file_version_event(double wall_time);
+
+LOOM_COMPILED_ONCE std::string summary_event(double wall_time, std::int64_t step,
+                                             std::string_view serialized_summary);
+
+// SessionLog START: TensorBoard drops the events of a run's earlier life past
+// this step (a job restarted from a checkpoint), as after TF's SummarySaverHook.
+LOOM_COMPILED_ONCE std::string session_start_event(double wall_time, std::int64_t step);
+
+} // namespace loom::detail::summary_format
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail::summary_format {
+
+LOOM_COMPILED_ONCE auto histogram::limits() -> const std::vector<double>& {
+  static const std::vector<double> l = [] {
+    std::vector<double> pos;
+    for (double v = 1.0e-12; v < 1.0e20; v *= 1.1)
+      pos.push_back(v);
+    pos.push_back(DBL_MAX);
+    std::vector<double> all;
+    for (auto it = pos.rbegin(); it != pos.rend(); ++it)
+      all.push_back(-*it);
+    all.push_back(0.0);
+    all.insert(all.end(), pos.begin(), pos.end());
+    return all;
+  }();
+  return l;
+}
+
+LOOM_COMPILED_ONCE void histogram::add(double v) {
+  counts_[std::min(bucket(v), counts_.size() - 1)] += 1.0;
+  min_ = std::min(min_, v);
+  max_ = std::max(max_, v);
+  num_ += 1.0;
+  sum_ += v;
+  sum_squares_ += v * v;
+}
+
+LOOM_COMPILED_ONCE auto histogram::encode() const -> protobuf::writer {
+  std::vector<double> limit, count;
+  const auto& l = limits();
+  for (std::size_t i = 0; i < counts_.size();) {
+    double end = l[i], c = counts_[i];
+    ++i;
+    if (c <= 0.0)
+      while (i < counts_.size() && counts_[i] <= 0.0) {
+        end = l[i];
+        c = counts_[i];
+        ++i;
+      }
+    limit.push_back(end);
+    count.push_back(c);
+  }
+  protobuf::writer h;
+  h.float64(histogram_field::min, min_)
+      .float64(histogram_field::max, max_)
+      .float64(histogram_field::num, num_)
+      .float64(histogram_field::sum, sum_)
+      .float64(histogram_field::sum_squares, sum_squares_)
+      .packed_float64(histogram_field::bucket_limit, limit)
+      .packed_float64(histogram_field::bucket, count);
+  return h;
+}
+
+LOOM_COMPILED_ONCE std::size_t histogram::bucket(double v) {
+  const auto& l = limits();
+  const std::size_t size = l.size(), zero = size / 2; // l[zero] == 0: mirrored around it
+  const auto bits = std::bit_cast<std::uint64_t>(std::abs(v));
+  const double log2_abs = static_cast<double>(static_cast<int>(bits >> 52) - 1023) +
+                          static_cast<double>(bits & ((std::uint64_t{1} << 52) - 1)) * 0x1p-52;
+  constexpr double log2_first = -39.863137138648348; // log2(1e-12)
+  constexpr double per_log2 = 7.2725408973417128;    // 1 / log2(1.1)
+  const auto k = static_cast<std::ptrdiff_t>(
+      std::clamp((log2_abs - log2_first) * per_log2, 0.0, double(zero)));
+  // Positive v: the answer is zero + 1 + (limits up to v) - 0..2 below; negative:
+  // zero - (limits below |v|), mirrored. 0 and subnormals: k is 0.
+  const std::ptrdiff_t first = v > 0 ? std::ptrdiff_t(zero) + k : std::ptrdiff_t(zero) - 2 - k;
+  std::size_t b = static_cast<std::size_t>(
+      std::clamp(first, std::ptrdiff_t{0}, static_cast<std::ptrdiff_t>(size) - 3));
+  b += static_cast<std::size_t>(l[b] <= v) + static_cast<std::size_t>(l[b + 1] <= v) +
+       static_cast<std::size_t>(l[b + 2] <= v);
+  while (b < size && l[b] <= v)
+    ++b;
+  while (b > 0 && l[b - 1] > v)
+    --b;
+  return b;
+}
+
+LOOM_COMPILED_ONCE std::string scalar_summary(std::string_view tag, float value) {
   protobuf::writer v;
   v.bytes(value_field::tag, tag).float32(value_field::simple_value, value);
   return std::move(protobuf::writer{}.message(summary_value_field, v)).bytes();
 }
 
-// A Summary of one histogram (tf.summary.histogram's), serialized.
-inline std::string histogram_summary(std::string_view tag, const histogram& h) {
+LOOM_COMPILED_ONCE std::string histogram_summary(std::string_view tag, const histogram& h) {
   protobuf::writer v;
   v.bytes(value_field::tag, tag).message(value_field::histo, h.encode());
   return std::move(protobuf::writer{}.message(summary_value_field, v)).bytes();
 }
 
-// The tags of a serialized Summary's values, in order; `what` names it in
-// errors (data_loss_error where it is not a Summary).
-inline std::vector<std::string> summary_tags(std::string_view summary, const std::string& what) {
+LOOM_COMPILED_ONCE std::vector<std::string> summary_tags(std::string_view summary,
+                                                         const std::string& what) {
   std::vector<std::string> tags;
   protobuf::reader r(summary, what);
   while (!r.done()) {
@@ -191,16 +224,15 @@ inline std::vector<std::string> summary_tags(std::string_view summary, const std
   return tags;
 }
 
-// Events, serialized (the data of one TFRecord each).
-inline std::string file_version_event(double wall_time) {
+LOOM_COMPILED_ONCE std::string file_version_event(double wall_time) {
   protobuf::writer e;
   e.float64(event_field::wall_time, wall_time)
       .bytes(event_field::file_version, summary_format::file_version);
   return std::move(e).bytes();
 }
 
-inline std::string summary_event(double wall_time, std::int64_t step,
-                                 std::string_view serialized_summary) {
+LOOM_COMPILED_ONCE std::string summary_event(double wall_time, std::int64_t step,
+                                             std::string_view serialized_summary) {
   protobuf::writer e;
   e.float64(event_field::wall_time, wall_time)
       .int64(event_field::step, step)
@@ -208,9 +240,7 @@ inline std::string summary_event(double wall_time, std::int64_t step,
   return std::move(e).bytes();
 }
 
-// SessionLog START: TensorBoard drops the events of a run's earlier life past
-// this step (a job restarted from a checkpoint), as after TF's SummarySaverHook.
-inline std::string session_start_event(double wall_time, std::int64_t step) {
+LOOM_COMPILED_ONCE std::string session_start_event(double wall_time, std::int64_t step) {
   protobuf::writer log;
   log.varint(session_log_status_field, session_log_start);
   protobuf::writer e;
@@ -221,3 +251,5 @@ inline std::string session_start_event(double wall_time, std::int64_t step) {
 }
 
 } // namespace loom::detail::summary_format
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <loom/core/block_cache.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/dtype.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/shape.hpp>
@@ -55,27 +56,13 @@ public:
   static constexpr std::size_t alignment = 64;
   using release_fn = std::function<void(void*)>;
 
-  buffer(dtype d, std::int64_t n, pages kind = pages::huge_where_large)
-      : dtype_(d), n_(n), pages_(kind) {
-    bytes_ = std::max<std::size_t>(size_of(d) * static_cast<std::size_t>(n), 1);
-    data_ = block_cache::instance().allocate(bytes_, pages_);
-    if (d == dtype::string)
-      std::uninitialized_default_construct_n(strings(), n);
-  }
+  buffer(dtype d, std::int64_t n, pages kind = pages::huge_where_large);
   buffer(dtype d, std::int64_t n, void* adopted, memory_location where, release_fn release)
       : dtype_(d), n_(n), bytes_(size_of(d) * static_cast<std::size_t>(n)), data_(adopted),
         where_(where), release_(std::move(release)) {}
   buffer(const buffer&) = delete;
   buffer& operator=(const buffer&) = delete;
-  ~buffer() {
-    if (release_) {
-      release_(data_);
-      return;
-    }
-    if (dtype_ == dtype::string)
-      std::destroy_n(strings(), n_);
-    block_cache::instance().release(data_, bytes_, pages_);
-  }
+  ~buffer();
 
   void* data() noexcept { return data_; }
   memory_location location() const noexcept { return where_; }
@@ -103,27 +90,12 @@ public:
   // A tensor for the bytes a peer sends (the message layer's receive buffers): in
   // small pages only, so a peer that declares a large tensor and sends a few bytes of
   // it commits no more memory than it sent (core/block_cache.hpp).
-  static any_tensor for_peer_bytes(dtype d, loom::shape s) {
-    any_tensor t;
-    t.dtype_ = d;
-    t.shape_ = std::move(s);
-    t.buffer_ = std::make_shared<detail::buffer>(d, t.shape_.num_elements(), detail::pages::small);
-    return t;
-  }
+  static any_tensor for_peer_bytes(dtype d, loom::shape s);
 
   // A tensor over memory at `where` that someone else allocated; `release`
   // frees it when the last copy of the tensor is gone. Strings live on the host only.
   static any_tensor adopt(dtype d, loom::shape s, memory_location where, void* data,
-                          detail::buffer::release_fn release) {
-    if (d == dtype::string && !where.on_host())
-      throw invalid_argument_error("a string tensor cannot live on " + where.to_string());
-    any_tensor t;
-    t.dtype_ = d;
-    t.shape_ = std::move(s);
-    t.buffer_ = std::make_shared<detail::buffer>(d, t.shape_.num_elements(), data, where,
-                                                 std::move(release));
-    return t;
-  }
+                          detail::buffer::release_fn release);
 
   template <element_type T> static any_tensor scalar(T v) {
     any_tensor t(dtype_of<T>, loom::shape{});
@@ -195,26 +167,9 @@ public:
   }
 
   // The same buffer under another shape with the same element count.
-  any_tensor reshaped(loom::shape s) const {
-    if (s.num_elements() != num_elements())
-      throw invalid_argument_error("cannot reshape a tensor of shape " + shape_.to_string() + " (" +
-                                   std::to_string(num_elements()) + " elements) to " +
-                                   s.to_string());
-    any_tensor t = *this;
-    t.shape_ = std::move(s);
-    return t;
-  }
+  any_tensor reshaped(loom::shape s) const;
 
-  any_tensor clone() const {
-    if (empty())
-      return {};
-    any_tensor t(dtype_, shape_);
-    if (dtype_ == dtype::string)
-      std::copy_n(data<std::string>(), num_elements(), t.data<std::string>());
-    else
-      std::memcpy(t.raw_data(), raw_data(), byte_size());
-    return t;
-  }
+  any_tensor clone() const;
 
   // True when no other tensor, variable or constant holds this buffer, so the
   // caller may write it. use_count() is a relaxed load: alone it would not
@@ -222,23 +177,14 @@ public:
   // (their decrement is a release). The acquire fence does, in the C++ memory
   // model. ThreadSanitizer does not model fences, so the copy's increment of
   // the same count (acq_rel in libstdc++) shows it the same order.
-  bool sole_owner() const noexcept {
-    if (buffer_.use_count() != 1)
-      return false;
-    std::atomic_thread_fence(std::memory_order_acquire);
-    [[maybe_unused]] const std::shared_ptr<detail::buffer> ordered = buffer_;
-    return true;
-  }
+  bool sole_owner() const noexcept;
 
   bool shares_buffer_with(const any_tensor& o) const noexcept {
     return buffer_ && buffer_ == o.buffer_;
   }
 
   // "float32[100, 784]" ("float32[100, 784] on GPU:0" off the host), for error messages.
-  std::string describe() const {
-    std::string d = std::string(to_string(dtype_)) + shape_.to_string();
-    return on_host() ? d : d + " on " + location().to_string();
-  }
+  std::string describe() const;
 
 private:
   void check_host() const {
@@ -348,3 +294,85 @@ private:
 };
 
 } // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE buffer::buffer(dtype d, std::int64_t n, pages kind)
+    : dtype_(d), n_(n), pages_(kind) {
+  bytes_ = std::max<std::size_t>(size_of(d) * static_cast<std::size_t>(n), 1);
+  data_ = block_cache::instance().allocate(bytes_, pages_);
+  if (d == dtype::string)
+    std::uninitialized_default_construct_n(strings(), n);
+}
+
+LOOM_COMPILED_ONCE buffer::~buffer() {
+  if (release_) {
+    release_(data_);
+    return;
+  }
+  if (dtype_ == dtype::string)
+    std::destroy_n(strings(), n_);
+  block_cache::instance().release(data_, bytes_, pages_);
+}
+} // namespace loom::detail
+
+namespace loom {
+
+LOOM_COMPILED_ONCE auto any_tensor::for_peer_bytes(dtype d, loom::shape s) -> any_tensor {
+  any_tensor t;
+  t.dtype_ = d;
+  t.shape_ = std::move(s);
+  t.buffer_ = std::make_shared<detail::buffer>(d, t.shape_.num_elements(), detail::pages::small);
+  return t;
+}
+
+LOOM_COMPILED_ONCE auto any_tensor::adopt(dtype d, loom::shape s, memory_location where, void* data,
+                                          detail::buffer::release_fn release) -> any_tensor {
+  if (d == dtype::string && !where.on_host())
+    throw invalid_argument_error("a string tensor cannot live on " + where.to_string());
+  any_tensor t;
+  t.dtype_ = d;
+  t.shape_ = std::move(s);
+  t.buffer_ =
+      std::make_shared<detail::buffer>(d, t.shape_.num_elements(), data, where, std::move(release));
+  return t;
+}
+
+LOOM_COMPILED_ONCE auto any_tensor::reshaped(loom::shape s) const -> any_tensor {
+  if (s.num_elements() != num_elements())
+    throw invalid_argument_error("cannot reshape a tensor of shape " + shape_.to_string() + " (" +
+                                 std::to_string(num_elements()) + " elements) to " + s.to_string());
+  any_tensor t = *this;
+  t.shape_ = std::move(s);
+  return t;
+}
+
+LOOM_COMPILED_ONCE auto any_tensor::clone() const -> any_tensor {
+  if (empty())
+    return {};
+  any_tensor t(dtype_, shape_);
+  if (dtype_ == dtype::string)
+    std::copy_n(data<std::string>(), num_elements(), t.data<std::string>());
+  else
+    std::memcpy(t.raw_data(), raw_data(), byte_size());
+  return t;
+}
+
+LOOM_COMPILED_ONCE bool any_tensor::sole_owner() const noexcept {
+  if (buffer_.use_count() != 1)
+    return false;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  [[maybe_unused]] const std::shared_ptr<detail::buffer> ordered = buffer_;
+  return true;
+}
+
+LOOM_COMPILED_ONCE std::string any_tensor::describe() const {
+  std::string d = std::string(to_string(dtype_)) + shape_.to_string();
+  return on_host() ? d : d + " on " + location().to_string();
+}
+
+} // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -5,6 +5,7 @@
 // (core/tensor_bundle_reader.hpp) and the writer (core/tensor_bundle_writer.hpp) share them.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/crc32c.hpp>
 #include <loom/core/dtype.hpp>
 #include <loom/core/error.hpp>
@@ -28,38 +29,10 @@
 namespace loom::tensor_bundle {
 
 // TF's DataType numbers (types.proto) of loom's dtypes.
-inline int tf_dtype_of(dtype d) {
-  switch (d) {
-  case dtype::f32: return 1;
-  case dtype::f64: return 2;
-  case dtype::i32: return 3;
-  case dtype::string: return 7;
-  case dtype::i64: return 9;
-  case dtype::boolean: return 10;
-  }
-  throw internal_error("tensor_bundle: unknown dtype");
-}
-inline std::optional<dtype> loom_dtype_of(int tf_dtype) {
-  switch (tf_dtype) {
-  case 1: return dtype::f32;
-  case 2: return dtype::f64;
-  case 3: return dtype::i32;
-  case 7: return dtype::string;
-  case 9: return dtype::i64;
-  case 10: return dtype::boolean;
-  default: return std::nullopt;
-  }
-}
+LOOM_COMPILED_ONCE int tf_dtype_of(dtype d);
+LOOM_COMPILED_ONCE std::optional<dtype> loom_dtype_of(int tf_dtype);
 // TF's Python name of a DataType ("float16"), for listings and errors.
-inline std::string tf_dtype_name(int tf_dtype) {
-  static constexpr const char* names[] = {
-      "invalid",   "float32", "float64",    "int32",   "uint8",    "int16",   "int8",     "string",
-      "complex64", "int64",   "bool",       "qint8",   "quint8",   "qint32",  "bfloat16", "qint16",
-      "quint16",   "uint16",  "complex128", "float16", "resource", "variant", "uint32",   "uint64"};
-  if (tf_dtype >= 0 && tf_dtype < static_cast<int>(std::size(names)))
-    return names[tf_dtype];
-  return "DataType " + std::to_string(tf_dtype);
-}
+LOOM_COMPILED_ONCE std::string tf_dtype_name(int tf_dtype);
 
 // One entry of a checkpoint's index.
 struct entry {
@@ -96,7 +69,112 @@ namespace detail {
 
 // -- TF's OrderedCode, for a part's key --
 
-inline void ordered_number(std::string& out, std::uint64_t v) {
+LOOM_COMPILED_ONCE void ordered_number(std::string& out, std::uint64_t v);
+LOOM_COMPILED_ONCE void ordered_string(std::string& out, std::string_view s);
+// A signed number in n bytes, n the fewest whose 7n - 1 bits hold it: its two's
+// complement big-endian (sign-extended), with its first n bits flipped (past 8 bytes they
+// reach into the second byte), so that they read as n ones for a number >= 0 and n zeros
+// for a negative one: the encodings sort as the numbers do.
+LOOM_COMPILED_ONCE void ordered_signed_number(std::string& out, std::int64_t v);
+
+// -- the protocol buffers --
+
+LOOM_COMPILED_ONCE std::string encode_shape(const loom::shape& s);
+
+LOOM_COMPILED_ONCE std::string encode_slice(const tensor_slice& s);
+
+LOOM_COMPILED_ONCE std::string encode_entry(const entry& e);
+
+LOOM_COMPILED_ONCE std::string encode_header(int num_shards);
+
+struct header {
+  int num_shards = 0;
+  bool big_endian = false;
+  int producer = 0;
+  int min_consumer = 0;
+  std::vector<int> bad_consumers;
+};
+
+LOOM_COMPILED_ONCE header decode_header(std::string_view bytes, const std::string& what);
+
+LOOM_COMPILED_ONCE loom::shape decode_shape(std::string_view bytes, const std::string& what);
+
+LOOM_COMPILED_ONCE tensor_slice decode_slice(std::string_view bytes, const std::string& what);
+
+LOOM_COMPILED_ONCE entry decode_entry(std::string key, std::string_view bytes,
+                                      const std::string& what);
+
+// -- tensor data --
+
+LOOM_COMPILED_ONCE std::size_t element_bytes(dtype d);
+
+inline void put_le32(std::string& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i)
+    out.push_back(static_cast<char>(v >> (8 * i) & 0xff));
+}
+
+// A string tensor's bytes in the data file and their CRC-32C (unmasked).
+LOOM_COMPILED_ONCE std::pair<std::string, std::uint32_t>
+encode_strings(std::span<const std::string> strings);
+
+// A writer's check that a new part of partitioned tensor `full` overlaps none of its
+// parts so far (a reader could not tell which to restore).
+LOOM_COMPILED_ONCE void check_no_overlap(const entry& full, const tensor_slice& part,
+                                         const std::string& prefix);
+
+// Levenshtein distance, for "did you mean" lists.
+LOOM_COMPILED_ONCE std::size_t edit_distance(std::string_view a, std::string_view b);
+
+} // namespace detail
+
+// The index key of part `slice` of the partitioned tensor `name` (TF's
+// checkpoint::EncodeTensorNameSlice). It begins with a 0 byte, which no name does.
+LOOM_COMPILED_ONCE std::string slice_key(std::string_view name, const tensor_slice& slice);
+
+} // namespace loom::tensor_bundle
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::tensor_bundle {
+
+LOOM_COMPILED_ONCE int tf_dtype_of(dtype d) {
+  switch (d) {
+  case dtype::f32: return 1;
+  case dtype::f64: return 2;
+  case dtype::i32: return 3;
+  case dtype::string: return 7;
+  case dtype::i64: return 9;
+  case dtype::boolean: return 10;
+  }
+  throw internal_error("tensor_bundle: unknown dtype");
+}
+
+LOOM_COMPILED_ONCE std::optional<dtype> loom_dtype_of(int tf_dtype) {
+  switch (tf_dtype) {
+  case 1: return dtype::f32;
+  case 2: return dtype::f64;
+  case 3: return dtype::i32;
+  case 7: return dtype::string;
+  case 9: return dtype::i64;
+  case 10: return dtype::boolean;
+  default: return std::nullopt;
+  }
+}
+
+LOOM_COMPILED_ONCE std::string tf_dtype_name(int tf_dtype) {
+  static constexpr const char* names[] = {
+      "invalid",   "float32", "float64",    "int32",   "uint8",    "int16",   "int8",     "string",
+      "complex64", "int64",   "bool",       "qint8",   "quint8",   "qint32",  "bfloat16", "qint16",
+      "quint16",   "uint16",  "complex128", "float16", "resource", "variant", "uint32",   "uint64"};
+  if (tf_dtype >= 0 && tf_dtype < static_cast<int>(std::size(names)))
+    return names[tf_dtype];
+  return "DataType " + std::to_string(tf_dtype);
+}
+} // namespace loom::tensor_bundle
+
+namespace loom::tensor_bundle::detail {
+
+LOOM_COMPILED_ONCE void ordered_number(std::string& out, std::uint64_t v) {
   // A length byte, then the value big-endian without leading zero bytes.
   unsigned char buf[8];
   int n = 0;
@@ -106,7 +184,8 @@ inline void ordered_number(std::string& out, std::uint64_t v) {
   while (n > 0)
     out.push_back(static_cast<char>(buf[--n]));
 }
-inline void ordered_string(std::string& out, std::string_view s) {
+
+LOOM_COMPILED_ONCE void ordered_string(std::string& out, std::string_view s) {
   // 0x00 and 0xff are escaped (0x00 0xff, 0xff 0x00); 0x00 0x01 ends the string.
   for (char c : s) {
     out.push_back(c);
@@ -117,11 +196,8 @@ inline void ordered_string(std::string& out, std::string_view s) {
   }
   out.append("\0\1", 2);
 }
-// A signed number in n bytes, n the fewest whose 7n - 1 bits hold it: its two's
-// complement big-endian (sign-extended), with its first n bits flipped (past 8 bytes they
-// reach into the second byte), so that they read as n ones for a number >= 0 and n zeros
-// for a negative one: the encodings sort as the numbers do.
-inline void ordered_signed_number(std::string& out, std::int64_t v) {
+
+LOOM_COMPILED_ONCE void ordered_signed_number(std::string& out, std::int64_t v) {
   const std::uint64_t magnitude =
       v < 0 ? ~static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
   int n = 1;
@@ -138,9 +214,7 @@ inline void ordered_signed_number(std::string& out, std::int64_t v) {
   out.append(reinterpret_cast<const char*>(first), static_cast<std::size_t>(n));
 }
 
-// -- the protocol buffers --
-
-inline std::string encode_shape(const loom::shape& s) {
+LOOM_COMPILED_ONCE std::string encode_shape(const loom::shape& s) {
   loom::detail::protobuf::writer w;
   for (std::int64_t d : s.dims()) {
     loom::detail::protobuf::writer dim;
@@ -151,7 +225,7 @@ inline std::string encode_shape(const loom::shape& s) {
   return std::move(w).bytes();
 }
 
-inline std::string encode_slice(const tensor_slice& s) {
+LOOM_COMPILED_ONCE std::string encode_slice(const tensor_slice& s) {
   loom::detail::protobuf::writer w;
   for (int d = 0; d < s.rank(); ++d) {
     loom::detail::protobuf::writer extent;
@@ -165,7 +239,7 @@ inline std::string encode_slice(const tensor_slice& s) {
   return std::move(w).bytes();
 }
 
-inline std::string encode_entry(const entry& e) {
+LOOM_COMPILED_ONCE std::string encode_entry(const entry& e) {
   loom::detail::protobuf::writer w;
   if (e.tf_dtype != 0)
     w.varint(1, static_cast<std::uint64_t>(e.tf_dtype));
@@ -183,7 +257,7 @@ inline std::string encode_entry(const entry& e) {
   return std::move(w).bytes();
 }
 
-inline std::string encode_header(int num_shards) {
+LOOM_COMPILED_ONCE std::string encode_header(int num_shards) {
   loom::detail::protobuf::writer version;
   version.varint(1, static_cast<std::uint64_t>(format_version)); // producer; min_consumer 0
   loom::detail::protobuf::writer w;
@@ -192,15 +266,7 @@ inline std::string encode_header(int num_shards) {
   return std::move(w).bytes();
 }
 
-struct header {
-  int num_shards = 0;
-  bool big_endian = false;
-  int producer = 0;
-  int min_consumer = 0;
-  std::vector<int> bad_consumers;
-};
-
-inline header decode_header(std::string_view bytes, const std::string& what) {
+LOOM_COMPILED_ONCE header decode_header(std::string_view bytes, const std::string& what) {
   header h;
   loom::detail::protobuf::reader r(bytes, what + "'s header (BundleHeaderProto)");
   while (!r.done()) {
@@ -227,7 +293,7 @@ inline header decode_header(std::string_view bytes, const std::string& what) {
   return h;
 }
 
-inline loom::shape decode_shape(std::string_view bytes, const std::string& what) {
+LOOM_COMPILED_ONCE loom::shape decode_shape(std::string_view bytes, const std::string& what) {
   std::vector<std::int64_t> dims;
   loom::detail::protobuf::reader r(bytes, what + "'s shape (TensorShapeProto)");
   while (!r.done()) {
@@ -258,7 +324,7 @@ inline loom::shape decode_shape(std::string_view bytes, const std::string& what)
   return loom::shape(std::move(dims));
 }
 
-inline tensor_slice decode_slice(std::string_view bytes, const std::string& what) {
+LOOM_COMPILED_ONCE tensor_slice decode_slice(std::string_view bytes, const std::string& what) {
   std::vector<std::int64_t> starts, lengths;
   loom::detail::protobuf::reader r(bytes, what + "'s slice (TensorSliceProto)");
   while (!r.done()) {
@@ -284,7 +350,8 @@ inline tensor_slice decode_slice(std::string_view bytes, const std::string& what
   }
 }
 
-inline entry decode_entry(std::string key, std::string_view bytes, const std::string& what) {
+LOOM_COMPILED_ONCE entry decode_entry(std::string key, std::string_view bytes,
+                                      const std::string& what) {
   entry e;
   e.key = std::move(key);
   loom::detail::protobuf::reader r(bytes, what);
@@ -326,9 +393,7 @@ inline entry decode_entry(std::string key, std::string_view bytes, const std::st
   return e;
 }
 
-// -- tensor data --
-
-inline std::size_t element_bytes(dtype d) {
+LOOM_COMPILED_ONCE std::size_t element_bytes(dtype d) {
   switch (d) {
   case dtype::f32:
   case dtype::i32: return 4;
@@ -340,13 +405,8 @@ inline std::size_t element_bytes(dtype d) {
   return 0;
 }
 
-inline void put_le32(std::string& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i)
-    out.push_back(static_cast<char>(v >> (8 * i) & 0xff));
-}
-
-// A string tensor's bytes in the data file and their CRC-32C (unmasked).
-inline std::pair<std::string, std::uint32_t> encode_strings(std::span<const std::string> strings) {
+LOOM_COMPILED_ONCE std::pair<std::string, std::uint32_t>
+encode_strings(std::span<const std::string> strings) {
   std::string out;
   std::uint32_t crc = 0;
   for (const std::string& s : strings) {
@@ -371,10 +431,8 @@ inline std::pair<std::string, std::uint32_t> encode_strings(std::span<const std:
   return {std::move(out), crc};
 }
 
-// A writer's check that a new part of partitioned tensor `full` overlaps none of its
-// parts so far (a reader could not tell which to restore).
-inline void check_no_overlap(const entry& full, const tensor_slice& part,
-                             const std::string& prefix) {
+LOOM_COMPILED_ONCE void check_no_overlap(const entry& full, const tensor_slice& part,
+                                         const std::string& prefix) {
   for (const tensor_slice& have : full.slices)
     if (have.intersect(part, full.shape))
       throw invalid_argument_error("checkpoint " + prefix + ": tensor '" + full.key +
@@ -382,8 +440,7 @@ inline void check_no_overlap(const entry& full, const tensor_slice& part,
                                    ", which overlap");
 }
 
-// Levenshtein distance, for "did you mean" lists.
-inline std::size_t edit_distance(std::string_view a, std::string_view b) {
+LOOM_COMPILED_ONCE std::size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<std::size_t> row(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j)
     row[j] = j;
@@ -398,12 +455,11 @@ inline std::size_t edit_distance(std::string_view a, std::string_view b) {
   }
   return row[b.size()];
 }
+} // namespace loom::tensor_bundle::detail
 
-} // namespace detail
+namespace loom::tensor_bundle {
 
-// The index key of part `slice` of the partitioned tensor `name` (TF's
-// checkpoint::EncodeTensorNameSlice). It begins with a 0 byte, which no name does.
-inline std::string slice_key(std::string_view name, const tensor_slice& slice) {
+LOOM_COMPILED_ONCE std::string slice_key(std::string_view name, const tensor_slice& slice) {
   std::string key;
   detail::ordered_number(key, 0);
   detail::ordered_string(key, name);
@@ -416,3 +472,5 @@ inline std::string slice_key(std::string_view name, const tensor_slice& slice) {
 }
 
 } // namespace loom::tensor_bundle
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

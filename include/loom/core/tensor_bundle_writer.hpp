@@ -2,6 +2,7 @@
 // a data file per shard, then the index, last.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/crc32c.hpp>
 #include <loom/core/dtype.hpp>
 #include <loom/core/durable_file.hpp>
@@ -49,9 +50,29 @@ struct tensor_to_save {
 // Writes data file `shard` of `num_shards` of checkpoint `prefix`, durably, asking
 // tensor_at(i) for each of `count` tensors in turn (so no more of them are in memory
 // at once than the caller holds); returns their index entries, for write_index.
-inline std::vector<entry> write_shard(const std::string& prefix, int shard, int num_shards,
-                                      std::size_t count,
-                                      const std::function<tensor_to_save(std::size_t)>& tensor_at) {
+LOOM_COMPILED_ONCE std::vector<entry>
+write_shard(const std::string& prefix, int shard, int num_shards, std::size_t count,
+            const std::function<tensor_to_save(std::size_t)>& tensor_at);
+
+// Writes checkpoint `prefix`'s index, durably and last, from the entries of all its
+// `num_shards` data files (write_shard's, in shard order): a partitioned tensor's
+// parts from several files are merged into one entry (TF's MergeBundles).
+LOOM_COMPILED_ONCE void write_index(const std::string& prefix, int num_shards,
+                                    std::vector<entry> entries);
+
+// A checkpoint of one data file: its tensors, then its index.
+LOOM_COMPILED_ONCE void write(const std::string& prefix,
+                              const std::vector<tensor_to_save>& tensors);
+
+} // namespace loom::tensor_bundle
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::tensor_bundle {
+
+LOOM_COMPILED_ONCE std::vector<entry>
+write_shard(const std::string& prefix, int shard, int num_shards, std::size_t count,
+            const std::function<tensor_to_save(std::size_t)>& tensor_at) {
   if (shard < 0 || shard >= num_shards)
     throw invalid_argument_error("checkpoint " + prefix + ": data file " + std::to_string(shard) +
                                  " of " + std::to_string(num_shards));
@@ -122,10 +143,8 @@ inline std::vector<entry> write_shard(const std::string& prefix, int shard, int 
   return entries;
 }
 
-// Writes checkpoint `prefix`'s index, durably and last, from the entries of all its
-// `num_shards` data files (write_shard's, in shard order): a partitioned tensor's
-// parts from several files are merged into one entry (TF's MergeBundles).
-inline void write_index(const std::string& prefix, int num_shards, std::vector<entry> entries) {
+LOOM_COMPILED_ONCE void write_index(const std::string& prefix, int num_shards,
+                                    std::vector<entry> entries) {
   std::map<std::string, entry> by_key;
   for (entry& e : entries) {
     if (e.shard_id < 0 || e.shard_id >= num_shards)
@@ -159,10 +178,12 @@ inline void write_index(const std::string& prefix, int num_shards, std::vector<e
                                        [&](auto&& out) { out(bytes.data(), bytes.size()); });
 }
 
-// A checkpoint of one data file: its tensors, then its index.
-inline void write(const std::string& prefix, const std::vector<tensor_to_save>& tensors) {
+LOOM_COMPILED_ONCE void write(const std::string& prefix,
+                              const std::vector<tensor_to_save>& tensors) {
   write_index(prefix, 1,
               write_shard(prefix, 0, 1, tensors.size(), [&](std::size_t i) { return tensors[i]; }));
 }
 
 } // namespace loom::tensor_bundle
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

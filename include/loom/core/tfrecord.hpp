@@ -12,6 +12,7 @@
 // stored value is rotated right by 15 bits plus a constant.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 
 #include <boost/crc.hpp>
@@ -23,11 +24,7 @@
 
 namespace loom::tfrecord {
 
-inline std::uint32_t crc32c(std::string_view bytes) {
-  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
-  crc.process_bytes(bytes.data(), bytes.size());
-  return crc.checksum();
-}
+LOOM_COMPILED_ONCE std::uint32_t crc32c(std::string_view bytes);
 
 inline constexpr std::uint32_t crc_mask_delta = 0xa282ead8u;
 
@@ -60,7 +57,27 @@ inline constexpr std::size_t header_bytes = 12; // length + its CRC
 inline constexpr std::size_t footer_bytes = 4;  // the data's CRC
 
 // One record, framed.
-inline std::string frame(std::string_view data) {
+LOOM_COMPILED_ONCE std::string frame(std::string_view data);
+
+// Every record of a file's bytes, each CRC checked. `what` (the file's name)
+// is in the errors: a torn last record (a writer that died mid-write) or a
+// CRC that does not match is data_loss_error naming the record and offset.
+LOOM_COMPILED_ONCE std::vector<std::string> read_all(std::string_view bytes,
+                                                     const std::string& what);
+
+} // namespace loom::tfrecord
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::tfrecord {
+
+LOOM_COMPILED_ONCE std::uint32_t crc32c(std::string_view bytes) {
+  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
+  crc.process_bytes(bytes.data(), bytes.size());
+  return crc.checksum();
+}
+
+LOOM_COMPILED_ONCE std::string frame(std::string_view data) {
   std::string out;
   out.reserve(header_bytes + data.size() + footer_bytes);
   detail::append_le(out, static_cast<std::uint64_t>(data.size()));
@@ -70,10 +87,8 @@ inline std::string frame(std::string_view data) {
   return out;
 }
 
-// Every record of a file's bytes, each CRC checked. `what` (the file's name)
-// is in the errors: a torn last record (a writer that died mid-write) or a
-// CRC that does not match is data_loss_error naming the record and offset.
-inline std::vector<std::string> read_all(std::string_view bytes, const std::string& what) {
+LOOM_COMPILED_ONCE std::vector<std::string> read_all(std::string_view bytes,
+                                                     const std::string& what) {
   std::vector<std::string> records;
   std::size_t at = 0;
   while (at < bytes.size()) {
@@ -100,3 +115,5 @@ inline std::vector<std::string> read_all(std::string_view bytes, const std::stri
 }
 
 } // namespace loom::tfrecord
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

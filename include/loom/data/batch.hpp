@@ -18,6 +18,7 @@
 // shapes); padded_batch pads them to the largest instead.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/data/dataset.hpp>
@@ -76,79 +77,13 @@ void copy_padded(const T* from, const std::vector<std::int64_t>& from_dims, T* t
 }
 
 // The tensors stacked along a new first dimension; `what` names them in errors.
-inline any_tensor stack_tensors(const std::vector<any_tensor>& parts, bool pad,
-                                const std::string& what) {
-  const any_tensor& first = parts.front();
-  std::vector<std::int64_t> dims = first.shape().dims();
-  for (std::size_t i = 1; i < parts.size(); ++i) {
-    const any_tensor& t = parts[i];
-    if (t.type() != first.type() || t.rank() != first.rank() ||
-        (!pad && t.shape() != first.shape()))
-      throw invalid_argument_error(
-          "batch: " + what + " is " + first.describe() + " in the batch's element 0 and " +
-          t.describe() + " in its element " + std::to_string(i) +
-          (t.type() == first.type() && t.rank() == first.rank()
-               ? " (padded_batch pads them to one shape; a VarLenFeature batches to sparse)"
-               : ""));
-    for (std::size_t k = 0; k < dims.size(); ++k)
-      dims[k] = std::max(dims[k], t.shape().dims()[k]);
-  }
-  std::vector<std::int64_t> out_dims{static_cast<std::int64_t>(parts.size())};
-  out_dims.insert(out_dims.end(), dims.begin(), dims.end());
-  any_tensor out(first.type(), loom::shape(out_dims));
-  const std::int64_t row = loom::shape(dims).num_elements();
-  visit_dtype(first.type(), [&]<class T>() {
-    T* dst = out.data<T>();
-    if (pad)
-      std::fill_n(dst, out.num_elements(), T{});
-    for (std::size_t i = 0; i < parts.size(); ++i)
-      copy_padded(parts[i].data<T>(), parts[i].shape().dims(),
-                  dst + static_cast<std::int64_t>(i) * row, dims);
-  });
-  return out;
-}
+LOOM_COMPILED_ONCE any_tensor stack_tensors(const std::vector<any_tensor>& parts, bool pad,
+                                            const std::string& what);
 
 // Sparse values of one rank stacked: each index gains the element's number in
 // front, and the dense shape is [count, the largest of each dimension].
-inline any_sparse stack_sparse(const std::vector<any_sparse>& parts, const std::string& what) {
-  const auto rank = parts.front().dense_shape.dim(0);
-  std::int64_t total = 0;
-  std::vector<std::int64_t> dense(static_cast<std::size_t>(rank) + 1, 0);
-  dense[0] = static_cast<std::int64_t>(parts.size());
-  std::vector<any_tensor> values;
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    const any_sparse& p = parts[i];
-    if (p.dense_shape.dim(0) != rank || p.values.type() != parts.front().values.type())
-      throw invalid_argument_error(
-          "batch: " + what + " is a sparse " + std::string(to_string(p.values.type())) +
-          " value of rank " + std::to_string(p.dense_shape.dim(0)) + " in element " +
-          std::to_string(i) + ", " + std::string(to_string(parts.front().values.type())) +
-          " of rank " + std::to_string(rank) + " in element 0");
-    total += p.indices.dim(0);
-    for (std::int64_t k = 0; k < rank; ++k)
-      dense[static_cast<std::size_t>(k) + 1] =
-          std::max(dense[static_cast<std::size_t>(k) + 1], p.dense_shape(k));
-    values.push_back(p.values.reshaped(loom::shape{p.values.num_elements()}));
-  }
-  any_sparse out;
-  out.indices = tensor<std::int64_t, 2>(loom::shape{total, rank + 1});
-  out.dense_shape = tensor<std::int64_t, 1>(loom::shape{rank + 1}, dense);
-  out.values = any_tensor(parts.front().values.type(), loom::shape{total});
-  std::int64_t* idx = out.indices.data();
-  std::int64_t at = 0;
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    const std::int64_t n = parts[i].indices.dim(0);
-    const std::int64_t* src = parts[i].indices.data();
-    for (std::int64_t r = 0; r < n; ++r) {
-      *idx++ = static_cast<std::int64_t>(i);
-      idx = std::copy_n(src + r * rank, rank, idx);
-    }
-    visit_dtype(out.values.type(),
-                [&]<class T>() { std::copy_n(values[i].data<T>(), n, out.values.data<T>() + at); });
-    at += n;
-  }
-  return out;
-}
+LOOM_COMPILED_ONCE any_sparse stack_sparse(const std::vector<any_sparse>& parts,
+                                           const std::string& what);
 
 template <class E> batch_of<E> stack(std::vector<E>&& elements, bool pad, const std::string& what) {
   if constexpr (element_type<E>) {
@@ -286,3 +221,84 @@ inline batch_stage batch(std::int64_t batch_size, bool drop_remainder = false) {
 }
 
 } // namespace loom::data
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::data::detail {
+
+LOOM_COMPILED_ONCE any_tensor stack_tensors(const std::vector<any_tensor>& parts, bool pad,
+                                            const std::string& what) {
+  const any_tensor& first = parts.front();
+  std::vector<std::int64_t> dims = first.shape().dims();
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const any_tensor& t = parts[i];
+    if (t.type() != first.type() || t.rank() != first.rank() ||
+        (!pad && t.shape() != first.shape()))
+      throw invalid_argument_error(
+          "batch: " + what + " is " + first.describe() + " in the batch's element 0 and " +
+          t.describe() + " in its element " + std::to_string(i) +
+          (t.type() == first.type() && t.rank() == first.rank()
+               ? " (padded_batch pads them to one shape; a VarLenFeature batches to sparse)"
+               : ""));
+    for (std::size_t k = 0; k < dims.size(); ++k)
+      dims[k] = std::max(dims[k], t.shape().dims()[k]);
+  }
+  std::vector<std::int64_t> out_dims{static_cast<std::int64_t>(parts.size())};
+  out_dims.insert(out_dims.end(), dims.begin(), dims.end());
+  any_tensor out(first.type(), loom::shape(out_dims));
+  const std::int64_t row = loom::shape(dims).num_elements();
+  visit_dtype(first.type(), [&]<class T>() {
+    T* dst = out.data<T>();
+    if (pad)
+      std::fill_n(dst, out.num_elements(), T{});
+    for (std::size_t i = 0; i < parts.size(); ++i)
+      copy_padded(parts[i].data<T>(), parts[i].shape().dims(),
+                  dst + static_cast<std::int64_t>(i) * row, dims);
+  });
+  return out;
+}
+
+LOOM_COMPILED_ONCE any_sparse stack_sparse(const std::vector<any_sparse>& parts,
+                                           const std::string& what) {
+  const auto rank = parts.front().dense_shape.dim(0);
+  std::int64_t total = 0;
+  std::vector<std::int64_t> dense(static_cast<std::size_t>(rank) + 1, 0);
+  dense[0] = static_cast<std::int64_t>(parts.size());
+  std::vector<any_tensor> values;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const any_sparse& p = parts[i];
+    if (p.dense_shape.dim(0) != rank || p.values.type() != parts.front().values.type())
+      throw invalid_argument_error(
+          "batch: " + what + " is a sparse " + std::string(to_string(p.values.type())) +
+          " value of rank " + std::to_string(p.dense_shape.dim(0)) + " in element " +
+          std::to_string(i) + ", " + std::string(to_string(parts.front().values.type())) +
+          " of rank " + std::to_string(rank) + " in element 0");
+    total += p.indices.dim(0);
+    for (std::int64_t k = 0; k < rank; ++k)
+      dense[static_cast<std::size_t>(k) + 1] =
+          std::max(dense[static_cast<std::size_t>(k) + 1], p.dense_shape(k));
+    values.push_back(p.values.reshaped(loom::shape{p.values.num_elements()}));
+  }
+  any_sparse out;
+  out.indices = tensor<std::int64_t, 2>(loom::shape{total, rank + 1});
+  out.dense_shape = tensor<std::int64_t, 1>(loom::shape{rank + 1}, dense);
+  out.values = any_tensor(parts.front().values.type(), loom::shape{total});
+  std::int64_t* idx = out.indices.data();
+  std::int64_t at = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const std::int64_t n = parts[i].indices.dim(0);
+    const std::int64_t* src = parts[i].indices.data();
+    for (std::int64_t r = 0; r < n; ++r) {
+      *idx++ = static_cast<std::int64_t>(i);
+      idx = std::copy_n(src + r * rank, rank, idx);
+    }
+    visit_dtype(out.values.type(),
+                [&]<class T>() { std::copy_n(values[i].data<T>(), n, out.values.data<T>() + at); });
+    at += n;
+  }
+  return out;
+}
+
+} // namespace loom::data::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -3,6 +3,7 @@
 // Randomness comes from data/random.hpp (why: see there).
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/shape.hpp>
 #include <loom/core/tensor.hpp>
@@ -30,79 +31,12 @@ class batcher {
 public:
   // The dataset is held by value, which shares its tensors' buffers rather
   // than copying them and keeps them alive as long as the batcher.
-  batcher(const dataset& data, std::int64_t batch_size, std::uint64_t seed, bool shuffle = true)
-      : data_(data), batch_size_(batch_size), shuffle_(shuffle), rng_(seed) {
-    const std::int64_t n = data_.labels.dim(0);
-    if (data_.images.dim(0) != n)
-      throw invalid_argument_error("batcher: dataset has " + std::to_string(data_.images.dim(0)) +
-                                   " images but " + std::to_string(n) + " labels");
-    if (batch_size <= 0)
-      throw invalid_argument_error("batcher: batch_size must be positive, got " +
-                                   std::to_string(batch_size));
-    if (batch_size > n)
-      throw invalid_argument_error("batcher: batch_size " + std::to_string(batch_size) +
-                                   " exceeds the dataset size " + std::to_string(n));
-    if (data_.num_classes <= 0)
-      throw invalid_argument_error("batcher: dataset num_classes must be positive, got " +
-                                   std::to_string(data_.num_classes));
-    // Checked once here so that next_batch cannot fail halfway through a batch.
-    const std::int64_t* labels = data_.labels.data();
-    for (std::int64_t i = 0; i < n; ++i)
-      if (labels[i] < 0 || labels[i] >= data_.num_classes)
-        throw invalid_argument_error("batcher: label " + std::to_string(labels[i]) +
-                                     " of example " + std::to_string(i) + " is outside [0, " +
-                                     std::to_string(data_.num_classes) + ")");
-    order_.resize(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i)
-      order_[static_cast<std::size_t>(i)] = i;
-    // TF shuffles the first epoch lazily on the first call; nothing else draws
-    // from the generator in between, so doing it now gives the same order.
-    if (shuffle_)
-      shuffle_in_place(order_, rng_);
-  }
+  batcher(const dataset& data, std::int64_t batch_size, std::uint64_t seed, bool shuffle = true);
 
   // The next batch_size examples. A batch that crosses the end of an epoch
   // takes the rest of that epoch followed by the start of the next (freshly
   // shuffled) one, so every example appears exactly once per epoch.
-  minibatch next_batch() {
-    const std::int64_t n = num_examples(), features = data_.images.dim(1);
-    const int k = data_.num_classes;
-    minibatch b{loom::tensor<float, 2>(loom::shape{batch_size_, features}),
-                loom::tensor<float, 2>(loom::shape{batch_size_, k}, 0.f),
-                loom::tensor<std::int64_t, 1>(loom::shape{batch_size_})};
-    const float* src = data_.images.data();
-    const std::int64_t* src_labels = data_.labels.data();
-    float* dst = b.images.data();
-    float* dst_one_hot = b.labels_one_hot.data();
-    std::int64_t* dst_labels = b.labels.data();
-
-    std::int64_t row = 0;
-    const auto take = [&](std::int64_t from, std::int64_t to) {
-      for (std::int64_t i = from; i < to; ++i, ++row) {
-        const std::int64_t ex = order_[static_cast<std::size_t>(i)];
-        if (features > 0)
-          std::memcpy(dst + row * features, src + ex * features,
-                      static_cast<std::size_t>(features) * sizeof(float));
-        dst_labels[row] = src_labels[ex];
-        dst_one_hot[row * k + src_labels[ex]] = 1.f;
-      }
-    };
-
-    const std::int64_t start = index_in_epoch_;
-    if (start + batch_size_ > n) {
-      ++epochs_completed_;
-      take(start, n);
-      if (shuffle_)
-        shuffle_in_place(order_, rng_);
-      index_in_epoch_ = batch_size_ - (n - start);
-      take(0, index_in_epoch_);
-    } else {
-      index_in_epoch_ = start + batch_size_;
-      take(start, index_in_epoch_);
-    }
-    examples_seen_ += batch_size_;
-    return b;
-  }
+  minibatch next_batch();
 
   // As in TF, an epoch counts as completed when the batch after its last
   // example is drawn, not when its last example is.
@@ -132,7 +66,87 @@ private:
 // classes are well separated (a linear model or nearest centroid reaches
 // near-perfect accuracy) while examples still differ. Same seed, same data,
 // on every platform.
-inline dataset make_synthetic(std::int64_t n, std::uint64_t seed) {
+LOOM_COMPILED_ONCE dataset make_synthetic(std::int64_t n, std::uint64_t seed);
+
+} // namespace loom::data
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::data {
+
+LOOM_COMPILED_ONCE batcher::batcher(const dataset& data, std::int64_t batch_size,
+                                    std::uint64_t seed, bool shuffle)
+    : data_(data), batch_size_(batch_size), shuffle_(shuffle), rng_(seed) {
+  const std::int64_t n = data_.labels.dim(0);
+  if (data_.images.dim(0) != n)
+    throw invalid_argument_error("batcher: dataset has " + std::to_string(data_.images.dim(0)) +
+                                 " images but " + std::to_string(n) + " labels");
+  if (batch_size <= 0)
+    throw invalid_argument_error("batcher: batch_size must be positive, got " +
+                                 std::to_string(batch_size));
+  if (batch_size > n)
+    throw invalid_argument_error("batcher: batch_size " + std::to_string(batch_size) +
+                                 " exceeds the dataset size " + std::to_string(n));
+  if (data_.num_classes <= 0)
+    throw invalid_argument_error("batcher: dataset num_classes must be positive, got " +
+                                 std::to_string(data_.num_classes));
+  // Checked once here so that next_batch cannot fail halfway through a batch.
+  const std::int64_t* labels = data_.labels.data();
+  for (std::int64_t i = 0; i < n; ++i)
+    if (labels[i] < 0 || labels[i] >= data_.num_classes)
+      throw invalid_argument_error("batcher: label " + std::to_string(labels[i]) + " of example " +
+                                   std::to_string(i) + " is outside [0, " +
+                                   std::to_string(data_.num_classes) + ")");
+  order_.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    order_[static_cast<std::size_t>(i)] = i;
+  // TF shuffles the first epoch lazily on the first call; nothing else draws
+  // from the generator in between, so doing it now gives the same order.
+  if (shuffle_)
+    shuffle_in_place(order_, rng_);
+}
+
+LOOM_COMPILED_ONCE auto batcher::next_batch() -> minibatch {
+  const std::int64_t n = num_examples(), features = data_.images.dim(1);
+  const int k = data_.num_classes;
+  minibatch b{loom::tensor<float, 2>(loom::shape{batch_size_, features}),
+              loom::tensor<float, 2>(loom::shape{batch_size_, k}, 0.f),
+              loom::tensor<std::int64_t, 1>(loom::shape{batch_size_})};
+  const float* src = data_.images.data();
+  const std::int64_t* src_labels = data_.labels.data();
+  float* dst = b.images.data();
+  float* dst_one_hot = b.labels_one_hot.data();
+  std::int64_t* dst_labels = b.labels.data();
+
+  std::int64_t row = 0;
+  const auto take = [&](std::int64_t from, std::int64_t to) {
+    for (std::int64_t i = from; i < to; ++i, ++row) {
+      const std::int64_t ex = order_[static_cast<std::size_t>(i)];
+      if (features > 0)
+        std::memcpy(dst + row * features, src + ex * features,
+                    static_cast<std::size_t>(features) * sizeof(float));
+      dst_labels[row] = src_labels[ex];
+      dst_one_hot[row * k + src_labels[ex]] = 1.f;
+    }
+  };
+
+  const std::int64_t start = index_in_epoch_;
+  if (start + batch_size_ > n) {
+    ++epochs_completed_;
+    take(start, n);
+    if (shuffle_)
+      shuffle_in_place(order_, rng_);
+    index_in_epoch_ = batch_size_ - (n - start);
+    take(0, index_in_epoch_);
+  } else {
+    index_in_epoch_ = start + batch_size_;
+    take(start, index_in_epoch_);
+  }
+  examples_seen_ += batch_size_;
+  return b;
+}
+
+LOOM_COMPILED_ONCE dataset make_synthetic(std::int64_t n, std::uint64_t seed) {
   constexpr std::int64_t features = 784;
   constexpr int classes = 10;
   if (n < 0)
@@ -164,3 +178,5 @@ inline dataset make_synthetic(std::int64_t n, std::uint64_t seed) {
 }
 
 } // namespace loom::data
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -14,6 +14,7 @@
 // number that does not parse, an unclosed quote.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/data/dataset.hpp>
@@ -65,75 +66,16 @@ public:
   using element_type = std::vector<any_tensor>;
 
   csv_dataset(std::vector<std::string> files, std::vector<csv_column> columns,
-              csv_options options = {})
-      : s_(std::make_shared<const setup>(
-            setup{std::move(files), std::move(columns), std::move(options)})) {
-    for (const csv_column& c : s_->columns) {
-      if (c.type == dtype::boolean)
-        throw invalid_argument_error("csv_dataset: a column of bool (TF reads int32, int64, "
-                                     "float32, float64 and string)");
-      if (c.default_value && (c.default_value->type() != c.type || c.default_value->rank() != 0))
-        throw invalid_argument_error("csv_dataset: a column of " + std::string(to_string(c.type)) +
-                                     " has the default " + c.default_value->describe());
-    }
-    const auto& sel = s_->options.select_cols;
-    if (!sel.empty() && sel.size() != s_->columns.size())
-      throw invalid_argument_error("csv_dataset: " + std::to_string(sel.size()) +
-                                   " select_cols for " + std::to_string(s_->columns.size()) +
-                                   " columns");
-    if (!std::is_sorted(sel.begin(), sel.end()) ||
-        std::adjacent_find(sel.begin(), sel.end()) != sel.end() || (!sel.empty() && sel[0] < 0))
-      throw invalid_argument_error("csv_dataset: select_cols must be distinct, ascending and "
-                                   "not negative");
-  }
+              csv_options options = {});
 
   class iterator {
   public:
     explicit iterator(const csv_dataset& d) : s_(d.s_) {}
 
-    std::optional<element_type> next() {
-      for (;;) {
-        if (!file_) {
-          if (file_index_ >= s_->files.size())
-            return std::nullopt;
-          open_current();
-          if (s_->options.header && !read_fields()) {
-            close_current();
-            continue;
-          }
-        }
-        bool got;
-        try {
-          got = read_fields();
-        } catch (const corrupt_record_error&) {
-          throw;
-        } catch (...) { // a corrupt compressed stream
-          close_current();
-          throw;
-        }
-        if (got)
-          return convert();
-        close_current();
-      }
-    }
+    std::optional<element_type> next();
 
-    void save(std::ostream& out) {
-      state::put_tag(out, "csv");
-      state::put_u64(out, file_index_);
-      state::put_u64(out, file_ ? file_->offset() : 0);
-      state::put_u64(out, line_);
-    }
-    void restore(std::istream& in) {
-      state::expect_tag(in, "csv");
-      file_index_ = static_cast<std::size_t>(state::get_u64(in));
-      const std::uint64_t offset = state::get_u64(in);
-      line_ = state::get_u64(in);
-      file_.reset();
-      if (file_index_ < s_->files.size()) {
-        open_current();
-        file_->seek(offset);
-      }
-    }
+    void save(std::ostream& out);
+    void restore(std::istream& in);
 
   private:
     struct field {
@@ -141,15 +83,7 @@ public:
       bool quoted = false;
     };
 
-    void open_current() {
-      try {
-        file_.emplace(s_->files[file_index_], s_->options.file_compression, "csv_dataset");
-      } catch (...) {
-        ++file_index_;
-        throw;
-      }
-      line_ = 1;
-    }
+    void open_current();
     void close_current() {
       file_.reset();
       ++file_index_;
@@ -162,63 +96,7 @@ public:
     }
 
     // The next record's fields; false at the end of the file.
-    bool read_fields() {
-      const char delim = s_->options.field_delim;
-      const bool quotes = s_->options.use_quote_delim;
-      int c = get();
-      if (c == -1)
-        return false;
-      record_line_ = line_;
-      fields_.clear();
-      std::string error;
-      for (;;) {
-        field& f = fields_.emplace_back();
-        if (quotes && c == '"') {
-          f.quoted = true;
-          for (;;) {
-            c = get();
-            if (c == -1) {
-              error = "the file ends inside a quoted field";
-              break;
-            }
-            if (c == '"') {
-              c = get();
-              if (c != '"')
-                break; // the closing quote; c is what follows it
-            }
-            if (c == '\n')
-              ++line_;
-            f.text.push_back(static_cast<char>(c));
-          }
-          if (error.empty() && c == '\r') {
-            c = get();
-            if (c != '\n')
-              error = "a quoted field is followed by \"\\r\" without \"\\n\"";
-          }
-          if (error.empty() && c != delim && c != '\n' && c != -1)
-            error = "a quoted field must end at a delimiter or the line's end";
-        } else {
-          while (c != delim && c != '\n' && c != -1) {
-            if (quotes && c == '"' && error.empty())
-              error = "an unquoted field holds a quote (quote the field and double it)";
-            f.text.push_back(static_cast<char>(c));
-            c = get();
-          }
-          if (c != delim && !f.text.empty() && f.text.back() == '\r')
-            f.text.pop_back();
-        }
-        if (!error.empty()) {
-          skip_line(c);
-          fail(error);
-        }
-        if (c != delim)
-          break;
-        c = get();
-      }
-      if (c == '\n')
-        ++line_;
-      return true;
-    }
+    bool read_fields();
     void skip_line(int c) {
       while (c != '\n' && c != -1)
         c = get();
@@ -226,62 +104,9 @@ public:
         ++line_;
     }
 
-    element_type convert() {
-      const auto& columns = s_->columns;
-      const auto& sel = s_->options.select_cols;
-      const std::size_t needed =
-          sel.empty() ? columns.size() : static_cast<std::size_t>(sel.back()) + 1;
-      if (fields_.size() < needed || (sel.empty() && fields_.size() > needed))
-        fail("expected " + std::to_string(needed) + (sel.empty() ? "" : " or more") +
-             " fields, the record has " + std::to_string(fields_.size()));
-      element_type row;
-      row.reserve(columns.size());
-      for (std::size_t i = 0; i < columns.size(); ++i) {
-        const std::size_t at = sel.empty() ? i : static_cast<std::size_t>(sel[i]);
-        const field& f = fields_[at];
-        const csv_column& col = columns[i];
-        if (f.text.empty() ||
-            (!f.quoted && !s_->options.na_value.empty() && f.text == s_->options.na_value)) {
-          if (!col.default_value)
-            fail("field " + std::to_string(at) + " is empty and its column has no default");
-          row.push_back(*col.default_value);
-          continue;
-        }
-        row.push_back(parse(f.text, col.type, at));
-      }
-      return row;
-    }
+    element_type convert();
 
-    any_tensor parse(const std::string& text, dtype type, std::size_t at) const {
-      const auto bad = [&]() -> any_tensor {
-        fail("field " + std::to_string(at) + " is \"" + text + "\", not a valid " +
-             std::string(to_string(type)));
-      };
-      char* end = nullptr;
-      errno = 0;
-      switch (type) {
-      case dtype::i32:
-      case dtype::i64: {
-        const long long v = std::strtoll(text.c_str(), &end, 10);
-        if (end != text.c_str() + text.size() || errno == ERANGE ||
-            (type == dtype::i32 && (v < INT32_MIN || v > INT32_MAX)))
-          return bad();
-        return type == dtype::i32 ? any_tensor::scalar(static_cast<std::int32_t>(v))
-                                  : any_tensor::scalar(static_cast<std::int64_t>(v));
-      }
-      case dtype::f32:
-      case dtype::f64: {
-        const double v = std::strtod(text.c_str(), &end);
-        if (end != text.c_str() + text.size())
-          return bad();
-        return type == dtype::f32 ? any_tensor::scalar(static_cast<float>(v))
-                                  : any_tensor::scalar(v);
-      }
-      case dtype::string: return any_tensor::scalar(text);
-      case dtype::boolean: break;
-      }
-      return bad();
-    }
+    any_tensor parse(const std::string& text, dtype type, std::size_t at) const;
 
     std::shared_ptr<const setup> s_;
     std::size_t file_index_ = 0;
@@ -297,3 +122,204 @@ private:
 };
 
 } // namespace loom::data
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::data {
+
+LOOM_COMPILED_ONCE csv_dataset::csv_dataset(std::vector<std::string> files,
+                                            std::vector<csv_column> columns, csv_options options)
+    : s_(std::make_shared<const setup>(
+          setup{std::move(files), std::move(columns), std::move(options)})) {
+  for (const csv_column& c : s_->columns) {
+    if (c.type == dtype::boolean)
+      throw invalid_argument_error("csv_dataset: a column of bool (TF reads int32, int64, "
+                                   "float32, float64 and string)");
+    if (c.default_value && (c.default_value->type() != c.type || c.default_value->rank() != 0))
+      throw invalid_argument_error("csv_dataset: a column of " + std::string(to_string(c.type)) +
+                                   " has the default " + c.default_value->describe());
+  }
+  const auto& sel = s_->options.select_cols;
+  if (!sel.empty() && sel.size() != s_->columns.size())
+    throw invalid_argument_error("csv_dataset: " + std::to_string(sel.size()) +
+                                 " select_cols for " + std::to_string(s_->columns.size()) +
+                                 " columns");
+  if (!std::is_sorted(sel.begin(), sel.end()) ||
+      std::adjacent_find(sel.begin(), sel.end()) != sel.end() || (!sel.empty() && sel[0] < 0))
+    throw invalid_argument_error("csv_dataset: select_cols must be distinct, ascending and "
+                                 "not negative");
+}
+
+LOOM_COMPILED_ONCE auto csv_dataset::iterator::next() -> std::optional<element_type> {
+  for (;;) {
+    if (!file_) {
+      if (file_index_ >= s_->files.size())
+        return std::nullopt;
+      open_current();
+      if (s_->options.header && !read_fields()) {
+        close_current();
+        continue;
+      }
+    }
+    bool got;
+    try {
+      got = read_fields();
+    } catch (const corrupt_record_error&) {
+      throw;
+    } catch (...) { // a corrupt compressed stream
+      close_current();
+      throw;
+    }
+    if (got)
+      return convert();
+    close_current();
+  }
+}
+
+LOOM_COMPILED_ONCE void csv_dataset::iterator::save(std::ostream& out) {
+  state::put_tag(out, "csv");
+  state::put_u64(out, file_index_);
+  state::put_u64(out, file_ ? file_->offset() : 0);
+  state::put_u64(out, line_);
+}
+
+LOOM_COMPILED_ONCE void csv_dataset::iterator::restore(std::istream& in) {
+  state::expect_tag(in, "csv");
+  file_index_ = static_cast<std::size_t>(state::get_u64(in));
+  const std::uint64_t offset = state::get_u64(in);
+  line_ = state::get_u64(in);
+  file_.reset();
+  if (file_index_ < s_->files.size()) {
+    open_current();
+    file_->seek(offset);
+  }
+}
+
+LOOM_COMPILED_ONCE void csv_dataset::iterator::open_current() {
+  try {
+    file_.emplace(s_->files[file_index_], s_->options.file_compression, "csv_dataset");
+  } catch (...) {
+    ++file_index_;
+    throw;
+  }
+  line_ = 1;
+}
+
+LOOM_COMPILED_ONCE bool csv_dataset::iterator::read_fields() {
+  const char delim = s_->options.field_delim;
+  const bool quotes = s_->options.use_quote_delim;
+  int c = get();
+  if (c == -1)
+    return false;
+  record_line_ = line_;
+  fields_.clear();
+  std::string error;
+  for (;;) {
+    field& f = fields_.emplace_back();
+    if (quotes && c == '"') {
+      f.quoted = true;
+      for (;;) {
+        c = get();
+        if (c == -1) {
+          error = "the file ends inside a quoted field";
+          break;
+        }
+        if (c == '"') {
+          c = get();
+          if (c != '"')
+            break; // the closing quote; c is what follows it
+        }
+        if (c == '\n')
+          ++line_;
+        f.text.push_back(static_cast<char>(c));
+      }
+      if (error.empty() && c == '\r') {
+        c = get();
+        if (c != '\n')
+          error = "a quoted field is followed by \"\\r\" without \"\\n\"";
+      }
+      if (error.empty() && c != delim && c != '\n' && c != -1)
+        error = "a quoted field must end at a delimiter or the line's end";
+    } else {
+      while (c != delim && c != '\n' && c != -1) {
+        if (quotes && c == '"' && error.empty())
+          error = "an unquoted field holds a quote (quote the field and double it)";
+        f.text.push_back(static_cast<char>(c));
+        c = get();
+      }
+      if (c != delim && !f.text.empty() && f.text.back() == '\r')
+        f.text.pop_back();
+    }
+    if (!error.empty()) {
+      skip_line(c);
+      fail(error);
+    }
+    if (c != delim)
+      break;
+    c = get();
+  }
+  if (c == '\n')
+    ++line_;
+  return true;
+}
+
+LOOM_COMPILED_ONCE auto csv_dataset::iterator::convert() -> element_type {
+  const auto& columns = s_->columns;
+  const auto& sel = s_->options.select_cols;
+  const std::size_t needed =
+      sel.empty() ? columns.size() : static_cast<std::size_t>(sel.back()) + 1;
+  if (fields_.size() < needed || (sel.empty() && fields_.size() > needed))
+    fail("expected " + std::to_string(needed) + (sel.empty() ? "" : " or more") +
+         " fields, the record has " + std::to_string(fields_.size()));
+  element_type row;
+  row.reserve(columns.size());
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    const std::size_t at = sel.empty() ? i : static_cast<std::size_t>(sel[i]);
+    const field& f = fields_[at];
+    const csv_column& col = columns[i];
+    if (f.text.empty() ||
+        (!f.quoted && !s_->options.na_value.empty() && f.text == s_->options.na_value)) {
+      if (!col.default_value)
+        fail("field " + std::to_string(at) + " is empty and its column has no default");
+      row.push_back(*col.default_value);
+      continue;
+    }
+    row.push_back(parse(f.text, col.type, at));
+  }
+  return row;
+}
+
+LOOM_COMPILED_ONCE auto csv_dataset::iterator::parse(const std::string& text, dtype type,
+                                                     std::size_t at) const -> any_tensor {
+  const auto bad = [&]() -> any_tensor {
+    fail("field " + std::to_string(at) + " is \"" + text + "\", not a valid " +
+         std::string(to_string(type)));
+  };
+  char* end = nullptr;
+  errno = 0;
+  switch (type) {
+  case dtype::i32:
+  case dtype::i64: {
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (end != text.c_str() + text.size() || errno == ERANGE ||
+        (type == dtype::i32 && (v < INT32_MIN || v > INT32_MAX)))
+      return bad();
+    return type == dtype::i32 ? any_tensor::scalar(static_cast<std::int32_t>(v))
+                              : any_tensor::scalar(static_cast<std::int64_t>(v));
+  }
+  case dtype::f32:
+  case dtype::f64: {
+    const double v = std::strtod(text.c_str(), &end);
+    if (end != text.c_str() + text.size())
+      return bad();
+    return type == dtype::f32 ? any_tensor::scalar(static_cast<float>(v)) : any_tensor::scalar(v);
+  }
+  case dtype::string: return any_tensor::scalar(text);
+  case dtype::boolean: break;
+  }
+  return bad();
+}
+
+} // namespace loom::data
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

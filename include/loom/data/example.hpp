@@ -20,6 +20,7 @@
 // none allocates).
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/protobuf_wire.hpp>
 #include <loom/core/tensor.hpp>
@@ -53,32 +54,7 @@ public:
   // A FixedLenFeature; `default_value` (empty: the feature is required) holds
   // shape's number of elements, or one that fills it.
   example_spec& fixed_len(std::string name, dtype type, loom::shape shape,
-                          any_tensor default_value = {}) {
-    check_type(name, type);
-    if (!shape.fully_defined())
-      throw invalid_argument_error("example_spec: feature \"" + name + "\" has the partial shape " +
-                                   shape.to_string());
-    if (!default_value.empty()) {
-      if (default_value.type() != type)
-        throw invalid_argument_error("example_spec: feature \"" + name + "\" is " +
-                                     std::string(to_string(type)) + ", its default " +
-                                     default_value.describe());
-      const std::int64_t n = shape.num_elements();
-      if (default_value.num_elements() == 1 && n != 1) {
-        any_tensor filled(type, shape);
-        visit_dtype(
-            type, [&]<class T>() { std::fill_n(filled.data<T>(), n, default_value.data<T>()[0]); });
-        default_value = filled;
-      } else if (default_value.num_elements() != n) {
-        throw invalid_argument_error("example_spec: feature \"" + name + "\" of shape " +
-                                     shape.to_string() + " has a default of " +
-                                     std::to_string(default_value.num_elements()) + " values");
-      }
-      default_value = default_value.reshaped(shape);
-    }
-    add({std::move(name), type, true, std::move(shape), std::move(default_value)});
-    return *this;
-  }
+                          any_tensor default_value = {});
   template <element_type T>
   example_spec& fixed_len(std::string name, loom::shape shape, std::vector<T> default_value) {
     const auto n = static_cast<std::int64_t>(default_value.size());
@@ -101,18 +77,8 @@ public:
   }
 
 private:
-  static void check_type(const std::string& name, dtype type) {
-    if (type != dtype::i64 && type != dtype::f32 && type != dtype::string)
-      throw invalid_argument_error("example_spec: feature \"" + name + "\" is " +
-                                   std::string(to_string(type)) +
-                                   "; a tf.Example holds int64, float32 or string (bytes)");
-  }
-  void add(feature f) {
-    if (find(f.name) >= 0)
-      throw invalid_argument_error("example_spec: feature \"" + f.name + "\" is given twice");
-    index_.emplace(f.name, static_cast<int>(features_.size()));
-    features_.push_back(std::move(f));
-  }
+  static void check_type(const std::string& name, dtype type);
+  void add(feature f);
 
   // Looked up by string_view, so parsing a key allocates nothing.
   struct name_hash {
@@ -128,102 +94,16 @@ private:
 namespace detail {
 
 // The Feature message's kinds (tensorflow/core/example/feature.proto).
-inline dtype feature_kind(std::uint32_t field) {
-  switch (field) {
-  case 1: return dtype::string;   // BytesList
-  case 2: return dtype::f32;      // FloatList
-  case 3: return dtype::i64;      // Int64List
-  default: return dtype::boolean; // not a kind: the caller skips it
-  }
-}
+LOOM_COMPILED_ONCE dtype feature_kind(std::uint32_t field);
 
 // One parse: the spec's columns, filled example by example.
 class example_batch_parser {
 public:
-  example_batch_parser(const example_spec& spec, std::size_t batch)
-      : spec_(spec), batch_(batch), columns_(spec.all().size()) {
-    for (std::size_t c = 0; c < columns_.size(); ++c) {
-      const auto& f = spec.all()[c];
-      column& col = columns_[c];
-      if (f.fixed) {
-        col.per_example = f.shape.num_elements();
-        std::vector<std::int64_t> dims{static_cast<std::int64_t>(batch)};
-        dims.insert(dims.end(), f.shape.dims().begin(), f.shape.dims().end());
-        col.dense = any_tensor(f.type, loom::shape(std::move(dims)));
-        col.dense_data = col.dense.raw_data();
-      } else {
-        col.lengths.assign(batch, 0);
-      }
-    }
-  }
+  example_batch_parser(const example_spec& spec, std::size_t batch);
 
-  void parse(std::size_t e, std::string_view serialized) {
-    example_ = e;
-    previous_ = -1;
-    for (auto& col : columns_)
-      col.seen = false;
-    loom::detail::protobuf::reader example(serialized, "tf.Example");
-    while (!example.done()) {
-      const loom::detail::protobuf::field f = example.next();
-      if (f.number != 1 || f.type != loom::detail::protobuf::wire_type::length_delimited)
-        continue; // Example.features
-      loom::detail::protobuf::reader features(f.bytes, "tf.Features");
-      while (!features.done()) {
-        const loom::detail::protobuf::field entry = features.next();
-        if (entry.number == 1 && entry.type == loom::detail::protobuf::wire_type::length_delimited)
-          parse_entry(entry.bytes);
-      }
-    }
-    for (std::size_t c = 0; c < columns_.size(); ++c) {
-      column& col = columns_[c];
-      const auto& spec = spec_.all()[c];
-      if (col.seen || !spec.fixed)
-        continue;
-      if (spec.default_value.empty())
-        throw invalid_argument_error(
-            "parse_example: example " + std::to_string(e) + ": feature \"" + spec.name + "\" (" +
-            std::string(to_string(spec.type)) + ") is required but missing, and has no default");
-      visit_dtype(spec.type, [&]<class T>() {
-        std::copy_n(spec.default_value.data<T>(), col.per_example,
-                    col.dense.data<T>() + static_cast<std::int64_t>(e) * col.per_example);
-      });
-    }
-  }
+  void parse(std::size_t e, std::string_view serialized);
 
-  features finish() {
-    features out;
-    for (std::size_t c = 0; c < columns_.size(); ++c) {
-      column& col = columns_[c];
-      const auto& spec = spec_.all()[c];
-      if (spec.fixed) {
-        out.set(spec.name, std::move(col.dense));
-        continue;
-      }
-      std::int64_t total = 0, longest = 0;
-      for (const auto n : col.lengths) {
-        total += n;
-        longest = std::max(longest, n);
-      }
-      any_sparse s;
-      s.indices = tensor<std::int64_t, 2>(loom::shape{total, 2});
-      s.dense_shape = tensor<std::int64_t, 1>(
-          loom::shape{2}, std::vector<std::int64_t>{static_cast<std::int64_t>(batch_), longest});
-      std::int64_t* idx = s.indices.data();
-      for (std::size_t e = 0; e < batch_; ++e)
-        for (std::int64_t k = 0; k < col.lengths[e]; ++k) {
-          *idx++ = static_cast<std::int64_t>(e);
-          *idx++ = k;
-        }
-      if (spec.type == dtype::i64)
-        s.values = any_tensor::from_vector(loom::shape{total}, col.ints);
-      else if (spec.type == dtype::f32)
-        s.values = any_tensor::from_vector(loom::shape{total}, col.floats);
-      else
-        s.values = any_tensor::from_vector(loom::shape{total}, col.strings);
-      out.set(spec.name, std::move(s));
-    }
-    return out;
-  }
+  features finish();
 
 private:
   struct column {
@@ -244,151 +124,17 @@ private:
   }
 
   // A Features map entry: key (1) and Feature (2).
-  void parse_entry(std::string_view entry_bytes) {
-    loom::detail::protobuf::reader entry(entry_bytes, "tf.Feature map");
-    std::string_view key, value;
-    while (!entry.done()) {
-      const loom::detail::protobuf::field f = entry.next();
-      if (f.type != loom::detail::protobuf::wire_type::length_delimited)
-        continue;
-      if (f.number == 1)
-        key = f.bytes;
-      else if (f.number == 2)
-        value = f.bytes;
-    }
-    const int c = column_of(key);
-    if (c < 0)
-      return;
-    const auto& spec = spec_.all()[static_cast<std::size_t>(c)];
-    column& col = columns_[static_cast<std::size_t>(c)];
-    // A key given twice: the last wins, as for any protobuf map.
-    if (!spec.fixed) {
-      if (!col.seen)
-        col.start = spec.type == dtype::i64   ? col.ints.size()
-                    : spec.type == dtype::f32 ? col.floats.size()
-                                              : col.strings.size();
-      col.ints.resize(spec.type == dtype::i64 ? col.start : col.ints.size());
-      col.floats.resize(spec.type == dtype::f32 ? col.start : col.floats.size());
-      col.strings.resize(spec.type == dtype::string ? col.start : col.strings.size());
-    }
-    col.seen = true;
-
-    // The Feature: its one kind's list, whose field 1 holds the values.
-    loom::detail::protobuf::reader feature(value, "tf.Feature");
-    std::string_view list;
-    dtype kind = spec.type; // a Feature with no kind set holds no values
-    while (!feature.done()) {
-      const loom::detail::protobuf::field f = feature.next();
-      const dtype k = feature_kind(f.number);
-      if (k == dtype::boolean || f.type != loom::detail::protobuf::wire_type::length_delimited)
-        continue;
-      kind = k;
-      list = f.bytes;
-    }
-    if (kind != spec.type)
-      fail(spec.name, "the spec says " + std::string(to_string(spec.type)) +
-                          ", the example holds " + std::string(to_string(kind)));
-
-    std::int64_t count = 0;
-    const auto e = static_cast<std::int64_t>(example_);
-    const auto too_many = [&] {
-      fail(spec.name, "more values than the " + std::to_string(col.per_example) +
-                          " of the spec's shape " + spec.shape.to_string());
-    };
-    loom::detail::protobuf::reader values(list, "tf.Feature list");
-    while (!values.done()) {
-      const loom::detail::protobuf::field f = values.next();
-      if (f.number != 1)
-        continue;
-      if (spec.type == dtype::string) {
-        if (spec.fixed) {
-          if (count >= col.per_example)
-            too_many();
-          static_cast<std::string*>(col.dense_data)[e * col.per_example + count].assign(f.bytes);
-        } else {
-          col.strings.emplace_back(f.bytes);
-        }
-        ++count;
-      } else if (spec.type == dtype::i64) {
-        const auto put = [&](std::int64_t v) {
-          if (spec.fixed) {
-            if (count >= col.per_example)
-              too_many();
-            static_cast<std::int64_t*>(col.dense_data)[e * col.per_example + count] = v;
-          } else {
-            col.ints.push_back(v);
-          }
-          ++count;
-        };
-        if (f.type == loom::detail::protobuf::wire_type::length_delimited) { // packed
-          for (std::string_view p = f.bytes; !p.empty();)
-            put(static_cast<std::int64_t>(packed_varint(p, spec.name)));
-        } else {
-          put(f.as_int64());
-        }
-      } else {
-        const auto put = [&](float v) {
-          if (spec.fixed) {
-            if (count >= col.per_example)
-              too_many();
-            static_cast<float*>(col.dense_data)[e * col.per_example + count] = v;
-          } else {
-            col.floats.push_back(v);
-          }
-          ++count;
-        };
-        if (f.type == loom::detail::protobuf::wire_type::length_delimited) { // packed
-          if (f.bytes.size() % 4 != 0)
-            fail(spec.name, "a packed float list of " + std::to_string(f.bytes.size()) + " bytes");
-          for (std::size_t i = 0; i < f.bytes.size(); i += 4) {
-            std::uint32_t bits = 0;
-            for (std::size_t b = 0; b < 4; ++b)
-              bits |= std::uint32_t{static_cast<std::uint8_t>(f.bytes[i + b])} << (8 * b);
-            put(std::bit_cast<float>(bits));
-          }
-        } else {
-          put(f.as_float());
-        }
-      }
-    }
-    if (spec.fixed && count != col.per_example)
-      fail(spec.name, std::to_string(count) + " values, the spec's shape " +
-                          spec.shape.to_string() + " needs " + std::to_string(col.per_example));
-    if (!spec.fixed)
-      col.lengths[example_] = count;
-  }
+  void parse_entry(std::string_view entry_bytes);
 
   // The spec's column of a key, or -1. Examples of one dataset list their
   // features in one order, so the column that followed the previous entry's
   // column last time is tried first: one comparison instead of a hash and a
   // lookup, for all but the entries after a missing feature.
-  int column_of(std::string_view key) {
-    const auto after = static_cast<std::size_t>(previous_ + 1); // 0: the first entry
-    if (after >= successor_.size())
-      successor_.resize(columns_.size() + 1, -1);
-    int c = successor_[after];
-    if (c < 0 || spec_.all()[static_cast<std::size_t>(c)].name != key) {
-      c = spec_.find(key);
-      successor_[after] = c;
-    }
-    if (c >= 0)
-      previous_ = c;
-    return c;
-  }
+  int column_of(std::string_view key);
 
   // A varint of a packed list (whose values have no keys, so the field reader
   // does not apply).
-  std::uint64_t packed_varint(std::string_view& p, const std::string& name) const {
-    std::uint64_t v = 0;
-    for (int shift = 0; shift < 64 && !p.empty(); shift += 7) {
-      const auto b = static_cast<std::uint8_t>(p.front());
-      p.remove_prefix(1);
-      v |= std::uint64_t{b & 0x7fu} << shift;
-      if (!(b & 0x80))
-        return v;
-    }
-    fail(name, "a packed int64 list ends inside a varint");
-  }
+  std::uint64_t packed_varint(std::string_view& p, const std::string& name) const;
 
   const example_spec& spec_;
   std::size_t batch_;
@@ -401,16 +147,328 @@ private:
 } // namespace detail
 
 // A batch of serialized Examples parsed with `spec`.
-inline features parse_example(const example_spec& spec, std::span<const std::string> serialized) {
+LOOM_COMPILED_ONCE features parse_example(const example_spec& spec,
+                                          std::span<const std::string> serialized);
+
+// One serialized Example (TF's parse_single_example): fixed features have the
+// spec's shape, sparse ones indices [N, 1] and dense_shape [length].
+LOOM_COMPILED_ONCE features parse_single_example(const example_spec& spec,
+                                                 std::string_view serialized);
+
+// parse_example as a callable for map(): a batch of records (what
+// tfrecord_dataset | batch(n) gives) to features.
+class example_parser {
+public:
+  explicit example_parser(example_spec spec)
+      : spec_(std::make_shared<const example_spec>(std::move(spec))) {}
+  features operator()(const tensor<std::string, 1>& serialized) const {
+    return parse_example(*spec_, serialized.flat());
+  }
+
+private:
+  std::shared_ptr<const example_spec> spec_;
+};
+
+} // namespace loom::data
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::data {
+
+LOOM_COMPILED_ONCE auto example_spec::fixed_len(std::string name, dtype type, loom::shape shape,
+                                                any_tensor default_value) -> example_spec& {
+  check_type(name, type);
+  if (!shape.fully_defined())
+    throw invalid_argument_error("example_spec: feature \"" + name + "\" has the partial shape " +
+                                 shape.to_string());
+  if (!default_value.empty()) {
+    if (default_value.type() != type)
+      throw invalid_argument_error("example_spec: feature \"" + name + "\" is " +
+                                   std::string(to_string(type)) + ", its default " +
+                                   default_value.describe());
+    const std::int64_t n = shape.num_elements();
+    if (default_value.num_elements() == 1 && n != 1) {
+      any_tensor filled(type, shape);
+      visit_dtype(type,
+                  [&]<class T>() { std::fill_n(filled.data<T>(), n, default_value.data<T>()[0]); });
+      default_value = filled;
+    } else if (default_value.num_elements() != n) {
+      throw invalid_argument_error("example_spec: feature \"" + name + "\" of shape " +
+                                   shape.to_string() + " has a default of " +
+                                   std::to_string(default_value.num_elements()) + " values");
+    }
+    default_value = default_value.reshaped(shape);
+  }
+  add({std::move(name), type, true, std::move(shape), std::move(default_value)});
+  return *this;
+}
+
+LOOM_COMPILED_ONCE void example_spec::check_type(const std::string& name, dtype type) {
+  if (type != dtype::i64 && type != dtype::f32 && type != dtype::string)
+    throw invalid_argument_error("example_spec: feature \"" + name + "\" is " +
+                                 std::string(to_string(type)) +
+                                 "; a tf.Example holds int64, float32 or string (bytes)");
+}
+
+LOOM_COMPILED_ONCE void example_spec::add(feature f) {
+  if (find(f.name) >= 0)
+    throw invalid_argument_error("example_spec: feature \"" + f.name + "\" is given twice");
+  index_.emplace(f.name, static_cast<int>(features_.size()));
+  features_.push_back(std::move(f));
+}
+} // namespace loom::data
+
+namespace loom::data::detail {
+
+LOOM_COMPILED_ONCE dtype feature_kind(std::uint32_t field) {
+  switch (field) {
+  case 1: return dtype::string;   // BytesList
+  case 2: return dtype::f32;      // FloatList
+  case 3: return dtype::i64;      // Int64List
+  default: return dtype::boolean; // not a kind: the caller skips it
+  }
+}
+
+LOOM_COMPILED_ONCE example_batch_parser::example_batch_parser(const example_spec& spec,
+                                                              std::size_t batch)
+    : spec_(spec), batch_(batch), columns_(spec.all().size()) {
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    const auto& f = spec.all()[c];
+    column& col = columns_[c];
+    if (f.fixed) {
+      col.per_example = f.shape.num_elements();
+      std::vector<std::int64_t> dims{static_cast<std::int64_t>(batch)};
+      dims.insert(dims.end(), f.shape.dims().begin(), f.shape.dims().end());
+      col.dense = any_tensor(f.type, loom::shape(std::move(dims)));
+      col.dense_data = col.dense.raw_data();
+    } else {
+      col.lengths.assign(batch, 0);
+    }
+  }
+}
+
+LOOM_COMPILED_ONCE void example_batch_parser::parse(std::size_t e, std::string_view serialized) {
+  example_ = e;
+  previous_ = -1;
+  for (auto& col : columns_)
+    col.seen = false;
+  loom::detail::protobuf::reader example(serialized, "tf.Example");
+  while (!example.done()) {
+    const loom::detail::protobuf::field f = example.next();
+    if (f.number != 1 || f.type != loom::detail::protobuf::wire_type::length_delimited)
+      continue; // Example.features
+    loom::detail::protobuf::reader features(f.bytes, "tf.Features");
+    while (!features.done()) {
+      const loom::detail::protobuf::field entry = features.next();
+      if (entry.number == 1 && entry.type == loom::detail::protobuf::wire_type::length_delimited)
+        parse_entry(entry.bytes);
+    }
+  }
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    column& col = columns_[c];
+    const auto& spec = spec_.all()[c];
+    if (col.seen || !spec.fixed)
+      continue;
+    if (spec.default_value.empty())
+      throw invalid_argument_error("parse_example: example " + std::to_string(e) + ": feature \"" +
+                                   spec.name + "\" (" + std::string(to_string(spec.type)) +
+                                   ") is required but missing, and has no default");
+    visit_dtype(spec.type, [&]<class T>() {
+      std::copy_n(spec.default_value.data<T>(), col.per_example,
+                  col.dense.data<T>() + static_cast<std::int64_t>(e) * col.per_example);
+    });
+  }
+}
+
+LOOM_COMPILED_ONCE auto example_batch_parser::finish() -> features {
+  features out;
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    column& col = columns_[c];
+    const auto& spec = spec_.all()[c];
+    if (spec.fixed) {
+      out.set(spec.name, std::move(col.dense));
+      continue;
+    }
+    std::int64_t total = 0, longest = 0;
+    for (const auto n : col.lengths) {
+      total += n;
+      longest = std::max(longest, n);
+    }
+    any_sparse s;
+    s.indices = tensor<std::int64_t, 2>(loom::shape{total, 2});
+    s.dense_shape = tensor<std::int64_t, 1>(
+        loom::shape{2}, std::vector<std::int64_t>{static_cast<std::int64_t>(batch_), longest});
+    std::int64_t* idx = s.indices.data();
+    for (std::size_t e = 0; e < batch_; ++e)
+      for (std::int64_t k = 0; k < col.lengths[e]; ++k) {
+        *idx++ = static_cast<std::int64_t>(e);
+        *idx++ = k;
+      }
+    if (spec.type == dtype::i64)
+      s.values = any_tensor::from_vector(loom::shape{total}, col.ints);
+    else if (spec.type == dtype::f32)
+      s.values = any_tensor::from_vector(loom::shape{total}, col.floats);
+    else
+      s.values = any_tensor::from_vector(loom::shape{total}, col.strings);
+    out.set(spec.name, std::move(s));
+  }
+  return out;
+}
+
+LOOM_COMPILED_ONCE void example_batch_parser::parse_entry(std::string_view entry_bytes) {
+  loom::detail::protobuf::reader entry(entry_bytes, "tf.Feature map");
+  std::string_view key, value;
+  while (!entry.done()) {
+    const loom::detail::protobuf::field f = entry.next();
+    if (f.type != loom::detail::protobuf::wire_type::length_delimited)
+      continue;
+    if (f.number == 1)
+      key = f.bytes;
+    else if (f.number == 2)
+      value = f.bytes;
+  }
+  const int c = column_of(key);
+  if (c < 0)
+    return;
+  const auto& spec = spec_.all()[static_cast<std::size_t>(c)];
+  column& col = columns_[static_cast<std::size_t>(c)];
+  // A key given twice: the last wins, as for any protobuf map.
+  if (!spec.fixed) {
+    if (!col.seen)
+      col.start = spec.type == dtype::i64   ? col.ints.size()
+                  : spec.type == dtype::f32 ? col.floats.size()
+                                            : col.strings.size();
+    col.ints.resize(spec.type == dtype::i64 ? col.start : col.ints.size());
+    col.floats.resize(spec.type == dtype::f32 ? col.start : col.floats.size());
+    col.strings.resize(spec.type == dtype::string ? col.start : col.strings.size());
+  }
+  col.seen = true;
+
+  // The Feature: its one kind's list, whose field 1 holds the values.
+  loom::detail::protobuf::reader feature(value, "tf.Feature");
+  std::string_view list;
+  dtype kind = spec.type; // a Feature with no kind set holds no values
+  while (!feature.done()) {
+    const loom::detail::protobuf::field f = feature.next();
+    const dtype k = feature_kind(f.number);
+    if (k == dtype::boolean || f.type != loom::detail::protobuf::wire_type::length_delimited)
+      continue;
+    kind = k;
+    list = f.bytes;
+  }
+  if (kind != spec.type)
+    fail(spec.name, "the spec says " + std::string(to_string(spec.type)) + ", the example holds " +
+                        std::string(to_string(kind)));
+
+  std::int64_t count = 0;
+  const auto e = static_cast<std::int64_t>(example_);
+  const auto too_many = [&] {
+    fail(spec.name, "more values than the " + std::to_string(col.per_example) +
+                        " of the spec's shape " + spec.shape.to_string());
+  };
+  loom::detail::protobuf::reader values(list, "tf.Feature list");
+  while (!values.done()) {
+    const loom::detail::protobuf::field f = values.next();
+    if (f.number != 1)
+      continue;
+    if (spec.type == dtype::string) {
+      if (spec.fixed) {
+        if (count >= col.per_example)
+          too_many();
+        static_cast<std::string*>(col.dense_data)[e * col.per_example + count].assign(f.bytes);
+      } else {
+        col.strings.emplace_back(f.bytes);
+      }
+      ++count;
+    } else if (spec.type == dtype::i64) {
+      const auto put = [&](std::int64_t v) {
+        if (spec.fixed) {
+          if (count >= col.per_example)
+            too_many();
+          static_cast<std::int64_t*>(col.dense_data)[e * col.per_example + count] = v;
+        } else {
+          col.ints.push_back(v);
+        }
+        ++count;
+      };
+      if (f.type == loom::detail::protobuf::wire_type::length_delimited) { // packed
+        for (std::string_view p = f.bytes; !p.empty();)
+          put(static_cast<std::int64_t>(packed_varint(p, spec.name)));
+      } else {
+        put(f.as_int64());
+      }
+    } else {
+      const auto put = [&](float v) {
+        if (spec.fixed) {
+          if (count >= col.per_example)
+            too_many();
+          static_cast<float*>(col.dense_data)[e * col.per_example + count] = v;
+        } else {
+          col.floats.push_back(v);
+        }
+        ++count;
+      };
+      if (f.type == loom::detail::protobuf::wire_type::length_delimited) { // packed
+        if (f.bytes.size() % 4 != 0)
+          fail(spec.name, "a packed float list of " + std::to_string(f.bytes.size()) + " bytes");
+        for (std::size_t i = 0; i < f.bytes.size(); i += 4) {
+          std::uint32_t bits = 0;
+          for (std::size_t b = 0; b < 4; ++b)
+            bits |= std::uint32_t{static_cast<std::uint8_t>(f.bytes[i + b])} << (8 * b);
+          put(std::bit_cast<float>(bits));
+        }
+      } else {
+        put(f.as_float());
+      }
+    }
+  }
+  if (spec.fixed && count != col.per_example)
+    fail(spec.name, std::to_string(count) + " values, the spec's shape " + spec.shape.to_string() +
+                        " needs " + std::to_string(col.per_example));
+  if (!spec.fixed)
+    col.lengths[example_] = count;
+}
+
+LOOM_COMPILED_ONCE int example_batch_parser::column_of(std::string_view key) {
+  const auto after = static_cast<std::size_t>(previous_ + 1); // 0: the first entry
+  if (after >= successor_.size())
+    successor_.resize(columns_.size() + 1, -1);
+  int c = successor_[after];
+  if (c < 0 || spec_.all()[static_cast<std::size_t>(c)].name != key) {
+    c = spec_.find(key);
+    successor_[after] = c;
+  }
+  if (c >= 0)
+    previous_ = c;
+  return c;
+}
+
+LOOM_COMPILED_ONCE std::uint64_t
+example_batch_parser::packed_varint(std::string_view& p, const std::string& name) const {
+  std::uint64_t v = 0;
+  for (int shift = 0; shift < 64 && !p.empty(); shift += 7) {
+    const auto b = static_cast<std::uint8_t>(p.front());
+    p.remove_prefix(1);
+    v |= std::uint64_t{b & 0x7fu} << shift;
+    if (!(b & 0x80))
+      return v;
+  }
+  fail(name, "a packed int64 list ends inside a varint");
+}
+} // namespace loom::data::detail
+
+namespace loom::data {
+
+LOOM_COMPILED_ONCE features parse_example(const example_spec& spec,
+                                          std::span<const std::string> serialized) {
   detail::example_batch_parser parser(spec, serialized.size());
   for (std::size_t e = 0; e < serialized.size(); ++e)
     parser.parse(e, serialized[e]);
   return parser.finish();
 }
 
-// One serialized Example (TF's parse_single_example): fixed features have the
-// spec's shape, sparse ones indices [N, 1] and dense_shape [length].
-inline features parse_single_example(const example_spec& spec, std::string_view serialized) {
+LOOM_COMPILED_ONCE features parse_single_example(const example_spec& spec,
+                                                 std::string_view serialized) {
   detail::example_batch_parser parser(spec, 1);
   parser.parse(0, serialized);
   features batch = parser.finish(), out;
@@ -430,18 +488,6 @@ inline features parse_single_example(const example_spec& spec, std::string_view 
   return out;
 }
 
-// parse_example as a callable for map(): a batch of records (what
-// tfrecord_dataset | batch(n) gives) to features.
-class example_parser {
-public:
-  explicit example_parser(example_spec spec)
-      : spec_(std::make_shared<const example_spec>(std::move(spec))) {}
-  features operator()(const tensor<std::string, 1>& serialized) const {
-    return parse_example(*spec_, serialized.flat());
-  }
-
-private:
-  std::shared_ptr<const example_spec> spec_;
-};
-
 } // namespace loom::data
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

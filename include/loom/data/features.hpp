@@ -5,6 +5,7 @@
 // wrong guess is one error naming the feature and both types.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 
@@ -52,13 +53,7 @@ public:
                                    std::to_string(R));
     return tensor<T, R>::from(v);
   }
-  const any_tensor& dense_value(const std::string& name) const {
-    const value& v = find(name);
-    if (const auto* d = std::get_if<any_tensor>(&v))
-      return *d;
-    throw invalid_argument_error("feature \"" + name +
-                                 "\" is sparse (a VarLenFeature), read as dense");
-  }
+  const any_tensor& dense_value(const std::string& name) const;
 
   // A sparse feature with values of type T.
   template <element_type T> sparse_value<T> sparse(const std::string& name) const {
@@ -70,26 +65,46 @@ public:
     return {s.indices, tensor<T, 1>::from(s.values, "sparse feature \"" + name + "\""),
             s.dense_shape};
   }
-  const any_sparse& sparse_any(const std::string& name) const {
-    const value& v = find(name);
-    if (const auto* s = std::get_if<any_sparse>(&v))
-      return *s;
-    throw invalid_argument_error("feature \"" + name +
-                                 "\" is dense (a FixedLenFeature), read as sparse");
-  }
+  const any_sparse& sparse_any(const std::string& name) const;
 
 private:
-  const value& find(const std::string& name) const {
-    const auto it = values_.find(name);
-    if (it == values_.end()) {
-      std::string names;
-      for (const auto& [n, v] : values_)
-        names += (names.empty() ? "" : ", ") + n;
-      throw invalid_argument_error("no feature \"" + name + "\" (the features are: " + names + ")");
-    }
-    return it->second;
-  }
+  const value& find(const std::string& name) const;
   std::map<std::string, value> values_;
 };
 
 } // namespace loom::data
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::data {
+
+LOOM_COMPILED_ONCE auto features::dense_value(const std::string& name) const -> const any_tensor& {
+  const value& v = find(name);
+  if (const auto* d = std::get_if<any_tensor>(&v))
+    return *d;
+  throw invalid_argument_error("feature \"" + name +
+                               "\" is sparse (a VarLenFeature), read as dense");
+}
+
+LOOM_COMPILED_ONCE auto features::sparse_any(const std::string& name) const -> const any_sparse& {
+  const value& v = find(name);
+  if (const auto* s = std::get_if<any_sparse>(&v))
+    return *s;
+  throw invalid_argument_error("feature \"" + name +
+                               "\" is dense (a FixedLenFeature), read as sparse");
+}
+
+LOOM_COMPILED_ONCE auto features::find(const std::string& name) const -> const value& {
+  const auto it = values_.find(name);
+  if (it == values_.end()) {
+    std::string names;
+    for (const auto& [n, v] : values_)
+      names += (names.empty() ? "" : ", ") + n;
+    throw invalid_argument_error("no feature \"" + name + "\" (the features are: " + names + ")");
+  }
+  return it->second;
+}
+
+} // namespace loom::data
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -12,6 +12,7 @@
 // (a gzip file of a few bytes can claim gigabytes).
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 
 #include <zlib.h>
@@ -140,7 +141,45 @@ inline std::string idx_where(const std::filesystem::path& p) {
   return "IDX file " + p.string();
 }
 
-inline std::string idx_dims_string(const std::vector<std::int64_t>& dims) {
+LOOM_COMPILED_ONCE std::string idx_dims_string(const std::vector<std::int64_t>& dims);
+
+// "60000x28x28 = 47040000 bytes", or "10x3 int32 (4 bytes each) = 120 bytes".
+LOOM_COMPILED_ONCE std::string idx_size_string(const std::vector<std::int64_t>& dims,
+                                               std::uint8_t type, std::uint64_t bytes);
+
+// gzread takes an unsigned and returns an int, so one call reads at most this.
+inline constexpr std::size_t gz_max_chunk = std::size_t{1} << 30;
+
+LOOM_COMPILED_ONCE std::string gz_error_text(gzFile f);
+
+// Reads up to n bytes; returns how many arrived (fewer only at end of input).
+LOOM_COMPILED_ONCE std::size_t gz_read_fully(gzFile f, std::uint8_t* dst, std::size_t n,
+                                             const std::filesystem::path& path);
+
+// Z_BUF_ERROR after end of input means the gzip stream stopped mid-member
+// (gzread reports that as a short read, not as an error).
+inline bool gz_stream_cut_short(gzFile f) {
+  int code = Z_OK;
+  gzerror(f, &code);
+  return code == Z_BUF_ERROR;
+}
+
+LOOM_COMPILED_ONCE std::uint32_t read_be32(const std::uint8_t* p) noexcept;
+
+} // namespace detail
+
+// Reads a whole IDX file, gzipped or plain. Throws not_found_error if the path
+// does not name a readable file and data_loss_error if its contents are not a
+// well-formed IDX array; both messages name the path.
+LOOM_COMPILED_ONCE idx_array read_idx(const std::filesystem::path& path);
+
+} // namespace loom::data
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::data::detail {
+
+LOOM_COMPILED_ONCE std::string idx_dims_string(const std::vector<std::int64_t>& dims) {
   if (dims.empty())
     return "a scalar";
   std::string s;
@@ -152,9 +191,8 @@ inline std::string idx_dims_string(const std::vector<std::int64_t>& dims) {
   return s;
 }
 
-// "60000x28x28 = 47040000 bytes", or "10x3 int32 (4 bytes each) = 120 bytes".
-inline std::string idx_size_string(const std::vector<std::int64_t>& dims, std::uint8_t type,
-                                   std::uint64_t bytes) {
+LOOM_COMPILED_ONCE std::string idx_size_string(const std::vector<std::int64_t>& dims,
+                                               std::uint8_t type, std::uint64_t bytes) {
   std::string s = idx_dims_string(dims);
   if (idx_element_size(type) != 1)
     s += " " + std::string(idx_type_name(type)) + " (" + std::to_string(idx_element_size(type)) +
@@ -162,10 +200,7 @@ inline std::string idx_size_string(const std::vector<std::int64_t>& dims, std::u
   return s + " = " + std::to_string(bytes) + " bytes";
 }
 
-// gzread takes an unsigned and returns an int, so one call reads at most this.
-inline constexpr std::size_t gz_max_chunk = std::size_t{1} << 30;
-
-inline std::string gz_error_text(gzFile f) {
+LOOM_COMPILED_ONCE std::string gz_error_text(gzFile f) {
   int code = Z_OK;
   const char* msg = gzerror(f, &code);
   if (code == Z_ERRNO)
@@ -173,9 +208,8 @@ inline std::string gz_error_text(gzFile f) {
   return msg && *msg ? std::string(msg) : std::string("zlib error ") + std::to_string(code);
 }
 
-// Reads up to n bytes; returns how many arrived (fewer only at end of input).
-inline std::size_t gz_read_fully(gzFile f, std::uint8_t* dst, std::size_t n,
-                                 const std::filesystem::path& path) {
+LOOM_COMPILED_ONCE std::size_t gz_read_fully(gzFile f, std::uint8_t* dst, std::size_t n,
+                                             const std::filesystem::path& path) {
   std::size_t got = 0;
   while (got < n) {
     const std::size_t want = std::min(n - got, gz_max_chunk);
@@ -189,25 +223,15 @@ inline std::size_t gz_read_fully(gzFile f, std::uint8_t* dst, std::size_t n,
   return got;
 }
 
-// Z_BUF_ERROR after end of input means the gzip stream stopped mid-member
-// (gzread reports that as a short read, not as an error).
-inline bool gz_stream_cut_short(gzFile f) {
-  int code = Z_OK;
-  gzerror(f, &code);
-  return code == Z_BUF_ERROR;
-}
-
-inline std::uint32_t read_be32(const std::uint8_t* p) noexcept {
+LOOM_COMPILED_ONCE std::uint32_t read_be32(const std::uint8_t* p) noexcept {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
          std::uint32_t{p[3]};
 }
+} // namespace loom::data::detail
 
-} // namespace detail
+namespace loom::data {
 
-// Reads a whole IDX file, gzipped or plain. Throws not_found_error if the path
-// does not name a readable file and data_loss_error if its contents are not a
-// well-formed IDX array; both messages name the path.
-inline idx_array read_idx(const std::filesystem::path& path) {
+LOOM_COMPILED_ONCE idx_array read_idx(const std::filesystem::path& path) {
   using detail::idx_where;
   namespace fs = std::filesystem;
 
@@ -351,3 +375,5 @@ inline idx_array read_idx(const std::filesystem::path& path) {
 }
 
 } // namespace loom::data
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

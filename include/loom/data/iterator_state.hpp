@@ -11,6 +11,7 @@
 // any_tensor, tuples, pairs, vectors, features and sparse values.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/data/features.hpp>
@@ -29,21 +30,8 @@
 
 namespace loom::data::state {
 
-inline void put_u64(std::ostream& out, std::uint64_t v) {
-  char b[8];
-  for (int i = 0; i < 8; ++i)
-    b[i] = static_cast<char>(v >> (8 * i) & 0xff);
-  out.write(b, 8);
-}
-inline std::uint64_t get_u64(std::istream& in) {
-  unsigned char b[8];
-  if (!in.read(reinterpret_cast<char*>(b), 8))
-    throw data_loss_error("iterator state: the bytes end early");
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i)
-    v |= std::uint64_t{b[i]} << (8 * i);
-  return v;
-}
+LOOM_COMPILED_ONCE void put_u64(std::ostream& out, std::uint64_t v);
+LOOM_COMPILED_ONCE std::uint64_t get_u64(std::istream& in);
 inline void put_i64(std::ostream& out, std::int64_t v) {
   put_u64(out, static_cast<std::uint64_t>(v));
 }
@@ -59,15 +47,7 @@ inline void put_string(std::ostream& out, std::string_view s) {
   put_u64(out, s.size());
   out.write(s.data(), static_cast<std::streamsize>(s.size()));
 }
-inline std::string get_string(std::istream& in) {
-  const std::uint64_t n = get_u64(in);
-  if (n > max_string_bytes)
-    throw data_loss_error("iterator state: a string of " + std::to_string(n) + " bytes");
-  std::string s(static_cast<std::size_t>(n), '\0');
-  if (!in.read(s.data(), static_cast<std::streamsize>(n)))
-    throw data_loss_error("iterator state: the bytes end inside a string");
-  return s;
-}
+LOOM_COMPILED_ONCE std::string get_string(std::istream& in);
 
 // Each stage's state opens with its name.
 inline void put_tag(std::ostream& out, std::string_view stage) {
@@ -95,56 +75,14 @@ template <class T> struct is_vector<std::vector<T>> : std::true_type {};
 template <class T> struct is_sparse_value : std::false_type {};
 template <class T> struct is_sparse_value<sparse_value<T>> : std::true_type {};
 
-inline void put_tensor(std::ostream& out, const any_tensor& t) {
-  put_u64(out, t.empty() ? 0 : 1);
-  if (t.empty())
-    return;
-  put_u64(out, static_cast<std::uint64_t>(t.type()));
-  put_u64(out, static_cast<std::uint64_t>(t.rank()));
-  for (const auto d : t.shape().dims())
-    put_i64(out, d);
-  if (t.type() == dtype::string)
-    for (const auto& s : t.flat<std::string>())
-      put_string(out, s);
-  else
-    out.write(static_cast<const char*>(t.raw_data()), static_cast<std::streamsize>(t.byte_size()));
-}
-inline any_tensor get_tensor(std::istream& in) {
-  if (get_u64(in) == 0)
-    return {};
-  const std::uint64_t type = get_u64(in), rank = get_u64(in);
-  if (type > static_cast<std::uint64_t>(dtype::string) || rank > 64)
-    throw data_loss_error("iterator state: a tensor of dtype tag " + std::to_string(type) +
-                          " and rank " + std::to_string(rank));
-  std::vector<std::int64_t> dims(static_cast<std::size_t>(rank));
-  std::uint64_t bytes = size_of(static_cast<dtype>(type));
-  for (auto& d : dims) {
-    d = get_i64(in);
-    if (d < 0 || (d > 0 && bytes > max_string_bytes / static_cast<std::uint64_t>(d)))
-      throw data_loss_error("iterator state: a tensor dimension of " + std::to_string(d));
-    bytes *= static_cast<std::uint64_t>(d);
-  }
-  any_tensor t(static_cast<dtype>(type), loom::shape(std::move(dims)));
-  if (t.type() == dtype::string) {
-    for (auto& s : t.flat<std::string>())
-      s = get_string(in);
-  } else if (!in.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(bytes))) {
-    throw data_loss_error("iterator state: the bytes end inside a tensor");
-  }
-  return t;
-}
+LOOM_COMPILED_ONCE void put_tensor(std::ostream& out, const any_tensor& t);
+LOOM_COMPILED_ONCE any_tensor get_tensor(std::istream& in);
 inline void put_sparse(std::ostream& out, const any_sparse& s) {
   put_tensor(out, s.indices.value());
   put_tensor(out, s.values);
   put_tensor(out, s.dense_shape.value());
 }
-inline any_sparse get_sparse(std::istream& in) {
-  any_sparse s;
-  s.indices = tensor<std::int64_t, 2>::from(get_tensor(in), "a saved sparse value's indices");
-  s.values = get_tensor(in);
-  s.dense_shape = tensor<std::int64_t, 1>::from(get_tensor(in), "a saved sparse value's shape");
-  return s;
-}
+LOOM_COMPILED_ONCE any_sparse get_sparse(std::istream& in);
 } // namespace detail
 
 // One element. A type outside the list above fails to compile here, naming it.
@@ -246,3 +184,89 @@ template <class E> std::optional<E> get_optional(std::istream& in) {
 }
 
 } // namespace loom::data::state
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::data::state {
+
+LOOM_COMPILED_ONCE void put_u64(std::ostream& out, std::uint64_t v) {
+  char b[8];
+  for (int i = 0; i < 8; ++i)
+    b[i] = static_cast<char>(v >> (8 * i) & 0xff);
+  out.write(b, 8);
+}
+
+LOOM_COMPILED_ONCE std::uint64_t get_u64(std::istream& in) {
+  unsigned char b[8];
+  if (!in.read(reinterpret_cast<char*>(b), 8))
+    throw data_loss_error("iterator state: the bytes end early");
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i)
+    v |= std::uint64_t{b[i]} << (8 * i);
+  return v;
+}
+
+LOOM_COMPILED_ONCE std::string get_string(std::istream& in) {
+  const std::uint64_t n = get_u64(in);
+  if (n > max_string_bytes)
+    throw data_loss_error("iterator state: a string of " + std::to_string(n) + " bytes");
+  std::string s(static_cast<std::size_t>(n), '\0');
+  if (!in.read(s.data(), static_cast<std::streamsize>(n)))
+    throw data_loss_error("iterator state: the bytes end inside a string");
+  return s;
+}
+} // namespace loom::data::state
+
+namespace loom::data::state::detail {
+
+LOOM_COMPILED_ONCE void put_tensor(std::ostream& out, const any_tensor& t) {
+  put_u64(out, t.empty() ? 0 : 1);
+  if (t.empty())
+    return;
+  put_u64(out, static_cast<std::uint64_t>(t.type()));
+  put_u64(out, static_cast<std::uint64_t>(t.rank()));
+  for (const auto d : t.shape().dims())
+    put_i64(out, d);
+  if (t.type() == dtype::string)
+    for (const auto& s : t.flat<std::string>())
+      put_string(out, s);
+  else
+    out.write(static_cast<const char*>(t.raw_data()), static_cast<std::streamsize>(t.byte_size()));
+}
+
+LOOM_COMPILED_ONCE any_tensor get_tensor(std::istream& in) {
+  if (get_u64(in) == 0)
+    return {};
+  const std::uint64_t type = get_u64(in), rank = get_u64(in);
+  if (type > static_cast<std::uint64_t>(dtype::string) || rank > 64)
+    throw data_loss_error("iterator state: a tensor of dtype tag " + std::to_string(type) +
+                          " and rank " + std::to_string(rank));
+  std::vector<std::int64_t> dims(static_cast<std::size_t>(rank));
+  std::uint64_t bytes = size_of(static_cast<dtype>(type));
+  for (auto& d : dims) {
+    d = get_i64(in);
+    if (d < 0 || (d > 0 && bytes > max_string_bytes / static_cast<std::uint64_t>(d)))
+      throw data_loss_error("iterator state: a tensor dimension of " + std::to_string(d));
+    bytes *= static_cast<std::uint64_t>(d);
+  }
+  any_tensor t(static_cast<dtype>(type), loom::shape(std::move(dims)));
+  if (t.type() == dtype::string) {
+    for (auto& s : t.flat<std::string>())
+      s = get_string(in);
+  } else if (!in.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(bytes))) {
+    throw data_loss_error("iterator state: the bytes end inside a tensor");
+  }
+  return t;
+}
+
+LOOM_COMPILED_ONCE any_sparse get_sparse(std::istream& in) {
+  any_sparse s;
+  s.indices = tensor<std::int64_t, 2>::from(get_tensor(in), "a saved sparse value's indices");
+  s.values = get_tensor(in);
+  s.dense_shape = tensor<std::int64_t, 1>::from(get_tensor(in), "a saved sparse value's shape");
+  return s;
+}
+
+} // namespace loom::data::state::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

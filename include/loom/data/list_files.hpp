@@ -5,6 +5,7 @@
 // no file is an error naming it, as in TF: a typo must not train on nothing.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/data/from_tensor_slices.hpp>
 #include <loom/data/shuffle.hpp>
@@ -19,7 +20,19 @@
 
 namespace loom::data {
 
-inline std::vector<std::string> glob_files(const std::string& pattern) {
+LOOM_COMPILED_ONCE std::vector<std::string> glob_files(const std::string& pattern);
+
+// shuffle false is a shuffle over a buffer of one element: the sorted order.
+LOOM_COMPILED_ONCE shuffle_dataset<vector_dataset<std::string>>
+list_files(const std::string& pattern, bool shuffle = true, std::optional<std::uint64_t> seed = {});
+
+} // namespace loom::data
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::data {
+
+LOOM_COMPILED_ONCE std::vector<std::string> glob_files(const std::string& pattern) {
   glob_t found{};
   const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &found);
   std::vector<std::string> names;
@@ -34,13 +47,13 @@ inline std::vector<std::string> glob_files(const std::string& pattern) {
   return names;
 }
 
-// shuffle false is a shuffle over a buffer of one element: the sorted order.
-inline shuffle_dataset<vector_dataset<std::string>>
-list_files(const std::string& pattern, bool shuffle = true,
-           std::optional<std::uint64_t> seed = {}) {
+LOOM_COMPILED_ONCE shuffle_dataset<vector_dataset<std::string>>
+list_files(const std::string& pattern, bool shuffle, std::optional<std::uint64_t> seed) {
   std::vector<std::string> names = glob_files(pattern);
   const auto n = static_cast<std::int64_t>(names.size());
   return {vector_dataset<std::string>(std::move(names)), shuffle ? n : 1, seed, true};
 }
 
 } // namespace loom::data
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -3,6 +3,7 @@
 // numbers reported against those tutorials are comparable.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/shape.hpp>
 #include <loom/core/tensor.hpp>
@@ -35,8 +36,52 @@ struct mnist_splits {
 };
 
 // [n] labels -> [n, num_classes] rows of 0 with a single 1.
-inline loom::tensor<float, 2> one_hot(const loom::tensor<std::int64_t, 1>& labels,
-                                      int num_classes) {
+LOOM_COMPILED_ONCE loom::tensor<float, 2> one_hot(const loom::tensor<std::int64_t, 1>& labels,
+                                                  int num_classes);
+
+namespace detail {
+
+inline constexpr int mnist_num_classes = 10;
+
+// Plain is tried first because it skips inflating; either form is accepted
+// since people unpack the published .gz files as often as not.
+LOOM_COMPILED_ONCE std::filesystem::path find_mnist_file(const std::filesystem::path& dir,
+                                                         std::string_view base);
+
+LOOM_COMPILED_ONCE idx_array read_mnist_images_idx(const std::filesystem::path& path);
+
+LOOM_COMPILED_ONCE idx_array read_mnist_labels_idx(const std::filesystem::path& path);
+
+LOOM_COMPILED_ONCE void check_same_count(const idx_array& images,
+                                         const std::filesystem::path& ipath,
+                                         const idx_array& labels,
+                                         const std::filesystem::path& lpath);
+
+// Examples [begin, end) of a checked image/label pair, decoded in one pass
+// straight into the destination tensors so that no split costs a second copy.
+LOOM_COMPILED_ONCE dataset decode_mnist(const idx_array& images, const idx_array& labels,
+                                        std::int64_t begin, std::int64_t end);
+
+} // namespace detail
+
+// One split from an explicit image file and label file (gzipped or plain).
+LOOM_COMPILED_ONCE dataset read_mnist_pair(const std::filesystem::path& images_path,
+                                           const std::filesystem::path& labels_path);
+
+// Reads the four standard files from `dir`. As in TF, the first
+// `validation_size` training examples become the validation set and the rest
+// the training set; the test set is the t10k files.
+LOOM_COMPILED_ONCE mnist_splits read_mnist(
+    const std::filesystem::path& dir = default_fashion_mnist_dir, int validation_size = 5000);
+
+} // namespace loom::data
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::data {
+
+LOOM_COMPILED_ONCE loom::tensor<float, 2> one_hot(const loom::tensor<std::int64_t, 1>& labels,
+                                                  int num_classes) {
   if (num_classes <= 0)
     throw invalid_argument_error("one_hot: num_classes must be positive, got " +
                                  std::to_string(num_classes));
@@ -53,15 +98,12 @@ inline loom::tensor<float, 2> one_hot(const loom::tensor<std::int64_t, 1>& label
   }
   return out;
 }
+} // namespace loom::data
 
-namespace detail {
+namespace loom::data::detail {
 
-inline constexpr int mnist_num_classes = 10;
-
-// Plain is tried first because it skips inflating; either form is accepted
-// since people unpack the published .gz files as often as not.
-inline std::filesystem::path find_mnist_file(const std::filesystem::path& dir,
-                                             std::string_view base) {
+LOOM_COMPILED_ONCE std::filesystem::path find_mnist_file(const std::filesystem::path& dir,
+                                                         std::string_view base) {
   std::error_code ec;
   const auto plain = dir / std::string(base);
   const auto gz = dir / (std::string(base) + ".gz");
@@ -73,7 +115,7 @@ inline std::filesystem::path find_mnist_file(const std::filesystem::path& dir,
                         " (looked for " + plain.string() + " and " + gz.string() + ")");
 }
 
-inline idx_array read_mnist_images_idx(const std::filesystem::path& path) {
+LOOM_COMPILED_ONCE idx_array read_mnist_images_idx(const std::filesystem::path& path) {
   idx_array a = read_idx(path);
   if (a.type != idx_ubyte || a.dims.size() != 3)
     throw data_loss_error("MNIST image file " + path.string() + " holds " +
@@ -82,7 +124,7 @@ inline idx_array read_mnist_images_idx(const std::filesystem::path& path) {
   return a;
 }
 
-inline idx_array read_mnist_labels_idx(const std::filesystem::path& path) {
+LOOM_COMPILED_ONCE idx_array read_mnist_labels_idx(const std::filesystem::path& path) {
   idx_array a = read_idx(path);
   if (a.type != idx_ubyte || a.dims.size() != 1)
     throw data_loss_error("MNIST label file " + path.string() + " holds " +
@@ -96,18 +138,18 @@ inline idx_array read_mnist_labels_idx(const std::filesystem::path& path) {
   return a;
 }
 
-inline void check_same_count(const idx_array& images, const std::filesystem::path& ipath,
-                             const idx_array& labels, const std::filesystem::path& lpath) {
+LOOM_COMPILED_ONCE void check_same_count(const idx_array& images,
+                                         const std::filesystem::path& ipath,
+                                         const idx_array& labels,
+                                         const std::filesystem::path& lpath) {
   if (images.dims[0] != labels.dims[0])
     throw data_loss_error("MNIST files disagree on the number of examples: " + ipath.string() +
                           " has " + std::to_string(images.dims[0]) + " images but " +
                           lpath.string() + " has " + std::to_string(labels.dims[0]) + " labels");
 }
 
-// Examples [begin, end) of a checked image/label pair, decoded in one pass
-// straight into the destination tensors so that no split costs a second copy.
-inline dataset decode_mnist(const idx_array& images, const idx_array& labels, std::int64_t begin,
-                            std::int64_t end) {
+LOOM_COMPILED_ONCE dataset decode_mnist(const idx_array& images, const idx_array& labels,
+                                        std::int64_t begin, std::int64_t end) {
   dataset d;
   d.image_rows = images.dims[1];
   d.image_cols = images.dims[2];
@@ -130,23 +172,19 @@ inline dataset decode_mnist(const idx_array& images, const idx_array& labels, st
     ldst[i] = lb[i];
   return d;
 }
+} // namespace loom::data::detail
 
-} // namespace detail
+namespace loom::data {
 
-// One split from an explicit image file and label file (gzipped or plain).
-inline dataset read_mnist_pair(const std::filesystem::path& images_path,
-                               const std::filesystem::path& labels_path) {
+LOOM_COMPILED_ONCE dataset read_mnist_pair(const std::filesystem::path& images_path,
+                                           const std::filesystem::path& labels_path) {
   const idx_array images = detail::read_mnist_images_idx(images_path);
   const idx_array labels = detail::read_mnist_labels_idx(labels_path);
   detail::check_same_count(images, images_path, labels, labels_path);
   return detail::decode_mnist(images, labels, 0, images.dims[0]);
 }
 
-// Reads the four standard files from `dir`. As in TF, the first
-// `validation_size` training examples become the validation set and the rest
-// the training set; the test set is the t10k files.
-inline mnist_splits read_mnist(const std::filesystem::path& dir = default_fashion_mnist_dir,
-                               int validation_size = 5000) {
+LOOM_COMPILED_ONCE mnist_splits read_mnist(const std::filesystem::path& dir, int validation_size) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))
     throw not_found_error("MNIST directory " + dir.string() + " does not exist");
@@ -180,3 +218,5 @@ inline mnist_splits read_mnist(const std::filesystem::path& dir = default_fashio
 }
 
 } // namespace loom::data
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

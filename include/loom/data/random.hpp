@@ -5,6 +5,8 @@
 // different order on libstdc++ and libc++ and break reproducible training runs.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
+
 #include <cstdint>
 #include <random>
 #include <utility>
@@ -14,14 +16,7 @@ namespace loom::data {
 
 // A uniform draw from [0, n), n > 0, without modulo bias: values below
 // 2^64 mod n are rejected, leaving a range that is a multiple of n.
-inline std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n) {
-  const std::uint64_t threshold = (0 - n) % n; // == 2^64 mod n
-  for (;;) {
-    const std::uint64_t x = rng();
-    if (x >= threshold)
-      return x % n;
-  }
-}
+LOOM_COMPILED_ONCE std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n);
 
 // A uniform float in [0, 1) from the top 24 bits of one draw.
 inline float uniform_unit(std::mt19937_64& rng) {
@@ -37,3 +32,20 @@ template <class T> void shuffle_in_place(std::vector<T>& v, std::mt19937_64& rng
 }
 
 } // namespace loom::data
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::data {
+
+LOOM_COMPILED_ONCE std::uint64_t uniform_below(std::mt19937_64& rng, std::uint64_t n) {
+  const std::uint64_t threshold = (0 - n) % n; // == 2^64 mod n
+  for (;;) {
+    const std::uint64_t x = rng();
+    if (x >= threshold)
+      return x % n;
+  }
+}
+
+} // namespace loom::data
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

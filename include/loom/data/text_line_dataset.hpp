@@ -2,6 +2,7 @@
 // text files, one file after another, each without its "\n" or "\r\n".
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/data/dataset.hpp>
 #include <loom/data/file_io.hpp>
 #include <loom/data/iterator_state.hpp>
@@ -27,43 +28,13 @@ public:
   public:
     explicit iterator(const text_line_dataset& d)
         : files_(d.files_), compression_(d.compression_) {}
-    std::optional<std::string> next() {
-      for (;;) {
-        if (!file_) {
-          if (file_index_ >= files_->size())
-            return std::nullopt;
-          open_current();
-        }
-        std::string line;
-        bool got;
-        try {
-          got = file_->read_line(line);
-        } catch (...) { // a corrupt stream: nothing more to read in this file
-          file_.reset();
-          ++file_index_;
-          throw;
-        }
-        if (got)
-          return line;
-        file_.reset();
-        ++file_index_;
-      }
-    }
+    std::optional<std::string> next();
     void save(std::ostream& out) {
       state::put_tag(out, "text_line");
       state::put_u64(out, file_index_);
       state::put_u64(out, file_ ? file_->offset() : 0);
     }
-    void restore(std::istream& in) {
-      state::expect_tag(in, "text_line");
-      file_index_ = static_cast<std::size_t>(state::get_u64(in));
-      const std::uint64_t offset = state::get_u64(in);
-      file_.reset();
-      if (file_index_ < files_->size()) {
-        open_current();
-        file_->seek(offset);
-      }
-    }
+    void restore(std::istream& in);
 
   private:
     // Where the file cannot be opened, the iterator is past it when the error
@@ -90,3 +61,45 @@ private:
 };
 
 } // namespace loom::data
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::data {
+
+LOOM_COMPILED_ONCE auto text_line_dataset::iterator::next() -> std::optional<std::string> {
+  for (;;) {
+    if (!file_) {
+      if (file_index_ >= files_->size())
+        return std::nullopt;
+      open_current();
+    }
+    std::string line;
+    bool got;
+    try {
+      got = file_->read_line(line);
+    } catch (...) { // a corrupt stream: nothing more to read in this file
+      file_.reset();
+      ++file_index_;
+      throw;
+    }
+    if (got)
+      return line;
+    file_.reset();
+    ++file_index_;
+  }
+}
+
+LOOM_COMPILED_ONCE void text_line_dataset::iterator::restore(std::istream& in) {
+  state::expect_tag(in, "text_line");
+  file_index_ = static_cast<std::size_t>(state::get_u64(in));
+  const std::uint64_t offset = state::get_u64(in);
+  file_.reset();
+  if (file_index_ < files_->size()) {
+    open_current();
+    file_->seek(offset);
+  }
+}
+
+} // namespace loom::data
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -10,6 +10,7 @@
 // read in that file: the error is thrown and the next file follows.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/crc32c.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tfrecord.hpp>
@@ -38,47 +39,11 @@ public:
   public:
     explicit iterator(const tfrecord_dataset& d) : files_(d.files_), compression_(d.compression_) {}
 
-    std::optional<std::string> next() {
-      for (;;) {
-        if (!file_) {
-          if (file_index_ >= files_->size())
-            return std::nullopt;
-          open_current();
-          record_ = 0;
-        }
-        std::optional<std::string> r;
-        try {
-          r = read_record();
-        } catch (const corrupt_record_error&) {
-          throw; // read_record moved on where it could not
-        } catch (...) {
-          next_file(); // an unreadable file or a corrupt stream: nothing more to read in it
-          throw;
-        }
-        if (r)
-          return r;
-        next_file();
-      }
-    }
+    std::optional<std::string> next();
 
     // The file's number, its byte offset and its record's number.
-    void save(std::ostream& out) {
-      state::put_tag(out, "tfrecord");
-      state::put_u64(out, file_index_);
-      state::put_u64(out, file_ ? file_->offset() : 0);
-      state::put_u64(out, record_);
-    }
-    void restore(std::istream& in) {
-      state::expect_tag(in, "tfrecord");
-      file_index_ = static_cast<std::size_t>(state::get_u64(in));
-      const std::uint64_t offset = state::get_u64(in);
-      record_ = state::get_u64(in);
-      file_.reset();
-      if (file_index_ < files_->size()) {
-        open_current();
-        file_->seek(offset);
-      }
-    }
+    void save(std::ostream& out);
+    void restore(std::istream& in);
 
   private:
     // Opens the current file; where it cannot, the error is thrown with the
@@ -104,44 +69,7 @@ public:
     }
 
     // The file's next record; nullopt at its end.
-    std::optional<std::string> read_record() {
-      input_file& f = *file_;
-      const std::uint64_t at = f.offset(), index = record_;
-      const auto where = [&] {
-        return "record " + std::to_string(index) + " at byte " + std::to_string(at);
-      };
-      header_.clear();
-      const std::size_t got = f.read(header_, tfrecord::header_bytes);
-      if (got == 0)
-        return std::nullopt;
-      const std::string path = f.path();
-      if (got < tfrecord::header_bytes) {
-        next_file();
-        throw corrupt_record_error(path, where() + ": the file ends inside the record's header");
-      }
-      const std::string_view h(header_);
-      if (masked_crc(h.substr(0, 8)) != tfrecord::detail::read_le<std::uint32_t>(h.substr(8))) {
-        next_file();
-        throw corrupt_record_error(path, where() + ": the length's CRC does not match");
-      }
-      const auto length = tfrecord::detail::read_le<std::uint64_t>(h);
-      std::string data;
-      // Grown as bytes arrive, never sized from the header alone.
-      while (data.size() < length && f.read(data, static_cast<std::size_t>(std::min<std::uint64_t>(
-                                                      length - data.size(), 1 << 20))) > 0) {
-      }
-      footer_.clear();
-      if (data.size() < length ||
-          f.read(footer_, tfrecord::footer_bytes) < tfrecord::footer_bytes) {
-        next_file();
-        throw corrupt_record_error(path, where() + ": the file ends inside the record (" +
-                                             std::to_string(length) + " bytes declared)");
-      }
-      ++record_;
-      if (masked_crc(data) != tfrecord::detail::read_le<std::uint32_t>(footer_))
-        throw corrupt_record_error(path, where() + ": the data's CRC does not match");
-      return data;
-    }
+    std::optional<std::string> read_record();
 
     std::shared_ptr<const std::vector<std::string>> files_;
     compression compression_;
@@ -159,3 +87,91 @@ private:
 };
 
 } // namespace loom::data
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::data {
+
+LOOM_COMPILED_ONCE auto tfrecord_dataset::iterator::next() -> std::optional<std::string> {
+  for (;;) {
+    if (!file_) {
+      if (file_index_ >= files_->size())
+        return std::nullopt;
+      open_current();
+      record_ = 0;
+    }
+    std::optional<std::string> r;
+    try {
+      r = read_record();
+    } catch (const corrupt_record_error&) {
+      throw; // read_record moved on where it could not
+    } catch (...) {
+      next_file(); // an unreadable file or a corrupt stream: nothing more to read in it
+      throw;
+    }
+    if (r)
+      return r;
+    next_file();
+  }
+}
+
+LOOM_COMPILED_ONCE void tfrecord_dataset::iterator::save(std::ostream& out) {
+  state::put_tag(out, "tfrecord");
+  state::put_u64(out, file_index_);
+  state::put_u64(out, file_ ? file_->offset() : 0);
+  state::put_u64(out, record_);
+}
+
+LOOM_COMPILED_ONCE void tfrecord_dataset::iterator::restore(std::istream& in) {
+  state::expect_tag(in, "tfrecord");
+  file_index_ = static_cast<std::size_t>(state::get_u64(in));
+  const std::uint64_t offset = state::get_u64(in);
+  record_ = state::get_u64(in);
+  file_.reset();
+  if (file_index_ < files_->size()) {
+    open_current();
+    file_->seek(offset);
+  }
+}
+
+LOOM_COMPILED_ONCE auto tfrecord_dataset::iterator::read_record() -> std::optional<std::string> {
+  input_file& f = *file_;
+  const std::uint64_t at = f.offset(), index = record_;
+  const auto where = [&] {
+    return "record " + std::to_string(index) + " at byte " + std::to_string(at);
+  };
+  header_.clear();
+  const std::size_t got = f.read(header_, tfrecord::header_bytes);
+  if (got == 0)
+    return std::nullopt;
+  const std::string path = f.path();
+  if (got < tfrecord::header_bytes) {
+    next_file();
+    throw corrupt_record_error(path, where() + ": the file ends inside the record's header");
+  }
+  const std::string_view h(header_);
+  if (masked_crc(h.substr(0, 8)) != tfrecord::detail::read_le<std::uint32_t>(h.substr(8))) {
+    next_file();
+    throw corrupt_record_error(path, where() + ": the length's CRC does not match");
+  }
+  const auto length = tfrecord::detail::read_le<std::uint64_t>(h);
+  std::string data;
+  // Grown as bytes arrive, never sized from the header alone.
+  while (data.size() < length && f.read(data, static_cast<std::size_t>(std::min<std::uint64_t>(
+                                                  length - data.size(), 1 << 20))) > 0) {
+  }
+  footer_.clear();
+  if (data.size() < length || f.read(footer_, tfrecord::footer_bytes) < tfrecord::footer_bytes) {
+    next_file();
+    throw corrupt_record_error(path, where() + ": the file ends inside the record (" +
+                                         std::to_string(length) + " bytes declared)");
+  }
+  ++record_;
+  if (masked_crc(data) != tfrecord::detail::read_le<std::uint32_t>(footer_))
+    throw corrupt_record_error(path, where() + ": the data's CRC does not match");
+  return data;
+}
+
+} // namespace loom::data
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

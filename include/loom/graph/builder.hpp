@@ -2,6 +2,7 @@
 // functions, optimizers, the generic server): ops by id with node ids.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/graph/graph.hpp>
 #include <loom/graph/lower.hpp>
 
@@ -16,14 +17,7 @@ inline node_id op(graph& g, const std::string& op_id, std::vector<node_id> input
 }
 
 // A scalar constant of dtype t with value v.
-inline node_id scalar(graph& g, dtype t, double v) {
-  return visit_dtype(t, [&]<class T>() -> node_id {
-    if constexpr (std::is_same_v<T, std::string>)
-      throw invalid_argument_error("a numeric scalar of dtype string");
-    else
-      return loom::detail::scalar_node(g, static_cast<T>(v));
-  });
-}
+LOOM_COMPILED_ONCE node_id scalar(graph& g, dtype t, double v);
 
 inline node_id add(graph& g, node_id a, node_id b) {
   return op(g, "add", {a, b});
@@ -51,7 +45,24 @@ inline node_id select(graph& g, node_id c, node_id a, node_id b) {
 }
 // dy reduced to x's shape: the adjoint of broadcasting x. Free when the shapes
 // are statically equal.
-inline node_id sum_to(graph& g, node_id dy, node_id x) {
+LOOM_COMPILED_ONCE node_id sum_to(graph& g, node_id dy, node_id x);
+
+} // namespace loom::detail::build
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail::build {
+
+LOOM_COMPILED_ONCE node_id scalar(graph& g, dtype t, double v) {
+  return visit_dtype(t, [&]<class T>() -> node_id {
+    if constexpr (std::is_same_v<T, std::string>)
+      throw invalid_argument_error("a numeric scalar of dtype string");
+    else
+      return loom::detail::scalar_node(g, static_cast<T>(v));
+  });
+}
+
+LOOM_COMPILED_ONCE node_id sum_to(graph& g, node_id dy, node_id x) {
   const auto& sy = g.node(dy).shape;
   const auto& sx = g.node(x).shape;
   if (sy == sx && sx.fully_defined())
@@ -60,3 +71,5 @@ inline node_id sum_to(graph& g, node_id dy, node_id x) {
 }
 
 } // namespace loom::detail::build
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -4,6 +4,7 @@
 // each op's registered gradient function.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/graph/builder.hpp>
 #include <loom/graph/graph.hpp>
 #include <loom/graph/ops/array.hpp>
@@ -27,7 +28,39 @@ inline bool differentiable_input(const op_def& def, std::size_t k) {
 // consumer to sum (the sparse applies do, as the dense value does). no_node
 // where the parts are not all row slices (axis 0) of one dense shape: those
 // are summed densely (an indexed_slices node's value is the dense gradient).
-inline node_id sum_of_slices(graph& g, const std::vector<node_id>& parts) {
+LOOM_COMPILED_ONCE node_id sum_of_slices(graph& g, const std::vector<node_id>& parts);
+
+} // namespace detail
+
+// Adjoints of sum(ys) with respect to each x; no_node where x does not affect
+// any y. grad_ys, when given, seeds each y's adjoint (default: ones).
+LOOM_COMPILED_ONCE std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
+                                                  const std::vector<node_id>& xs,
+                                                  const std::vector<node_id>& grad_ys = {});
+
+// Typed: auto [dw, db] = gradients(loss, w, b); each adjoint has its x's type.
+template <expression Y, class... X> auto gradients(const Y& y, const X&... xs) {
+  auto yo = lower(y);
+  graph g = yo.graph();
+  std::vector<node_id> ids = gradients(g, {yo.id()}, {xs.id()...});
+  std::size_t k = 0;
+  auto typed = [&]<class XT>(const XT& x) {
+    node_id d = ids[k++];
+    if (d == no_node)
+      throw invalid_argument_error("gradients: '" + yo.name() + "' does not depend on '" +
+                                   x.name() + "'");
+    return output<value_type_of<XT>, rank_of<XT>>(g, d);
+  };
+  return std::tuple{typed(xs)...};
+}
+
+} // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE node_id sum_of_slices(graph& g, const std::vector<node_id>& parts) {
   if (parts.size() < 2)
     return no_node;
   const node_def first = g.node(parts.front());
@@ -56,14 +89,13 @@ inline node_id sum_of_slices(graph& g, const std::vector<node_id>& parts) {
   const node_id joined_indices = g.add_node("concat", indices, {{"axis", std::int64_t{0}}});
   return g.add_node("indexed_slices", {joined_values, joined_indices}, first.attrs);
 }
+} // namespace loom::detail
 
-} // namespace detail
+namespace loom {
 
-// Adjoints of sum(ys) with respect to each x; no_node where x does not affect
-// any y. grad_ys, when given, seeds each y's adjoint (default: ones).
-inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
-                                      const std::vector<node_id>& xs,
-                                      const std::vector<node_id>& grad_ys = {}) {
+LOOM_COMPILED_ONCE std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
+                                                  const std::vector<node_id>& xs,
+                                                  const std::vector<node_id>& grad_ys) {
   if (!grad_ys.empty() && grad_ys.size() != ys.size())
     throw invalid_argument_error("gradients: " + std::to_string(grad_ys.size()) + " grad_ys for " +
                                  std::to_string(ys.size()) + " ys");
@@ -152,20 +184,6 @@ inline std::vector<node_id> gradients(graph& g, const std::vector<node_id>& ys,
   return out;
 }
 
-// Typed: auto [dw, db] = gradients(loss, w, b); each adjoint has its x's type.
-template <expression Y, class... X> auto gradients(const Y& y, const X&... xs) {
-  auto yo = lower(y);
-  graph g = yo.graph();
-  std::vector<node_id> ids = gradients(g, {yo.id()}, {xs.id()...});
-  std::size_t k = 0;
-  auto typed = [&]<class XT>(const XT& x) {
-    node_id d = ids[k++];
-    if (d == no_node)
-      throw invalid_argument_error("gradients: '" + yo.name() + "' does not depend on '" +
-                                   x.name() + "'");
-    return output<value_type_of<XT>, rank_of<XT>>(g, d);
-  };
-  return std::tuple{typed(xs)...};
-}
-
 } // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

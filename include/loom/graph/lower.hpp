@@ -7,6 +7,7 @@
 // "a TU compiled by nvcc instantiates CUDA kernels for what it uses").
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/device_spec.hpp>
 #include <loom/expr/expr.hpp>
 #include <loom/graph/graph.hpp>
@@ -22,10 +23,7 @@ namespace loom {
 namespace detail {
 
 // A constant node holding `value` (any dtype, strings too).
-inline node_id constant_node(graph& g, any_tensor value, std::string name = {}) {
-  dtype t = value.type();
-  return g.add_node("constant", {}, {{"value", std::move(value)}, {"dtype", t}}, std::move(name));
-}
+LOOM_COMPILED_ONCE node_id constant_node(graph& g, any_tensor value, std::string name = {});
 
 template <element_type T> node_id scalar_node(graph& g, T v) {
   return constant_node(g, any_tensor::scalar<T>(v));
@@ -165,3 +163,16 @@ output<value_type_of<E>, rank_of<E>> named(const E& e, const std::string& name) 
 }
 
 } // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE node_id constant_node(graph& g, any_tensor value, std::string name) {
+  dtype t = value.type();
+  return g.add_node("constant", {}, {{"value", std::move(value)}, {"dtype", t}}, std::move(name));
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -10,6 +10,7 @@
 // on, as it runs them (the kernels register the same way).
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/graph/node.hpp>
 
@@ -63,35 +64,16 @@ public:
     return r;
   }
 
-  void add(op_def def) {
-    std::lock_guard lock(mu_);
-    auto name = def.name;
-    if (!ops_.emplace(name, std::move(def)).second)
-      throw already_exists_error("op '" + name + "' is registered twice");
-  }
+  void add(op_def def);
 
-  const op_def& find(std::string_view name) const {
-    std::lock_guard lock(mu_);
-    auto it = ops_.find(name);
-    if (it == ops_.end())
-      throw not_found_error("no op '" + std::string(name) +
-                            "' is registered in this process (is its header included, and the "
-                            "program linked with loom::kernels where it uses it?)");
-    return it->second;
-  }
+  const op_def& find(std::string_view name) const;
 
   bool contains(std::string_view name) const {
     std::lock_guard lock(mu_);
     return ops_.find(name) != ops_.end();
   }
 
-  std::vector<std::string> names() const {
-    std::lock_guard lock(mu_);
-    std::vector<std::string> out;
-    for (auto& [k, v] : ops_)
-      out.push_back(k);
-    return out;
-  }
+  std::vector<std::string> names() const;
 
 private:
   op_registry() = default;
@@ -106,3 +88,36 @@ struct op_registration {
 };
 
 } // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE void op_registry::add(op_def def) {
+  std::lock_guard lock(mu_);
+  auto name = def.name;
+  if (!ops_.emplace(name, std::move(def)).second)
+    throw already_exists_error("op '" + name + "' is registered twice");
+}
+
+LOOM_COMPILED_ONCE auto op_registry::find(std::string_view name) const -> const op_def& {
+  std::lock_guard lock(mu_);
+  auto it = ops_.find(name);
+  if (it == ops_.end())
+    throw not_found_error("no op '" + std::string(name) +
+                          "' is registered in this process (is its header included, and the "
+                          "program linked with loom::kernels where it uses it?)");
+  return it->second;
+}
+
+LOOM_COMPILED_ONCE auto op_registry::names() const -> std::vector<std::string> {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (auto& [k, v] : ops_)
+    out.push_back(k);
+  return out;
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -9,6 +9,7 @@
 // TF's three partitioners are here with TF's arithmetic.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/graph/ops/array.hpp>
 #include <loom/graph/ops/embedding_lookup.hpp>
 #include <loom/graph/variables.hpp>
@@ -39,14 +40,8 @@ inline std::int64_t element_bytes(dtype t, std::int64_t bytes_per_string_element
 }
 
 // Bytes of one slice of `s` along `axis` (everything but that axis).
-inline std::int64_t slice_bytes(const loom::shape& s, int axis, dtype t,
-                                std::int64_t bytes_per_string_element) {
-  std::int64_t n = 1;
-  for (int a = 0; a < s.rank(); ++a)
-    if (a != axis)
-      n *= s[a];
-  return n * element_bytes(t, bytes_per_string_element);
-}
+LOOM_COMPILED_ONCE std::int64_t slice_bytes(const loom::shape& s, int axis, dtype t,
+                                            std::int64_t bytes_per_string_element);
 
 } // namespace detail
 
@@ -200,3 +195,20 @@ output<T, rank_of<I> + 1> embedding_lookup(const partitioned_variable<T, 2>& par
 }
 
 } // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE std::int64_t slice_bytes(const loom::shape& s, int axis, dtype t,
+                                            std::int64_t bytes_per_string_element) {
+  std::int64_t n = 1;
+  for (int a = 0; a < s.rank(); ++a)
+    if (a != axis)
+      n *= s[a];
+  return n * element_bytes(t, bytes_per_string_element);
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <loom/core/bounded_archive.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/graph/graph.hpp>
@@ -122,7 +123,40 @@ struct graph_image {
   }
 };
 
-inline graph_image image_of(const graph& g) {
+LOOM_COMPILED_ONCE graph_image image_of(const graph& g);
+
+// Rebuilds a graph, checking what a byte stream could get wrong: ids, edges
+// that point forward or out of range, unknown ops, duplicate names.
+LOOM_COMPILED_ONCE graph graph_from_image(graph_image&& img);
+
+} // namespace detail
+
+// Portable binary bytes of a graph.
+inline std::string serialize_graph(const graph& g) {
+  std::ostringstream os;
+  {
+    cereal::PortableBinaryOutputArchive ar(os);
+    ar(detail::image_of(g));
+  }
+  return os.str();
+}
+
+// Reads with bounded_input_archive: the bytes may come from a peer
+// (register_graph), whose declared sizes must not allocate past what it sent.
+LOOM_COMPILED_ONCE graph deserialize_graph(std::string_view bytes);
+
+// A readable JSON dump, for debugging and docs.
+LOOM_COMPILED_ONCE std::string graph_to_json(const graph& g);
+
+} // namespace loom
+
+CEREAL_CLASS_VERSION(loom::node_def, 1);
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE graph_image image_of(const graph& g) {
   const auto& st = g.state();
   return {graph_format_version,
           std::vector<node_def>(st.nodes.begin(), st.nodes.end()),
@@ -132,9 +166,7 @@ inline graph_image image_of(const graph& g) {
           st.variable_store};
 }
 
-// Rebuilds a graph, checking what a byte stream could get wrong: ids, edges
-// that point forward or out of range, unknown ops, duplicate names.
-inline graph graph_from_image(graph_image&& img) {
+LOOM_COMPILED_ONCE graph graph_from_image(graph_image&& img) {
   graph g;
   auto& st = g.state();
   const auto n = static_cast<node_id>(img.nodes.size());
@@ -204,22 +236,11 @@ inline graph graph_from_image(graph_image&& img) {
   st.version = 1;
   return g;
 }
+} // namespace loom::detail
 
-} // namespace detail
+namespace loom {
 
-// Portable binary bytes of a graph.
-inline std::string serialize_graph(const graph& g) {
-  std::ostringstream os;
-  {
-    cereal::PortableBinaryOutputArchive ar(os);
-    ar(detail::image_of(g));
-  }
-  return os.str();
-}
-
-// Reads with bounded_input_archive: the bytes may come from a peer
-// (register_graph), whose declared sizes must not allocate past what it sent.
-inline graph deserialize_graph(std::string_view bytes) {
+LOOM_COMPILED_ONCE graph deserialize_graph(std::string_view bytes) {
   detail::graph_image img;
   try {
     detail::bounded_input_archive ar(bytes);
@@ -235,8 +256,7 @@ inline graph deserialize_graph(std::string_view bytes) {
   return detail::graph_from_image(std::move(img));
 }
 
-// A readable JSON dump, for debugging and docs.
-inline std::string graph_to_json(const graph& g) {
+LOOM_COMPILED_ONCE std::string graph_to_json(const graph& g) {
   std::ostringstream os;
   {
     cereal::JSONOutputArchive ar(os);
@@ -247,4 +267,4 @@ inline std::string graph_to_json(const graph& g) {
 
 } // namespace loom
 
-CEREAL_CLASS_VERSION(loom::node_def, 1);
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -3,6 +3,7 @@
 // initializers for collections, group and the assign family.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/graph/builder.hpp>
 #include <loom/graph/lower.hpp>
 #include <loom/graph/ops/random.hpp>
@@ -59,21 +60,9 @@ namespace detail {
 // A tensor of shape s filled with v, made by a fill op where it is used: a
 // variable's initial value is computed on the variable's task (it is
 // colocated with it), never carried in the graph at the variable's size.
-inline node_id fill_node(graph& g, dtype t, const loom::shape& s, double v) {
-  if (t == dtype::string)
-    throw invalid_argument_error("a numeric initializer for a " + std::string(to_string(t)) +
-                                 " variable");
-  return g.add_node("fill", {}, {{"dtype", t}, {"shape", s}, {"value", v}});
-}
-inline node_id random_node(graph& g, const char* op, dtype t, const loom::shape& s, double a,
-                           double b, std::optional<std::int64_t> seed) {
-  if (t != dtype::f32 && t != dtype::f64)
-    throw invalid_argument_error(std::string(op) + " initializer needs float or double, not " +
-                                 std::string(to_string(t)));
-  auto [s1, s2] = g.next_seeds(seed);
-  return g.add_node(op, {},
-                    {{"dtype", t}, {"shape", s}, {"seed", s1}, {"seed2", s2}, {"a", a}, {"b", b}});
-}
+LOOM_COMPILED_ONCE node_id fill_node(graph& g, dtype t, const loom::shape& s, double v);
+LOOM_COMPILED_ONCE node_id random_node(graph& g, const char* op, dtype t, const loom::shape& s,
+                                       double a, double b, std::optional<std::int64_t> seed);
 } // namespace detail
 
 struct zeros_initializer {
@@ -120,19 +109,7 @@ namespace detail {
 struct fans {
   double in = 1, out = 1;
 };
-inline fans fans_of(const loom::shape& s) {
-  fans f;
-  if (s.rank() == 1)
-    f.in = f.out = static_cast<double>(s[0]);
-  else if (s.rank() >= 2) {
-    double receptive = 1;
-    for (int i = 0; i + 2 < s.rank(); ++i)
-      receptive *= static_cast<double>(s[i]);
-    f.in = static_cast<double>(s[s.rank() - 2]) * receptive;
-    f.out = static_cast<double>(s[s.rank() - 1]) * receptive;
-  }
-  return f;
-}
+LOOM_COMPILED_ONCE fans fans_of(const loom::shape& s);
 } // namespace detail
 
 // TF's VarianceScaling: variance scale / n, n the fan in, out or their mean; drawn from a
@@ -149,37 +126,14 @@ struct variance_scaling_initializer {
   std::optional<std::int64_t> seed{};
 
   node_id make(graph& g, dtype t, const loom::shape& s) const { return make_part(g, t, s, s); }
-  node_id make_part(graph& g, dtype t, const loom::shape& part, const loom::shape& s) const {
-    if (!(scale > 0))
-      throw invalid_argument_error("variance_scaling_initializer: scale " + std::to_string(scale) +
-                                   " must be positive");
-    const detail::fans f = detail::fans_of(s);
-    const double n = mode == fan_mode::fan_in    ? f.in
-                     : mode == fan_mode::fan_out ? f.out
-                                                 : (f.in + f.out) / 2;
-    const double variance = scale / std::max(1.0, n);
-    switch (distribution) {
-    case distribution_kind::truncated_normal: // 0.8796...: the stddev of a unit normal cut at 2
-      return detail::random_node(g, "truncated_normal", t, part, 0,
-                                 std::sqrt(variance) / 0.87962566103423978, seed);
-    case distribution_kind::untruncated_normal:
-      return detail::random_node(g, "random_normal", t, part, 0, std::sqrt(variance), seed);
-    case distribution_kind::uniform: break;
-    }
-    const double limit = std::sqrt(3 * variance);
-    return detail::random_node(g, "random_uniform", t, part, -limit, limit, seed);
-  }
+  node_id make_part(graph& g, dtype t, const loom::shape& part, const loom::shape& s) const;
 };
 
 // Glorot/Xavier uniform: limit sqrt(6 / (fan_in + fan_out)) (TF's default for get_variable).
 struct glorot_uniform_initializer {
   std::optional<std::int64_t> seed{};
   node_id make(graph& g, dtype t, const loom::shape& s) const { return make_part(g, t, s, s); }
-  node_id make_part(graph& g, dtype t, const loom::shape& part, const loom::shape& s) const {
-    const detail::fans f = detail::fans_of(s);
-    const double limit = std::sqrt(6.0 / (f.in + f.out));
-    return detail::random_node(g, "random_uniform", t, part, -limit, limit, seed);
-  }
+  node_id make_part(graph& g, dtype t, const loom::shape& part, const loom::shape& s) const;
 };
 // Glorot normal (tf.glorot_normal_initializer): a truncated normal of variance 2 / (in + out).
 struct glorot_normal_initializer {
@@ -340,10 +294,8 @@ private:
 // -- initialisation and grouping ------------------------------------------------
 
 // An op that runs all of `ops` (TF's tf.group).
-inline operation group(graph& g, const std::vector<node_id>& ops, std::string name = {}) {
-  auto deps = g.control_dependencies(ops);
-  return {g, g.add_node("no_op", {}, {}, name.empty() ? "group" : std::move(name))};
-}
+LOOM_COMPILED_ONCE operation group(graph& g, const std::vector<node_id>& ops,
+                                   std::string name = {});
 template <node_handle... H> operation group(graph& g, const H&... ops) {
   return group(g, std::vector<node_id>{ops.id()...});
 }
@@ -352,16 +304,8 @@ inline operation no_op(graph& g, std::string name = {}) {
 }
 
 // The initializers of the given variable nodes.
-inline operation variables_initializer(graph& g, const std::vector<node_id>& vars,
-                                       std::string name = "init") {
-  std::vector<node_id> inits;
-  for (node_id v : vars) {
-    auto init = g.node(v).attr_or<std::int64_t>("initializer", -1);
-    if (init >= 0)
-      inits.push_back(static_cast<node_id>(init));
-  }
-  return group(g, inits, std::move(name));
-}
+LOOM_COMPILED_ONCE operation variables_initializer(graph& g, const std::vector<node_id>& vars,
+                                                   std::string name = "init");
 inline operation global_variables_initializer(graph& g) {
   return variables_initializer(g, g.collection(collection::global_variables));
 }
@@ -374,18 +318,8 @@ inline operation local_variables_initializer(graph& g) {
 // A variable scope prefixes the names of get_variable (and, like TF, opens a
 // name scope). reuse=true makes get_variable return existing variables and
 // fail for missing ones; reuse=false makes it fail for existing ones.
-inline scope_guard variable_scope(graph& g, const std::string& name, bool reuse = false) {
-  auto& st = g.state();
-  const bool inherited = !st.variable_scopes.empty() && st.variable_scopes.back().reuse;
-  std::string full =
-      st.variable_scopes.empty() ? name : st.variable_scopes.back().name + "/" + name;
-  st.variable_scopes.push_back({full, reuse || inherited});
-  auto names = std::make_shared<scope_guard>(g.name_scope(full + "/"));
-  return scope_guard([&st, names]() mutable {
-    names.reset();
-    st.variable_scopes.pop_back();
-  });
-}
+LOOM_COMPILED_ONCE scope_guard variable_scope(graph& g, const std::string& name,
+                                              bool reuse = false);
 
 namespace detail {
 // `name` under the innermost variable scope.
@@ -426,3 +360,107 @@ variable<T, R> get_variable(graph& g, const std::string& name, loom::shape s, co
 }
 
 } // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE node_id fill_node(graph& g, dtype t, const loom::shape& s, double v) {
+  if (t == dtype::string)
+    throw invalid_argument_error("a numeric initializer for a " + std::string(to_string(t)) +
+                                 " variable");
+  return g.add_node("fill", {}, {{"dtype", t}, {"shape", s}, {"value", v}});
+}
+
+LOOM_COMPILED_ONCE node_id random_node(graph& g, const char* op, dtype t, const loom::shape& s,
+                                       double a, double b, std::optional<std::int64_t> seed) {
+  if (t != dtype::f32 && t != dtype::f64)
+    throw invalid_argument_error(std::string(op) + " initializer needs float or double, not " +
+                                 std::string(to_string(t)));
+  auto [s1, s2] = g.next_seeds(seed);
+  return g.add_node(op, {},
+                    {{"dtype", t}, {"shape", s}, {"seed", s1}, {"seed2", s2}, {"a", a}, {"b", b}});
+}
+
+LOOM_COMPILED_ONCE fans fans_of(const loom::shape& s) {
+  fans f;
+  if (s.rank() == 1)
+    f.in = f.out = static_cast<double>(s[0]);
+  else if (s.rank() >= 2) {
+    double receptive = 1;
+    for (int i = 0; i + 2 < s.rank(); ++i)
+      receptive *= static_cast<double>(s[i]);
+    f.in = static_cast<double>(s[s.rank() - 2]) * receptive;
+    f.out = static_cast<double>(s[s.rank() - 1]) * receptive;
+  }
+  return f;
+}
+} // namespace loom::detail
+
+namespace loom {
+
+LOOM_COMPILED_ONCE auto variance_scaling_initializer::make_part(graph& g, dtype t,
+                                                                const loom::shape& part,
+                                                                const loom::shape& s) const
+    -> node_id {
+  if (!(scale > 0))
+    throw invalid_argument_error("variance_scaling_initializer: scale " + std::to_string(scale) +
+                                 " must be positive");
+  const detail::fans f = detail::fans_of(s);
+  const double n = mode == fan_mode::fan_in    ? f.in
+                   : mode == fan_mode::fan_out ? f.out
+                                               : (f.in + f.out) / 2;
+  const double variance = scale / std::max(1.0, n);
+  switch (distribution) {
+  case distribution_kind::truncated_normal: // 0.8796...: the stddev of a unit normal cut at 2
+    return detail::random_node(g, "truncated_normal", t, part, 0,
+                               std::sqrt(variance) / 0.87962566103423978, seed);
+  case distribution_kind::untruncated_normal:
+    return detail::random_node(g, "random_normal", t, part, 0, std::sqrt(variance), seed);
+  case distribution_kind::uniform: break;
+  }
+  const double limit = std::sqrt(3 * variance);
+  return detail::random_node(g, "random_uniform", t, part, -limit, limit, seed);
+}
+
+LOOM_COMPILED_ONCE auto glorot_uniform_initializer::make_part(graph& g, dtype t,
+                                                              const loom::shape& part,
+                                                              const loom::shape& s) const
+    -> node_id {
+  const detail::fans f = detail::fans_of(s);
+  const double limit = std::sqrt(6.0 / (f.in + f.out));
+  return detail::random_node(g, "random_uniform", t, part, -limit, limit, seed);
+}
+
+LOOM_COMPILED_ONCE operation group(graph& g, const std::vector<node_id>& ops, std::string name) {
+  auto deps = g.control_dependencies(ops);
+  return {g, g.add_node("no_op", {}, {}, name.empty() ? "group" : std::move(name))};
+}
+
+LOOM_COMPILED_ONCE operation variables_initializer(graph& g, const std::vector<node_id>& vars,
+                                                   std::string name) {
+  std::vector<node_id> inits;
+  for (node_id v : vars) {
+    auto init = g.node(v).attr_or<std::int64_t>("initializer", -1);
+    if (init >= 0)
+      inits.push_back(static_cast<node_id>(init));
+  }
+  return group(g, inits, std::move(name));
+}
+
+LOOM_COMPILED_ONCE scope_guard variable_scope(graph& g, const std::string& name, bool reuse) {
+  auto& st = g.state();
+  const bool inherited = !st.variable_scopes.empty() && st.variable_scopes.back().reuse;
+  std::string full =
+      st.variable_scopes.empty() ? name : st.variable_scopes.back().name + "/" + name;
+  st.variable_scopes.push_back({full, reuse || inherited});
+  auto names = std::make_shared<scope_guard>(g.name_scope(full + "/"));
+  return scope_guard([&st, names]() mutable {
+    names.reset();
+    st.variable_scopes.pop_back();
+  });
+}
+
+} // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <loom/cluster/cluster_spec.hpp>
+#include <loom/core/compiled_once.hpp>
 
 #include <asio/ip/tcp.hpp>
 
@@ -13,14 +14,24 @@
 
 namespace loom::net {
 
-inline std::string join_address(std::string_view host, std::uint16_t port) {
-  if (host.find(':') != std::string_view::npos)
-    return "[" + std::string(host) + "]:" + std::to_string(port);
-  return std::string(host) + ":" + std::to_string(port);
-}
+LOOM_COMPILED_ONCE std::string join_address(std::string_view host, std::uint16_t port);
 
 inline std::string to_string(const asio::ip::tcp::endpoint& ep) {
   return join_address(ep.address().to_string(), ep.port());
 }
 
 } // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE std::string join_address(std::string_view host, std::uint16_t port) {
+  if (host.find(':') != std::string_view::npos)
+    return "[" + std::string(host) + "]:" + std::to_string(port);
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+} // namespace loom::net
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -14,6 +14,7 @@
 // else the file named by LOOM_CLUSTER_TOKEN_FILE (trailing whitespace trimmed).
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/net/frame.hpp>
 
@@ -40,26 +41,7 @@ enum class connection_role : std::uint8_t { control = 0, bulk = 1 };
 
 // The token from LOOM_CLUSTER_TOKEN, else from the file LOOM_CLUSTER_TOKEN_FILE names;
 // nullopt when neither is set. An unreadable or empty token file is an error.
-inline std::optional<std::string> token_from_environment() {
-  if (const char* t = std::getenv("LOOM_CLUSTER_TOKEN"); t && *t)
-    return std::string(t);
-  if (const char* f = std::getenv("LOOM_CLUSTER_TOKEN_FILE"); f && *f) {
-    std::ifstream in(f, std::ios::binary);
-    if (!in)
-      throw not_found_error("cannot read the cluster token file '" + std::string(f) +
-                            "' named by LOOM_CLUSTER_TOKEN_FILE");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    std::string tok = ss.str();
-    while (!tok.empty() &&
-           (tok.back() == '\n' || tok.back() == '\r' || tok.back() == ' ' || tok.back() == '\t'))
-      tok.pop_back();
-    if (tok.empty())
-      throw invalid_argument_error("the cluster token file '" + std::string(f) + "' is empty");
-    return tok;
-  }
-  return std::nullopt;
-}
+LOOM_COMPILED_ONCE std::optional<std::string> token_from_environment();
 
 // The token to use: the explicit one if given (an empty string means "no token"),
 // else the environment's.
@@ -73,20 +55,9 @@ inline std::optional<std::string> resolve_token(const std::optional<std::string>
 }
 
 // LOOM_ALLOW_INSECURE=1 (or true/yes) opts into serving beyond loopback without a token.
-inline bool insecure_from_environment() {
-  const char* v = std::getenv("LOOM_ALLOW_INSECURE");
-  if (!v)
-    return false;
-  const std::string_view s(v);
-  return s == "1" || s == "true" || s == "yes" || s == "TRUE" || s == "YES";
-}
+LOOM_COMPILED_ONCE bool insecure_from_environment();
 
-inline nonce random_nonce() {
-  nonce n{};
-  if (RAND_bytes(n.data(), static_cast<int>(n.size())) != 1)
-    throw internal_error("OpenSSL RAND_bytes failed to produce a nonce");
-  return n;
-}
+LOOM_COMPILED_ONCE nonce random_nonce();
 
 inline std::uint64_t random_u64() {
   std::uint64_t v = 0;
@@ -102,29 +73,15 @@ inline std::uint64_t this_process_id() {
   return id;
 }
 
-inline digest hmac_sha256(std::string_view key, std::string_view data) {
-  digest out{};
-  unsigned int len = 0;
-  if (!HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-            reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data(), &len) ||
-      len != out.size())
-    throw internal_error("OpenSSL HMAC-SHA256 failed");
-  return out;
-}
+LOOM_COMPILED_ONCE digest hmac_sha256(std::string_view key, std::string_view data);
 
 inline bool equal_digests(const digest& a, const digest& b) noexcept {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 namespace detail {
-inline std::string proof_input(std::string_view label, const nonce& first, const nonce& second,
-                               std::uint64_t client_id) {
-  std::string s(label);
-  s.append(reinterpret_cast<const char*>(first.data()), first.size());
-  s.append(reinterpret_cast<const char*>(second.data()), second.size());
-  put_u64(s, client_id);
-  return s;
-}
+LOOM_COMPILED_ONCE std::string proof_input(std::string_view label, const nonce& first,
+                                           const nonce& second, std::uint64_t client_id);
 } // namespace detail
 
 inline digest server_proof(std::string_view token, const nonce& client_nonce,
@@ -174,7 +131,89 @@ template <std::size_t N> void put_bytes(std::string& s, const std::array<unsigne
 }
 } // namespace detail
 
-inline std::string encode(const hello_msg& m) {
+LOOM_COMPILED_ONCE std::string encode(const hello_msg& m);
+LOOM_COMPILED_ONCE std::string encode(const challenge_msg& m);
+LOOM_COMPILED_ONCE std::string encode(const auth_msg& m);
+LOOM_COMPILED_ONCE std::string encode(const auth_result_msg& m);
+
+namespace detail {
+LOOM_COMPILED_ONCE bool flag(reader& r, std::string_view what);
+} // namespace detail
+
+// Decoders of the handshake records (throw data_loss_error on malformed bytes).
+LOOM_COMPILED_ONCE hello_msg decode_hello(std::span<const std::byte> b);
+LOOM_COMPILED_ONCE challenge_msg decode_challenge(std::span<const std::byte> b);
+LOOM_COMPILED_ONCE auth_msg decode_auth(std::span<const std::byte> b);
+LOOM_COMPILED_ONCE auth_result_msg decode_auth_result(std::span<const std::byte> b);
+
+} // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE std::optional<std::string> token_from_environment() {
+  if (const char* t = std::getenv("LOOM_CLUSTER_TOKEN"); t && *t)
+    return std::string(t);
+  if (const char* f = std::getenv("LOOM_CLUSTER_TOKEN_FILE"); f && *f) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in)
+      throw not_found_error("cannot read the cluster token file '" + std::string(f) +
+                            "' named by LOOM_CLUSTER_TOKEN_FILE");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    std::string tok = ss.str();
+    while (!tok.empty() &&
+           (tok.back() == '\n' || tok.back() == '\r' || tok.back() == ' ' || tok.back() == '\t'))
+      tok.pop_back();
+    if (tok.empty())
+      throw invalid_argument_error("the cluster token file '" + std::string(f) + "' is empty");
+    return tok;
+  }
+  return std::nullopt;
+}
+
+LOOM_COMPILED_ONCE bool insecure_from_environment() {
+  const char* v = std::getenv("LOOM_ALLOW_INSECURE");
+  if (!v)
+    return false;
+  const std::string_view s(v);
+  return s == "1" || s == "true" || s == "yes" || s == "TRUE" || s == "YES";
+}
+
+LOOM_COMPILED_ONCE nonce random_nonce() {
+  nonce n{};
+  if (RAND_bytes(n.data(), static_cast<int>(n.size())) != 1)
+    throw internal_error("OpenSSL RAND_bytes failed to produce a nonce");
+  return n;
+}
+
+LOOM_COMPILED_ONCE digest hmac_sha256(std::string_view key, std::string_view data) {
+  digest out{};
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+            reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data(), &len) ||
+      len != out.size())
+    throw internal_error("OpenSSL HMAC-SHA256 failed");
+  return out;
+}
+} // namespace loom::net
+
+namespace loom::net::detail {
+
+LOOM_COMPILED_ONCE std::string proof_input(std::string_view label, const nonce& first,
+                                           const nonce& second, std::uint64_t client_id) {
+  std::string s(label);
+  s.append(reinterpret_cast<const char*>(first.data()), first.size());
+  s.append(reinterpret_cast<const char*>(second.data()), second.size());
+  put_u64(s, client_id);
+  return s;
+}
+} // namespace loom::net::detail
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE std::string encode(const hello_msg& m) {
   std::string b;
   b.push_back(static_cast<char>(m.role));
   b.push_back(m.has_token ? 1 : 0);
@@ -183,38 +222,44 @@ inline std::string encode(const hello_msg& m) {
   detail::put_u64(b, m.process_id);
   return detail::handshake_frame(frame_kind::hello, b);
 }
-inline std::string encode(const challenge_msg& m) {
+
+LOOM_COMPILED_ONCE std::string encode(const challenge_msg& m) {
   std::string b;
   b.push_back(m.token_required ? 1 : 0);
   detail::put_bytes(b, m.server_nonce);
   detail::put_bytes(b, m.proof);
   return detail::handshake_frame(frame_kind::challenge, b);
 }
-inline std::string encode(const auth_msg& m) {
+
+LOOM_COMPILED_ONCE std::string encode(const auth_msg& m) {
   std::string b;
   b.push_back(m.has_proof ? 1 : 0);
   detail::put_bytes(b, m.proof);
   return detail::handshake_frame(frame_kind::auth, b);
 }
-inline std::string encode(const auth_result_msg& m) {
+
+LOOM_COMPILED_ONCE std::string encode(const auth_result_msg& m) {
   std::string b;
   detail::put_u32(b, m.status);
   detail::put_u32(b, static_cast<std::uint32_t>(m.message.size()));
   b += m.message;
   return detail::handshake_frame(frame_kind::auth_result, b);
 }
+} // namespace loom::net
 
-namespace detail {
-inline bool flag(reader& r, std::string_view what) {
+namespace loom::net::detail {
+
+LOOM_COMPILED_ONCE bool flag(reader& r, std::string_view what) {
   const auto v = r.u8();
   if (v > 1)
     throw data_loss_error(std::string(what) + ": bad flag byte " + std::to_string(v));
   return v == 1;
 }
-} // namespace detail
+} // namespace loom::net::detail
 
-// Decoders of the handshake records (throw data_loss_error on malformed bytes).
-inline hello_msg decode_hello(std::span<const std::byte> b) {
+namespace loom::net {
+
+LOOM_COMPILED_ONCE hello_msg decode_hello(std::span<const std::byte> b) {
   detail::reader r(b, "hello frame");
   hello_msg m;
   const auto role = r.u8();
@@ -227,7 +272,8 @@ inline hello_msg decode_hello(std::span<const std::byte> b) {
   m.process_id = r.u64();
   return m;
 }
-inline challenge_msg decode_challenge(std::span<const std::byte> b) {
+
+LOOM_COMPILED_ONCE challenge_msg decode_challenge(std::span<const std::byte> b) {
   detail::reader r(b, "challenge frame");
   challenge_msg m;
   m.token_required = detail::flag(r, "challenge frame");
@@ -235,14 +281,16 @@ inline challenge_msg decode_challenge(std::span<const std::byte> b) {
   r.bytes(m.proof.data(), m.proof.size());
   return m;
 }
-inline auth_msg decode_auth(std::span<const std::byte> b) {
+
+LOOM_COMPILED_ONCE auth_msg decode_auth(std::span<const std::byte> b) {
   detail::reader r(b, "auth frame");
   auth_msg m;
   m.has_proof = detail::flag(r, "auth frame");
   r.bytes(m.proof.data(), m.proof.size());
   return m;
 }
-inline auth_result_msg decode_auth_result(std::span<const std::byte> b) {
+
+LOOM_COMPILED_ONCE auth_result_msg decode_auth_result(std::span<const std::byte> b) {
   detail::reader r(b, "auth_result frame");
   auth_result_msg m;
   m.status = r.u32();
@@ -253,3 +301,5 @@ inline auth_result_msg decode_auth_result(std::span<const std::byte> b) {
 }
 
 } // namespace loom::net
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

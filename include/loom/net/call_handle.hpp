@@ -4,6 +4,7 @@
 // connections to drive or to tell).
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/net/call_table.hpp>
 #include <loom/net/channel_core.hpp>
 #include <loom/net/response.hpp>
@@ -53,20 +54,7 @@ public:
     return false;
   }
 
-  bool done() {
-    if (auto ch = ch_.lock(); ch && !st_->done_flag.load())
-      ch->lead(*st_, std::chrono::steady_clock::time_point::min()); // what has arrived
-    {
-      std::lock_guard lk(st_->m);
-      if (st_->done)
-        return true;
-    }
-    if (std::chrono::steady_clock::now() >= st_->deadline) {
-      expire();
-      return true;
-    }
-    return false;
-  }
+  bool done();
 
   // True once the call has completed with an error (reading what has arrived
   // first); never waits. For watching a call another thread will get().
@@ -79,30 +67,7 @@ public:
 
   // Waits for the response; throws deadline_exceeded_error (naming the method
   // and the peer), cancelled_error, unavailable_error, or the server's error.
-  response get() {
-    // The common synchronous call: no thread drives the connections, so this
-    // one reads its own reply (and hands on any other it meets).
-    if (auto ch = ch_.lock(); ch && !st_->done_flag.load(std::memory_order_acquire))
-      ch->lead(*st_, st_->deadline);
-    if (spin_.count() > 0 && !st_->done_flag.load(std::memory_order_acquire)) {
-      const auto until = std::chrono::steady_clock::now() + spin_;
-      do
-        std::this_thread::yield();
-      while (!st_->done_flag.load(std::memory_order_acquire) &&
-             std::chrono::steady_clock::now() < until);
-    }
-    {
-      std::unique_lock lk(st_->m);
-      if (!st_->cv.wait_until(lk, st_->deadline, [&] { return st_->done; })) {
-        lk.unlock();
-        expire();
-      }
-    }
-    std::lock_guard lk(st_->m);
-    if (st_->error)
-      std::rethrow_exception(st_->error);
-    return std::move(st_->result);
-  }
+  response get();
 
   void cancel() {
     if (auto ch = ch_.lock())
@@ -125,3 +90,51 @@ private:
 };
 
 } // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE bool call_handle::done() {
+  if (auto ch = ch_.lock(); ch && !st_->done_flag.load())
+    ch->lead(*st_, std::chrono::steady_clock::time_point::min()); // what has arrived
+  {
+    std::lock_guard lk(st_->m);
+    if (st_->done)
+      return true;
+  }
+  if (std::chrono::steady_clock::now() >= st_->deadline) {
+    expire();
+    return true;
+  }
+  return false;
+}
+
+LOOM_COMPILED_ONCE auto call_handle::get() -> response {
+  // The common synchronous call: no thread drives the connections, so this
+  // one reads its own reply (and hands on any other it meets).
+  if (auto ch = ch_.lock(); ch && !st_->done_flag.load(std::memory_order_acquire))
+    ch->lead(*st_, st_->deadline);
+  if (spin_.count() > 0 && !st_->done_flag.load(std::memory_order_acquire)) {
+    const auto until = std::chrono::steady_clock::now() + spin_;
+    do
+      std::this_thread::yield();
+    while (!st_->done_flag.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < until);
+  }
+  {
+    std::unique_lock lk(st_->m);
+    if (!st_->cv.wait_until(lk, st_->deadline, [&] { return st_->done; })) {
+      lk.unlock();
+      expire();
+    }
+  }
+  std::lock_guard lk(st_->m);
+  if (st_->error)
+    std::rethrow_exception(st_->error);
+  return std::move(st_->result);
+}
+
+} // namespace loom::net
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

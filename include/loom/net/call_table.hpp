@@ -3,6 +3,7 @@
 // lost connection, a deadline, a cancel), and the table of them by request id.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/net/envelope.hpp>
@@ -41,20 +42,7 @@ struct call_state {
   std::shared_ptr<const std::string> peer; // "ps task 0 at 127.0.0.1:1234"
 
   // Completes the call once; false if it was already complete.
-  bool finish(std::exception_ptr e, net::response* r = nullptr) {
-    {
-      std::lock_guard lk(m);
-      if (done)
-        return false;
-      done = true;
-      error = std::move(e);
-      if (r)
-        result = std::move(*r);
-      done_flag.store(true, std::memory_order_release);
-    }
-    cv.notify_all();
-    return true;
-  }
+  bool finish(std::exception_ptr e, net::response* r = nullptr);
   // The two ways a caller ends its own call, worded the same whether the channel is
   // still there to end it or the handle outlived it.
   bool finish_expired() {
@@ -96,49 +84,16 @@ public:
   }
 
   // Takes the call with request id `id` out (its reply came), or null.
-  call_ptr take(std::uint64_t id) {
-    auto it = calls_.find(id);
-    if (it == calls_.end())
-      return nullptr;
-    auto st = std::move(it->second);
-    calls_.erase(it);
-    return st;
-  }
+  call_ptr take(std::uint64_t id);
 
   // Takes st out if it is still the call under its id (a retry may reuse the id).
-  void remove(const call_state& st) {
-    auto it = calls_.find(st.id);
-    if (it != calls_.end() && it->second.get() == &st)
-      calls_.erase(it);
-  }
+  void remove(const call_state& st);
 
   // Takes every call out (the channel stopped, or lost its connection).
-  std::vector<call_ptr> take_all() {
-    std::vector<call_ptr> calls;
-    calls.reserve(calls_.size());
-    for (auto& [id, st] : calls_)
-      calls.push_back(st);
-    calls_.clear();
-    min_deadline_ = clock::time_point::max();
-    return calls;
-  }
+  std::vector<call_ptr> take_all();
 
   // Takes out the calls whose deadline has passed, into `expired`.
-  void take_expired(clock::time_point now, std::vector<call_ptr>& expired) {
-    if (now < min_deadline_)
-      return;
-    auto next = clock::time_point::max();
-    for (auto it = calls_.begin(); it != calls_.end();) {
-      if (it->second->deadline <= now) {
-        expired.push_back(std::move(it->second));
-        it = calls_.erase(it);
-      } else {
-        next = std::min(next, it->second->deadline);
-        ++it;
-      }
-    }
-    min_deadline_ = next;
-  }
+  void take_expired(clock::time_point now, std::vector<call_ptr>& expired);
 
 private:
   std::unordered_map<std::uint64_t, call_ptr> calls_;
@@ -146,3 +101,68 @@ private:
 };
 
 } // namespace loom::net::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net::detail {
+
+LOOM_COMPILED_ONCE bool call_state::finish(std::exception_ptr e, net::response* r) {
+  {
+    std::lock_guard lk(m);
+    if (done)
+      return false;
+    done = true;
+    error = std::move(e);
+    if (r)
+      result = std::move(*r);
+    done_flag.store(true, std::memory_order_release);
+  }
+  cv.notify_all();
+  return true;
+}
+
+LOOM_COMPILED_ONCE auto call_table::take(std::uint64_t id) -> call_ptr {
+  auto it = calls_.find(id);
+  if (it == calls_.end())
+    return nullptr;
+  auto st = std::move(it->second);
+  calls_.erase(it);
+  return st;
+}
+
+LOOM_COMPILED_ONCE void call_table::remove(const call_state& st) {
+  auto it = calls_.find(st.id);
+  if (it != calls_.end() && it->second.get() == &st)
+    calls_.erase(it);
+}
+
+LOOM_COMPILED_ONCE auto call_table::take_all() -> std::vector<call_ptr> {
+  std::vector<call_ptr> calls;
+  calls.reserve(calls_.size());
+  for (auto& [id, st] : calls_)
+    calls.push_back(st);
+  calls_.clear();
+  min_deadline_ = clock::time_point::max();
+  return calls;
+}
+
+LOOM_COMPILED_ONCE void call_table::take_expired(clock::time_point now,
+                                                 std::vector<call_ptr>& expired) {
+  if (now < min_deadline_)
+    return;
+  auto next = clock::time_point::max();
+  for (auto it = calls_.begin(); it != calls_.end();) {
+    if (it->second->deadline <= now) {
+      expired.push_back(std::move(it->second));
+      it = calls_.erase(it);
+    } else {
+      next = std::min(next, it->second->deadline);
+      ++it;
+    }
+  }
+  min_deadline_ = next;
+}
+
+} // namespace loom::net::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <loom/cluster/liveness_settings.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/net/auth.hpp>
@@ -63,22 +64,7 @@ public:
   bool connected() const noexcept { return connected_.load(std::memory_order_acquire); }
   bool ever_connected() const noexcept { return ever_connected_.load(std::memory_order_acquire); }
 
-  void ensure_connected(clock::time_point call_deadline) {
-    if (connected())
-      return;
-    std::lock_guard clk(connect_mu_);
-    if (connected())
-      return;
-    {
-      std::lock_guard lk(mu_);
-      if (stopped_)
-        throw channel_stopped_error(*peer_);
-    }
-    const auto now = clock::now();
-    auto limit = now + (ever_connected() ? opts_.reconnect_timeout : opts_.connect_timeout);
-    limit = std::min(limit, call_deadline);
-    dialer_.retry(limit, [&] { attempt_connect(limit); });
-  }
+  void ensure_connected(clock::time_point call_deadline);
 
   // Drives the connections from the calling thread until st completes or its
   // deadline passes; false when another thread drives them (st's waiter then
@@ -94,172 +80,32 @@ public:
       rt_->lead([] { return false; }, clock::time_point::min());
   }
 
-  void stop() {
-    std::vector<std::shared_ptr<call_state>> calls;
-    std::vector<std::shared_ptr<connection>> conns;
-    {
-      std::lock_guard lk(mu_);
-      if (stopped_)
-        return;
-      stopped_ = true;
-      calls = calls_.take_all();
-      if (control_)
-        conns.push_back(control_);
-      if (bulk_)
-        conns.push_back(bulk_);
-      control_.reset();
-      bulk_.reset();
-      connected_ = false;
-    }
-    const auto connecting = dialer_.stop(); // a wait between connect attempts ends
-    conns.insert(conns.end(), connecting.begin(), connecting.end());
-    for (auto& st : calls)
-      st->finish(make_error(error_code::cancelled, "the channel to " + *peer_ + " stopped while " +
-                                                       st->describe() + " was in flight"));
-    for (auto& c : conns)
-      c->close("the channel is stopping");
-    heartbeat_.cancel(shared_from_this());
-    std::lock_guard clk(connect_mu_); // a connect in progress has given up
-    rt_->shutdown();
-  }
+  void stop();
 
   // Registers the call and sends its frame.
-  void submit(const std::shared_ptr<call_state>& st, out_frame&& f, std::uint64_t payload_bytes) {
-    std::shared_ptr<connection> c;
-    std::vector<std::shared_ptr<call_state>> expired;
-    bool arm = false;
-    {
-      std::lock_guard lk(mu_);
-      if (stopped_)
-        throw channel_stopped_error(*peer_);
-      if (!control_)
-        throw unavailable_error(*peer_ + " is unavailable: the connection was lost");
-      const auto now = clock::now();
-      calls_.take_expired(now, expired);
-      if (calls_.empty())
-        busy_since_ = now; // the peer's silence counts from here
-      if (live_.heartbeat() && !hb_armed_)
-        arm = hb_armed_ = true;
-      if (!calls_.add(st))
-        throw already_exists_error("request id " + std::to_string(st->id) +
-                                   " is already in flight on the channel to " + *peer_);
-      c = (payload_bytes >= opts_.bulk_threshold && bulk_) ? bulk_ : control_;
-    }
-    for (auto& e : expired)
-      e->finish_expired();
-    if (arm)
-      heartbeat_.arm(shared_from_this());
-    if (!c->send(std::move(f))) {
-      remove(*st);
-      throw unavailable_error(*peer_ + " is unavailable: the connection was lost before " +
-                              st->describe() + " was sent");
-    }
-  }
+  void submit(const std::shared_ptr<call_state>& st, out_frame&& f, std::uint64_t payload_bytes);
 
   void expire(call_state& st) {
     remove(st);
     st.finish_expired();
   }
 
-  void cancel(call_state& st) {
-    remove(st);
-    if (!st.finish_cancelled())
-      return;
-    rt_->wake_leader(); // its waiter may be driving the connections
-    std::shared_ptr<connection> c;
-    {
-      std::lock_guard lk(mu_);
-      c = control_;
-    }
-    if (c) { // tell the server; it runs nothing twice and its reply is dropped
-      out_frame f;
-      envelope env;
-      env.method = st.method;
-      encode_head(f.head, frame_kind::cancel, st.id, env, {}, empty{});
-      c->send(std::move(f));
-    }
-  }
+  void cancel(call_state& st);
 
   // ---- frame_sink ----
   any_tensor destination(connection&, const frame_header& h, const frame_meta&, std::string_view,
-                         std::size_t i, const payload_info&) override {
-    if (h.kind != frame_kind::response)
-      return {};
-    std::lock_guard lk(mu_);
-    const auto* st = calls_.find(h.request_id);
-    if (!st || i >= st->dest.size())
-      return {};
-    return st->dest[i];
-  }
+                         std::size_t i, const payload_info&) override;
 
-  void on_frame(const std::shared_ptr<connection>& c, incoming_frame&& f) override {
-    if (f.header.kind != frame_kind::response) {
-      log_line(opts_.log, "unexpected " + std::string(to_string(f.header.kind)) + " frame from " +
-                              *peer_ + "; ignored");
-      return;
-    }
-    std::shared_ptr<call_state> st;
-    {
-      std::lock_guard lk(mu_);
-      st = calls_.take(f.header.request_id);
-    }
-    // The server closes this connection after this reply: no later call may go
-    // out on it, so it is retired before the caller hears of the reply.
-    if (is_closing(f.header))
-      retire(c, "the server closes it after refusing a request: " + f.meta.env.message);
-    if (!st) {
-      // A reply to a call that was cancelled or timed out, or an error about a
-      // frame the server could not parse (it closes the connection next).
-      if (!f.meta.env.ok() && f.header.request_id == 0)
-        log_line(opts_.log, *peer_ + " reported: " + f.meta.env.message);
-      return;
-    }
-    if (!f.meta.env.ok()) {
-      st->finish(make_error(f.meta.env.code(),
-                            *peer_ + " failed '" + st->method + "': " + f.meta.env.message));
-    } else if (!f.buffer_error.empty()) {
-      st->finish(make_error(error_code::invalid_argument, st->describe() + ": " + f.buffer_error));
-    } else {
-      net::response r;
-      const auto off = f.meta.user_offset, n = f.meta.user_bytes;
-      r.adopt_metadata(std::move(f.metadata), off, n);
-      r.payloads = std::move(f.payloads);
-      st->finish(nullptr, &r);
-    }
-  }
+  void on_frame(const std::shared_ptr<connection>& c, incoming_frame&& f) override;
 
   void on_closed(const std::shared_ptr<connection>& c, const std::string& reason) override {
     retire(c, reason);
   }
 
   // ---- heartbeat::owner ----
-  std::optional<heartbeat::watch> watched() override {
-    std::lock_guard lk(mu_);
-    if (stopped_ || calls_.empty() || !control_) {
-      hb_armed_ = false;
-      return std::nullopt;
-    }
-    return heartbeat::watch{control_, bulk_, busy_since_};
-  }
+  std::optional<heartbeat::watch> watched() override;
 
-  void declare_dead(const heartbeat::watch& w, const std::string& why) override {
-    std::size_t calls = 0;
-    {
-      std::lock_guard lk(mu_);
-      hb_armed_ = false;
-      if (w.control != control_) // reconnected meanwhile
-        return;
-      declared_dead_ = why;
-      calls = calls_.size();
-    }
-    log_line(opts_.log, why +
-                            " (heartbeat_timeout, LOOM_HEARTBEAT_TIMEOUT); closing its "
-                            "connections and failing the " +
-                            std::to_string(calls) + " call(s) in flight with unavailable");
-    w.control->close(why);
-    if (w.bulk)
-      w.bulk->close(why);
-  }
+  void declare_dead(const heartbeat::watch& w, const std::string& why) override;
 
 private:
   static channel_options with_defaults(channel_options o) {
@@ -273,12 +119,7 @@ private:
   // One io thread (the default): its context is driven on demand, by the caller waiting
   // for a reply when there is one (io_runtime, lead()). (busy() is called only while this
   // core is alive: stop() joins the io thread.)
-  std::shared_ptr<io_runtime> make_runtime() {
-    std::function<bool()> on_demand;
-    if (opts_.threads <= 1)
-      on_demand = [this] { return busy(); };
-    return std::make_shared<io_runtime>(opts_.threads, opts_.log, std::move(on_demand));
-  }
+  std::shared_ptr<io_runtime> make_runtime();
 
   void remove(const call_state& st) {
     std::lock_guard lk(mu_);
@@ -286,69 +127,16 @@ private:
   }
 
   // Opens both connections and makes them the channel's.
-  void attempt_connect(clock::time_point limit) {
-    auto ctrl = dialer_.open(rt_, connection_role::control, limit, live_);
-    std::shared_ptr<connection> bulk;
-    try {
-      bulk = dialer_.open(rt_, connection_role::bulk, limit, live_);
-    } catch (...) {
-      ctrl->close("the bulk connection failed");
-      throw;
-    }
-    {
-      std::lock_guard lk(mu_);
-      if (stopped_) {
-        ctrl->close("the channel is stopping");
-        bulk->close("the channel is stopping");
-        throw channel_stopped_error(*peer_);
-      }
-      control_ = ctrl;
-      bulk_ = bulk;
-      connected_.store(true, std::memory_order_release);
-      ever_connected_.store(true, std::memory_order_release);
-    }
-    ctrl->start(shared_from_this());
-    bulk->start(shared_from_this());
-  }
+  void attempt_connect(clock::time_point limit);
 
   // Forgets c (and its sibling) if they are the channel's connections: the
   // calls in flight on them fail, and the next call connects again.
-  void retire(const std::shared_ptr<connection>& c, const std::string& reason) {
-    std::vector<std::shared_ptr<call_state>> calls;
-    std::shared_ptr<connection> other;
-    std::string silent; // why the peer was declared dead, if it was
-    {
-      std::lock_guard lk(mu_);
-      if (c != control_ && c != bulk_)
-        return; // an old connection
-      silent = std::exchange(declared_dead_, {});
-      other = c == control_ ? bulk_ : control_;
-      control_.reset();
-      bulk_.reset();
-      connected_ = false;
-      calls = calls_.take_all();
-    }
-    if (other)
-      other->close("its sibling connection closed");
-    c->close(reason);
-    for (auto& st : calls)
-      st->finish(make_error(error_code::unavailable,
-                            silent.empty() ? "lost the connection to " + *peer_ + " while " +
-                                                 st->describe() + " was in flight: " + reason
-                                           : silent + "; " + st->describe() + " was in flight"));
-  }
+  void retire(const std::shared_ptr<connection>& c, const std::string& reason);
 
   // Work the io thread must drive the connections for when no caller does:
   // calls in flight (their waiters may not be waiting yet), connecting, writes
   // the socket did not take at once.
-  bool busy() {
-    {
-      std::lock_guard lk(mu_);
-      if (!calls_.empty() || (control_ && control_->writing()) || (bulk_ && bulk_->writing()))
-        return true;
-    }
-    return dialer_.connecting();
-  }
+  bool busy();
 
   std::string address_;
   channel_options opts_;
@@ -375,3 +163,255 @@ private:
 };
 
 } // namespace loom::net::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net::detail {
+
+LOOM_COMPILED_ONCE void channel_core::ensure_connected(clock::time_point call_deadline) {
+  if (connected())
+    return;
+  std::lock_guard clk(connect_mu_);
+  if (connected())
+    return;
+  {
+    std::lock_guard lk(mu_);
+    if (stopped_)
+      throw channel_stopped_error(*peer_);
+  }
+  const auto now = clock::now();
+  auto limit = now + (ever_connected() ? opts_.reconnect_timeout : opts_.connect_timeout);
+  limit = std::min(limit, call_deadline);
+  dialer_.retry(limit, [&] { attempt_connect(limit); });
+}
+
+LOOM_COMPILED_ONCE void channel_core::stop() {
+  std::vector<std::shared_ptr<call_state>> calls;
+  std::vector<std::shared_ptr<connection>> conns;
+  {
+    std::lock_guard lk(mu_);
+    if (stopped_)
+      return;
+    stopped_ = true;
+    calls = calls_.take_all();
+    if (control_)
+      conns.push_back(control_);
+    if (bulk_)
+      conns.push_back(bulk_);
+    control_.reset();
+    bulk_.reset();
+    connected_ = false;
+  }
+  const auto connecting = dialer_.stop(); // a wait between connect attempts ends
+  conns.insert(conns.end(), connecting.begin(), connecting.end());
+  for (auto& st : calls)
+    st->finish(make_error(error_code::cancelled, "the channel to " + *peer_ + " stopped while " +
+                                                     st->describe() + " was in flight"));
+  for (auto& c : conns)
+    c->close("the channel is stopping");
+  heartbeat_.cancel(shared_from_this());
+  std::lock_guard clk(connect_mu_); // a connect in progress has given up
+  rt_->shutdown();
+}
+
+LOOM_COMPILED_ONCE void channel_core::submit(const std::shared_ptr<call_state>& st, out_frame&& f,
+                                             std::uint64_t payload_bytes) {
+  std::shared_ptr<connection> c;
+  std::vector<std::shared_ptr<call_state>> expired;
+  bool arm = false;
+  {
+    std::lock_guard lk(mu_);
+    if (stopped_)
+      throw channel_stopped_error(*peer_);
+    if (!control_)
+      throw unavailable_error(*peer_ + " is unavailable: the connection was lost");
+    const auto now = clock::now();
+    calls_.take_expired(now, expired);
+    if (calls_.empty())
+      busy_since_ = now; // the peer's silence counts from here
+    if (live_.heartbeat() && !hb_armed_)
+      arm = hb_armed_ = true;
+    if (!calls_.add(st))
+      throw already_exists_error("request id " + std::to_string(st->id) +
+                                 " is already in flight on the channel to " + *peer_);
+    c = (payload_bytes >= opts_.bulk_threshold && bulk_) ? bulk_ : control_;
+  }
+  for (auto& e : expired)
+    e->finish_expired();
+  if (arm)
+    heartbeat_.arm(shared_from_this());
+  if (!c->send(std::move(f))) {
+    remove(*st);
+    throw unavailable_error(*peer_ + " is unavailable: the connection was lost before " +
+                            st->describe() + " was sent");
+  }
+}
+
+LOOM_COMPILED_ONCE void channel_core::cancel(call_state& st) {
+  remove(st);
+  if (!st.finish_cancelled())
+    return;
+  rt_->wake_leader(); // its waiter may be driving the connections
+  std::shared_ptr<connection> c;
+  {
+    std::lock_guard lk(mu_);
+    c = control_;
+  }
+  if (c) { // tell the server; it runs nothing twice and its reply is dropped
+    out_frame f;
+    envelope env;
+    env.method = st.method;
+    encode_head(f.head, frame_kind::cancel, st.id, env, {}, empty{});
+    c->send(std::move(f));
+  }
+}
+
+LOOM_COMPILED_ONCE auto channel_core::destination(connection&, const frame_header& h,
+                                                  const frame_meta&, std::string_view,
+                                                  std::size_t i, const payload_info&)
+    -> any_tensor {
+  if (h.kind != frame_kind::response)
+    return {};
+  std::lock_guard lk(mu_);
+  const auto* st = calls_.find(h.request_id);
+  if (!st || i >= st->dest.size())
+    return {};
+  return st->dest[i];
+}
+
+LOOM_COMPILED_ONCE void channel_core::on_frame(const std::shared_ptr<connection>& c,
+                                               incoming_frame&& f) {
+  if (f.header.kind != frame_kind::response) {
+    log_line(opts_.log, "unexpected " + std::string(to_string(f.header.kind)) + " frame from " +
+                            *peer_ + "; ignored");
+    return;
+  }
+  std::shared_ptr<call_state> st;
+  {
+    std::lock_guard lk(mu_);
+    st = calls_.take(f.header.request_id);
+  }
+  // The server closes this connection after this reply: no later call may go
+  // out on it, so it is retired before the caller hears of the reply.
+  if (is_closing(f.header))
+    retire(c, "the server closes it after refusing a request: " + f.meta.env.message);
+  if (!st) {
+    // A reply to a call that was cancelled or timed out, or an error about a
+    // frame the server could not parse (it closes the connection next).
+    if (!f.meta.env.ok() && f.header.request_id == 0)
+      log_line(opts_.log, *peer_ + " reported: " + f.meta.env.message);
+    return;
+  }
+  if (!f.meta.env.ok()) {
+    st->finish(make_error(f.meta.env.code(),
+                          *peer_ + " failed '" + st->method + "': " + f.meta.env.message));
+  } else if (!f.buffer_error.empty()) {
+    st->finish(make_error(error_code::invalid_argument, st->describe() + ": " + f.buffer_error));
+  } else {
+    net::response r;
+    const auto off = f.meta.user_offset, n = f.meta.user_bytes;
+    r.adopt_metadata(std::move(f.metadata), off, n);
+    r.payloads = std::move(f.payloads);
+    st->finish(nullptr, &r);
+  }
+}
+
+LOOM_COMPILED_ONCE auto channel_core::watched() -> std::optional<heartbeat::watch> {
+  std::lock_guard lk(mu_);
+  if (stopped_ || calls_.empty() || !control_) {
+    hb_armed_ = false;
+    return std::nullopt;
+  }
+  return heartbeat::watch{control_, bulk_, busy_since_};
+}
+
+LOOM_COMPILED_ONCE void channel_core::declare_dead(const heartbeat::watch& w,
+                                                   const std::string& why) {
+  std::size_t calls = 0;
+  {
+    std::lock_guard lk(mu_);
+    hb_armed_ = false;
+    if (w.control != control_) // reconnected meanwhile
+      return;
+    declared_dead_ = why;
+    calls = calls_.size();
+  }
+  log_line(opts_.log, why +
+                          " (heartbeat_timeout, LOOM_HEARTBEAT_TIMEOUT); closing its "
+                          "connections and failing the " +
+                          std::to_string(calls) + " call(s) in flight with unavailable");
+  w.control->close(why);
+  if (w.bulk)
+    w.bulk->close(why);
+}
+
+LOOM_COMPILED_ONCE auto channel_core::make_runtime() -> std::shared_ptr<io_runtime> {
+  std::function<bool()> on_demand;
+  if (opts_.threads <= 1)
+    on_demand = [this] { return busy(); };
+  return std::make_shared<io_runtime>(opts_.threads, opts_.log, std::move(on_demand));
+}
+
+LOOM_COMPILED_ONCE void channel_core::attempt_connect(clock::time_point limit) {
+  auto ctrl = dialer_.open(rt_, connection_role::control, limit, live_);
+  std::shared_ptr<connection> bulk;
+  try {
+    bulk = dialer_.open(rt_, connection_role::bulk, limit, live_);
+  } catch (...) {
+    ctrl->close("the bulk connection failed");
+    throw;
+  }
+  {
+    std::lock_guard lk(mu_);
+    if (stopped_) {
+      ctrl->close("the channel is stopping");
+      bulk->close("the channel is stopping");
+      throw channel_stopped_error(*peer_);
+    }
+    control_ = ctrl;
+    bulk_ = bulk;
+    connected_.store(true, std::memory_order_release);
+    ever_connected_.store(true, std::memory_order_release);
+  }
+  ctrl->start(shared_from_this());
+  bulk->start(shared_from_this());
+}
+
+LOOM_COMPILED_ONCE void channel_core::retire(const std::shared_ptr<connection>& c,
+                                             const std::string& reason) {
+  std::vector<std::shared_ptr<call_state>> calls;
+  std::shared_ptr<connection> other;
+  std::string silent; // why the peer was declared dead, if it was
+  {
+    std::lock_guard lk(mu_);
+    if (c != control_ && c != bulk_)
+      return; // an old connection
+    silent = std::exchange(declared_dead_, {});
+    other = c == control_ ? bulk_ : control_;
+    control_.reset();
+    bulk_.reset();
+    connected_ = false;
+    calls = calls_.take_all();
+  }
+  if (other)
+    other->close("its sibling connection closed");
+  c->close(reason);
+  for (auto& st : calls)
+    st->finish(make_error(error_code::unavailable,
+                          silent.empty() ? "lost the connection to " + *peer_ + " while " +
+                                               st->describe() + " was in flight: " + reason
+                                         : silent + "; " + st->describe() + " was in flight"));
+}
+
+LOOM_COMPILED_ONCE bool channel_core::busy() {
+  {
+    std::lock_guard lk(mu_);
+    if (!calls_.empty() || (control_ && control_->writing()) || (bulk_ && bulk_->writing()))
+      return true;
+  }
+  return dialer_.connecting();
+}
+
+} // namespace loom::net::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

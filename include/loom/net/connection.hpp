@@ -24,6 +24,7 @@
 #pragma once
 
 #include <loom/cluster/liveness_settings.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/net/address.hpp>
 #include <loom/net/auth.hpp>
@@ -98,27 +99,11 @@ public:
   }
 
   // After connect/accept (socket_placement.hpp); learns the peer's address unless set.
-  void configure_socket() {
-    net::configure_socket(io_.socket());
-    if (peer_.empty()) {
-      std::error_code ec;
-      const auto ep = io_.socket().remote_endpoint(ec);
-      if (!ec)
-        peer_ = to_string(ep);
-    }
-  }
+  void configure_socket();
 
   // Server side, before the first read: what this connection holds for incomplete frames
   // is charged to `budget`, which may evict it (it then closes with an error reply).
-  void attach_budget(const std::shared_ptr<receive_budget>& budget) {
-    charge_.attach(budget, [w = weak_from_this()](std::string why) {
-      if (auto c = w.lock())
-        c->run([c, why = std::move(why)] {
-          if (!c->closed()) // its read is still outstanding: close, without lingering
-            c->refuse_with(resource_exhausted_error(c->reader_.budget_message(why)), false);
-        });
-    });
-  }
+  void attach_budget(const std::shared_ptr<receive_budget>& budget);
 
   // Liveness (liveness.hpp), thread-safe: how long ago this connection last received a
   // byte, zero while it is in the middle of a frame; when it last received one.
@@ -132,13 +117,7 @@ public:
   void enable_keepalive(const liveness_settings& l) { net::enable_keepalive(io_.socket(), l); }
 
   // Handshake helpers (strand only): closes the connection at `deadline`.
-  void arm_deadline(std::chrono::steady_clock::time_point deadline, std::string what) {
-    timer_.expires_at(deadline);
-    timer_.async_wait([self = shared_from_this(), what = std::move(what)](std::error_code ec) {
-      if (!ec)
-        self->do_close("timed out " + what);
-    });
-  }
+  void arm_deadline(std::chrono::steady_clock::time_point deadline, std::string what);
   void disarm_deadline() { timer_.cancel(); }
 
   // Reads exactly one handshake frame and hands it to cb (strand only).
@@ -159,62 +138,20 @@ public:
   }
   // The first byte the peer sent, without consuming it (a server telling a TLS client from
   // a plain one): cb gets it, or the error (eof: the peer closed first).
-  void peek_first_byte(std::function<void(std::error_code, unsigned char)> cb) {
-    io_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), cb = std::move(cb)](
-                                                        std::error_code ec) mutable {
-      unsigned char b = 0;
-      if (!ec) {
-        const std::size_t n =
-            self->io_.socket().receive(asio::buffer(&b, 1), tcp::socket::message_peek, ec);
-        if (ec == asio::error::would_block || ec == asio::error::try_again)
-          return self->peek_first_byte(std::move(cb)); // a spurious wake-up
-        if (!ec && n == 0)
-          ec = asio::error::eof;
-      }
-      cb(ec, b);
-    });
-  }
+  void peek_first_byte(std::function<void(std::error_code, unsigned char)> cb);
 
   // Starts the read loop: every frame goes to the sink until the connection closes.
-  void start(std::shared_ptr<frame_sink> sink) {
-    run([self = shared_from_this(), sink = std::move(sink)]() mutable {
-      if (self->closed()) {
-        sink->on_closed(self, "closed before it started");
-        return;
-      }
-      self->reader_.start(std::move(sink));
-    });
-  }
+  void start(std::shared_ptr<frame_sink> sink);
 
   // Thread-safe. False when the connection is closed (the frame is dropped).
-  bool send(out_frame&& f) {
-    switch (writer_.push(std::move(f))) {
-    case frame_writer::pushed::dropped: return false;
-    case frame_writer::pushed::start:
-      run([self = shared_from_this()] { self->write_next(); });
-      break;
-    case frame_writer::pushed::sent:
-    case frame_writer::pushed::queued: break;
-    }
-    return true;
-  }
+  bool send(out_frame&& f);
 
   // Thread-safe: closes now (pending writes are dropped).
-  void close(std::string reason) {
-    if (writer_.closed())
-      return;
-    run([self = shared_from_this(), reason = std::move(reason)] { self->do_close(reason); });
-  }
+  void close(std::string reason);
 
   // Thread-safe: closes once everything queued has been written.
   // linger (strand only): see linger_then_close().
-  void close_after_flush(std::string reason, bool linger = false) {
-    if (writer_.close_after_flush(reason, linger) != frame_writer::flush_close::now)
-      return;
-    if (linger)
-      return linger_then_close(std::move(reason));
-    close(std::move(reason));
-  }
+  void close_after_flush(std::string reason, bool linger = false);
 
 private:
   // ---- frame_reader::owner ----
@@ -223,44 +160,11 @@ private:
   // A frame boundary: the move a server asked for (move_to) happens here, with no read
   // or write under way (a write holds the move back to a later boundary). The read loop
   // then goes on on the new strand.
-  bool moved_at_boundary() override {
-    if (!placement_.requested())
-      return false;
-    std::error_code failed;
-    const bool moved = writer_.when_idle([&](bool closed) {
-      if (closed) {
-        placement_.cancel();
-        return false;
-      }
-      return placement_.move(io_, timer_, failed);
-    });
-    if (failed)
-      do_close("moving the connection to another io thread failed: " + failed.message());
-    if (moved)
-      asio::post(strand(), [self = shared_from_this()] { self->reader_.resume(); });
-    return moved;
-  }
+  bool moved_at_boundary() override;
 
   void ping() override { send(out_frame(encode_heartbeat(frame_kind::pong))); }
 
-  void read_failed(std::error_code ec) override {
-    std::string why;
-    // Under TLS a peer that closes without close_notify reads as stream_truncated: the
-    // same close (transport.hpp).
-    if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated)
-      why = "the peer closed the connection";
-    else if (io_.secure() && ec.category() == asio::error::get_ssl_category()) {
-      // A TLS alert: under TLS 1.3 a client learns that the server refused its certificate
-      // only when it reads after its own handshake completed, as here. Said as what it
-      // means, with its code (unauthenticated is not retried as unavailable is).
-      const auto f = explain_tls(ec);
-      return do_close("the TLS session with " + peer_ + " failed: " + f.why, f.code);
-    } else if (ec == asio::error::operation_aborted)
-      why = "the connection was closed";
-    else
-      why = ec.message();
-    do_close(why);
-  }
+  void read_failed(std::error_code ec) override;
 
   // A malformed (or refused) frame: reply with the error when the bytes were a loom
   // frame, then close; past the handshake, lingering (linger_then_close).
@@ -270,95 +174,24 @@ private:
   // engine will read this reply as a record that is not TLS and say so (the peer "answered
   // in plain text", explain_tls_failure), rather than wait; lingering, as the rest of its
   // ClientHello is unread.
-  void refuse_tls_client() override {
-    const std::string msg = "a TLS handshake from " + peer_ + ", but this server does not use TLS";
-    log_line(log_, msg + "; closing that connection");
-    send(out_frame(encode(
-        auth_result_msg{status_of(error_code::failed_precondition),
-                        "this server does not use TLS, and the client connected with TLS"})));
-    close_after_flush(msg, true);
-  }
+  void refuse_tls_client() override;
 
   // ---- closing (strand only) ----
-  void refuse_with(const loom::error& e, bool linger) {
-    const std::string msg = "bad frame from " + peer_ + ": " + e.what();
-    log_line(log_, msg + "; closing that connection");
-    const auto hb = reader_.header_bytes();
-    if (has_magic(hb)) {
-      out_frame f;
-      if (reader_.in_handshake()) {
-        f.head = encode(auth_result_msg{status_of(e.code()), e.message()});
-      } else {
-        envelope env;
-        env.status = status_of(e.code());
-        env.message = e.message();
-        encode_head(f.head, frame_kind::response, peek_request_id(hb), env, {}, empty{});
-        detail::patch_u16(f.head, 6, frame_flag_closing);
-      }
-      send(std::move(f));
-    }
-    close_after_flush(msg, linger);
-  }
+  void refuse_with(const loom::error& e, bool linger);
 
   // Past the handshake a refused peer may still be sending the rest of its message:
   // closing with those bytes unread would reset the connection, and the peer would see
   // "connection reset" instead of the reply that says why. So once the reply is out,
   // stop sending, read and discard what comes (into a small scratch buffer: nothing is
   // held) until the peer closes or linger_time passes, then close.
-  void linger_then_close(std::string reason) {
-    io_.shutdown_send();
-    timer_.expires_after(linger_time);
-    timer_.async_wait([self = shared_from_this(), reason](std::error_code e) {
-      if (!e)
-        self->do_close(reason);
-    });
-    drain_.reset(new char[drain_bytes]);
-    drain(std::move(reason));
-  }
-  void drain(std::string reason) {
-    io_.async_discard(asio::buffer(drain_.get(), drain_bytes),
-                      [self = shared_from_this(), reason](std::error_code ec, std::size_t) {
-                        if (ec)
-                          return self->do_close(reason);
-                        self->drain(reason);
-                      });
-  }
+  void linger_then_close(std::string reason);
+  void drain(std::string reason);
 
   // ---- writing (strand only): the writer's next batch, or the close it waited for ----
-  void write_next() {
-    auto step = writer_.next();
-    switch (step.what) {
-    case frame_writer::step::stop: return;
-    case frame_writer::step::close:
-      if (step.linger)
-        return linger_then_close(std::move(step.reason));
-      return do_close(step.reason);
-    case frame_writer::step::write:
-      io_.async_write(writer_.buffers(),
-                      [self = shared_from_this()](std::error_code ec, std::size_t) {
-                        if (ec)
-                          return self->do_close("writing failed: " + ec.message());
-                        if (self->writer_.written())
-                          self->write_next();
-                      });
-      return;
-    }
-  }
+  void write_next();
 
   // `code`: the error the pending handshake read (if any) fails with.
-  void do_close(const std::string& reason, error_code code = error_code::unavailable) {
-    if (!writer_.close())
-      return;
-    io_.close(); // cancels the pending operations: nothing touches the buffers after this
-    timer_.cancel();
-    auto [sink, once] = reader_.stop();
-    writer_.clear();
-    auto self = shared_from_this();
-    if (once)
-      once(make_error(code, reason), incoming_frame{});
-    if (sink)
-      sink->on_closed(self, reason);
-  }
+  void do_close(const std::string& reason, error_code code = error_code::unavailable);
 
   // A refused peer's bytes are drained for at most this long (linger_then_close).
   static constexpr std::chrono::milliseconds linger_time{1000};
@@ -380,3 +213,211 @@ private:
 };
 
 } // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE void connection::configure_socket() {
+  net::configure_socket(io_.socket());
+  if (peer_.empty()) {
+    std::error_code ec;
+    const auto ep = io_.socket().remote_endpoint(ec);
+    if (!ec)
+      peer_ = to_string(ep);
+  }
+}
+
+LOOM_COMPILED_ONCE void connection::attach_budget(const std::shared_ptr<receive_budget>& budget) {
+  charge_.attach(budget, [w = weak_from_this()](std::string why) {
+    if (auto c = w.lock())
+      c->run([c, why = std::move(why)] {
+        if (!c->closed()) // its read is still outstanding: close, without lingering
+          c->refuse_with(resource_exhausted_error(c->reader_.budget_message(why)), false);
+      });
+  });
+}
+
+LOOM_COMPILED_ONCE void connection::arm_deadline(std::chrono::steady_clock::time_point deadline,
+                                                 std::string what) {
+  timer_.expires_at(deadline);
+  timer_.async_wait([self = shared_from_this(), what = std::move(what)](std::error_code ec) {
+    if (!ec)
+      self->do_close("timed out " + what);
+  });
+}
+
+LOOM_COMPILED_ONCE void
+connection::peek_first_byte(std::function<void(std::error_code, unsigned char)> cb) {
+  io_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(),
+                                                   cb = std::move(cb)](std::error_code ec) mutable {
+    unsigned char b = 0;
+    if (!ec) {
+      const std::size_t n =
+          self->io_.socket().receive(asio::buffer(&b, 1), tcp::socket::message_peek, ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again)
+        return self->peek_first_byte(std::move(cb)); // a spurious wake-up
+      if (!ec && n == 0)
+        ec = asio::error::eof;
+    }
+    cb(ec, b);
+  });
+}
+
+LOOM_COMPILED_ONCE void connection::start(std::shared_ptr<frame_sink> sink) {
+  run([self = shared_from_this(), sink = std::move(sink)]() mutable {
+    if (self->closed()) {
+      sink->on_closed(self, "closed before it started");
+      return;
+    }
+    self->reader_.start(std::move(sink));
+  });
+}
+
+LOOM_COMPILED_ONCE bool connection::send(out_frame&& f) {
+  switch (writer_.push(std::move(f))) {
+  case frame_writer::pushed::dropped: return false;
+  case frame_writer::pushed::start: run([self = shared_from_this()] { self->write_next(); }); break;
+  case frame_writer::pushed::sent:
+  case frame_writer::pushed::queued: break;
+  }
+  return true;
+}
+
+LOOM_COMPILED_ONCE void connection::close(std::string reason) {
+  if (writer_.closed())
+    return;
+  run([self = shared_from_this(), reason = std::move(reason)] { self->do_close(reason); });
+}
+
+LOOM_COMPILED_ONCE void connection::close_after_flush(std::string reason, bool linger) {
+  if (writer_.close_after_flush(reason, linger) != frame_writer::flush_close::now)
+    return;
+  if (linger)
+    return linger_then_close(std::move(reason));
+  close(std::move(reason));
+}
+
+LOOM_COMPILED_ONCE bool connection::moved_at_boundary() {
+  if (!placement_.requested())
+    return false;
+  std::error_code failed;
+  const bool moved = writer_.when_idle([&](bool closed) {
+    if (closed) {
+      placement_.cancel();
+      return false;
+    }
+    return placement_.move(io_, timer_, failed);
+  });
+  if (failed)
+    do_close("moving the connection to another io thread failed: " + failed.message());
+  if (moved)
+    asio::post(strand(), [self = shared_from_this()] { self->reader_.resume(); });
+  return moved;
+}
+
+LOOM_COMPILED_ONCE void connection::read_failed(std::error_code ec) {
+  std::string why;
+  // Under TLS a peer that closes without close_notify reads as stream_truncated: the
+  // same close (transport.hpp).
+  if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated)
+    why = "the peer closed the connection";
+  else if (io_.secure() && ec.category() == asio::error::get_ssl_category()) {
+    // A TLS alert: under TLS 1.3 a client learns that the server refused its certificate
+    // only when it reads after its own handshake completed, as here. Said as what it
+    // means, with its code (unauthenticated is not retried as unavailable is).
+    const auto f = explain_tls(ec);
+    return do_close("the TLS session with " + peer_ + " failed: " + f.why, f.code);
+  } else if (ec == asio::error::operation_aborted)
+    why = "the connection was closed";
+  else
+    why = ec.message();
+  do_close(why);
+}
+
+LOOM_COMPILED_ONCE void connection::refuse_tls_client() {
+  const std::string msg = "a TLS handshake from " + peer_ + ", but this server does not use TLS";
+  log_line(log_, msg + "; closing that connection");
+  send(out_frame(
+      encode(auth_result_msg{status_of(error_code::failed_precondition),
+                             "this server does not use TLS, and the client connected with TLS"})));
+  close_after_flush(msg, true);
+}
+
+LOOM_COMPILED_ONCE void connection::refuse_with(const loom::error& e, bool linger) {
+  const std::string msg = "bad frame from " + peer_ + ": " + e.what();
+  log_line(log_, msg + "; closing that connection");
+  const auto hb = reader_.header_bytes();
+  if (has_magic(hb)) {
+    out_frame f;
+    if (reader_.in_handshake()) {
+      f.head = encode(auth_result_msg{status_of(e.code()), e.message()});
+    } else {
+      envelope env;
+      env.status = status_of(e.code());
+      env.message = e.message();
+      encode_head(f.head, frame_kind::response, peek_request_id(hb), env, {}, empty{});
+      detail::patch_u16(f.head, 6, frame_flag_closing);
+    }
+    send(std::move(f));
+  }
+  close_after_flush(msg, linger);
+}
+
+LOOM_COMPILED_ONCE void connection::linger_then_close(std::string reason) {
+  io_.shutdown_send();
+  timer_.expires_after(linger_time);
+  timer_.async_wait([self = shared_from_this(), reason](std::error_code e) {
+    if (!e)
+      self->do_close(reason);
+  });
+  drain_.reset(new char[drain_bytes]);
+  drain(std::move(reason));
+}
+
+LOOM_COMPILED_ONCE void connection::drain(std::string reason) {
+  io_.async_discard(asio::buffer(drain_.get(), drain_bytes),
+                    [self = shared_from_this(), reason](std::error_code ec, std::size_t) {
+                      if (ec)
+                        return self->do_close(reason);
+                      self->drain(reason);
+                    });
+}
+
+LOOM_COMPILED_ONCE void connection::write_next() {
+  auto step = writer_.next();
+  switch (step.what) {
+  case frame_writer::step::stop: return;
+  case frame_writer::step::close:
+    if (step.linger)
+      return linger_then_close(std::move(step.reason));
+    return do_close(step.reason);
+  case frame_writer::step::write:
+    io_.async_write(writer_.buffers(),
+                    [self = shared_from_this()](std::error_code ec, std::size_t) {
+                      if (ec)
+                        return self->do_close("writing failed: " + ec.message());
+                      if (self->writer_.written())
+                        self->write_next();
+                    });
+    return;
+  }
+}
+
+LOOM_COMPILED_ONCE void connection::do_close(const std::string& reason, error_code code) {
+  if (!writer_.close())
+    return;
+  io_.close(); // cancels the pending operations: nothing touches the buffers after this
+  timer_.cancel();
+  auto [sink, once] = reader_.stop();
+  writer_.clear();
+  auto self = shared_from_this();
+  if (once)
+    once(make_error(code, reason), incoming_frame{});
+  if (sink)
+    sink->on_closed(self, reason);
+}
+
+} // namespace loom::net
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

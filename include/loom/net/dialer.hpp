@@ -10,6 +10,7 @@
 #pragma once
 
 #include <loom/cluster/liveness_settings.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/net/address.hpp>
 #include <loom/net/auth.hpp>
@@ -57,15 +58,7 @@ public:
   // Parses `address` and resolves the token and TLS (o.token, o.tls, else the
   // environment): a bad address or TLS setting fails here, before any connect.
   dialer(std::string address, std::shared_ptr<const std::string> peer, const channel_options& o,
-         std::uint64_t client_id)
-      : address_(std::move(address)), hp_(parse_host_port(address_)), peer_(std::move(peer)),
-        limits_(o.limits), log_(o.log), initial_backoff_(o.initial_backoff),
-        max_backoff_(o.max_backoff), log_interval_(o.log_interval) {
-    who_.token = resolve_token(o.token);
-    who_.client_id = client_id;
-    who_.process_id = o.process_id;
-    tls_ = make_tls_context(resolve_tls(o.tls), who_.token, tls_role::client);
-  }
+         std::uint64_t client_id);
 
   std::uint64_t client_id() const noexcept { return who_.client_id; }
 
@@ -126,80 +119,7 @@ public:
   // caller starts it). Throws unavailable_error (retryable), unauthenticated_error or
   // other errors (not retried), cancelled_error once stopped.
   std::shared_ptr<connection> open(const std::shared_ptr<io_runtime>& rt, connection_role role,
-                                   clock::time_point limit, const liveness_settings& keepalive) {
-    auto eps = resolve(*rt);
-    auto c = std::make_shared<connection>(rt, limits_, log_);
-    c->set_peer(address_);
-    if (tls_)
-      c->use_tls(tls_);
-    {
-      std::lock_guard lk(mu_);
-      if (stopped_)
-        throw channel_stopped_error(*peer_);
-      connecting_.insert(c);
-    }
-    // Settled once, by whichever comes first: the handshake's end, or a failed connect
-    // (the deadline closes the socket: operation_aborted).
-    struct attempt {
-      std::promise<void> p;
-      std::atomic<bool> settled{false};
-      void fail(std::exception_ptr e) {
-        if (!settled.exchange(true))
-          p.set_exception(std::move(e));
-      }
-      void ok() {
-        if (!settled.exchange(true))
-          p.set_value();
-      }
-    };
-    auto at = std::make_shared<attempt>();
-    auto fut = at->p.get_future();
-    // The handlers hold what they use (they may outlive this call): the peer's name, who
-    // we are, the keepalive settings.
-    auto who = who_;
-    who.role = role;
-    c->run([c, at, eps = std::move(eps), limit, peer = peer_, who = std::move(who), keepalive] {
-      if (c->closed()) {
-        at->fail(std::make_exception_ptr(channel_stopped_error(*peer)));
-        return;
-      }
-      c->arm_deadline(limit, "connecting to " + *peer);
-      asio::async_connect(
-          c->socket(), eps,
-          [c, at, peer, who, keepalive](std::error_code ec, const tcp::endpoint&) {
-            if (ec) {
-              at->fail(make_error(error_code::unavailable, ec == asio::error::operation_aborted
-                                                               ? "timed out connecting"
-                                                               : ec.message()));
-              c->close("connect failed");
-              return;
-            }
-            c->configure_socket();
-            c->enable_keepalive(keepalive);
-            start_client_handshake(c, who, *peer, [at](std::exception_ptr e) {
-              if (e)
-                at->fail(std::move(e));
-              else
-                at->ok();
-            });
-          });
-    });
-    std::exception_ptr err;
-    try {
-      fut.get();
-    } catch (...) {
-      err = std::current_exception();
-    }
-    {
-      std::lock_guard lk(mu_);
-      connecting_.erase(c);
-    }
-    if (err) {
-      c->close("connect failed");
-      std::rethrow_exception(err);
-    }
-    return c;
-  }
+                                   clock::time_point limit, const liveness_settings& keepalive);
 
   // Whether a connection is being opened (the io thread must drive it).
   bool connecting() const {
@@ -208,35 +128,11 @@ public:
   }
 
   // Stops for good; returns the connections being opened, for the caller to close.
-  std::vector<std::shared_ptr<connection>> stop() {
-    std::vector<std::shared_ptr<connection>> conns;
-    {
-      std::lock_guard lk(mu_);
-      stopped_ = true;
-      conns.assign(connecting_.begin(), connecting_.end());
-    }
-    wake_.notify_all();
-    return conns;
-  }
+  std::vector<std::shared_ptr<connection>> stop();
 
 private:
   // The peer's endpoints: its address as given, else what its host name resolves to.
-  std::vector<tcp::endpoint> resolve(io_runtime& rt) const {
-    std::vector<tcp::endpoint> eps;
-    std::error_code ec;
-    const auto addr = asio::ip::make_address(hp_.host, ec);
-    if (!ec) {
-      eps.emplace_back(addr, hp_.port);
-      return eps;
-    }
-    tcp::resolver res(rt.context());
-    auto r = res.resolve(hp_.host, std::to_string(hp_.port), ec);
-    if (ec)
-      throw unavailable_error("cannot resolve '" + hp_.host + "': " + ec.message());
-    for (const auto& e : r)
-      eps.push_back(e.endpoint());
-    return eps;
-  }
+  std::vector<tcp::endpoint> resolve(io_runtime& rt) const;
 
   std::string address_;
   host_port hp_;
@@ -254,3 +150,126 @@ private:
 };
 
 } // namespace loom::net::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net::detail {
+
+LOOM_COMPILED_ONCE dialer::dialer(std::string address, std::shared_ptr<const std::string> peer,
+                                  const channel_options& o, std::uint64_t client_id)
+    : address_(std::move(address)), hp_(parse_host_port(address_)), peer_(std::move(peer)),
+      limits_(o.limits), log_(o.log), initial_backoff_(o.initial_backoff),
+      max_backoff_(o.max_backoff), log_interval_(o.log_interval) {
+  who_.token = resolve_token(o.token);
+  who_.client_id = client_id;
+  who_.process_id = o.process_id;
+  tls_ = make_tls_context(resolve_tls(o.tls), who_.token, tls_role::client);
+}
+
+LOOM_COMPILED_ONCE auto dialer::open(const std::shared_ptr<io_runtime>& rt, connection_role role,
+                                     clock::time_point limit, const liveness_settings& keepalive)
+    -> std::shared_ptr<connection> {
+  auto eps = resolve(*rt);
+  auto c = std::make_shared<connection>(rt, limits_, log_);
+  c->set_peer(address_);
+  if (tls_)
+    c->use_tls(tls_);
+  {
+    std::lock_guard lk(mu_);
+    if (stopped_)
+      throw channel_stopped_error(*peer_);
+    connecting_.insert(c);
+  }
+  // Settled once, by whichever comes first: the handshake's end, or a failed connect
+  // (the deadline closes the socket: operation_aborted).
+  struct attempt {
+    std::promise<void> p;
+    std::atomic<bool> settled{false};
+    void fail(std::exception_ptr e) {
+      if (!settled.exchange(true))
+        p.set_exception(std::move(e));
+    }
+    void ok() {
+      if (!settled.exchange(true))
+        p.set_value();
+    }
+  };
+  auto at = std::make_shared<attempt>();
+  auto fut = at->p.get_future();
+  // The handlers hold what they use (they may outlive this call): the peer's name, who
+  // we are, the keepalive settings.
+  auto who = who_;
+  who.role = role;
+  c->run([c, at, eps = std::move(eps), limit, peer = peer_, who = std::move(who), keepalive] {
+    if (c->closed()) {
+      at->fail(std::make_exception_ptr(channel_stopped_error(*peer)));
+      return;
+    }
+    c->arm_deadline(limit, "connecting to " + *peer);
+    asio::async_connect(
+        c->socket(), eps, [c, at, peer, who, keepalive](std::error_code ec, const tcp::endpoint&) {
+          if (ec) {
+            at->fail(make_error(error_code::unavailable, ec == asio::error::operation_aborted
+                                                             ? "timed out connecting"
+                                                             : ec.message()));
+            c->close("connect failed");
+            return;
+          }
+          c->configure_socket();
+          c->enable_keepalive(keepalive);
+          start_client_handshake(c, who, *peer, [at](std::exception_ptr e) {
+            if (e)
+              at->fail(std::move(e));
+            else
+              at->ok();
+          });
+        });
+  });
+  std::exception_ptr err;
+  try {
+    fut.get();
+  } catch (...) {
+    err = std::current_exception();
+  }
+  {
+    std::lock_guard lk(mu_);
+    connecting_.erase(c);
+  }
+  if (err) {
+    c->close("connect failed");
+    std::rethrow_exception(err);
+  }
+  return c;
+}
+
+LOOM_COMPILED_ONCE auto dialer::stop() -> std::vector<std::shared_ptr<connection>> {
+  std::vector<std::shared_ptr<connection>> conns;
+  {
+    std::lock_guard lk(mu_);
+    stopped_ = true;
+    conns.assign(connecting_.begin(), connecting_.end());
+  }
+  wake_.notify_all();
+  return conns;
+}
+
+LOOM_COMPILED_ONCE auto dialer::resolve(io_runtime& rt) const -> std::vector<tcp::endpoint> {
+  std::vector<tcp::endpoint> eps;
+  std::error_code ec;
+  const auto addr = asio::ip::make_address(hp_.host, ec);
+  if (!ec) {
+    eps.emplace_back(addr, hp_.port);
+    return eps;
+  }
+  tcp::resolver res(rt.context());
+  auto r = res.resolve(hp_.host, std::to_string(hp_.port), ec);
+  if (ec)
+    throw unavailable_error("cannot resolve '" + hp_.host + "': " + ec.message());
+  for (const auto& e : r)
+    eps.push_back(e.endpoint());
+  return eps;
+}
+
+} // namespace loom::net::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -7,6 +7,7 @@
 // and what a status means on the receiving side: the loom exception of its error code.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/net/frame_header.hpp>
 #include <loom/net/wire_bytes.hpp>
@@ -39,7 +40,31 @@ inline std::uint32_t status_of(error_code c) noexcept {
 }
 
 // Throws the loom error subclass matching `code` (so callers can catch e.g. unavailable_error).
-[[noreturn]] inline void throw_error(error_code code, const std::string& message) {
+[[noreturn]] LOOM_COMPILED_ONCE void throw_error(error_code code, const std::string& message);
+
+inline std::exception_ptr make_error(error_code code, const std::string& message) {
+  try {
+    throw_error(code, message);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+// Appends the envelope (a message over 1 MiB is cut there). Throws invalid_argument_error
+// for a method name over 64 KiB.
+LOOM_COMPILED_ONCE void append_envelope(std::string& out, const envelope& env);
+
+// Reads the envelope at the start of a frame's metadata; throws data_loss_error for a
+// method name over the limit or a status no error code has.
+LOOM_COMPILED_ONCE envelope parse_envelope(detail::reader& r, const frame_limits& lim);
+
+} // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE void throw_error(error_code code, const std::string& message) {
   switch (code) {
   case error_code::cancelled: throw cancelled_error(message);
   case error_code::invalid_argument: throw invalid_argument_error(message);
@@ -61,17 +86,7 @@ inline std::uint32_t status_of(error_code c) noexcept {
   throw error(error_code::unknown, message);
 }
 
-inline std::exception_ptr make_error(error_code code, const std::string& message) {
-  try {
-    throw_error(code, message);
-  } catch (...) {
-    return std::current_exception();
-  }
-}
-
-// Appends the envelope (a message over 1 MiB is cut there). Throws invalid_argument_error
-// for a method name over 64 KiB.
-inline void append_envelope(std::string& out, const envelope& env) {
+LOOM_COMPILED_ONCE void append_envelope(std::string& out, const envelope& env) {
   if (env.method.size() > std::numeric_limits<std::uint16_t>::max())
     throw invalid_argument_error("method name of " + std::to_string(env.method.size()) + " bytes");
   detail::put_u16(out, static_cast<std::uint16_t>(env.method.size()));
@@ -83,9 +98,7 @@ inline void append_envelope(std::string& out, const envelope& env) {
   detail::put_u64(out, env.timeout_us);
 }
 
-// Reads the envelope at the start of a frame's metadata; throws data_loss_error for a
-// method name over the limit or a status no error code has.
-inline envelope parse_envelope(detail::reader& r, const frame_limits& lim) {
+LOOM_COMPILED_ONCE envelope parse_envelope(detail::reader& r, const frame_limits& lim) {
   envelope env;
   const std::uint16_t method_len = r.u16();
   if (method_len > lim.max_method_bytes)
@@ -102,3 +115,5 @@ inline envelope parse_envelope(detail::reader& r, const frame_limits& lim) {
 }
 
 } // namespace loom::net
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -36,6 +36,7 @@
 // invalid_argument_error, and a descriptor naming dtype string is data loss.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/net/envelope.hpp>
@@ -72,7 +73,28 @@ struct decoded_frame {
 // Runs the decoder over `bytes`, which must hold at least one whole frame.
 // Throws a loom::error (data_loss, unimplemented, resource_exhausted) on any
 // malformed input; never allocates more than the input and the limits allow.
-inline decoded_frame decode_frame(std::span<const std::byte> bytes, const frame_limits& lim = {}) {
+LOOM_COMPILED_ONCE decoded_frame decode_frame(std::span<const std::byte> bytes,
+                                              const frame_limits& lim = {});
+
+// A whole frame in one byte string (tests and the fuzz corpus).
+template <class Meta = empty>
+std::string encode_frame(frame_kind kind, std::uint64_t request_id, const envelope& env,
+                         std::span<const any_tensor> payloads, const Meta& meta = {}) {
+  std::string out;
+  encode_head(out, kind, request_id, env, payloads, meta);
+  for (const auto& t : payloads)
+    out.append(static_cast<const char*>(t.raw_data()), t.byte_size());
+  return out;
+}
+
+} // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE decoded_frame decode_frame(std::span<const std::byte> bytes,
+                                              const frame_limits& lim) {
   decoded_frame f;
   f.header = parse_header(bytes, lim);
   const std::size_t avail = bytes.size() - header_size;
@@ -112,15 +134,6 @@ inline decoded_frame decode_frame(std::span<const std::byte> bytes, const frame_
   return f;
 }
 
-// A whole frame in one byte string (tests and the fuzz corpus).
-template <class Meta = empty>
-std::string encode_frame(frame_kind kind, std::uint64_t request_id, const envelope& env,
-                         std::span<const any_tensor> payloads, const Meta& meta = {}) {
-  std::string out;
-  encode_head(out, kind, request_id, env, payloads, meta);
-  for (const auto& t : payloads)
-    out.append(static_cast<const char*>(t.raw_data()), t.byte_size());
-  return out;
-}
-
 } // namespace loom::net
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

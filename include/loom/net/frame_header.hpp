@@ -9,6 +9,7 @@
 // patched in once it is known).
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/net/wire_bytes.hpp>
 
@@ -117,16 +118,40 @@ inline bool has_magic(std::span<const std::byte> b) noexcept {
 }
 
 // The request id of a header whose other fields may be invalid (for error replies).
-inline std::uint64_t peek_request_id(std::span<const std::byte> b) noexcept {
+LOOM_COMPILED_ONCE std::uint64_t peek_request_id(std::span<const std::byte> b) noexcept;
+
+// Parses and validates the fixed header. Throws data_loss_error (not a loom
+// frame), unimplemented_error (unknown version or kind) or
+// resource_exhausted_error (a declared length over the limits).
+LOOM_COMPILED_ONCE frame_header parse_header(std::span<const std::byte> b, const frame_limits& lim);
+
+// Starts a frame: the header with placeholder lengths. finish_head() patches them.
+LOOM_COMPILED_ONCE void begin_head(std::string& out, frame_kind kind, std::uint64_t request_id,
+                                   std::uint32_t payload_count, std::uint16_t flags = 0);
+
+// A ping or pong frame: the header alone.
+inline std::string encode_heartbeat(frame_kind kind) {
+  std::string out;
+  begin_head(out, kind, 0, 0);
+  return out;
+}
+
+LOOM_COMPILED_ONCE void finish_head(std::string& out, std::size_t start);
+
+} // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE std::uint64_t peek_request_id(std::span<const std::byte> b) noexcept {
   if (b.size() < 16)
     return 0;
   return detail::get_le(reinterpret_cast<const unsigned char*>(b.data()) + 8, 8);
 }
 
-// Parses and validates the fixed header. Throws data_loss_error (not a loom
-// frame), unimplemented_error (unknown version or kind) or
-// resource_exhausted_error (a declared length over the limits).
-inline frame_header parse_header(std::span<const std::byte> b, const frame_limits& lim) {
+LOOM_COMPILED_ONCE frame_header parse_header(std::span<const std::byte> b,
+                                             const frame_limits& lim) {
   if (b.size() < header_size)
     throw data_loss_error("truncated frame header: " + std::to_string(b.size()) + " of " +
                           std::to_string(header_size) + " bytes");
@@ -191,9 +216,8 @@ inline frame_header parse_header(std::span<const std::byte> b, const frame_limit
   return h;
 }
 
-// Starts a frame: the header with placeholder lengths. finish_head() patches them.
-inline void begin_head(std::string& out, frame_kind kind, std::uint64_t request_id,
-                       std::uint32_t payload_count, std::uint16_t flags = 0) {
+LOOM_COMPILED_ONCE void begin_head(std::string& out, frame_kind kind, std::uint64_t request_id,
+                                   std::uint32_t payload_count, std::uint16_t flags) {
   out.append(frame_magic.data(), 4);
   out.push_back(static_cast<char>(protocol_version));
   out.push_back(static_cast<char>(kind));
@@ -203,14 +227,7 @@ inline void begin_head(std::string& out, frame_kind kind, std::uint64_t request_
   detail::put_u32(out, payload_count);
 }
 
-// A ping or pong frame: the header alone.
-inline std::string encode_heartbeat(frame_kind kind) {
-  std::string out;
-  begin_head(out, kind, 0, 0);
-  return out;
-}
-
-inline void finish_head(std::string& out, std::size_t start) {
+LOOM_COMPILED_ONCE void finish_head(std::string& out, std::size_t start) {
   const std::size_t meta = out.size() - start - header_size;
   if (meta > std::numeric_limits<std::uint32_t>::max())
     throw resource_exhausted_error("frame metadata of " + std::to_string(meta) + " bytes");
@@ -218,3 +235,5 @@ inline void finish_head(std::string& out, std::size_t start) {
 }
 
 } // namespace loom::net
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <loom/core/bounded_archive.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/net/envelope.hpp>
@@ -120,8 +121,35 @@ template <class T> T decode_metadata(std::string_view bytes, const std::string& 
 // then one descriptor per payload, checking each against the limits and the
 // total frame size (a split head's: the message limits) before the caller
 // allocates anything. A part's metadata is its envelope and its byte count.
-inline frame_meta parse_metadata(const frame_header& h, std::span<const std::byte> meta,
-                                 const frame_limits& lim) {
+LOOM_COMPILED_ONCE frame_meta parse_metadata(const frame_header& h, std::span<const std::byte> meta,
+                                             const frame_limits& lim);
+
+// Encodes header + envelope + descriptors + the caller's metadata into `out`
+// (cleared first); the payload bytes are NOT copied: send them from the tensors.
+// Returns the number of payload bytes that follow.
+template <class Meta>
+std::uint64_t encode_head(std::string& out, frame_kind kind, std::uint64_t request_id,
+                          const envelope& env, std::span<const any_tensor> payloads,
+                          const Meta& meta) {
+  out.clear();
+  if (payloads.size() > std::numeric_limits<std::uint32_t>::max())
+    throw invalid_argument_error("too many payloads");
+  begin_head(out, kind, request_id, static_cast<std::uint32_t>(payloads.size()));
+  append_envelope(out, env);
+  const auto total = append_descriptors(out, payloads);
+  append_metadata(out, meta);
+  finish_head(out, 0);
+  return total;
+}
+
+} // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE frame_meta parse_metadata(const frame_header& h, std::span<const std::byte> meta,
+                                             const frame_limits& lim) {
   if (is_handshake_kind(h.kind))
     throw internal_error("parse_metadata called on a handshake frame");
   if (meta.size() != h.metadata_bytes)
@@ -158,22 +186,6 @@ inline frame_meta parse_metadata(const frame_header& h, std::span<const std::byt
   return m;
 }
 
-// Encodes header + envelope + descriptors + the caller's metadata into `out`
-// (cleared first); the payload bytes are NOT copied: send them from the tensors.
-// Returns the number of payload bytes that follow.
-template <class Meta>
-std::uint64_t encode_head(std::string& out, frame_kind kind, std::uint64_t request_id,
-                          const envelope& env, std::span<const any_tensor> payloads,
-                          const Meta& meta) {
-  out.clear();
-  if (payloads.size() > std::numeric_limits<std::uint32_t>::max())
-    throw invalid_argument_error("too many payloads");
-  begin_head(out, kind, request_id, static_cast<std::uint32_t>(payloads.size()));
-  append_envelope(out, env);
-  const auto total = append_descriptors(out, payloads);
-  append_metadata(out, meta);
-  finish_head(out, 0);
-  return total;
-}
-
 } // namespace loom::net
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

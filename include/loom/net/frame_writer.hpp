@@ -15,6 +15,7 @@
 // only, and every handler that keeps the connection alive is in connection.hpp.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/net/frame.hpp>
 #include <loom/net/transport.hpp>
 
@@ -121,21 +122,7 @@ public:
   frame_writer& operator=(const frame_writer&) = delete;
 
   // Thread-safe.
-  pushed push(out_frame&& f) {
-    std::lock_guard lk(mu_);
-    if (closed_)
-      return pushed::dropped;
-    const bool idle = !writing_;
-    if (idle) {
-#ifdef LOOM_NET_DIRECT_SEND
-      if (!io_.secure() && direct_send(f))
-        return pushed::sent;
-#endif
-      writing_ = true;
-    }
-    queue_.push_back(std::move(f));
-    return idle ? pushed::start : pushed::queued;
-  }
+  pushed push(out_frame&& f);
 
   bool closed() const {
     std::lock_guard lk(mu_);
@@ -151,17 +138,7 @@ public:
   enum class flush_close { nothing, later, now };
   // Thread-safe. `later`: next() says `close` once the queue is written; `now`: nothing is
   // queued, close at once; `nothing`: already closed.
-  flush_close close_after_flush(std::string reason, bool linger) {
-    std::lock_guard lk(mu_);
-    if (closed_)
-      return flush_close::nothing;
-    if (!writing_)
-      return flush_close::now;
-    close_after_flush_ = true;
-    linger_ = linger;
-    close_reason_ = std::move(reason);
-    return flush_close::later;
-  }
+  flush_close close_after_flush(std::string reason, bool linger);
 
   // Marks the connection closed: every later push() drops its frame. False when it already
   // was (the caller's close is not the first).
@@ -190,43 +167,11 @@ public:
 
   // The next batch: frames while their buffers fit one sendmsg (at least one frame; the
   // gather list copies the small buffers of one with more).
-  step next() {
-    std::lock_guard lk(mu_);
-    if (closed_)
-      return {};
-    if (queue_.empty()) {
-      writing_ = false;
-      if (!std::exchange(close_after_flush_, false))
-        return {};
-      return {step::close, close_reason_, linger_};
-    }
-    batch_ = 0;
-    std::size_t count = 0;
-    for (const auto& f : queue_) {
-      if (batch_ > 0 && count + f.buffer_count() > detail::gather_list::max_buffers)
-        break;
-      count += f.buffer_count();
-      ++batch_;
-    }
-    out_gather_.build([&](auto&& add) {
-      for (std::size_t i = 0; i < batch_; ++i)
-        buffers_from(queue_[i], queue_[i].offset, add);
-    });
-    return {step::write, {}, false};
-  }
+  step next();
   // The batch's buffers, valid until the next call of next().
-  const std::vector<asio::const_buffer>& buffers() const noexcept {
-    return out_gather_.buffers();
-  }
+  const std::vector<asio::const_buffer>& buffers() const noexcept { return out_gather_.buffers(); }
   // The batch was written. False when the connection closed meanwhile.
-  bool written() {
-    std::lock_guard lk(mu_);
-    if (closed_)
-      return false;
-    for (std::size_t i = 0; i < batch_ && !queue_.empty(); ++i)
-      queue_.pop_front();
-    return true;
-  }
+  bool written();
 
 private:
 #ifdef LOOM_NET_DIRECT_SEND
@@ -286,3 +231,74 @@ private:
 };
 
 } // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE auto frame_writer::push(out_frame&& f) -> pushed {
+  std::lock_guard lk(mu_);
+  if (closed_)
+    return pushed::dropped;
+  const bool idle = !writing_;
+  if (idle) {
+#ifdef LOOM_NET_DIRECT_SEND
+    if (!io_.secure() && direct_send(f))
+      return pushed::sent;
+#endif
+    writing_ = true;
+  }
+  queue_.push_back(std::move(f));
+  return idle ? pushed::start : pushed::queued;
+}
+
+LOOM_COMPILED_ONCE auto frame_writer::close_after_flush(std::string reason, bool linger)
+    -> flush_close {
+  std::lock_guard lk(mu_);
+  if (closed_)
+    return flush_close::nothing;
+  if (!writing_)
+    return flush_close::now;
+  close_after_flush_ = true;
+  linger_ = linger;
+  close_reason_ = std::move(reason);
+  return flush_close::later;
+}
+
+LOOM_COMPILED_ONCE auto frame_writer::next() -> step {
+  std::lock_guard lk(mu_);
+  if (closed_)
+    return {};
+  if (queue_.empty()) {
+    writing_ = false;
+    if (!std::exchange(close_after_flush_, false))
+      return {};
+    return {step::close, close_reason_, linger_};
+  }
+  batch_ = 0;
+  std::size_t count = 0;
+  for (const auto& f : queue_) {
+    if (batch_ > 0 && count + f.buffer_count() > detail::gather_list::max_buffers)
+      break;
+    count += f.buffer_count();
+    ++batch_;
+  }
+  out_gather_.build([&](auto&& add) {
+    for (std::size_t i = 0; i < batch_; ++i)
+      buffers_from(queue_[i], queue_[i].offset, add);
+  });
+  return {step::write, {}, false};
+}
+
+LOOM_COMPILED_ONCE bool frame_writer::written() {
+  std::lock_guard lk(mu_);
+  if (closed_)
+    return false;
+  for (std::size_t i = 0; i < batch_ && !queue_.empty(); ++i)
+    queue_.pop_front();
+  return true;
+}
+
+} // namespace loom::net
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <loom/cluster/liveness_settings.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/net/connection.hpp>
 #include <loom/net/frame_header.hpp>
 #include <loom/net/io_runtime.hpp>
@@ -72,39 +73,11 @@ public:
 
 private:
   // (strand) The next check in half a ping interval (10 ms at the least).
-  void schedule(const std::shared_ptr<owner>& o) {
-    const auto tick = std::max(std::chrono::milliseconds(10), live_.ping_interval() / 2);
-    timer_.expires_after(tick);
-    timer_.async_wait(asio::bind_executor(strand_, [this, o](std::error_code ec) {
-      if (!ec)
-        check(o);
-    }));
-  }
+  void schedule(const std::shared_ptr<owner>& o);
 
   // (strand) Pings a peer silent for the ping interval; declares one silent for
   // heartbeat_timeout dead.
-  void check(const std::shared_ptr<owner>& o) {
-    const auto now = clock::now();
-    const auto w = o->watched();
-    if (!w)
-      return;
-    auto last = std::max(w->busy_since, w->control->last_received());
-    if (w->bulk)
-      last = std::max(last, w->bulk->last_received());
-    const auto silence = now - last;
-    if (silence >= live_.heartbeat_timeout) {
-      o->declare_dead(*w, *peer_ + " stopped answering: no heartbeat for " +
-                              loom::detail::seconds_text(live_.heartbeat_timeout));
-      return;
-    }
-    if (silence >= live_.ping_interval() && now - last_ping_ >= live_.ping_interval()) {
-      last_ping_ = now;
-      w->control->send(out_frame(encode_heartbeat(frame_kind::ping)));
-      if (w->bulk) // its io thread may be another, free where the control's is busy
-        w->bulk->send(out_frame(encode_heartbeat(frame_kind::ping)));
-    }
-    schedule(o);
-  }
+  void check(const std::shared_ptr<owner>& o);
 
   io_runtime& rt_; // the owner's, which outlives it
   const liveness_settings live_;
@@ -116,3 +89,43 @@ private:
 };
 
 } // namespace loom::net::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net::detail {
+
+LOOM_COMPILED_ONCE void heartbeat::schedule(const std::shared_ptr<owner>& o) {
+  const auto tick = std::max(std::chrono::milliseconds(10), live_.ping_interval() / 2);
+  timer_.expires_after(tick);
+  timer_.async_wait(asio::bind_executor(strand_, [this, o](std::error_code ec) {
+    if (!ec)
+      check(o);
+  }));
+}
+
+LOOM_COMPILED_ONCE void heartbeat::check(const std::shared_ptr<owner>& o) {
+  const auto now = clock::now();
+  const auto w = o->watched();
+  if (!w)
+    return;
+  auto last = std::max(w->busy_since, w->control->last_received());
+  if (w->bulk)
+    last = std::max(last, w->bulk->last_received());
+  const auto silence = now - last;
+  if (silence >= live_.heartbeat_timeout) {
+    o->declare_dead(*w, *peer_ + " stopped answering: no heartbeat for " +
+                            loom::detail::seconds_text(live_.heartbeat_timeout));
+    return;
+  }
+  if (silence >= live_.ping_interval() && now - last_ping_ >= live_.ping_interval()) {
+    last_ping_ = now;
+    w->control->send(out_frame(encode_heartbeat(frame_kind::ping)));
+    if (w->bulk) // its io thread may be another, free where the control's is busy
+      w->bulk->send(out_frame(encode_heartbeat(frame_kind::ping)));
+  }
+  schedule(o);
+}
+
+} // namespace loom::net::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

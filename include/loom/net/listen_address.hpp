@@ -19,6 +19,7 @@
 #include <loom/cluster/cluster_spec.hpp>
 #include <loom/cluster/environment.hpp>
 #include <loom/cluster/liveness_settings.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/net/address.hpp>
 #include <loom/net/log.hpp>
@@ -36,7 +37,30 @@
 namespace loom::net {
 
 // Whether `host` is a loopback address or "localhost" (no lookup).
-inline bool is_loopback_name(const std::string& host) {
+LOOM_COMPILED_ONCE bool is_loopback_name(const std::string& host);
+
+// The address `host` resolves to (the first); retried while the lookup fails, for at most
+// `timeout`, logging the wait at the 1st, 2nd, 4th, 8th ... attempt. Throws
+// unavailable_error naming the host once the time is up.
+LOOM_COMPILED_ONCE asio::ip::address
+resolve_own_host(const std::string& host, std::chrono::milliseconds timeout, const log_fn& log);
+
+// The host task (job, task) of `cluster` listens on (the rules at the top). `bind`: the
+// explicit address; nullopt: LOOM_BIND from `env`, else the rules.
+LOOM_COMPILED_ONCE std::string choose_listen_host(const cluster_spec& cluster,
+                                                  const std::string& job, int task,
+                                                  const std::optional<std::string>& bind,
+                                                  std::chrono::milliseconds resolve_timeout,
+                                                  const log_fn& log,
+                                                  const environment& env = process_environment());
+
+} // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE bool is_loopback_name(const std::string& host) {
   if (host == "localhost")
     return true;
   std::error_code ec;
@@ -44,11 +68,8 @@ inline bool is_loopback_name(const std::string& host) {
   return !ec && a.is_loopback();
 }
 
-// The address `host` resolves to (the first); retried while the lookup fails, for at most
-// `timeout`, logging the wait at the 1st, 2nd, 4th, 8th ... attempt. Throws
-// unavailable_error naming the host once the time is up.
-inline asio::ip::address resolve_own_host(const std::string& host,
-                                          std::chrono::milliseconds timeout, const log_fn& log) {
+LOOM_COMPILED_ONCE asio::ip::address
+resolve_own_host(const std::string& host, std::chrono::milliseconds timeout, const log_fn& log) {
   using clock = std::chrono::steady_clock;
   std::error_code ec;
   const auto literal = asio::ip::make_address(host, ec);
@@ -84,12 +105,11 @@ inline asio::ip::address resolve_own_host(const std::string& host,
   }
 }
 
-// The host task (job, task) of `cluster` listens on (the rules at the top). `bind`: the
-// explicit address; nullopt: LOOM_BIND from `env`, else the rules.
-inline std::string choose_listen_host(const cluster_spec& cluster, const std::string& job, int task,
-                                      const std::optional<std::string>& bind,
-                                      std::chrono::milliseconds resolve_timeout, const log_fn& log,
-                                      const environment& env = process_environment()) {
+LOOM_COMPILED_ONCE std::string choose_listen_host(const cluster_spec& cluster,
+                                                  const std::string& job, int task,
+                                                  const std::optional<std::string>& bind,
+                                                  std::chrono::milliseconds resolve_timeout,
+                                                  const log_fn& log, const environment& env) {
   if (bind && !bind->empty())
     return *bind;
   if (!bind)
@@ -115,3 +135,5 @@ inline std::string choose_listen_host(const cluster_spec& cluster, const std::st
 }
 
 } // namespace loom::net
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

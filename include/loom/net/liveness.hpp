@@ -7,6 +7,7 @@
 #pragma once
 
 #include <loom/cluster/liveness_settings.hpp>
+#include <loom/core/compiled_once.hpp>
 
 #include <asio/ip/tcp.hpp>
 #include <asio/socket_base.hpp>
@@ -62,7 +63,15 @@ private:
 // drop a connection whose peer keeps its window closed that long (Linux >= 5.10 counts
 // acknowledged zero-window probes), i.e. a busy peer that has not read yet; a call in
 // flight is watched by the channel's heartbeat instead.
-inline void enable_keepalive(asio::ip::tcp::socket& sock, const liveness_settings& l) {
+LOOM_COMPILED_ONCE void enable_keepalive(asio::ip::tcp::socket& sock, const liveness_settings& l);
+
+} // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE void enable_keepalive(asio::ip::tcp::socket& sock, const liveness_settings& l) {
   if (l.keepalive_idle.count() <= 0)
     return;
   std::error_code ec;
@@ -81,3 +90,5 @@ inline void enable_keepalive(asio::ip::tcp::socket& sock, const liveness_setting
 }
 
 } // namespace loom::net
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

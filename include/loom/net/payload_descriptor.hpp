@@ -10,6 +10,7 @@
 // descriptor naming dtype string is data loss.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/dtype.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/shape.hpp>
@@ -37,7 +38,30 @@ struct payload_info {
 
 // Appends the descriptors of `payloads`; returns their bytes in all. Throws
 // invalid_argument_error for a string or empty tensor, or one over max_payload_rank.
-inline std::uint64_t append_descriptors(std::string& out, std::span<const any_tensor> payloads) {
+LOOM_COMPILED_ONCE std::uint64_t append_descriptors(std::string& out,
+                                                    std::span<const any_tensor> payloads);
+
+// Reads `n` descriptors into `out`; returns their bytes in all. Each is checked as it
+// is read: against `limit` bytes for the `unit` ("frame" or "message") of which `before`
+// bytes are taken already, and its length against its shape's. Throws data_loss_error or
+// resource_exhausted_error.
+LOOM_COMPILED_ONCE std::uint64_t parse_descriptors(detail::reader& r, std::uint32_t n,
+                                                   std::uint64_t limit, std::uint64_t before,
+                                                   const char* unit,
+                                                   std::vector<payload_info>& out);
+
+// Checks payload bytes whose values are constrained (bool must be 0 or 1).
+LOOM_COMPILED_ONCE void validate_payload_bytes(const payload_info& p, const void* data,
+                                               std::size_t index);
+
+} // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE std::uint64_t append_descriptors(std::string& out,
+                                                    std::span<const any_tensor> payloads) {
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < payloads.size(); ++i) {
     const auto& t = payloads[i];
@@ -62,13 +86,10 @@ inline std::uint64_t append_descriptors(std::string& out, std::span<const any_te
   return total;
 }
 
-// Reads `n` descriptors into `out`; returns their bytes in all. Each is checked as it
-// is read: against `limit` bytes for the `unit` ("frame" or "message") of which `before`
-// bytes are taken already, and its length against its shape's. Throws data_loss_error or
-// resource_exhausted_error.
-inline std::uint64_t parse_descriptors(detail::reader& r, std::uint32_t n, std::uint64_t limit,
-                                       std::uint64_t before, const char* unit,
-                                       std::vector<payload_info>& out) {
+LOOM_COMPILED_ONCE std::uint64_t parse_descriptors(detail::reader& r, std::uint32_t n,
+                                                   std::uint64_t limit, std::uint64_t before,
+                                                   const char* unit,
+                                                   std::vector<payload_info>& out) {
   std::uint64_t total = 0;
   out.reserve(std::min<std::size_t>(n, r.remaining() / 12));
   for (std::uint32_t i = 0; i < n; ++i) {
@@ -114,8 +135,8 @@ inline std::uint64_t parse_descriptors(detail::reader& r, std::uint32_t n, std::
   return total;
 }
 
-// Checks payload bytes whose values are constrained (bool must be 0 or 1).
-inline void validate_payload_bytes(const payload_info& p, const void* data, std::size_t index) {
+LOOM_COMPILED_ONCE void validate_payload_bytes(const payload_info& p, const void* data,
+                                               std::size_t index) {
   if (p.type != dtype::boolean)
     return;
   const auto* b = static_cast<const unsigned char*>(data);
@@ -126,3 +147,5 @@ inline void validate_payload_bytes(const payload_info& p, const void* data, std:
 }
 
 } // namespace loom::net
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -3,6 +3,8 @@
 // now (a header, a metadata buffer, a frame's tensors). Strand only, like the loop.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
+
 #include <asio/buffer.hpp>
 
 #include <algorithm>
@@ -43,18 +45,7 @@ public:
   void clear() noexcept { begin_ = end_ = 0; }
 
   // Copies what it holds into `to`, in order, as far as it goes; returns how many bytes.
-  std::size_t copy_into(const std::vector<asio::mutable_buffer>& to) noexcept {
-    std::size_t n = 0;
-    for (std::size_t i = 0; i < to.size() && begin_ < end_; ++i) {
-      const std::size_t k = std::min(to[i].size(), end_ - begin_);
-      std::memcpy(to[i].data(), data_.get() + begin_, k);
-      begin_ += k;
-      n += k;
-      if (k < to[i].size())
-        break;
-    }
-    return n;
-  }
+  std::size_t copy_into(const std::vector<asio::mutable_buffer>& to) noexcept;
 
 private:
   std::unique_ptr<char[]> data_;
@@ -90,21 +81,7 @@ public:
   }
 
   // The first n bytes arrived: drops them; returns how many of them were fresh.
-  std::size_t consume(std::size_t n) {
-    std::size_t i = 0, fresh = 0;
-    while (i < bufs_.size() && n >= bufs_[i].size()) {
-      n -= bufs_[i].size();
-      fresh += fresh_[i] ? bufs_[i].size() : 0;
-      ++i;
-    }
-    bufs_.erase(bufs_.begin(), bufs_.begin() + static_cast<std::ptrdiff_t>(i));
-    fresh_.erase(fresh_.begin(), fresh_.begin() + static_cast<std::ptrdiff_t>(i));
-    if (n && !bufs_.empty()) {
-      bufs_.front() += n;
-      fresh += fresh_.front() ? n : 0;
-    }
-    return fresh;
-  }
+  std::size_t consume(std::size_t n);
 
 private:
   std::vector<asio::mutable_buffer> bufs_;
@@ -112,3 +89,41 @@ private:
 };
 
 } // namespace loom::net::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net::detail {
+
+LOOM_COMPILED_ONCE std::size_t
+receive_buffer::copy_into(const std::vector<asio::mutable_buffer>& to) noexcept {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < to.size() && begin_ < end_; ++i) {
+    const std::size_t k = std::min(to[i].size(), end_ - begin_);
+    std::memcpy(to[i].data(), data_.get() + begin_, k);
+    begin_ += k;
+    n += k;
+    if (k < to[i].size())
+      break;
+  }
+  return n;
+}
+
+LOOM_COMPILED_ONCE std::size_t read_target::consume(std::size_t n) {
+  std::size_t i = 0, fresh = 0;
+  while (i < bufs_.size() && n >= bufs_[i].size()) {
+    n -= bufs_[i].size();
+    fresh += fresh_[i] ? bufs_[i].size() : 0;
+    ++i;
+  }
+  bufs_.erase(bufs_.begin(), bufs_.begin() + static_cast<std::ptrdiff_t>(i));
+  fresh_.erase(fresh_.begin(), fresh_.begin() + static_cast<std::ptrdiff_t>(i));
+  if (n && !bufs_.empty()) {
+    bufs_.front() += n;
+    fresh += fresh_.front() ? n : 0;
+  }
+  return fresh;
+}
+
+} // namespace loom::net::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -21,6 +21,8 @@
 // the error reply says them. A client's connection has no budget: every charge is granted.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -63,23 +65,7 @@ public:
     }
 
     // Charges n more bytes; anything but granted leaves the holding as it was.
-    verdict charge(std::size_t n) {
-      std::vector<std::pair<std::function<void(std::string)>, std::string>> victims;
-      {
-        std::lock_guard lk(budget_->m_);
-        if (evicted_)
-          return verdict::evicted;
-        if (held_ + n > budget_->per_connection_)
-          return verdict::over_connection;
-        if (budget_->total_ + n > budget_->limit_ && !budget_->evict_stalled(*this, n, victims))
-          return verdict::over_total;
-        budget_->total_ += n;
-        held_ += n;
-      }
-      for (auto& [evict, why] : victims)
-        evict(why);
-      return verdict::granted;
-    }
+    verdict charge(std::size_t n);
 
     // True when this connection may come to hold `more` bytes beyond what it holds
     // (a tensor about to be received into memory the layer allocates).
@@ -144,34 +130,7 @@ private:
   // Under m_: evicts stalled holders other than `asking`, the largest first, when together
   // they make room for n more bytes; false (nobody evicted) when they cannot.
   bool evict_stalled(account& asking, std::size_t n,
-                     std::vector<std::pair<std::function<void(std::string)>, std::string>>& out) {
-    const auto now = clock::now();
-    std::vector<account*> stalled;
-    for (account* a : accounts_)
-      if (a != &asking && !a->evicted_ && a->held_ > 0 && a->quiet_for(now) >= stalled_after)
-        stalled.push_back(a);
-    std::sort(stalled.begin(), stalled.end(),
-              [](const account* x, const account* y) { return x->held_ > y->held_; });
-    std::size_t freed = 0, take = 0;
-    while (take < stalled.size() && total_ - freed + n > limit_)
-      freed += stalled[take++]->held_;
-    if (total_ - freed + n > limit_)
-      return false;
-    for (std::size_t i = 0; i < take; ++i) {
-      account* a = stalled[i];
-      const auto quiet =
-          std::chrono::duration_cast<std::chrono::milliseconds>(a->quiet_for(now)).count();
-      out.emplace_back(a->evict_, "it held " + std::to_string(a->held_) +
-                                      " bytes of an incomplete frame and sent nothing for " +
-                                      std::to_string(quiet) +
-                                      " ms while the server was at max_pending_bytes (" +
-                                      std::to_string(limit_) + ")");
-      total_ -= a->held_;
-      a->held_ = 0;
-      a->evicted_ = true;
-    }
-    return true;
-  }
+                     std::vector<std::pair<std::function<void(std::string)>, std::string>>& out);
 
   const std::size_t limit_, per_connection_;
   mutable std::mutex m_;
@@ -200,13 +159,7 @@ public:
 
   // Fresh destinations that will hold `bytes` more: refused at once when that passes the
   // per-connection limit (rather than after reading them).
-  std::string fits(std::uint64_t bytes) const {
-    if (!account_ || bytes == 0 || account_->fits(bytes))
-      return {};
-    return "its tensors need " + std::to_string(bytes) +
-           " bytes of memory the server allocates, over max_pending_bytes_per_connection (" +
-           std::to_string(budget_->per_connection()) + " bytes)";
-  }
+  std::string fits(std::uint64_t bytes) const;
 
   // The connection received bytes at `now` (it is not stalled).
   void note_progress(receive_budget::clock::rep now) noexcept {
@@ -225,23 +178,90 @@ public:
   }
 
 private:
-  std::string refusal(receive_budget::verdict v) const {
-    switch (v) {
-    case receive_budget::verdict::granted: return {};
-    case receive_budget::verdict::over_connection:
-      return "it would hold more than max_pending_bytes_per_connection (" +
-             std::to_string(budget_->per_connection()) + " bytes) for one incomplete message";
-    case receive_budget::verdict::over_total:
-      return "the server holds " + std::to_string(budget_->held()) +
-             " bytes for incomplete frames, at max_pending_bytes (" +
-             std::to_string(budget_->limit()) + "), and none of it is stalled";
-    case receive_budget::verdict::evicted: break;
-    }
-    return "it was evicted";
-  }
+  std::string refusal(receive_budget::verdict v) const;
 
   std::shared_ptr<receive_budget> budget_;
   std::unique_ptr<receive_budget::account> account_;
 };
 
 } // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE auto receive_budget::account::charge(std::size_t n) -> verdict {
+  std::vector<std::pair<std::function<void(std::string)>, std::string>> victims;
+  {
+    std::lock_guard lk(budget_->m_);
+    if (evicted_)
+      return verdict::evicted;
+    if (held_ + n > budget_->per_connection_)
+      return verdict::over_connection;
+    if (budget_->total_ + n > budget_->limit_ && !budget_->evict_stalled(*this, n, victims))
+      return verdict::over_total;
+    budget_->total_ += n;
+    held_ += n;
+  }
+  for (auto& [evict, why] : victims)
+    evict(why);
+  return verdict::granted;
+}
+
+LOOM_COMPILED_ONCE bool receive_budget::evict_stalled(
+    account& asking, std::size_t n,
+    std::vector<std::pair<std::function<void(std::string)>, std::string>>& out) {
+  const auto now = clock::now();
+  std::vector<account*> stalled;
+  for (account* a : accounts_)
+    if (a != &asking && !a->evicted_ && a->held_ > 0 && a->quiet_for(now) >= stalled_after)
+      stalled.push_back(a);
+  std::sort(stalled.begin(), stalled.end(),
+            [](const account* x, const account* y) { return x->held_ > y->held_; });
+  std::size_t freed = 0, take = 0;
+  while (take < stalled.size() && total_ - freed + n > limit_)
+    freed += stalled[take++]->held_;
+  if (total_ - freed + n > limit_)
+    return false;
+  for (std::size_t i = 0; i < take; ++i) {
+    account* a = stalled[i];
+    const auto quiet =
+        std::chrono::duration_cast<std::chrono::milliseconds>(a->quiet_for(now)).count();
+    out.emplace_back(a->evict_, "it held " + std::to_string(a->held_) +
+                                    " bytes of an incomplete frame and sent nothing for " +
+                                    std::to_string(quiet) +
+                                    " ms while the server was at max_pending_bytes (" +
+                                    std::to_string(limit_) + ")");
+    total_ -= a->held_;
+    a->held_ = 0;
+    a->evicted_ = true;
+  }
+  return true;
+}
+
+LOOM_COMPILED_ONCE std::string receive_charge::fits(std::uint64_t bytes) const {
+  if (!account_ || bytes == 0 || account_->fits(bytes))
+    return {};
+  return "its tensors need " + std::to_string(bytes) +
+         " bytes of memory the server allocates, over max_pending_bytes_per_connection (" +
+         std::to_string(budget_->per_connection()) + " bytes)";
+}
+
+LOOM_COMPILED_ONCE std::string receive_charge::refusal(receive_budget::verdict v) const {
+  switch (v) {
+  case receive_budget::verdict::granted: return {};
+  case receive_budget::verdict::over_connection:
+    return "it would hold more than max_pending_bytes_per_connection (" +
+           std::to_string(budget_->per_connection()) + " bytes) for one incomplete message";
+  case receive_budget::verdict::over_total:
+    return "the server holds " + std::to_string(budget_->held()) +
+           " bytes for incomplete frames, at max_pending_bytes (" +
+           std::to_string(budget_->limit()) + "), and none of it is stalled";
+  case receive_budget::verdict::evicted: break;
+  }
+  return "it was evicted";
+}
+
+} // namespace loom::net
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

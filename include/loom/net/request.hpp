@@ -4,6 +4,7 @@
 // waits for a reply that cannot come.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/net/connection.hpp>
@@ -27,7 +28,8 @@ namespace loom::net {
 namespace detail {
 class server_core; // fills in a request
 struct reply_state;
-inline void send_error_reply(reply_state& st, error_code code, const std::string& message);
+LOOM_COMPILED_ONCE void send_error_reply(reply_state& st, error_code code,
+                                         const std::string& message);
 
 // The server's side of a reply (server.hpp): which of the client's connections carries it.
 class reply_router {
@@ -53,35 +55,10 @@ struct reply_state {
   reply_state() = default;
   reply_state(const reply_state&) = delete;
   reply_state& operator=(const reply_state&) = delete;
-  ~reply_state() {
-    if (conn && !done.exchange(true)) {
-      try {
-        send_error_reply(*this, error_code::internal,
-                         "the handler of '" + method + "' dropped the request without replying");
-      } catch (...) {
-      }
-    }
-    if (served)
-      served->in_flight.fetch_sub(1, std::memory_order_relaxed);
-  }
+  ~reply_state();
 };
 
-inline void send_reply(reply_state& st, out_frame&& f, std::uint64_t payload_bytes) {
-  auto c = st.conn;
-  if (auto r = st.router.lock())
-    if (auto other = r->route(st, payload_bytes))
-      c = std::move(other);
-  c->send(std::move(f)); // a closed connection drops it: the client has already failed the call
-}
-
-inline void send_error_reply(reply_state& st, error_code code, const std::string& message) {
-  out_frame f;
-  envelope env;
-  env.status = status_of(code);
-  env.message = message;
-  encode_head(f.head, frame_kind::response, st.id, env, {}, empty{});
-  send_reply(st, std::move(f), 0);
-}
+LOOM_COMPILED_ONCE void send_reply(reply_state& st, out_frame&& f, std::uint64_t payload_bytes);
 } // namespace detail
 
 // A received request. Handlers may move the payloads out.
@@ -175,3 +152,41 @@ using allocator_fn =
     std::function<any_tensor(const request_preview&, std::size_t index, const payload_info& info)>;
 
 } // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net::detail {
+
+LOOM_COMPILED_ONCE reply_state::~reply_state() {
+  if (conn && !done.exchange(true)) {
+    try {
+      send_error_reply(*this, error_code::internal,
+                       "the handler of '" + method + "' dropped the request without replying");
+    } catch (...) {
+    }
+  }
+  if (served)
+    served->in_flight.fetch_sub(1, std::memory_order_relaxed);
+}
+
+LOOM_COMPILED_ONCE void send_reply(reply_state& st, out_frame&& f, std::uint64_t payload_bytes) {
+  auto c = st.conn;
+  if (auto r = st.router.lock())
+    if (auto other = r->route(st, payload_bytes))
+      c = std::move(other);
+  c->send(std::move(f)); // a closed connection drops it: the client has already failed the call
+}
+
+LOOM_COMPILED_ONCE void send_error_reply(reply_state& st, error_code code,
+                                         const std::string& message) {
+  out_frame f;
+  envelope env;
+  env.status = status_of(code);
+  env.message = message;
+  encode_head(f.head, frame_kind::response, st.id, env, {}, empty{});
+  send_reply(st, std::move(f), 0);
+}
+
+} // namespace loom::net::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -31,6 +31,7 @@
 //   per interval with a count.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/net/auth.hpp>
@@ -116,104 +117,11 @@ public:
 
   explicit server_core(rpc_server_options o) : opts_(std::move(o)) {}
 
-  void start() {
-    token_ = resolve_token(opts_.token);
-    const tls_settings tls = resolve_tls(opts_.tls);
-    tls_ = make_tls_context(tls, token_, tls_role::server); // before any socket: files, token
-    live_ = resolve_liveness(opts_.liveness);
-    // Peers with a certificate the CA signed are authenticated as much as with a token.
-    const bool authenticated = token_ || tls.mode == tls_mode::certificates;
-    const bool insecure = opts_.allow_insecure || insecure_from_environment();
-    const std::string requested = join_address(opts_.host, opts_.port);
+  void start();
 
-    // Resolve the host first: a non-loopback bind without a token is refused
-    // before any socket exists.
-    std::error_code ec;
-    auto addr = asio::ip::make_address(opts_.host, ec);
-    if (ec) {
-      asio::io_context tmp;
-      tcp::resolver res(tmp);
-      auto r = res.resolve(opts_.host, std::to_string(opts_.port), ec);
-      if (ec || r.empty())
-        throw unavailable_error("cannot listen on " + requested + ": cannot resolve host '" +
-                                opts_.host + "'" + (ec ? ": " + ec.message() : ""));
-      addr = r.begin()->endpoint().address();
-    }
-    if (!authenticated && !is_loopback_host(addr) && !insecure)
-      throw failed_precondition_error(
-          "refusing to serve on " + requested +
-          (addr.is_unspecified() ? " (every interface)" : "") +
-          " without a cluster token: anyone who can reach that address could run requests. "
-          "Set LOOM_CLUSTER_TOKEN (or LOOM_CLUSTER_TOKEN_FILE) for every task, use TLS with "
-          "certificates (LOOM_TLS_CERT, LOOM_TLS_KEY, LOOM_TLS_CA), or opt into insecure mode "
-          "(rpc_server_options::allow_insecure or LOOM_ALLOW_INSECURE=1)");
+  void stop();
 
-    rt_ = std::make_shared<io_runtime>(opts_.threads, opts_.log);
-    registry_.emplace(rt_->size());
-    limiter_ = std::make_shared<log_limiter>(opts_.log, opts_.log_interval);
-    log_ = log_limiter::through(limiter_);
-    budget_ = std::make_shared<receive_budget>(opts_.max_pending_bytes,
-                                               opts_.max_pending_bytes_per_connection);
-    acceptor_strand_.emplace(asio::make_strand(rt_->context()));
-    acceptor_.emplace(*acceptor_strand_);
-    accept_timer_.emplace(*acceptor_strand_);
-    const tcp::endpoint ep(addr, opts_.port);
-    protocol_ = ep.protocol();
-    acceptor_->open(ep.protocol(), ec);
-    if (!ec)
-      acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec)
-      acceptor_->bind(ep, ec);
-    if (!ec)
-      acceptor_->listen(asio::socket_base::max_listen_connections, ec);
-    if (!ec) // accept_with_reserve() accepts without waiting
-      acceptor_->native_non_blocking(true, ec);
-    if (ec) {
-      std::error_code ignored;
-      acceptor_->close(ignored);
-      throw unavailable_error("cannot listen on " + to_string(ep) + ": " + ec.message());
-    }
-    port_ = acceptor_->local_endpoint().port();
-    address_ =
-        join_address(opts_.advertised_host.empty() ? opts_.host : opts_.advertised_host, port_);
-    // Said once, so that whoever runs a tokenless task learns that others can reach it;
-    // not when the program chose no token itself (token = "": a test, a deliberate setup).
-    if (!authenticated && !opts_.token)
-      log_line(opts_.log,
-               "serving " + address_ + " without a cluster token: " +
-                   (is_loopback_host(addr) ? "any local user" : "anyone who can reach it") +
-                   " can connect and run requests (set LOOM_CLUSTER_TOKEN or "
-                   "LOOM_CLUSTER_TOKEN_FILE for every task, or start the cluster with "
-                   "loom-launch, which generates one)");
-    rt_->run_on(*acceptor_strand_, [self = shared_from_this()] { self->accept_next(); });
-  }
-
-  void stop() {
-    if (!registry_)
-      return;
-    auto conns = registry_->stop();
-    if (!conns)
-      return;
-    rt_->run_on(*acceptor_strand_, [self = shared_from_this()] {
-      std::error_code ec;
-      self->acceptor_->close(ec);
-      self->accept_timer_->cancel();
-      self->close_reserve();
-    });
-    for (auto& c : *conns)
-      c->close("the server is stopping");
-    rt_->shutdown();
-    limiter_->flush();
-    registry_->clear();
-  }
-
-  server_stats stats() {
-    server_stats st;
-    if (registry_)
-      std::tie(st.connections, st.handshaking) = registry_->counts();
-    st.pending_bytes = budget_ ? budget_->held() : 0;
-    return st;
-  }
+  server_stats stats();
 
   void add_handler(std::string method, handler_fn h, allocator_fn a) {
     std::unique_lock lk(hmu_);
@@ -226,95 +134,14 @@ public:
 
   // A reply with at least bulk_threshold payload bytes to a request that came over a
   // client's control connection goes over its bulk connection, when it has one open.
-  std::shared_ptr<connection> route(const reply_state& st, std::uint64_t payload_bytes) override {
-    if (payload_bytes < opts_.bulk_threshold || st.served->role != connection_role::control)
-      return nullptr;
-    auto b = registry_->bulk_for(st.client_id);
-    return b && !b->closed() ? b : nullptr;
-  }
+  std::shared_ptr<connection> route(const reply_state& st, std::uint64_t payload_bytes) override;
 
   // ---- what an admitted connection's sink passes on (served_sink) ----
   any_tensor destination(served_connection& s, connection& c, const frame_header& h,
                          const frame_meta& m, std::string_view user, std::size_t i,
-                         const payload_info& p) {
-    if (h.kind != frame_kind::request)
-      return {};
-    allocator_fn a;
-    {
-      std::shared_lock lk(hmu_);
-      auto it = handlers_.find(m.env.method);
-      if (it == handlers_.end() || !it->second.alloc)
-        return {};
-      a = it->second.alloc;
-    }
-    return a(request_preview{m.env.method, user, c.peer(), s.client_id, h.request_id}, i, p);
-  }
+                         const payload_info& p);
 
-  void on_frame(served_connection& s, const std::shared_ptr<connection>& c, incoming_frame&& f) {
-    if (!std::exchange(s.settled, true))
-      settle(c, s.process_id);
-    if (f.header.kind == frame_kind::cancel)
-      return; // the client already gave up; nothing runs twice
-    if (f.header.kind != frame_kind::request) {
-      log_line(log_, "unexpected " + std::string(to_string(f.header.kind)) + " frame from " +
-                         c->peer() + "; ignored");
-      return;
-    }
-    auto st = std::make_shared<reply_state>();
-    s.in_flight.fetch_add(1, std::memory_order_relaxed); // until st goes (its destructor)
-    st->conn = c;
-    st->served = s.shared_from_this();
-    st->router = weak_from_this();
-    st->id = f.header.request_id;
-    st->client_id = s.client_id;
-    st->method = f.meta.env.method;
-
-    if (!remember(request_key{s.client_id, st->id})) {
-      st->done = true;
-      responder::send_error(*st, error_code::already_exists,
-                            "request " + std::to_string(st->id) + " ('" + st->method +
-                                "') from this client was already received (a duplicate after a "
-                                "retry?); it is not run twice");
-      return;
-    }
-    handler_fn h;
-    {
-      std::shared_lock lk(hmu_);
-      auto it = handlers_.find(st->method);
-      if (it != handlers_.end())
-        h = it->second.handler;
-    }
-    if (!h) {
-      st->done = true;
-      responder::send_error(*st, error_code::unimplemented,
-                            "no handler for method '" + st->method + "' on server " + address_);
-      return;
-    }
-    if (!f.buffer_error.empty()) {
-      st->done = true;
-      responder::send_error(*st, error_code::invalid_argument,
-                            "request '" + st->method + "': " + f.buffer_error);
-      return;
-    }
-    request req;
-    req.frame_ = std::move(f);
-    req.peer_ = c->peer();
-    req.client_id_ = s.client_id;
-    try {
-      h(std::move(req), responder(st));
-    } catch (const loom::error& e) {
-      if (!st->done.exchange(true))
-        responder::send_error(*st, e.code(), e.message());
-      else
-        log_line(opts_.log, "handler of '" + st->method + "' threw after replying: " + e.what());
-    } catch (const std::exception& e) {
-      if (!st->done.exchange(true))
-        responder::send_error(*st, error_code::internal,
-                              "the handler of '" + st->method + "' threw: " + e.what());
-      else
-        log_line(opts_.log, "handler of '" + st->method + "' threw after replying: " + e.what());
-    }
-  }
+  void on_frame(served_connection& s, const std::shared_ptr<connection>& c, incoming_frame&& f);
 
   void untrack(const std::shared_ptr<connection>& c) { registry_->untrack(c); }
 
@@ -334,24 +161,9 @@ private:
   // fewest processes, its own where that is one of them (no move). Counted until the
   // process's last connection is forgotten. A TLS connection stays where it was accepted
   // and counts nowhere (asio's OpenSSL stream is bound to its socket object).
-  void settle(const std::shared_ptr<connection>& c, std::uint64_t process_id) {
-    if (c->secure())
-      return;
-    if (auto home = registry_->home(c, process_id, rt_->index_of(c->context())))
-      c->move_to(rt_->context_at(*home));
-  }
+  void settle(const std::shared_ptr<connection>& c, std::uint64_t process_id);
 
-  bool remember(const request_key& k) {
-    std::lock_guard lk(dmu_);
-    if (!seen_.insert(k).second)
-      return false;
-    order_.push_back(k);
-    while (order_.size() > opts_.dedupe_window) {
-      seen_.erase(order_.front());
-      order_.pop_front();
-    }
-    return true;
-  }
+  bool remember(const request_key& k);
 
   // Closes connections chosen to make room (outside the registry's lock), saying why once per
   // interval.
@@ -364,70 +176,17 @@ private:
 
   // ---- accepting (acceptor strand) ----
 
-  void accept_next() {
-    reopen_reserve();
-    auto c = std::make_shared<connection>(rt_, opts_.limits, log_);
-    acceptor_->async_accept(
-        c->socket(),
-        asio::bind_executor(*acceptor_strand_, [self = shared_from_this(), c](std::error_code ec) {
-          self->on_accepted(c, ec);
-        }));
-  }
+  void accept_next();
 
-  void on_accepted(const std::shared_ptr<connection>& c, std::error_code ec) {
-    if (ec == asio::error::operation_aborted)
-      return;
-    if (registry_->stopping())
-      return;
-    if (!ec) {
-      backoff_ = {};
-      serve(c);
-      return accept_next();
-    }
-    const bool out_of_descriptors =
-        ec == asio::error::no_descriptors || ec == std::errc::too_many_files_open_in_system;
-    const auto outcome = out_of_descriptors ? make_room_for_peer() : room::none;
-    if (outcome == room::served)
-      return accept_next(); // the waiting peer is served: a descriptor was given up for it
-    if (outcome == room::made) {
-      // A descriptor is being given up (its connection closes on its own strand): try
-      // again shortly, without counting this as a failure.
-      return retry_accept_after(opts_.accept_backoff);
-    }
-    // Never re-arm at once: the error would come straight back (a full descriptor table
-    // makes every accept fail while the peer waits in the backlog), spinning a core and
-    // writing a line per try. Back off, doubling, and log once per interval.
-    backoff_ = backoff_.count() == 0 ? opts_.accept_backoff
-                                     : std::min(backoff_ * 2, opts_.max_accept_backoff);
-    log_line(log_, "accepting a connection on " + address_ + " failed: " + ec.message() +
-                       (out_of_descriptors ? " (no connection could be given up for it)" : "") +
-                       "; retrying in " + std::to_string(backoff_.count()) + " ms");
-    retry_accept_after(backoff_);
-  }
+  void on_accepted(const std::shared_ptr<connection>& c, std::error_code ec);
 
-  void retry_accept_after(std::chrono::milliseconds wait) {
-    accept_timer_->expires_after(wait);
-    accept_timer_->async_wait(
-        asio::bind_executor(*acceptor_strand_, [self = shared_from_this()](std::error_code e) {
-          if (!e)
-            self->accept_next();
-        }));
-  }
+  void retry_accept_after(std::chrono::milliseconds wait);
 
   // A socket was accepted: it starts its handshake. Past max_handshaking_connections the
   // oldest still in its handshake is closed: an honest client finishes in one round trip,
   // so the oldest is the likeliest to be a socket that never speaks, and closing it
   // (rather than refusing the newcomer) lets a client in while such sockets pile up.
-  void serve(const std::shared_ptr<connection>& c) {
-    evict(registry_->track(c, opts_.max_handshaking_connections),
-          "it had not finished its handshake, the oldest of more than "
-          "max_handshaking_connections (" +
-              std::to_string(opts_.max_handshaking_connections) + ")");
-    c->attach_budget(budget_);
-    c->configure_socket();
-    c->enable_keepalive(live_);
-    c->run([self = shared_from_this(), c] { self->handshake(c); });
-  }
+  void serve(const std::shared_ptr<connection>& c);
 
   enum class room { none, made, served };
 
@@ -436,36 +195,7 @@ private:
   // idlest client): served. With none to give up, the peer is refused at once (closed)
   // rather than left waiting in the backlog: none. Without the reserve (not yet reopened),
   // a connection is given up so that the next try succeeds: made.
-  room make_room_for_peer() {
-#ifdef LOOM_NET_RESERVE_FD
-    if (reserve_fd_ < 0)
-      return make_room() ? room::made : room::none;
-    close_reserve();
-    const int fd = ::accept(acceptor_->native_handle(), nullptr, nullptr);
-    if (fd < 0) {
-      const bool gone = errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED;
-      reopen_reserve();
-      return gone ? room::made : room::none; // gone: the peer left the backlog; try again
-    }
-    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-    if (!make_room()) {
-      ::close(fd);
-      reopen_reserve();
-      return room::none;
-    }
-    auto c = std::make_shared<connection>(rt_, opts_.limits, log_);
-    std::error_code ec;
-    c->socket().assign(protocol_, fd, ec);
-    if (ec) {
-      ::close(fd);
-      return room::made;
-    }
-    serve(c);
-    return room::served; // the reserve is reopened once the descriptor given up is closed
-#else
-    return make_room() ? room::made : room::none;
-#endif
-  }
+  room make_room_for_peer();
 
   // Gives up one connection (to free its descriptor): the oldest still in its handshake,
   // else the client idle the longest. False when there is none to give up.
@@ -493,27 +223,10 @@ private:
 
   // Admits a connection whose handshake succeeded; at max_connections the idlest client
   // gives way, or, when none may, the newcomer is refused (resource_exhausted).
-  std::shared_ptr<frame_sink> admit(const std::shared_ptr<connection>& c, const hello_msg& hello) {
-    auto sink = std::make_shared<served_sink>(shared_from_this(), hello);
-    std::vector<std::shared_ptr<connection>> evicted;
-    if (!registry_->admit(c, sink, opts_.max_connections, opts_.idle_eviction_grace, address_,
-                          evicted))
-      return nullptr; // stopping, or given up meanwhile (closing)
-    evict(evicted, "the server was at max_connections (" + std::to_string(opts_.max_connections) +
-                       ") and its client was the idlest");
-    return sink;
-  }
+  std::shared_ptr<frame_sink> admit(const std::shared_ptr<connection>& c, const hello_msg& hello);
 
   // Server side of the handshake (handshake.hpp), on c's strand.
-  void handshake(const std::shared_ptr<connection>& c) {
-    auto self = shared_from_this();
-    start_server_handshake(
-        c, token_, tls_, address_, log_, std::chrono::steady_clock::now() + opts_.handshake_timeout,
-        [self](const std::shared_ptr<connection>& admitted, const hello_msg& hello) {
-          return self->admit(admitted, hello);
-        },
-        [self](const std::shared_ptr<connection>& dropped) { self->untrack(dropped); });
-  }
+  void handshake(const std::shared_ptr<connection>& c);
 
   rpc_server_options opts_;
   std::optional<std::string> token_;
@@ -591,3 +304,337 @@ private:
 };
 
 } // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net::detail {
+
+LOOM_COMPILED_ONCE void server_core::start() {
+  token_ = resolve_token(opts_.token);
+  const tls_settings tls = resolve_tls(opts_.tls);
+  tls_ = make_tls_context(tls, token_, tls_role::server); // before any socket: files, token
+  live_ = resolve_liveness(opts_.liveness);
+  // Peers with a certificate the CA signed are authenticated as much as with a token.
+  const bool authenticated = token_ || tls.mode == tls_mode::certificates;
+  const bool insecure = opts_.allow_insecure || insecure_from_environment();
+  const std::string requested = join_address(opts_.host, opts_.port);
+
+  // Resolve the host first: a non-loopback bind without a token is refused
+  // before any socket exists.
+  std::error_code ec;
+  auto addr = asio::ip::make_address(opts_.host, ec);
+  if (ec) {
+    asio::io_context tmp;
+    tcp::resolver res(tmp);
+    auto r = res.resolve(opts_.host, std::to_string(opts_.port), ec);
+    if (ec || r.empty())
+      throw unavailable_error("cannot listen on " + requested + ": cannot resolve host '" +
+                              opts_.host + "'" + (ec ? ": " + ec.message() : ""));
+    addr = r.begin()->endpoint().address();
+  }
+  if (!authenticated && !is_loopback_host(addr) && !insecure)
+    throw failed_precondition_error(
+        "refusing to serve on " + requested + (addr.is_unspecified() ? " (every interface)" : "") +
+        " without a cluster token: anyone who can reach that address could run requests. "
+        "Set LOOM_CLUSTER_TOKEN (or LOOM_CLUSTER_TOKEN_FILE) for every task, use TLS with "
+        "certificates (LOOM_TLS_CERT, LOOM_TLS_KEY, LOOM_TLS_CA), or opt into insecure mode "
+        "(rpc_server_options::allow_insecure or LOOM_ALLOW_INSECURE=1)");
+
+  rt_ = std::make_shared<io_runtime>(opts_.threads, opts_.log);
+  registry_.emplace(rt_->size());
+  limiter_ = std::make_shared<log_limiter>(opts_.log, opts_.log_interval);
+  log_ = log_limiter::through(limiter_);
+  budget_ = std::make_shared<receive_budget>(opts_.max_pending_bytes,
+                                             opts_.max_pending_bytes_per_connection);
+  acceptor_strand_.emplace(asio::make_strand(rt_->context()));
+  acceptor_.emplace(*acceptor_strand_);
+  accept_timer_.emplace(*acceptor_strand_);
+  const tcp::endpoint ep(addr, opts_.port);
+  protocol_ = ep.protocol();
+  acceptor_->open(ep.protocol(), ec);
+  if (!ec)
+    acceptor_->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec)
+    acceptor_->bind(ep, ec);
+  if (!ec)
+    acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+  if (!ec) // accept_with_reserve() accepts without waiting
+    acceptor_->native_non_blocking(true, ec);
+  if (ec) {
+    std::error_code ignored;
+    acceptor_->close(ignored);
+    throw unavailable_error("cannot listen on " + to_string(ep) + ": " + ec.message());
+  }
+  port_ = acceptor_->local_endpoint().port();
+  address_ =
+      join_address(opts_.advertised_host.empty() ? opts_.host : opts_.advertised_host, port_);
+  // Said once, so that whoever runs a tokenless task learns that others can reach it;
+  // not when the program chose no token itself (token = "": a test, a deliberate setup).
+  if (!authenticated && !opts_.token)
+    log_line(opts_.log,
+             "serving " + address_ + " without a cluster token: " +
+                 (is_loopback_host(addr) ? "any local user" : "anyone who can reach it") +
+                 " can connect and run requests (set LOOM_CLUSTER_TOKEN or "
+                 "LOOM_CLUSTER_TOKEN_FILE for every task, or start the cluster with "
+                 "loom-launch, which generates one)");
+  rt_->run_on(*acceptor_strand_, [self = shared_from_this()] { self->accept_next(); });
+}
+
+LOOM_COMPILED_ONCE void server_core::stop() {
+  if (!registry_)
+    return;
+  auto conns = registry_->stop();
+  if (!conns)
+    return;
+  rt_->run_on(*acceptor_strand_, [self = shared_from_this()] {
+    std::error_code ec;
+    self->acceptor_->close(ec);
+    self->accept_timer_->cancel();
+    self->close_reserve();
+  });
+  for (auto& c : *conns)
+    c->close("the server is stopping");
+  rt_->shutdown();
+  limiter_->flush();
+  registry_->clear();
+}
+
+LOOM_COMPILED_ONCE auto server_core::stats() -> server_stats {
+  server_stats st;
+  if (registry_)
+    std::tie(st.connections, st.handshaking) = registry_->counts();
+  st.pending_bytes = budget_ ? budget_->held() : 0;
+  return st;
+}
+
+LOOM_COMPILED_ONCE auto server_core::route(const reply_state& st, std::uint64_t payload_bytes)
+    -> std::shared_ptr<connection> {
+  if (payload_bytes < opts_.bulk_threshold || st.served->role != connection_role::control)
+    return nullptr;
+  auto b = registry_->bulk_for(st.client_id);
+  return b && !b->closed() ? b : nullptr;
+}
+
+LOOM_COMPILED_ONCE auto server_core::destination(served_connection& s, connection& c,
+                                                 const frame_header& h, const frame_meta& m,
+                                                 std::string_view user, std::size_t i,
+                                                 const payload_info& p) -> any_tensor {
+  if (h.kind != frame_kind::request)
+    return {};
+  allocator_fn a;
+  {
+    std::shared_lock lk(hmu_);
+    auto it = handlers_.find(m.env.method);
+    if (it == handlers_.end() || !it->second.alloc)
+      return {};
+    a = it->second.alloc;
+  }
+  return a(request_preview{m.env.method, user, c.peer(), s.client_id, h.request_id}, i, p);
+}
+
+LOOM_COMPILED_ONCE void server_core::on_frame(served_connection& s,
+                                              const std::shared_ptr<connection>& c,
+                                              incoming_frame&& f) {
+  if (!std::exchange(s.settled, true))
+    settle(c, s.process_id);
+  if (f.header.kind == frame_kind::cancel)
+    return; // the client already gave up; nothing runs twice
+  if (f.header.kind != frame_kind::request) {
+    log_line(log_, "unexpected " + std::string(to_string(f.header.kind)) + " frame from " +
+                       c->peer() + "; ignored");
+    return;
+  }
+  auto st = std::make_shared<reply_state>();
+  s.in_flight.fetch_add(1, std::memory_order_relaxed); // until st goes (its destructor)
+  st->conn = c;
+  st->served = s.shared_from_this();
+  st->router = weak_from_this();
+  st->id = f.header.request_id;
+  st->client_id = s.client_id;
+  st->method = f.meta.env.method;
+
+  if (!remember(request_key{s.client_id, st->id})) {
+    st->done = true;
+    responder::send_error(*st, error_code::already_exists,
+                          "request " + std::to_string(st->id) + " ('" + st->method +
+                              "') from this client was already received (a duplicate after a "
+                              "retry?); it is not run twice");
+    return;
+  }
+  handler_fn h;
+  {
+    std::shared_lock lk(hmu_);
+    auto it = handlers_.find(st->method);
+    if (it != handlers_.end())
+      h = it->second.handler;
+  }
+  if (!h) {
+    st->done = true;
+    responder::send_error(*st, error_code::unimplemented,
+                          "no handler for method '" + st->method + "' on server " + address_);
+    return;
+  }
+  if (!f.buffer_error.empty()) {
+    st->done = true;
+    responder::send_error(*st, error_code::invalid_argument,
+                          "request '" + st->method + "': " + f.buffer_error);
+    return;
+  }
+  request req;
+  req.frame_ = std::move(f);
+  req.peer_ = c->peer();
+  req.client_id_ = s.client_id;
+  try {
+    h(std::move(req), responder(st));
+  } catch (const loom::error& e) {
+    if (!st->done.exchange(true))
+      responder::send_error(*st, e.code(), e.message());
+    else
+      log_line(opts_.log, "handler of '" + st->method + "' threw after replying: " + e.what());
+  } catch (const std::exception& e) {
+    if (!st->done.exchange(true))
+      responder::send_error(*st, error_code::internal,
+                            "the handler of '" + st->method + "' threw: " + e.what());
+    else
+      log_line(opts_.log, "handler of '" + st->method + "' threw after replying: " + e.what());
+  }
+}
+
+LOOM_COMPILED_ONCE void server_core::settle(const std::shared_ptr<connection>& c,
+                                            std::uint64_t process_id) {
+  if (c->secure())
+    return;
+  if (auto home = registry_->home(c, process_id, rt_->index_of(c->context())))
+    c->move_to(rt_->context_at(*home));
+}
+
+LOOM_COMPILED_ONCE bool server_core::remember(const request_key& k) {
+  std::lock_guard lk(dmu_);
+  if (!seen_.insert(k).second)
+    return false;
+  order_.push_back(k);
+  while (order_.size() > opts_.dedupe_window) {
+    seen_.erase(order_.front());
+    order_.pop_front();
+  }
+  return true;
+}
+
+LOOM_COMPILED_ONCE void server_core::accept_next() {
+  reopen_reserve();
+  auto c = std::make_shared<connection>(rt_, opts_.limits, log_);
+  acceptor_->async_accept(
+      c->socket(),
+      asio::bind_executor(*acceptor_strand_, [self = shared_from_this(), c](std::error_code ec) {
+        self->on_accepted(c, ec);
+      }));
+}
+
+LOOM_COMPILED_ONCE void server_core::on_accepted(const std::shared_ptr<connection>& c,
+                                                 std::error_code ec) {
+  if (ec == asio::error::operation_aborted)
+    return;
+  if (registry_->stopping())
+    return;
+  if (!ec) {
+    backoff_ = {};
+    serve(c);
+    return accept_next();
+  }
+  const bool out_of_descriptors =
+      ec == asio::error::no_descriptors || ec == std::errc::too_many_files_open_in_system;
+  const auto outcome = out_of_descriptors ? make_room_for_peer() : room::none;
+  if (outcome == room::served)
+    return accept_next(); // the waiting peer is served: a descriptor was given up for it
+  if (outcome == room::made) {
+    // A descriptor is being given up (its connection closes on its own strand): try
+    // again shortly, without counting this as a failure.
+    return retry_accept_after(opts_.accept_backoff);
+  }
+  // Never re-arm at once: the error would come straight back (a full descriptor table
+  // makes every accept fail while the peer waits in the backlog), spinning a core and
+  // writing a line per try. Back off, doubling, and log once per interval.
+  backoff_ = backoff_.count() == 0 ? opts_.accept_backoff
+                                   : std::min(backoff_ * 2, opts_.max_accept_backoff);
+  log_line(log_, "accepting a connection on " + address_ + " failed: " + ec.message() +
+                     (out_of_descriptors ? " (no connection could be given up for it)" : "") +
+                     "; retrying in " + std::to_string(backoff_.count()) + " ms");
+  retry_accept_after(backoff_);
+}
+
+LOOM_COMPILED_ONCE void server_core::retry_accept_after(std::chrono::milliseconds wait) {
+  accept_timer_->expires_after(wait);
+  accept_timer_->async_wait(
+      asio::bind_executor(*acceptor_strand_, [self = shared_from_this()](std::error_code e) {
+        if (!e)
+          self->accept_next();
+      }));
+}
+
+LOOM_COMPILED_ONCE void server_core::serve(const std::shared_ptr<connection>& c) {
+  evict(registry_->track(c, opts_.max_handshaking_connections),
+        "it had not finished its handshake, the oldest of more than "
+        "max_handshaking_connections (" +
+            std::to_string(opts_.max_handshaking_connections) + ")");
+  c->attach_budget(budget_);
+  c->configure_socket();
+  c->enable_keepalive(live_);
+  c->run([self = shared_from_this(), c] { self->handshake(c); });
+}
+
+LOOM_COMPILED_ONCE auto server_core::make_room_for_peer() -> room {
+#ifdef LOOM_NET_RESERVE_FD
+  if (reserve_fd_ < 0)
+    return make_room() ? room::made : room::none;
+  close_reserve();
+  const int fd = ::accept(acceptor_->native_handle(), nullptr, nullptr);
+  if (fd < 0) {
+    const bool gone = errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED;
+    reopen_reserve();
+    return gone ? room::made : room::none; // gone: the peer left the backlog; try again
+  }
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  if (!make_room()) {
+    ::close(fd);
+    reopen_reserve();
+    return room::none;
+  }
+  auto c = std::make_shared<connection>(rt_, opts_.limits, log_);
+  std::error_code ec;
+  c->socket().assign(protocol_, fd, ec);
+  if (ec) {
+    ::close(fd);
+    return room::made;
+  }
+  serve(c);
+  return room::served; // the reserve is reopened once the descriptor given up is closed
+#else
+  return make_room() ? room::made : room::none;
+#endif
+}
+
+LOOM_COMPILED_ONCE auto server_core::admit(const std::shared_ptr<connection>& c,
+                                           const hello_msg& hello) -> std::shared_ptr<frame_sink> {
+  auto sink = std::make_shared<served_sink>(shared_from_this(), hello);
+  std::vector<std::shared_ptr<connection>> evicted;
+  if (!registry_->admit(c, sink, opts_.max_connections, opts_.idle_eviction_grace, address_,
+                        evicted))
+    return nullptr; // stopping, or given up meanwhile (closing)
+  evict(evicted, "the server was at max_connections (" + std::to_string(opts_.max_connections) +
+                     ") and its client was the idlest");
+  return sink;
+}
+
+LOOM_COMPILED_ONCE void server_core::handshake(const std::shared_ptr<connection>& c) {
+  auto self = shared_from_this();
+  start_server_handshake(
+      c, token_, tls_, address_, log_, std::chrono::steady_clock::now() + opts_.handshake_timeout,
+      [self](const std::shared_ptr<connection>& admitted, const hello_msg& hello) {
+        return self->admit(admitted, hello);
+      },
+      [self](const std::shared_ptr<connection>& dropped) { self->untrack(dropped); });
+}
+
+} // namespace loom::net::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -8,6 +8,7 @@
 // Also the options every connection's socket gets once connected or accepted.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/net/transport.hpp>
 
 #include <asio/io_context.hpp>
@@ -71,33 +72,7 @@ public:
   // old socket and could not be given to the new one (it is closed then, as the connection
   // must be). Either way the request is spent.
   bool move([[maybe_unused]] transport& io, [[maybe_unused]] asio::steady_timer& timer,
-            [[maybe_unused]] std::error_code& failed) {
-#ifndef LOOM_NET_MOVABLE_SOCKETS
-    return false;
-#else
-    const strand_type to = asio::make_strand(*std::exchange(move_to_, nullptr));
-    std::error_code ec;
-    const auto protocol = io.socket().local_endpoint(ec).protocol();
-    if (ec)
-      return false; // closing: the read that follows says why
-    const auto fd = io.socket().release(ec);
-    if (ec)
-      return false; // still the old socket's: it stays where it is
-    asio::ip::tcp::socket moved_socket(to);
-    moved_socket.assign(protocol, fd, ec);
-    if (ec) {
-      ::close(fd);
-      failed = ec;
-      return false;
-    }
-    moved_socket.non_blocking(true, ec); // as configure_socket() left it: reads never wait
-    io.socket() = std::move(moved_socket);
-    timer = asio::steady_timer(to);
-    std::lock_guard lk(mu_);
-    strand_ = to;
-    return true;
-#endif
-  }
+            [[maybe_unused]] std::error_code& failed);
 
 private:
   mutable std::mutex mu_; // guards strand_, which move() changes once
@@ -106,3 +81,41 @@ private:
 };
 
 } // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE bool socket_placement::move([[maybe_unused]] transport& io,
+                                               [[maybe_unused]] asio::steady_timer& timer,
+                                               [[maybe_unused]] std::error_code& failed) {
+#ifndef LOOM_NET_MOVABLE_SOCKETS
+  return false;
+#else
+  const strand_type to = asio::make_strand(*std::exchange(move_to_, nullptr));
+  std::error_code ec;
+  const auto protocol = io.socket().local_endpoint(ec).protocol();
+  if (ec)
+    return false; // closing: the read that follows says why
+  const auto fd = io.socket().release(ec);
+  if (ec)
+    return false; // still the old socket's: it stays where it is
+  asio::ip::tcp::socket moved_socket(to);
+  moved_socket.assign(protocol, fd, ec);
+  if (ec) {
+    ::close(fd);
+    failed = ec;
+    return false;
+  }
+  moved_socket.non_blocking(true, ec); // as configure_socket() left it: reads never wait
+  io.socket() = std::move(moved_socket);
+  timer = asio::steady_timer(to);
+  std::lock_guard lk(mu_);
+  strand_ = to;
+  return true;
+#endif
+}
+
+} // namespace loom::net
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

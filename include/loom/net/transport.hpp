@@ -16,6 +16,7 @@
 //   read raw (they are discarded, decrypted or not).
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/net/tls.hpp>
 
 #include <asio/io_context.hpp>
@@ -52,13 +53,7 @@ public:
 
   // From now on the bytes go through TLS with `ctx` (called before any byte of the
   // connection is sent or received).
-  void use_tls(std::shared_ptr<tls_context> ctx) {
-    ctx_ = std::move(ctx);
-    tls_ = std::make_unique<tls_stream>(sock_, ctx_->native());
-    // asio asks OpenSSL to free a connection's buffers whenever they empty; a loom
-    // connection reads and writes all its life, so keep them (2 x ~17 KiB).
-    SSL_clear_mode(tls_->native_handle(), SSL_MODE_RELEASE_BUFFERS);
-  }
+  void use_tls(std::shared_ptr<tls_context> ctx);
 
   // The TLS handshake, as the context's role.
   template <class Handler> void async_handshake(Handler&& h) {
@@ -140,3 +135,19 @@ private:
 };
 
 } // namespace loom::net
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::net {
+
+LOOM_COMPILED_ONCE void transport::use_tls(std::shared_ptr<tls_context> ctx) {
+  ctx_ = std::move(ctx);
+  tls_ = std::make_unique<tls_stream>(sock_, ctx_->native());
+  // asio asks OpenSSL to free a connection's buffers whenever they empty; a loom
+  // connection reads and writes all its life, so keep them (2 x ~17 KiB).
+  SSL_clear_mode(tls_->native_handle(), SSL_MODE_RELEASE_BUFFERS);
+}
+
+} // namespace loom::net
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

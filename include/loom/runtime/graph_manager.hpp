@@ -3,6 +3,7 @@
 // by handle for every step a master runs of it (runtime/step_driver.hpp runs it).
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/graph/graph.hpp>
 #include <loom/kernels/registry.hpp>
 #include <loom/runtime/executor.hpp>
@@ -23,16 +24,7 @@ namespace loom::detail {
 // on it (immutable), and what the plan's runs keep (plan_caches). Shared by the
 // steps that run it, so a deregistration never pulls it from under one.
 struct registered_partition {
-  registered_partition(graph partition, const run_request& req)
-      : g(std::move(partition)), p(g, req), caches(p) {
-    for (const plan::item& s : p.items()) {
-      const node_def& n = g.node(s.id);
-      may_wait = may_wait || s.k == plan::item::kind::recv ||
-                 (s.k == plan::item::kind::kernel && op_registry::instance().find(n.op).blocking);
-      if (s.k == plan::item::kind::recv || s.k == plan::item::kind::send)
-        peers.insert(s.transfer.peer_task);
-    }
-  }
+  registered_partition(graph partition, const run_request& req);
   registered_partition(const registered_partition&) = delete;
   registered_partition& operator=(const registered_partition&) = delete;
 
@@ -49,13 +41,7 @@ public:
   explicit graph_manager(std::string task) : task_(std::move(task)) {}
 
   // Plans `partition` for `req` (node ids of the partition) and returns its handle.
-  std::uint64_t add(graph partition, const run_request& req) {
-    auto part = std::make_shared<registered_partition>(std::move(partition), req);
-    std::lock_guard lock(mu_);
-    const std::uint64_t handle = ++next_handle_;
-    partitions_.emplace(handle, std::move(part));
-    return handle;
-  }
+  std::uint64_t add(graph partition, const run_request& req);
 
   void remove(std::uint64_t handle) {
     std::lock_guard lock(mu_);
@@ -69,24 +55,7 @@ public:
 
   // The partition `handle`, for a step with `feeds` values: aborted_error where the task
   // has none by that handle, invalid_argument_error where the feeds are not its fed nodes'.
-  std::shared_ptr<registered_partition> find(std::uint64_t handle, std::size_t feeds) const {
-    std::shared_ptr<registered_partition> part;
-    {
-      std::lock_guard lock(mu_);
-      auto it = partitions_.find(handle);
-      if (it == partitions_.end())
-        // Aborted, as TF's worker says: the task restarted since the session
-        // registered the graph, and a recreated session registers it again.
-        throw aborted_error(task_ + " has no registered graph " + std::to_string(handle) +
-                            " (the task restarted since the session registered it)");
-      part = it->second;
-    }
-    if (feeds != part->p.fed().size())
-      throw invalid_argument_error(task_ + ": a step of graph " + std::to_string(handle) +
-                                   " needs " + std::to_string(part->p.fed().size()) +
-                                   " feeds, got " + std::to_string(feeds));
-    return part;
-  }
+  std::shared_ptr<registered_partition> find(std::uint64_t handle, std::size_t feeds) const;
 
 private:
   std::string task_;
@@ -96,3 +65,51 @@ private:
 };
 
 } // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE registered_partition::registered_partition(graph partition,
+                                                              const run_request& req)
+    : g(std::move(partition)), p(g, req), caches(p) {
+  for (const plan::item& s : p.items()) {
+    const node_def& n = g.node(s.id);
+    may_wait = may_wait || s.k == plan::item::kind::recv ||
+               (s.k == plan::item::kind::kernel && op_registry::instance().find(n.op).blocking);
+    if (s.k == plan::item::kind::recv || s.k == plan::item::kind::send)
+      peers.insert(s.transfer.peer_task);
+  }
+}
+
+LOOM_COMPILED_ONCE std::uint64_t graph_manager::add(graph partition, const run_request& req) {
+  auto part = std::make_shared<registered_partition>(std::move(partition), req);
+  std::lock_guard lock(mu_);
+  const std::uint64_t handle = ++next_handle_;
+  partitions_.emplace(handle, std::move(part));
+  return handle;
+}
+
+LOOM_COMPILED_ONCE auto graph_manager::find(std::uint64_t handle, std::size_t feeds) const
+    -> std::shared_ptr<registered_partition> {
+  std::shared_ptr<registered_partition> part;
+  {
+    std::lock_guard lock(mu_);
+    auto it = partitions_.find(handle);
+    if (it == partitions_.end())
+      // Aborted, as TF's worker says: the task restarted since the session
+      // registered the graph, and a recreated session registers it again.
+      throw aborted_error(task_ + " has no registered graph " + std::to_string(handle) +
+                          " (the task restarted since the session registered it)");
+    part = it->second;
+  }
+  if (feeds != part->p.fed().size())
+    throw invalid_argument_error(task_ + ": a step of graph " + std::to_string(handle) + " needs " +
+                                 std::to_string(part->p.fed().size()) + " feeds, got " +
+                                 std::to_string(feeds));
+  return part;
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

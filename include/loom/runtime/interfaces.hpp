@@ -13,6 +13,7 @@
 #include <loom/cluster/cluster_spec.hpp>
 #include <loom/cluster/liveness_settings.hpp>
 #include <loom/cluster/tls_settings.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/graph/graph.hpp>
@@ -178,15 +179,7 @@ struct run_request {
 
   // What a master caches a request's plan or partitions under, with the
   // graph version it was made for.
-  std::string key(std::uint64_t graph_version) const {
-    std::string k = std::to_string(graph_version) + "|";
-    for (auto v : {&fetches, &targets, &fed}) {
-      for (node_id id : *v)
-        k += std::to_string(id) + ",";
-      k += "|";
-    }
-    return k;
-  }
+  std::string key(std::uint64_t graph_version) const;
 };
 
 // Runs a session's steps (TF's MasterInterface, with the master session it
@@ -266,3 +259,21 @@ private:
 } // namespace detail
 
 } // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE std::string run_request::key(std::uint64_t graph_version) const {
+  std::string k = std::to_string(graph_version) + "|";
+  for (auto v : {&fetches, &targets, &fed}) {
+    for (node_id id : *v)
+      k += std::to_string(id) + ",";
+    k += "|";
+  }
+  return k;
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -5,6 +5,7 @@
 // or <loom/loom.hpp>'s in a program built without it.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/runtime/interfaces.hpp>
 #include <loom/runtime/local_master.hpp>
 #include <loom/runtime/master.hpp>
@@ -32,28 +33,9 @@ public:
     return std::make_unique<task_server>(std::move(cluster), std::move(job), task, std::move(o));
   }
   void reset(const std::string& target, const std::vector<std::string>& containers,
-             cluster_session_options o) override {
-    const auto deadline = std::chrono::steady_clock::now() + o.connect_timeout;
-    o.quiet = true; // a task not reached is named in the error, not logged while retried
-    loom::detail::cluster_master(target, std::move(o)).reset(containers, deadline);
-  }
+             cluster_session_options o) override;
   shutdown_report shutdown_cluster(const std::string& target, const std::vector<std::string>& jobs,
-                                   cluster_session_options o) override {
-    const auto deadline = std::chrono::steady_clock::now() + o.connect_timeout;
-    const bool quiet = o.quiet;
-    o.quiet = true; // a task not reached is named once below, not logged while retried
-    shutdown_report report =
-        loom::detail::cluster_master(target, std::move(o)).shutdown_cluster(jobs, deadline);
-    if (!quiet && !report.all_stopped()) {
-      std::string line = "shutdown_cluster: " + std::to_string(report.unreachable.size()) +
-                         " task(s) not reached, gone already or cut off (if one still runs, "
-                         "stop it by hand): ";
-      for (std::size_t i = 0; i < report.unreachable.size(); ++i)
-        line += (i ? "; " : "") + report.unreachable[i];
-      logging::warn(line);
-    }
-    return report;
-  }
+                                   cluster_session_options o) override;
   ping_report ping_cluster(const std::string& target, const std::vector<std::string>& jobs,
                            cluster_session_options o) override {
     o.quiet = true; // the report says who did not answer
@@ -67,3 +49,39 @@ inline linked_runtime the_linked_runtime;
 inline const bool linked_runtime_installed = runtime_factory::install(the_linked_runtime);
 
 } // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE void linked_runtime::reset(const std::string& target,
+                                              const std::vector<std::string>& containers,
+                                              cluster_session_options o) {
+  const auto deadline = std::chrono::steady_clock::now() + o.connect_timeout;
+  o.quiet = true; // a task not reached is named in the error, not logged while retried
+  loom::detail::cluster_master(target, std::move(o)).reset(containers, deadline);
+}
+
+LOOM_COMPILED_ONCE auto linked_runtime::shutdown_cluster(const std::string& target,
+                                                         const std::vector<std::string>& jobs,
+                                                         cluster_session_options o)
+    -> shutdown_report {
+  const auto deadline = std::chrono::steady_clock::now() + o.connect_timeout;
+  const bool quiet = o.quiet;
+  o.quiet = true; // a task not reached is named once below, not logged while retried
+  shutdown_report report =
+      loom::detail::cluster_master(target, std::move(o)).shutdown_cluster(jobs, deadline);
+  if (!quiet && !report.all_stopped()) {
+    std::string line = "shutdown_cluster: " + std::to_string(report.unreachable.size()) +
+                       " task(s) not reached, gone already or cut off (if one still runs, "
+                       "stop it by hand): ";
+    for (std::size_t i = 0; i < report.unreachable.size(); ++i)
+      line += (i ? "; " : "") + report.unreachable[i];
+    logging::warn(line);
+  }
+  return report;
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

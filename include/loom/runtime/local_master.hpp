@@ -4,6 +4,7 @@
 // its own resource containers.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/kernels/cpu/cpu_pool.hpp>
 #include <loom/runtime/executor.hpp>
 #include <loom/runtime/interfaces.hpp>
@@ -31,22 +32,7 @@ public:
         placement_log_(o.placement_log) {}
 
   std::vector<any_tensor> run(const graph& g, const run_request& req, std::vector<any_tensor> feeds,
-                              step_stats* trace) override {
-    cached_plan& c = plan_for(g, req);
-    if (!trace)
-      return run_plan(c.p, c.caches, g, std::move(feeds), cpu_.device(), resources_);
-    // One task, on the client's own clock.
-    this_thread_role() = "client";
-    step_tracer tracer;
-    const std::int64_t start = steady_now_ns();
-    auto fetched =
-        run_plan(c.p, c.caches, g, std::move(feeds), cpu_.device(), resources_, nullptr, &tracer);
-    *trace = step_stats{++traced_steps_, start, steady_now_ns(), {}};
-    task_trace t = tracer.finish();
-    trace->tasks.push_back(
-        {local_task, std::move(t.nodes), std::move(t.thread_roles), 0, 0, 0, true});
-    return fetched;
-  }
+                              step_stats* trace) override;
 
 private:
   static constexpr const char* local_task = "/job:localhost/replica:0/task:0";
@@ -61,36 +47,11 @@ private:
     plan_caches caches;
   };
 
-  cached_plan& plan_for(const graph& g, const run_request& req) {
-    if (g.version() != planned_version_) { // plans of an older graph are stale
-      plans_.clear();
-      planned_version_ = g.version();
-    }
-    const std::string key = req.key(g.version());
-    auto it = plans_.find(key);
-    if (it == plans_.end())
-      it = plans_
-               .emplace(key,
-                        std::make_unique<cached_plan>(g, req, allow_fusion_, place_nodes(g, req)))
-               .first;
-    return *it->second;
-  }
+  cached_plan& plan_for(const graph& g, const run_request& req);
 
   // Places the nodes a request runs on this process's devices (the placer's
   // rules and messages, as on a cluster): each node id's location.
-  std::vector<memory_location> place_nodes(const graph& g, const run_request& req) const {
-    std::set<node_id> ref_only;
-    std::vector<node_def> nodes = nodes_to_place(g, req, ref_only);
-    std::vector<device_spec> devices{device_spec::from_string(local_cpu)};
-    for (int i = 0, n = gpu_count(); i < n; ++i)
-      devices.push_back(device_spec::from_string("/job:localhost/replica:0/task:0/device:GPU:" +
-                                                 std::to_string(i)));
-    place(nodes, devices, placement_, placement_log_);
-    std::vector<memory_location> placed(g.size());
-    for (const node_def& n : nodes)
-      placed[static_cast<std::size_t>(n.id)] = location_of(n);
-    return placed;
-  }
+  std::vector<memory_location> place_nodes(const graph& g, const run_request& req) const;
 
   resource_manager resources_;
   kernels::cpu_pool cpu_; // the intra-op pool its steps' CPU kernels run on
@@ -103,3 +64,61 @@ private:
 };
 
 } // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE auto local_master::run(const graph& g, const run_request& req,
+                                          std::vector<any_tensor> feeds, step_stats* trace)
+    -> std::vector<any_tensor> {
+  cached_plan& c = plan_for(g, req);
+  if (!trace)
+    return run_plan(c.p, c.caches, g, std::move(feeds), cpu_.device(), resources_);
+  // One task, on the client's own clock.
+  this_thread_role() = "client";
+  step_tracer tracer;
+  const std::int64_t start = steady_now_ns();
+  auto fetched =
+      run_plan(c.p, c.caches, g, std::move(feeds), cpu_.device(), resources_, nullptr, &tracer);
+  *trace = step_stats{++traced_steps_, start, steady_now_ns(), {}};
+  task_trace t = tracer.finish();
+  trace->tasks.push_back(
+      {local_task, std::move(t.nodes), std::move(t.thread_roles), 0, 0, 0, true});
+  return fetched;
+}
+
+LOOM_COMPILED_ONCE auto local_master::plan_for(const graph& g, const run_request& req)
+    -> cached_plan& {
+  if (g.version() != planned_version_) { // plans of an older graph are stale
+    plans_.clear();
+    planned_version_ = g.version();
+  }
+  const std::string key = req.key(g.version());
+  auto it = plans_.find(key);
+  if (it == plans_.end())
+    it =
+        plans_
+            .emplace(key, std::make_unique<cached_plan>(g, req, allow_fusion_, place_nodes(g, req)))
+            .first;
+  return *it->second;
+}
+
+LOOM_COMPILED_ONCE auto local_master::place_nodes(const graph& g, const run_request& req) const
+    -> std::vector<memory_location> {
+  std::set<node_id> ref_only;
+  std::vector<node_def> nodes = nodes_to_place(g, req, ref_only);
+  std::vector<device_spec> devices{device_spec::from_string(local_cpu)};
+  for (int i = 0, n = gpu_count(); i < n; ++i)
+    devices.push_back(device_spec::from_string("/job:localhost/replica:0/task:0/device:GPU:" +
+                                               std::to_string(i)));
+  place(nodes, devices, placement_, placement_log_);
+  std::vector<memory_location> placed(g.size());
+  for (const node_def& n : nodes)
+    placed[static_cast<std::size_t>(n.id)] = location_of(n);
+  return placed;
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -5,6 +5,7 @@
 // step however many nodes on that task read it.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/graph/graph.hpp>
 #include <loom/graph/serialize.hpp>
 #include <loom/placement/placer.hpp>
@@ -33,9 +34,33 @@ struct graph_partition {
 // What both masters give the placer for a session: its soft placement,
 // logging and device filters, the device of the nodes that ask for none, and
 // which kernels this program has.
-inline placer_options session_placement(bool allow_soft_placement, bool log_device_placement,
-                                        std::vector<std::string> device_filters,
-                                        std::string default_device) {
+LOOM_COMPILED_ONCE placer_options session_placement(bool allow_soft_placement,
+                                                    bool log_device_placement,
+                                                    std::vector<std::string> device_filters,
+                                                    std::string default_device);
+
+// The nodes to place for a request: those it runs, and the variables that its
+// updates only reference (they must exist where the update runs, but are not
+// read). ref_only is set for the latter.
+LOOM_COMPILED_ONCE std::vector<node_def> nodes_to_place(const graph& g, const run_request& req,
+                                                        std::set<node_id>& ref_only);
+
+// `placed` holds nodes_to_place() with assigned_device set (placement/placer.hpp).
+LOOM_COMPILED_ONCE std::vector<graph_partition> partition_graph(const graph& g,
+                                                                const run_request& req,
+                                                                const std::vector<node_def>& placed,
+                                                                const std::set<node_id>& ref_only);
+
+} // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE placer_options session_placement(bool allow_soft_placement,
+                                                    bool log_device_placement,
+                                                    std::vector<std::string> device_filters,
+                                                    std::string default_device) {
   placer_options po;
   po.allow_soft_placement = allow_soft_placement;
   po.log_device_placement = log_device_placement;
@@ -47,11 +72,8 @@ inline placer_options session_placement(bool allow_soft_placement, bool log_devi
   return po;
 }
 
-// The nodes to place for a request: those it runs, and the variables that its
-// updates only reference (they must exist where the update runs, but are not
-// read). ref_only is set for the latter.
-inline std::vector<node_def> nodes_to_place(const graph& g, const run_request& req,
-                                            std::set<node_id>& ref_only) {
+LOOM_COMPILED_ONCE std::vector<node_def> nodes_to_place(const graph& g, const run_request& req,
+                                                        std::set<node_id>& ref_only) {
   std::vector<char> needed = needed_nodes(g, req);
   const std::set<node_id> fed(req.fed.begin(), req.fed.end());
   for (std::size_t i = 0; i < needed.size(); ++i) {
@@ -72,10 +94,10 @@ inline std::vector<node_def> nodes_to_place(const graph& g, const run_request& r
   return out;
 }
 
-// `placed` holds nodes_to_place() with assigned_device set (placement/placer.hpp).
-inline std::vector<graph_partition> partition_graph(const graph& g, const run_request& req,
-                                                    const std::vector<node_def>& placed,
-                                                    const std::set<node_id>& ref_only) {
+LOOM_COMPILED_ONCE std::vector<graph_partition> partition_graph(const graph& g,
+                                                                const run_request& req,
+                                                                const std::vector<node_def>& placed,
+                                                                const std::set<node_id>& ref_only) {
   auto task_of = [](const node_def& n) {
     const device_spec d = device_spec::from_string(n.assigned_device);
     return "/job:" + d.job().value_or("localhost") +
@@ -237,3 +259,5 @@ inline std::vector<graph_partition> partition_graph(const graph& g, const run_re
 }
 
 } // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <loom/cluster/cluster_spec.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/graph/serialize.hpp>
@@ -31,48 +32,10 @@ struct string_values {
   template <class A> void serialize(A& ar) { ar(positions, values); }
 
   // Moves the string tensors out of `all`; the others stay, in order.
-  static string_values take(std::vector<any_tensor>& all) {
-    string_values s;
-    auto is_string = [](const any_tensor& t) { return !t.empty() && t.type() == dtype::string; };
-    if (std::none_of(all.begin(), all.end(), is_string))
-      return s;
-    std::vector<any_tensor> rest;
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      if (is_string(all[i])) {
-        s.positions.push_back(static_cast<std::uint32_t>(i));
-        s.values.push_back(std::move(all[i]));
-      } else {
-        rest.push_back(std::move(all[i]));
-      }
-    }
-    all = std::move(rest);
-    return s;
-  }
+  static string_values take(std::vector<any_tensor>& all);
 
   // Puts the string tensors back among `payloads`.
-  void restore(std::vector<any_tensor>& payloads) && {
-    if (values.empty())
-      return;
-    if (positions.size() != values.size())
-      throw data_loss_error("a message has " + std::to_string(values.size()) +
-                            " string tensors but " + std::to_string(positions.size()) +
-                            " positions");
-    const std::size_t n = payloads.size() + values.size();
-    std::vector<any_tensor> all;
-    all.reserve(n);
-    std::size_t next_string = 0, next_payload = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (next_string < positions.size() && positions[next_string] == i)
-        all.push_back(std::move(values[next_string++]));
-      else if (next_payload < payloads.size())
-        all.push_back(std::move(payloads[next_payload++]));
-      else
-        break;
-    }
-    if (next_string != values.size())
-      throw data_loss_error("a message places its string tensors at invalid positions");
-    payloads = std::move(all);
-  }
+  void restore(std::vector<any_tensor>& payloads) &&;
 };
 
 // Method names.
@@ -89,13 +52,7 @@ inline constexpr const char* shutdown = "loom.shutdown";
 struct cluster_def {
   std::map<std::string, std::map<int, std::string>> jobs;
 
-  static cluster_def of(const cluster_spec& c) {
-    cluster_def d;
-    for (const auto& job : c.jobs())
-      for (int t : c.task_indices(job))
-        d.jobs[job][t] = c.task_address(job, t);
-    return d;
-  }
+  static cluster_def of(const cluster_spec& c);
   cluster_spec spec() const {
     cluster_spec c;
     for (const auto& [job, tasks] : jobs)
@@ -175,3 +132,60 @@ struct reset_request {
 };
 
 } // namespace loom::protocol
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::protocol {
+
+LOOM_COMPILED_ONCE auto string_values::take(std::vector<any_tensor>& all) -> string_values {
+  string_values s;
+  auto is_string = [](const any_tensor& t) { return !t.empty() && t.type() == dtype::string; };
+  if (std::none_of(all.begin(), all.end(), is_string))
+    return s;
+  std::vector<any_tensor> rest;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (is_string(all[i])) {
+      s.positions.push_back(static_cast<std::uint32_t>(i));
+      s.values.push_back(std::move(all[i]));
+    } else {
+      rest.push_back(std::move(all[i]));
+    }
+  }
+  all = std::move(rest);
+  return s;
+}
+
+LOOM_COMPILED_ONCE void string_values::restore(std::vector<any_tensor>& payloads) && {
+  if (values.empty())
+    return;
+  if (positions.size() != values.size())
+    throw data_loss_error("a message has " + std::to_string(values.size()) +
+                          " string tensors but " + std::to_string(positions.size()) + " positions");
+  const std::size_t n = payloads.size() + values.size();
+  std::vector<any_tensor> all;
+  all.reserve(n);
+  std::size_t next_string = 0, next_payload = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (next_string < positions.size() && positions[next_string] == i)
+      all.push_back(std::move(values[next_string++]));
+    else if (next_payload < payloads.size())
+      all.push_back(std::move(payloads[next_payload++]));
+    else
+      break;
+  }
+  if (next_string != values.size())
+    throw data_loss_error("a message places its string tensors at invalid positions");
+  payloads = std::move(all);
+}
+
+LOOM_COMPILED_ONCE auto cluster_def::of(const cluster_spec& c) -> cluster_def {
+  cluster_def d;
+  for (const auto& job : c.jobs())
+    for (int t : c.task_indices(job))
+      d.jobs[job][t] = c.task_address(job, t);
+  return d;
+}
+
+} // namespace loom::protocol
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -9,6 +9,7 @@
 // compile time (dtype, rank) and at run time (shape).
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/graph/lower.hpp>
 #include <loom/graph/output.hpp>
 #include <loom/runtime/interfaces.hpp>
@@ -160,34 +161,13 @@ public:
   // Runs by node ids, for untyped callers (optimizers, the supervisor, tools).
   std::vector<any_tensor> run_nodes(const std::vector<node_id>& fetch_ids,
                                     const std::vector<node_id>& target_ids,
-                                    const std::vector<std::pair<node_id, any_tensor>>& feeds = {}) {
-    detail::run_request req;
-    std::vector<std::size_t> at;
-    at.reserve(fetch_ids.size());
-    for (node_id f : fetch_ids)
-      at.push_back(add_once(req.fetches, f));
-    for (node_id t : target_ids)
-      add_once(req.targets, t);
-    feed_dict none;
-    std::vector<any_tensor> fetched = execute(req, none, &feeds);
-    std::vector<any_tensor> out; // one value per fetch, in order
-    out.reserve(fetch_ids.size());
-    for (std::size_t i : at)
-      out.push_back(take(fetched, i));
-    return out;
-  }
+                                    const std::vector<std::pair<node_id, any_tensor>>& feeds = {});
 
   const graph& graph_ref() const noexcept { return graph_; }
 
 private:
   // A node fetched or run twice is computed and sent once: its position in `list`.
-  static std::size_t add_once(std::vector<node_id>& list, node_id id) {
-    auto it = std::find(list.begin(), list.end(), id);
-    if (it != list.end())
-      return static_cast<std::size_t>(it - list.begin());
-    list.push_back(id);
-    return list.size() - 1;
-  }
+  static std::size_t add_once(std::vector<node_id>& list, node_id id);
 
   // The request a fetch makes, and how to turn the step's values into its result.
   template <class F> auto resolve_all(const F& fetch) {
@@ -239,16 +219,7 @@ private:
 
   // Where a run with `options` leaves its trace: nowhere unless traced.
   // A failed step leaves it empty.
-  static step_stats* trace_into(const run_options& options, run_metadata* metadata) {
-    if (metadata)
-      metadata->step_stats = {};
-    if (options.trace_level == trace_level::none)
-      return nullptr;
-    if (!metadata)
-      throw invalid_argument_error("session::run: run_options asks for a trace "
-                                   "(trace_level::full) but no run_metadata was given to hold it");
-    return &metadata->step_stats;
-  }
+  static step_stats* trace_into(const run_options& options, run_metadata* metadata);
 
   // `what` (a fetch, a target or a feed) is node `id` of `g`, which must be the session's graph.
   void check_graph(const graph& g, node_id id, const char* what) const {
@@ -262,53 +233,108 @@ private:
   std::vector<any_tensor>
   execute(detail::run_request& req, const feed_dict& feeds,
           const std::vector<std::pair<node_id, any_tensor>>* raw_feeds = nullptr,
-          step_stats* trace = nullptr) {
-    struct fed_value {
-      node_id id;
-      std::size_t order; // later feeds of a node win
-      const any_tensor* value;
-    };
-    std::vector<fed_value> fed;
-    auto add_feed = [&](node_id id, const any_tensor& v) {
-      check_feed(id, v);
-      fed.push_back({id, fed.size(), &v});
-    };
-    for (const feed& f : feeds) {
-      check_graph(f.graph_ref(), f.id(), "feed");
-      add_feed(f.id(), f.value());
-    }
-    if (raw_feeds)
-      for (auto& [id, v] : *raw_feeds)
-        add_feed(id, v);
-    // By node id (a request's key does not depend on the feeds' order), the last of a
-    // node's values kept.
-    std::sort(fed.begin(), fed.end(), [](const fed_value& a, const fed_value& b) {
-      return a.id != b.id ? a.id < b.id : a.order < b.order;
-    });
-    std::vector<any_tensor> values;
-    values.reserve(fed.size());
-    for (std::size_t i = 0; i < fed.size(); ++i) {
-      if (i + 1 < fed.size() && fed[i + 1].id == fed[i].id)
-        continue;
-      req.fed.push_back(fed[i].id);
-      values.push_back(*fed[i].value);
-    }
-    return master_->run(graph_, req, std::move(values), trace);
-  }
+          step_stats* trace = nullptr);
 
-  void check_feed(node_id id, const any_tensor& v) const {
-    const node_def& n = graph_.node(id);
-    if (v.type() != n.type)
-      throw invalid_argument_error(
-          "feed for '" + n.name + "': a " + std::string(to_string(v.type())) +
-          " tensor cannot feed a node of dtype " + std::string(to_string(n.type)));
-    if (!v.shape().compatible_with(n.shape))
-      throw invalid_argument_error("feed for '" + n.name + "': shape " + v.shape().to_string() +
-                                   " is incompatible with the node's shape " + n.shape.to_string());
-  }
+  void check_feed(node_id id, const any_tensor& v) const;
 
   graph graph_;
   std::unique_ptr<detail::master_interface> master_;
 };
 
 } // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom {
+
+LOOM_COMPILED_ONCE auto session::run_nodes(const std::vector<node_id>& fetch_ids,
+                                           const std::vector<node_id>& target_ids,
+                                           const std::vector<std::pair<node_id, any_tensor>>& feeds)
+    -> std::vector<any_tensor> {
+  detail::run_request req;
+  std::vector<std::size_t> at;
+  at.reserve(fetch_ids.size());
+  for (node_id f : fetch_ids)
+    at.push_back(add_once(req.fetches, f));
+  for (node_id t : target_ids)
+    add_once(req.targets, t);
+  feed_dict none;
+  std::vector<any_tensor> fetched = execute(req, none, &feeds);
+  std::vector<any_tensor> out; // one value per fetch, in order
+  out.reserve(fetch_ids.size());
+  for (std::size_t i : at)
+    out.push_back(take(fetched, i));
+  return out;
+}
+
+LOOM_COMPILED_ONCE std::size_t session::add_once(std::vector<node_id>& list, node_id id) {
+  auto it = std::find(list.begin(), list.end(), id);
+  if (it != list.end())
+    return static_cast<std::size_t>(it - list.begin());
+  list.push_back(id);
+  return list.size() - 1;
+}
+
+LOOM_COMPILED_ONCE auto session::trace_into(const run_options& options, run_metadata* metadata)
+    -> step_stats* {
+  if (metadata)
+    metadata->step_stats = {};
+  if (options.trace_level == trace_level::none)
+    return nullptr;
+  if (!metadata)
+    throw invalid_argument_error("session::run: run_options asks for a trace "
+                                 "(trace_level::full) but no run_metadata was given to hold it");
+  return &metadata->step_stats;
+}
+
+LOOM_COMPILED_ONCE auto
+session::execute(detail::run_request& req, const feed_dict& feeds,
+                 const std::vector<std::pair<node_id, any_tensor>>* raw_feeds, step_stats* trace)
+    -> std::vector<any_tensor> {
+  struct fed_value {
+    node_id id;
+    std::size_t order; // later feeds of a node win
+    const any_tensor* value;
+  };
+  std::vector<fed_value> fed;
+  auto add_feed = [&](node_id id, const any_tensor& v) {
+    check_feed(id, v);
+    fed.push_back({id, fed.size(), &v});
+  };
+  for (const feed& f : feeds) {
+    check_graph(f.graph_ref(), f.id(), "feed");
+    add_feed(f.id(), f.value());
+  }
+  if (raw_feeds)
+    for (auto& [id, v] : *raw_feeds)
+      add_feed(id, v);
+  // By node id (a request's key does not depend on the feeds' order), the last of a
+  // node's values kept.
+  std::sort(fed.begin(), fed.end(), [](const fed_value& a, const fed_value& b) {
+    return a.id != b.id ? a.id < b.id : a.order < b.order;
+  });
+  std::vector<any_tensor> values;
+  values.reserve(fed.size());
+  for (std::size_t i = 0; i < fed.size(); ++i) {
+    if (i + 1 < fed.size() && fed[i + 1].id == fed[i].id)
+      continue;
+    req.fed.push_back(fed[i].id);
+    values.push_back(*fed[i].value);
+  }
+  return master_->run(graph_, req, std::move(values), trace);
+}
+
+LOOM_COMPILED_ONCE void session::check_feed(node_id id, const any_tensor& v) const {
+  const node_def& n = graph_.node(id);
+  if (v.type() != n.type)
+    throw invalid_argument_error(
+        "feed for '" + n.name + "': a " + std::string(to_string(v.type())) +
+        " tensor cannot feed a node of dtype " + std::string(to_string(n.type)));
+  if (!v.shape().compatible_with(n.shape))
+    throw invalid_argument_error("feed for '" + n.name + "': shape " + v.shape().to_string() +
+                                 " is incompatible with the node's shape " + n.shape.to_string());
+}
+
+} // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -10,6 +10,7 @@
 // (docs/benchmarks.md, "Build cost").
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/log.hpp>
 
 #ifndef FMT_HEADER_ONLY
@@ -35,41 +36,57 @@ public:
     logger_.flush_on(spdlog::level::trace);  // a line is out before a crash or a kill
   }
 
-  void write(logging::level l, std::string_view task, std::string_view message) noexcept override {
-    try {
-      std::string line;
-      line.reserve(16 + task.size() + message.size());
-      line.append(logging::to_string(l)).append(" ").append(task).append(" loom: ").append(message);
-      logger_.log(to_spdlog(l), spdlog::string_view_t(line.data(), line.size()));
-    } catch (...) { // out of memory: the line is lost, the caller goes on
-    }
-  }
+  void write(logging::level l, std::string_view task, std::string_view message) noexcept override;
 
   // Installs one sink for the process and sets the level from LOOM_LOG_LEVEL, saying once
   // when the variable names no level. Called before main() by runtime/linked_runtime.hpp.
-  static bool install_from_environment() {
-    // Never destroyed: a line logged by a static object's destructor still finds it.
-    static spdlog_sink* const the_sink = new spdlog_sink;
-    logging::install(*the_sink);
-    if (const char* value = std::getenv("LOOM_LOG_LEVEL"); value && *value)
-      logging::set_level_from_variable(value);
-    return true;
-  }
+  static bool install_from_environment();
 
 private:
-  static spdlog::level::level_enum to_spdlog(logging::level l) noexcept {
-    switch (l) {
-    case logging::level::trace: return spdlog::level::trace;
-    case logging::level::debug: return spdlog::level::debug;
-    case logging::level::info: return spdlog::level::info;
-    case logging::level::warn: return spdlog::level::warn;
-    case logging::level::error: return spdlog::level::err;
-    case logging::level::off: break;
-    }
-    return spdlog::level::off;
-  }
+  static spdlog::level::level_enum to_spdlog(logging::level l) noexcept;
 
   spdlog::logger logger_{"loom", std::make_shared<spdlog::sinks::stderr_sink_mt>()};
 };
 
 } // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE void spdlog_sink::write(logging::level l, std::string_view task,
+                                           std::string_view message) noexcept {
+  try {
+    std::string line;
+    line.reserve(16 + task.size() + message.size());
+    line.append(logging::to_string(l)).append(" ").append(task).append(" loom: ").append(message);
+    logger_.log(to_spdlog(l), spdlog::string_view_t(line.data(), line.size()));
+  } catch (...) { // out of memory: the line is lost, the caller goes on
+  }
+}
+
+LOOM_COMPILED_ONCE bool spdlog_sink::install_from_environment() {
+  // Never destroyed: a line logged by a static object's destructor still finds it.
+  static spdlog_sink* const the_sink = new spdlog_sink;
+  logging::install(*the_sink);
+  if (const char* value = std::getenv("LOOM_LOG_LEVEL"); value && *value)
+    logging::set_level_from_variable(value);
+  return true;
+}
+
+LOOM_COMPILED_ONCE auto spdlog_sink::to_spdlog(logging::level l) noexcept
+    -> spdlog::level::level_enum {
+  switch (l) {
+  case logging::level::trace: return spdlog::level::trace;
+  case logging::level::debug: return spdlog::level::debug;
+  case logging::level::info: return spdlog::level::info;
+  case logging::level::warn: return spdlog::level::warn;
+  case logging::level::error: return spdlog::level::err;
+  case logging::level::off: break;
+  }
+  return spdlog::level::off;
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

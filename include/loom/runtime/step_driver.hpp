@@ -17,6 +17,7 @@
 //   nobody else would stop it waiting.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/runtime/executor.hpp>
 #include <loom/runtime/graph_manager.hpp>
 #include <loom/runtime/remote_worker.hpp>
@@ -73,95 +74,7 @@ public:
   // once. Throws (without calling done) only where the step could not start: the task is
   // shutting down.
   void run(std::shared_ptr<registered_partition> part, step_id step, std::vector<any_tensor> feeds,
-           step_run_options o, step_done_fn done) {
-    const bool watched = part->may_wait;
-    if (watched)
-      watchdog_.watch(
-          step, o.deadline, o.wanted ? o.wanted : [] { return true; }, o.unwanted);
-    auto finish = [this, step, watched, deadline = o.deadline, timeout = o.timeout,
-                   done = std::move(done)](std::vector<any_tensor> out, std::exception_ptr error) {
-      if (watched)
-        watchdog_.unwatch(step);
-      done(std::move(out), past_deadline(error, deadline, timeout));
-    };
-    const bool here = o.caller_may_wait && (part->p.blocks() || !part->may_wait);
-    if (here) { // to its end on this thread
-      std::vector<any_tensor> out;
-      std::exception_ptr error;
-      try {
-        out = execute(*part, step, std::move(feeds), o.tracer);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      finish(std::move(out), error);
-      return;
-    }
-    if (part->p.blocks()) { // to its end on a runner: its kernels wait
-      auto job = std::make_shared<std::vector<any_tensor>>(std::move(feeds));
-      if (!runners_.submit(
-              [this, part, step, job, tracer = o.tracer, finish = std::move(finish)]() mutable {
-                std::vector<any_tensor> out;
-                std::exception_ptr error;
-                try {
-                  out = execute(*part, step, std::move(*job), tracer);
-                } catch (...) {
-                  error = std::current_exception();
-                }
-                finish(std::move(out), error);
-              })) {
-        if (watched)
-          watchdog_.unwatch(step);
-        throw unavailable_error(task_ + " is shutting down");
-      }
-      return;
-    }
-    // Here until it waits for a tensor, then where its tensors arrive.
-    auto transfers = std::make_shared<step_transfers>(table_, peers_, runners_, step);
-    if (o.caller_may_wait) { // this thread waits for the plan's end, and ends the step
-      std::promise<plan_end> ended;
-      std::future<plan_end> plan_ended = ended.get_future();
-      std::vector<any_tensor> out;
-      std::exception_ptr error;
-      try {
-        start(
-            *part, std::move(feeds), *transfers,
-            [&ended](plan_end end) { ended.set_value(std::move(end)); }, o.tracer);
-        plan_end end = plan_ended.get();
-        out = end_started(*part, step, *transfers, end);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      finish(std::move(out), error);
-      return;
-    }
-    // Shared, not copied into each continuation: the catch below may need it too.
-    auto ends = std::make_shared<decltype(finish)>(std::move(finish));
-    try {
-      start(
-          *part, std::move(feeds), *transfers,
-          [this, part, step, transfers, ends](plan_end end) {
-            // Ending waits for the sends' acknowledgements: where it would, on a runner
-            // thread, not on the io thread that may be here.
-            const bool end_here = end.error || transfers->sends_delivered();
-            std::function<void()> answer = [this, part, step, transfers, ends,
-                                            end = std::move(end)]() mutable {
-              std::vector<any_tensor> out;
-              std::exception_ptr error;
-              try {
-                out = end_started(*part, step, *transfers, end);
-              } catch (...) {
-                error = std::current_exception();
-              }
-              (*ends)(std::move(out), error);
-            };
-            if (end_here || !runners_.submit(answer))
-              answer();
-          },
-          o.tracer);
-    } catch (...) { // the plan did not start (its feeds): its callback never runs
-      (*ends)({}, step_failed(*part, step, *transfers, std::current_exception()));
-    }
-  }
+           step_run_options o, step_done_fn done);
 
 private:
   // Where a started step's plan ended: its fetches, or the error that ended it.
@@ -172,62 +85,24 @@ private:
 
   // A step aborted by the watchdog past its deadline fails as a call past its deadline.
   std::exception_ptr past_deadline(std::exception_ptr error, clock::time_point deadline,
-                                   std::chrono::milliseconds timeout) const {
-    if (!error || timeout.count() <= 0 || clock::now() < deadline)
-      return error;
-    try {
-      std::rethrow_exception(error);
-    } catch (const aborted_error& e) {
-      return std::make_exception_ptr(
-          deadline_exceeded_error(task_ + ": the step did not complete within " +
-                                  std::to_string(timeout.count()) + " ms (" + e.message() + ")"));
-    } catch (...) {
-      return error;
-    }
-  }
+                                   std::chrono::milliseconds timeout) const;
 
   // Runs one step of `part` to its end on this thread; returns its fetches. On failure
   // the step is aborted here and on its peers, and the error names this task.
   std::vector<any_tensor> execute(registered_partition& part, step_id step,
-                                  std::vector<any_tensor> feeds, step_tracer* tracer) {
-    step_transfers transfers(table_, peers_, runners_, step);
-    try {
-      std::vector<any_tensor> out = run_plan(part.p, part.caches, part.g, std::move(feeds), device_,
-                                             resources_, &transfers, tracer);
-      end_step(step, transfers);
-      return out;
-    } catch (...) {
-      std::rethrow_exception(step_failed(part, step, transfers, std::current_exception()));
-    }
-  }
+                                  std::vector<any_tensor> feeds, step_tracer* tracer);
 
   // Starts one step of `part` (not one that blocks): it runs on this thread until it
   // waits for a tensor, then on the thread that delivers it. `ended` is called once, on
   // the thread that ran the plan last, often an io thread, which must not wait:
   // end_started() ends the step on a thread that may.
   void start(registered_partition& part, std::vector<any_tensor> feeds, step_transfers& transfers,
-             std::function<void(plan_end)> ended, step_tracer* tracer) {
-    start_plan(
-        part.p, part.caches, part.g, std::move(feeds), device_, resources_, transfers,
-        [ended = std::move(ended)](std::vector<any_tensor>& fetched, std::exception_ptr error) {
-          ended({std::move(fetched), error});
-        },
-        tracer);
-  }
+             std::function<void(plan_end)> ended, step_tracer* tracer);
 
   // Ends a started step as execute() would: returns its fetches or throws the error
   // naming this task. Waits for the step's sends to be acknowledged.
   std::vector<any_tensor> end_started(registered_partition& part, step_id step,
-                                      step_transfers& transfers, plan_end& end) {
-    try {
-      if (end.error)
-        std::rethrow_exception(end.error);
-      end_step(step, transfers);
-      return std::move(end.fetched);
-    } catch (...) {
-      std::rethrow_exception(step_failed(part, step, transfers, std::current_exception()));
-    }
-  }
+                                      step_transfers& transfers, plan_end& end);
 
   // A step that ran: waits until what it sent was delivered, ends it in the rendezvous.
   void end_step(step_id step, step_transfers& transfers) {
@@ -238,47 +113,14 @@ private:
   // A step of `part` that failed with `e`: aborted here and on its peers. Returns the
   // error to report, naming this task.
   std::exception_ptr step_failed(registered_partition& part, step_id step,
-                                 step_transfers& transfers, std::exception_ptr e) {
-    error_code code = error_code::internal;
-    std::string what;
-    try {
-      std::rethrow_exception(e);
-    } catch (const error& x) {
-      code = x.code();
-      what = x.message();
-    } catch (const std::exception& x) {
-      what = x.what();
-    } catch (...) {
-      what = "an unknown exception";
-    }
-    const std::string reason = task_ + ": " + what;
-    fail_step(part, step, transfers, reason);
-    try {
-      net::throw_error(code, reason);
-    } catch (...) {
-      return std::current_exception();
-    }
-  }
+                                 step_transfers& transfers, std::exception_ptr e);
 
   // A failed partition aborts its step here and on the tasks it exchanges
   // tensors with: a peer waiting for a tensor this partition will never send
   // must not wait for it forever (the master hears of the failure only once
   // the other partitions answer).
   void fail_step(registered_partition& part, step_id step, step_transfers& transfers,
-                 const std::string& reason) noexcept {
-    transfers.cancel_sends();
-    table_.abort(step, reason);
-    for (const std::string& peer : part.peers) {
-      try {
-        remote_worker& w = peers_.worker(peer);
-        auto abort = [&w, step, reason] { w.abort_step(step, reason); };
-        // Connecting waits: not on a thread that may be an io thread.
-        if (w.connected() || !runners_.submit(abort))
-          abort();
-      } catch (...) {
-      }
-    }
-  }
+                 const std::string& reason) noexcept;
 
   std::string task_;
   const kernels::cpu_device& device_;
@@ -290,3 +132,200 @@ private:
 };
 
 } // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE void step_driver::run(std::shared_ptr<registered_partition> part, step_id step,
+                                         std::vector<any_tensor> feeds, step_run_options o,
+                                         step_done_fn done) {
+  const bool watched = part->may_wait;
+  if (watched)
+    watchdog_.watch(
+        step, o.deadline, o.wanted ? o.wanted : [] { return true; }, o.unwanted);
+  auto finish = [this, step, watched, deadline = o.deadline, timeout = o.timeout,
+                 done = std::move(done)](std::vector<any_tensor> out, std::exception_ptr error) {
+    if (watched)
+      watchdog_.unwatch(step);
+    done(std::move(out), past_deadline(error, deadline, timeout));
+  };
+  const bool here = o.caller_may_wait && (part->p.blocks() || !part->may_wait);
+  if (here) { // to its end on this thread
+    std::vector<any_tensor> out;
+    std::exception_ptr error;
+    try {
+      out = execute(*part, step, std::move(feeds), o.tracer);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    finish(std::move(out), error);
+    return;
+  }
+  if (part->p.blocks()) { // to its end on a runner: its kernels wait
+    auto job = std::make_shared<std::vector<any_tensor>>(std::move(feeds));
+    if (!runners_.submit(
+            [this, part, step, job, tracer = o.tracer, finish = std::move(finish)]() mutable {
+              std::vector<any_tensor> out;
+              std::exception_ptr error;
+              try {
+                out = execute(*part, step, std::move(*job), tracer);
+              } catch (...) {
+                error = std::current_exception();
+              }
+              finish(std::move(out), error);
+            })) {
+      if (watched)
+        watchdog_.unwatch(step);
+      throw unavailable_error(task_ + " is shutting down");
+    }
+    return;
+  }
+  // Here until it waits for a tensor, then where its tensors arrive.
+  auto transfers = std::make_shared<step_transfers>(table_, peers_, runners_, step);
+  if (o.caller_may_wait) { // this thread waits for the plan's end, and ends the step
+    std::promise<plan_end> ended;
+    std::future<plan_end> plan_ended = ended.get_future();
+    std::vector<any_tensor> out;
+    std::exception_ptr error;
+    try {
+      start(
+          *part, std::move(feeds), *transfers,
+          [&ended](plan_end end) { ended.set_value(std::move(end)); }, o.tracer);
+      plan_end end = plan_ended.get();
+      out = end_started(*part, step, *transfers, end);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    finish(std::move(out), error);
+    return;
+  }
+  // Shared, not copied into each continuation: the catch below may need it too.
+  auto ends = std::make_shared<decltype(finish)>(std::move(finish));
+  try {
+    start(
+        *part, std::move(feeds), *transfers,
+        [this, part, step, transfers, ends](plan_end end) {
+          // Ending waits for the sends' acknowledgements: where it would, on a runner
+          // thread, not on the io thread that may be here.
+          const bool end_here = end.error || transfers->sends_delivered();
+          std::function<void()> answer = [this, part, step, transfers, ends,
+                                          end = std::move(end)]() mutable {
+            std::vector<any_tensor> out;
+            std::exception_ptr error;
+            try {
+              out = end_started(*part, step, *transfers, end);
+            } catch (...) {
+              error = std::current_exception();
+            }
+            (*ends)(std::move(out), error);
+          };
+          if (end_here || !runners_.submit(answer))
+            answer();
+        },
+        o.tracer);
+  } catch (...) { // the plan did not start (its feeds): its callback never runs
+    (*ends)({}, step_failed(*part, step, *transfers, std::current_exception()));
+  }
+}
+
+LOOM_COMPILED_ONCE auto step_driver::past_deadline(std::exception_ptr error,
+                                                   clock::time_point deadline,
+                                                   std::chrono::milliseconds timeout) const
+    -> std::exception_ptr {
+  if (!error || timeout.count() <= 0 || clock::now() < deadline)
+    return error;
+  try {
+    std::rethrow_exception(error);
+  } catch (const aborted_error& e) {
+    return std::make_exception_ptr(
+        deadline_exceeded_error(task_ + ": the step did not complete within " +
+                                std::to_string(timeout.count()) + " ms (" + e.message() + ")"));
+  } catch (...) {
+    return error;
+  }
+}
+
+LOOM_COMPILED_ONCE auto step_driver::execute(registered_partition& part, step_id step,
+                                             std::vector<any_tensor> feeds, step_tracer* tracer)
+    -> std::vector<any_tensor> {
+  step_transfers transfers(table_, peers_, runners_, step);
+  try {
+    std::vector<any_tensor> out = run_plan(part.p, part.caches, part.g, std::move(feeds), device_,
+                                           resources_, &transfers, tracer);
+    end_step(step, transfers);
+    return out;
+  } catch (...) {
+    std::rethrow_exception(step_failed(part, step, transfers, std::current_exception()));
+  }
+}
+
+LOOM_COMPILED_ONCE void step_driver::start(registered_partition& part,
+                                           std::vector<any_tensor> feeds, step_transfers& transfers,
+                                           std::function<void(plan_end)> ended,
+                                           step_tracer* tracer) {
+  start_plan(
+      part.p, part.caches, part.g, std::move(feeds), device_, resources_, transfers,
+      [ended = std::move(ended)](std::vector<any_tensor>& fetched, std::exception_ptr error) {
+        ended({std::move(fetched), error});
+      },
+      tracer);
+}
+
+LOOM_COMPILED_ONCE auto step_driver::end_started(registered_partition& part, step_id step,
+                                                 step_transfers& transfers, plan_end& end)
+    -> std::vector<any_tensor> {
+  try {
+    if (end.error)
+      std::rethrow_exception(end.error);
+    end_step(step, transfers);
+    return std::move(end.fetched);
+  } catch (...) {
+    std::rethrow_exception(step_failed(part, step, transfers, std::current_exception()));
+  }
+}
+
+LOOM_COMPILED_ONCE auto step_driver::step_failed(registered_partition& part, step_id step,
+                                                 step_transfers& transfers, std::exception_ptr e)
+    -> std::exception_ptr {
+  error_code code = error_code::internal;
+  std::string what;
+  try {
+    std::rethrow_exception(e);
+  } catch (const error& x) {
+    code = x.code();
+    what = x.message();
+  } catch (const std::exception& x) {
+    what = x.what();
+  } catch (...) {
+    what = "an unknown exception";
+  }
+  const std::string reason = task_ + ": " + what;
+  fail_step(part, step, transfers, reason);
+  try {
+    net::throw_error(code, reason);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+LOOM_COMPILED_ONCE void step_driver::fail_step(registered_partition& part, step_id step,
+                                               step_transfers& transfers,
+                                               const std::string& reason) noexcept {
+  transfers.cancel_sends();
+  table_.abort(step, reason);
+  for (const std::string& peer : part.peers) {
+    try {
+      remote_worker& w = peers_.worker(peer);
+      auto abort = [&w, step, reason] { w.abort_step(step, reason); };
+      // Connecting waits: not on a thread that may be an io thread.
+      if (w.connected() || !runners_.submit(abort))
+        abort();
+    } catch (...) {
+    }
+  }
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

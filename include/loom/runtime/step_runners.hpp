@@ -2,6 +2,7 @@
 // io threads never wait, so what could is handed to these.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/runtime/thread_role.hpp>
 
 #include <condition_variable>
@@ -26,51 +27,13 @@ public:
   ~step_runners() { stop(); }
 
   // False once stopped.
-  bool submit(std::function<void()> fn) {
-    std::lock_guard lock(mu_);
-    if (stopping_)
-      return false;
-    queue_.push_back(std::move(fn));
-    // Not `idle_ == 0`: an idle thread that was notified counts as idle until
-    // it wakes, so two jobs submitted before it does would share it, and the
-    // second would wait for the first to end (a take_gradient waited for a
-    // barrier_wait that waited for it, until the barrier's timeout).
-    if (queue_.size() > static_cast<std::size_t>(idle_))
-      threads_.emplace_back([this] { loop(); });
-    else
-      cv_.notify_one();
-    return true;
-  }
+  bool submit(std::function<void()> fn);
 
   // Runs what is queued, then joins every thread.
-  void stop() {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_)
-      if (t.joinable())
-        t.join();
-  }
+  void stop();
 
 private:
-  void loop() {
-    this_thread_role() = "runner";
-    std::unique_lock lock(mu_);
-    for (;;) {
-      ++idle_;
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      --idle_;
-      if (queue_.empty())
-        return; // stopping
-      auto fn = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      fn();
-      lock.lock();
-    }
-  }
+  void loop();
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -81,3 +44,55 @@ private:
 };
 
 } // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE bool step_runners::submit(std::function<void()> fn) {
+  std::lock_guard lock(mu_);
+  if (stopping_)
+    return false;
+  queue_.push_back(std::move(fn));
+  // Not `idle_ == 0`: an idle thread that was notified counts as idle until
+  // it wakes, so two jobs submitted before it does would share it, and the
+  // second would wait for the first to end (a take_gradient waited for a
+  // barrier_wait that waited for it, until the barrier's timeout).
+  if (queue_.size() > static_cast<std::size_t>(idle_))
+    threads_.emplace_back([this] { loop(); });
+  else
+    cv_.notify_one();
+  return true;
+}
+
+LOOM_COMPILED_ONCE void step_runners::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_)
+    if (t.joinable())
+      t.join();
+}
+
+LOOM_COMPILED_ONCE void step_runners::loop() {
+  this_thread_role() = "runner";
+  std::unique_lock lock(mu_);
+  for (;;) {
+    ++idle_;
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    --idle_;
+    if (queue_.empty())
+      return; // stopping
+    auto fn = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    fn();
+    lock.lock();
+  }
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

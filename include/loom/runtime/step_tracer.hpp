@@ -5,6 +5,7 @@
 // allocation.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/graph/graph.hpp>
 #include <loom/runtime/plan.hpp>
 #include <loom/runtime/step_stats.hpp>
@@ -50,29 +51,7 @@ public:
   // An item of the plan ran on this thread from start to end; for a _recv, its
   // value had arrived at `arrived`.
   void ran(const graph& g, const plan::item& s, std::int64_t start, std::int64_t end,
-           std::int64_t arrived = 0) {
-    const node_def& n = g.node(s.id);
-    node_exec_stats st;
-    st.node_name = n.name;
-    st.op = s.k == plan::item::kind::fused ? "fused" : n.op;
-    st.start_ns = start;
-    st.end_ns = end;
-    st.thread_id = this_thread_os_id();
-    trace_.thread_roles.try_emplace(st.thread_id, this_thread_role());
-    if (s.k == plan::item::kind::fused)
-      for (const plan::item& f : s.fallback)
-        if (f.id != s.id)
-          st.fused_nodes.push_back(g.node(f.id).name);
-    if (s.k == plan::item::kind::send || s.k == plan::item::kind::recv) {
-      st.transfer_key = s.transfer.key;
-      st.peer_task = s.transfer.peer_task;
-    }
-    if (s.k == plan::item::kind::recv) {
-      st.requested_ns = requested_[s.id];
-      st.arrived_ns = arrived;
-    }
-    trace_.nodes.push_back(std::move(st));
-  }
+           std::int64_t arrived = 0);
 
   // The trace, answered at `answered_ns`; the tracer is spent.
   task_trace finish(std::int64_t answered_ns = steady_now_ns()) {
@@ -86,3 +65,36 @@ private:
 };
 
 } // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE void step_tracer::ran(const graph& g, const plan::item& s, std::int64_t start,
+                                         std::int64_t end, std::int64_t arrived) {
+  const node_def& n = g.node(s.id);
+  node_exec_stats st;
+  st.node_name = n.name;
+  st.op = s.k == plan::item::kind::fused ? "fused" : n.op;
+  st.start_ns = start;
+  st.end_ns = end;
+  st.thread_id = this_thread_os_id();
+  trace_.thread_roles.try_emplace(st.thread_id, this_thread_role());
+  if (s.k == plan::item::kind::fused)
+    for (const plan::item& f : s.fallback)
+      if (f.id != s.id)
+        st.fused_nodes.push_back(g.node(f.id).name);
+  if (s.k == plan::item::kind::send || s.k == plan::item::kind::recv) {
+    st.transfer_key = s.transfer.key;
+    st.peer_task = s.transfer.peer_task;
+  }
+  if (s.k == plan::item::kind::recv) {
+    st.requested_ns = requested_[s.id];
+    st.arrived_ns = arrived;
+  }
+  trace_.nodes.push_back(std::move(st));
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -6,6 +6,8 @@
 // own, and a deadline is a timer anyway. The thread starts on the first watch.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -33,12 +35,7 @@ public:
   // Watches `step` until unwatch(step); `alive` is called under the
   // watchdog's lock, `lost` says why the step ends when it returns false.
   void watch(std::uint64_t step, clock::time_point deadline, std::function<bool()> alive,
-             std::string lost) {
-    std::lock_guard lock(mu_);
-    watched_.insert_or_assign(step, watched{deadline, std::move(alive), std::move(lost)});
-    if (!thread_.joinable() && !stopping_)
-      thread_ = std::thread([this] { loop(); });
-  }
+             std::string lost);
 
   void unwatch(std::uint64_t step) {
     std::lock_guard lock(mu_);
@@ -46,17 +43,7 @@ public:
   }
 
   // Stops watching and joins the thread. Idempotent.
-  void stop() {
-    std::thread t;
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-      t.swap(thread_);
-    }
-    cv_.notify_all();
-    if (t.joinable())
-      t.join();
-  }
+  void stop();
 
 private:
   struct watched {
@@ -65,28 +52,7 @@ private:
     std::string lost;
   };
 
-  void loop() {
-    std::unique_lock lock(mu_);
-    while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; })) {
-      std::vector<std::pair<std::uint64_t, std::string>> expired;
-      const auto now = clock::now();
-      for (auto it = watched_.begin(); it != watched_.end();) {
-        if (now >= it->second.deadline)
-          expired.emplace_back(it->first, "the step's deadline passed");
-        else if (!it->second.alive())
-          expired.emplace_back(it->first, it->second.lost);
-        else {
-          ++it;
-          continue;
-        }
-        it = watched_.erase(it);
-      }
-      lock.unlock();
-      for (auto& [step, why] : expired)
-        abort_(step, why);
-      lock.lock();
-    }
-  }
+  void loop();
 
   abort_fn abort_;
   std::mutex mu_;
@@ -97,3 +63,54 @@ private:
 };
 
 } // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE void step_watchdog::watch(std::uint64_t step, clock::time_point deadline,
+                                             std::function<bool()> alive, std::string lost) {
+  std::lock_guard lock(mu_);
+  watched_.insert_or_assign(step, watched{deadline, std::move(alive), std::move(lost)});
+  if (!thread_.joinable() && !stopping_)
+    thread_ = std::thread([this] { loop(); });
+}
+
+LOOM_COMPILED_ONCE void step_watchdog::stop() {
+  std::thread t;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    t.swap(thread_);
+  }
+  cv_.notify_all();
+  if (t.joinable())
+    t.join();
+}
+
+LOOM_COMPILED_ONCE void step_watchdog::loop() {
+  std::unique_lock lock(mu_);
+  while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; })) {
+    std::vector<std::pair<std::uint64_t, std::string>> expired;
+    const auto now = clock::now();
+    for (auto it = watched_.begin(); it != watched_.end();) {
+      if (now >= it->second.deadline)
+        expired.emplace_back(it->first, "the step's deadline passed");
+      else if (!it->second.alive())
+        expired.emplace_back(it->first, it->second.lost);
+      else {
+        ++it;
+        continue;
+      }
+      it = watched_.erase(it);
+    }
+    lock.unlock();
+    for (auto& [step, why] : expired)
+      abort_(step, why);
+    lock.lock();
+  }
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <loom/cluster/cluster_spec.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/kernels/cpu/cpu_pool.hpp>
 #include <loom/net/listen_address.hpp>
 #include <loom/net/rpc.hpp>
@@ -43,53 +44,7 @@ public:
   // Throws unavailable_error (the port is taken, the host cannot be bound),
   // not_found_error (no such job or task) or failed_precondition_error (an
   // address beyond loopback without a token), each naming the task.
-  task_server(cluster_spec cluster, std::string job, int task, server_options o = {})
-      : job_(std::move(job)), task_(task), options_(std::move(o)),
-        cpu_(detail::intra_op_threads(options_.intra_op_threads)) {
-    const std::string& address = cluster.task_address(job_, task_);
-    host_port hp = parse_host_port(address);
-    net::rpc_server_options so = rpc_options(options_.limits);
-    so.port = hp.port;
-    so.advertised_host = hp.host; // how errors and logs name it: where the others reach it
-    so.token = options_.token;
-    so.tls = options_.tls;
-    so.liveness = options_.liveness;
-    so.allow_insecure = options_.allow_insecure;
-    so.log = options_.log;
-    so.threads = 2;
-    try {
-      so.host = net::choose_listen_host(cluster, job_, task_, options_.bind,
-                                        options_.resolve_timeout, options_.log);
-      rpc_ = std::make_unique<net::rpc_server>(so);
-    } catch (const error& e) {
-      net::throw_error(e.code(),
-                       "cannot serve " + describe() + " at " + address + ": " + e.message());
-    }
-    if (hp.port == 0) { // the OS chose: the cluster learns the real port
-      auto def = protocol::cluster_def::of(cluster);
-      def.jobs[job_][task_] = (address.front() == '[' ? "[" + hp.host + "]" : hp.host) + ":" +
-                              std::to_string(rpc_->port());
-      cluster = def.spec();
-    }
-    cluster_ = std::move(cluster);
-    net::channel_options peer_options;
-    peer_options.token = options_.token;
-    peer_options.tls = options_.tls;
-    peer_options.liveness = options_.liveness;
-    peer_options.log = options_.log;
-    peers_ = std::make_unique<worker_cache>(cluster_, peer_options);
-    std::random_device rd;
-    instance_ = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-    driver_ = std::make_unique<step_driver>(describe(), cpu_.device(), resources_, table_, *peers_,
-                                            runners_, watchdog_);
-    service_ = std::make_unique<worker_service>(
-        describe(), graphs_, *driver_, table_, resources_,
-        worker_service::task_calls{[this] { return cluster_info(); },
-                                   [this](const std::string& why) { shut_down_as(why); }});
-    service_->install(*rpc_);
-    local_worker_ = std::make_shared<in_process_worker>(*service_, describe());
-    local_workers::add(instance_, local_worker_);
-  }
+  task_server(cluster_spec cluster, std::string job, int task, server_options o = {});
 
   task_server(const task_server&) = delete;
   task_server& operator=(const task_server&) = delete;
@@ -120,26 +75,7 @@ public:
   }
 
   // Stops serving: steps in flight fail, join() returns. Idempotent.
-  void stop() override {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    std::call_once(stopped_, [&] {
-      watchdog_.stop();
-      if (rpc_)
-        rpc_->stop();
-      table_.close(describe() + " stopped");
-      if (peers_)
-        peers_->stop();
-      if (local_worker_) { // after the table closed: runs in flight end
-        local_workers::remove(instance_);
-        local_worker_->detach();
-      }
-      runners_.stop();
-    });
-  }
+  void stop() override;
 
 private:
   using clock = std::chrono::steady_clock;
@@ -149,42 +85,7 @@ private:
   // The message layer's options carrying `limits`; invalid_argument_error naming the limit
   // and this task where one is below 1 or accept_backoff exceeds max_accept_backoff (a
   // zero would refuse every peer, or re-arm accept without pause).
-  net::rpc_server_options rpc_options(const server_limits& limits) const {
-    const auto at_least_one = [&](const char* name, auto value) {
-      if (value < decltype(value){1})
-        throw invalid_argument_error("server_options.limits." + std::string(name) + " of " +
-                                     describe() + " must be at least 1, not 0");
-    };
-    at_least_one("max_pending_bytes_per_connection", limits.max_pending_bytes_per_connection);
-    at_least_one("max_pending_bytes", limits.max_pending_bytes);
-    at_least_one("max_handshaking_connections", limits.max_handshaking_connections);
-    at_least_one("max_connections", limits.max_connections);
-    const auto at_least_one_ms = [&](const char* name, std::chrono::milliseconds value) {
-      if (value.count() < 1)
-        throw invalid_argument_error("server_options.limits." + std::string(name) + " of " +
-                                     describe() + " must be at least 1 ms, not " +
-                                     std::to_string(value.count()) + " ms");
-    };
-    at_least_one_ms("handshake_timeout", limits.handshake_timeout);
-    at_least_one_ms("idle_eviction_grace", limits.idle_eviction_grace);
-    at_least_one_ms("accept_backoff", limits.accept_backoff);
-    at_least_one_ms("max_accept_backoff", limits.max_accept_backoff);
-    if (limits.accept_backoff > limits.max_accept_backoff)
-      throw invalid_argument_error("server_options.limits.accept_backoff of " + describe() + " (" +
-                                   std::to_string(limits.accept_backoff.count()) +
-                                   " ms) exceeds its max_accept_backoff (" +
-                                   std::to_string(limits.max_accept_backoff.count()) + " ms)");
-    net::rpc_server_options so;
-    so.max_pending_bytes_per_connection = limits.max_pending_bytes_per_connection;
-    so.max_pending_bytes = limits.max_pending_bytes;
-    so.max_handshaking_connections = limits.max_handshaking_connections;
-    so.handshake_timeout = limits.handshake_timeout;
-    so.max_connections = limits.max_connections;
-    so.idle_eviction_grace = limits.idle_eviction_grace;
-    so.accept_backoff = limits.accept_backoff;
-    so.max_accept_backoff = limits.max_accept_backoff;
-    return so;
-  }
+  net::rpc_server_options rpc_options(const server_limits& limits) const;
 
   protocol::cluster_info_reply cluster_info() const {
     return {protocol::cluster_def::of(cluster_), job_, task_, instance_, gpu_count()};
@@ -192,14 +93,7 @@ private:
 
   // Stops serving once join() sees it; `why` ends the line saying so (a task
   // that stops serving always tells who stopped it).
-  void shut_down_as(const std::string& why) {
-    net::log_line(options_.log, describe() + ": shutting down, as " + why, logging::level::info);
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all(); // join() stops the server from its own thread
-  }
+  void shut_down_as(const std::string& why);
 
   std::string job_;
   int task_;
@@ -228,3 +122,128 @@ private:
 };
 
 } // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE task_server::task_server(cluster_spec cluster, std::string job, int task,
+                                            server_options o)
+    : job_(std::move(job)), task_(task), options_(std::move(o)),
+      cpu_(detail::intra_op_threads(options_.intra_op_threads)) {
+  const std::string& address = cluster.task_address(job_, task_);
+  host_port hp = parse_host_port(address);
+  net::rpc_server_options so = rpc_options(options_.limits);
+  so.port = hp.port;
+  so.advertised_host = hp.host; // how errors and logs name it: where the others reach it
+  so.token = options_.token;
+  so.tls = options_.tls;
+  so.liveness = options_.liveness;
+  so.allow_insecure = options_.allow_insecure;
+  so.log = options_.log;
+  so.threads = 2;
+  try {
+    so.host = net::choose_listen_host(cluster, job_, task_, options_.bind, options_.resolve_timeout,
+                                      options_.log);
+    rpc_ = std::make_unique<net::rpc_server>(so);
+  } catch (const error& e) {
+    net::throw_error(e.code(),
+                     "cannot serve " + describe() + " at " + address + ": " + e.message());
+  }
+  if (hp.port == 0) { // the OS chose: the cluster learns the real port
+    auto def = protocol::cluster_def::of(cluster);
+    def.jobs[job_][task_] = (address.front() == '[' ? "[" + hp.host + "]" : hp.host) + ":" +
+                            std::to_string(rpc_->port());
+    cluster = def.spec();
+  }
+  cluster_ = std::move(cluster);
+  net::channel_options peer_options;
+  peer_options.token = options_.token;
+  peer_options.tls = options_.tls;
+  peer_options.liveness = options_.liveness;
+  peer_options.log = options_.log;
+  peers_ = std::make_unique<worker_cache>(cluster_, peer_options);
+  std::random_device rd;
+  instance_ = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  driver_ = std::make_unique<step_driver>(describe(), cpu_.device(), resources_, table_, *peers_,
+                                          runners_, watchdog_);
+  service_ = std::make_unique<worker_service>(
+      describe(), graphs_, *driver_, table_, resources_,
+      worker_service::task_calls{[this] { return cluster_info(); },
+                                 [this](const std::string& why) { shut_down_as(why); }});
+  service_->install(*rpc_);
+  local_worker_ = std::make_shared<in_process_worker>(*service_, describe());
+  local_workers::add(instance_, local_worker_);
+}
+
+LOOM_COMPILED_ONCE void task_server::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  std::call_once(stopped_, [&] {
+    watchdog_.stop();
+    if (rpc_)
+      rpc_->stop();
+    table_.close(describe() + " stopped");
+    if (peers_)
+      peers_->stop();
+    if (local_worker_) { // after the table closed: runs in flight end
+      local_workers::remove(instance_);
+      local_worker_->detach();
+    }
+    runners_.stop();
+  });
+}
+
+LOOM_COMPILED_ONCE auto task_server::rpc_options(const server_limits& limits) const
+    -> net::rpc_server_options {
+  const auto at_least_one = [&](const char* name, auto value) {
+    if (value < decltype(value){1})
+      throw invalid_argument_error("server_options.limits." + std::string(name) + " of " +
+                                   describe() + " must be at least 1, not 0");
+  };
+  at_least_one("max_pending_bytes_per_connection", limits.max_pending_bytes_per_connection);
+  at_least_one("max_pending_bytes", limits.max_pending_bytes);
+  at_least_one("max_handshaking_connections", limits.max_handshaking_connections);
+  at_least_one("max_connections", limits.max_connections);
+  const auto at_least_one_ms = [&](const char* name, std::chrono::milliseconds value) {
+    if (value.count() < 1)
+      throw invalid_argument_error("server_options.limits." + std::string(name) + " of " +
+                                   describe() + " must be at least 1 ms, not " +
+                                   std::to_string(value.count()) + " ms");
+  };
+  at_least_one_ms("handshake_timeout", limits.handshake_timeout);
+  at_least_one_ms("idle_eviction_grace", limits.idle_eviction_grace);
+  at_least_one_ms("accept_backoff", limits.accept_backoff);
+  at_least_one_ms("max_accept_backoff", limits.max_accept_backoff);
+  if (limits.accept_backoff > limits.max_accept_backoff)
+    throw invalid_argument_error("server_options.limits.accept_backoff of " + describe() + " (" +
+                                 std::to_string(limits.accept_backoff.count()) +
+                                 " ms) exceeds its max_accept_backoff (" +
+                                 std::to_string(limits.max_accept_backoff.count()) + " ms)");
+  net::rpc_server_options so;
+  so.max_pending_bytes_per_connection = limits.max_pending_bytes_per_connection;
+  so.max_pending_bytes = limits.max_pending_bytes;
+  so.max_handshaking_connections = limits.max_handshaking_connections;
+  so.handshake_timeout = limits.handshake_timeout;
+  so.max_connections = limits.max_connections;
+  so.idle_eviction_grace = limits.idle_eviction_grace;
+  so.accept_backoff = limits.accept_backoff;
+  so.max_accept_backoff = limits.max_accept_backoff;
+  return so;
+}
+
+LOOM_COMPILED_ONCE void task_server::shut_down_as(const std::string& why) {
+  net::log_line(options_.log, describe() + ": shutting down, as " + why, logging::level::info);
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all(); // join() stops the server from its own thread
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

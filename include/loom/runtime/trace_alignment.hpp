@@ -21,6 +21,7 @@
 // back in time.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/runtime/step_stats.hpp>
 
 #include <algorithm>
@@ -41,8 +42,19 @@ struct timed_task_trace {
 };
 
 // The step's stats, every time on the client's clock.
-inline step_stats align_step_trace(std::uint64_t step_id, std::int64_t start_ns,
-                                   std::int64_t end_ns, std::vector<timed_task_trace> tasks) {
+LOOM_COMPILED_ONCE step_stats align_step_trace(std::uint64_t step_id, std::int64_t start_ns,
+                                               std::int64_t end_ns,
+                                               std::vector<timed_task_trace> tasks);
+
+} // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE step_stats align_step_trace(std::uint64_t step_id, std::int64_t start_ns,
+                                               std::int64_t end_ns,
+                                               std::vector<timed_task_trace> tasks) {
   const std::size_t n = tasks.size();
   std::vector<std::int64_t> lo(n), hi(n), offset(n);
   std::vector<bool> same(n);
@@ -126,3 +138,5 @@ inline step_stats align_step_trace(std::uint64_t step_id, std::int64_t start_ns,
 }
 
 } // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

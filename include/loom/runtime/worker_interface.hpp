@@ -7,6 +7,7 @@
 // memory (TF's LocalMaster/LocalWorker).
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/graph/graph.hpp>
@@ -105,11 +106,7 @@ public:
     std::lock_guard lock(mu());
     table().erase(instance);
   }
-  static std::shared_ptr<worker_interface> find(std::uint64_t instance) {
-    std::lock_guard lock(mu());
-    auto it = table().find(instance);
-    return it == table().end() ? nullptr : it->second.lock();
-  }
+  static std::shared_ptr<worker_interface> find(std::uint64_t instance);
 
 private:
   static std::mutex& mu() {
@@ -123,3 +120,18 @@ private:
 };
 
 } // namespace loom::detail
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE auto local_workers::find(std::uint64_t instance)
+    -> std::shared_ptr<worker_interface> {
+  std::lock_guard lock(mu());
+  auto it = table().find(instance);
+  return it == table().end() ? nullptr : it->second.lock();
+}
+
+} // namespace loom::detail
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

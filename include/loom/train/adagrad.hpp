@@ -3,6 +3,7 @@
 //   accum += grad^2;  var -= lr * grad / sqrt(accum)
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/train/optimizer.hpp>
 
 #include <string>
@@ -26,12 +27,7 @@ protected:
     for (node_id v : vars)
       make_slot(g, v, "accumulator", initial_accumulator_value_);
   }
-  node_id apply_dense(graph& g, node_id grad, node_id var) override {
-    const dtype t = g.node(var).type;
-    return update(
-        g, "apply_adagrad",
-        {var, slot(g, var, "accumulator"), hyper(g, learning_rate_, "learning_rate", t), grad});
-  }
+  node_id apply_dense(graph& g, node_id grad, node_id var) override;
 
 private:
   hyperparameter learning_rate_;
@@ -39,3 +35,19 @@ private:
 };
 
 } // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom {
+
+LOOM_COMPILED_ONCE auto adagrad_optimizer::apply_dense(graph& g, node_id grad, node_id var)
+    -> node_id {
+  const dtype t = g.node(var).type;
+  return update(
+      g, "apply_adagrad",
+      {var, slot(g, var, "accumulator"), hyper(g, learning_rate_, "learning_rate", t), grad});
+}
+
+} // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

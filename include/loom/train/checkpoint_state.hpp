@@ -6,6 +6,7 @@
 #pragma once
 
 #include <loom/core/checkpoint_format.hpp>
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/durable_file.hpp>
 #include <loom/core/tensor_bundle.hpp>
 
@@ -23,38 +24,8 @@ namespace loom {
 namespace detail::ckpt {
 
 // TF's text form of a string field: quotes, with \\, \" and \n escaped.
-inline std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '\\' || c == '"')
-      out += '\\', out += c;
-    else if (c == '\n')
-      out += "\\n";
-    else
-      out += c;
-  }
-  return out + "\"";
-}
-inline std::optional<std::string> unquote(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
-    s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  if (s.size() < 2 || s.front() != '"' || s.back() != '"')
-    return std::nullopt;
-  s = s.substr(1, s.size() - 2);
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '\\') {
-      out += s[i];
-      continue;
-    }
-    if (++i == s.size())
-      return std::nullopt;
-    out += s[i] == 'n' ? '\n' : s[i];
-  }
-  return out;
-}
+LOOM_COMPILED_ONCE std::string quote(const std::string& s);
+LOOM_COMPILED_ONCE std::optional<std::string> unquote(std::string_view s);
 
 } // namespace detail::ckpt
 
@@ -75,7 +46,95 @@ struct checkpoint_state {
 
 // The state of `dir`, nothing when it has no (readable, well-formed) state file
 // (TF's get_checkpoint_state). Paths come back joined to `dir` when relative.
-inline std::optional<checkpoint_state> get_checkpoint_state(const std::string& dir) {
+LOOM_COMPILED_ONCE std::optional<checkpoint_state> get_checkpoint_state(const std::string& dir);
+
+// The newest checkpoint of `dir` by its state file (TF's
+// tf.train.latest_checkpoint), of either format; nothing without a state file
+// or when the checkpoint it names is gone.
+inline std::optional<std::string> latest_checkpoint(const std::string& dir) {
+  auto st = get_checkpoint_state(dir);
+  if (!st || !checkpoint_exists(st->model_checkpoint_path))
+    return std::nullopt;
+  return st->model_checkpoint_path;
+}
+
+// Writes `dir`'s state file: `kept` (oldest first) as all_model_checkpoint_paths,
+// the last of them as model_checkpoint_path; relative to `dir` when in it.
+LOOM_COMPILED_ONCE void write_checkpoint_state(const std::string& dir,
+                                               const std::vector<std::string>& kept);
+
+namespace detail {
+// The checkpoints of `dir`, oldest first: loom's (a checkpoint's one file, or a
+// sharded one's manifest: files that begin with the format's magic, other than a
+// sharded checkpoint's data files) and TensorFlow's (the prefix of each
+// "<prefix>.index"), not the temporary files of a write that did not finish. Ordered by the step
+// their name ends with ("model.ckpt-1500"), then by time of last change.
+LOOM_COMPILED_ONCE std::vector<std::string> checkpoint_files_in(const std::string& dir);
+} // namespace detail
+
+// What a chief restores from its checkpoint directory.
+struct checkpoint_to_restore {
+  std::string path;                // empty: nothing to restore (initialize)
+  std::string note;                // when the state file did not name it: what was done, and why
+  std::vector<std::string> intact; // then: the intact checkpoints found, oldest first
+};
+
+// The checkpoint a chief restores from `dir`: the one its state file names
+// (a damaged file there is the restore's data_loss error, naming the tensor).
+// Where the state file is missing, unreadable or names a file that is gone,
+// but the directory holds checkpoints, the newest of them whose every checksum
+// holds, with a note saying so: a damaged state file must never cost the run
+// its progress. Where none of them is intact, a data_loss error, unless
+// `initialize_over_damaged` (then nothing, with a note): initializing would
+// replace the run's progress with step 0 and the state file's next write
+// would hide what was there.
+LOOM_COMPILED_ONCE checkpoint_to_restore
+find_checkpoint_to_restore(const std::string& dir, bool initialize_over_damaged = false);
+
+} // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail::ckpt {
+
+LOOM_COMPILED_ONCE std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '\\' || c == '"')
+      out += '\\', out += c;
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out + "\"";
+}
+
+LOOM_COMPILED_ONCE std::optional<std::string> unquote(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  if (s.size() < 2 || s.front() != '"' || s.back() != '"')
+    return std::nullopt;
+  s = s.substr(1, s.size() - 2);
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\') {
+      out += s[i];
+      continue;
+    }
+    if (++i == s.size())
+      return std::nullopt;
+    out += s[i] == 'n' ? '\n' : s[i];
+  }
+  return out;
+}
+} // namespace loom::detail::ckpt
+
+namespace loom {
+
+LOOM_COMPILED_ONCE std::optional<checkpoint_state> get_checkpoint_state(const std::string& dir) {
   std::FILE* f = std::fopen((std::filesystem::path(dir) / "checkpoint").c_str(), "rb");
   if (!f)
     return std::nullopt;
@@ -117,19 +176,8 @@ inline std::optional<checkpoint_state> get_checkpoint_state(const std::string& d
   return st;
 }
 
-// The newest checkpoint of `dir` by its state file (TF's
-// tf.train.latest_checkpoint), of either format; nothing without a state file
-// or when the checkpoint it names is gone.
-inline std::optional<std::string> latest_checkpoint(const std::string& dir) {
-  auto st = get_checkpoint_state(dir);
-  if (!st || !checkpoint_exists(st->model_checkpoint_path))
-    return std::nullopt;
-  return st->model_checkpoint_path;
-}
-
-// Writes `dir`'s state file: `kept` (oldest first) as all_model_checkpoint_paths,
-// the last of them as model_checkpoint_path; relative to `dir` when in it.
-inline void write_checkpoint_state(const std::string& dir, const std::vector<std::string>& kept) {
+LOOM_COMPILED_ONCE void write_checkpoint_state(const std::string& dir,
+                                               const std::vector<std::string>& kept) {
   auto rel = [&](const std::string& p) {
     return detail::ckpt::parent_dir(p) == dir ? std::filesystem::path(p).filename().string() : p;
   };
@@ -139,14 +187,11 @@ inline void write_checkpoint_state(const std::string& dir, const std::vector<std
   detail::ckpt::write_atomically((std::filesystem::path(dir) / "checkpoint").string(),
                                  [&](auto&& out) { out(text.data(), text.size()); });
 }
+} // namespace loom
 
-namespace detail {
-// The checkpoints of `dir`, oldest first: loom's (a checkpoint's one file, or a
-// sharded one's manifest: files that begin with the format's magic, other than a
-// sharded checkpoint's data files) and TensorFlow's (the prefix of each
-// "<prefix>.index"), not the temporary files of a write that did not finish. Ordered by the step
-// their name ends with ("model.ckpt-1500"), then by time of last change.
-inline std::vector<std::string> checkpoint_files_in(const std::string& dir) {
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE std::vector<std::string> checkpoint_files_in(const std::string& dir) {
   namespace fs = std::filesystem;
   struct found {
     std::int64_t step;
@@ -190,26 +235,12 @@ inline std::vector<std::string> checkpoint_files_in(const std::string& dir) {
     out.push_back(std::move(f.path));
   return out;
 }
-} // namespace detail
+} // namespace loom::detail
 
-// What a chief restores from its checkpoint directory.
-struct checkpoint_to_restore {
-  std::string path;                // empty: nothing to restore (initialize)
-  std::string note;                // when the state file did not name it: what was done, and why
-  std::vector<std::string> intact; // then: the intact checkpoints found, oldest first
-};
+namespace loom {
 
-// The checkpoint a chief restores from `dir`: the one its state file names
-// (a damaged file there is the restore's data_loss error, naming the tensor).
-// Where the state file is missing, unreadable or names a file that is gone,
-// but the directory holds checkpoints, the newest of them whose every checksum
-// holds, with a note saying so: a damaged state file must never cost the run
-// its progress. Where none of them is intact, a data_loss error, unless
-// `initialize_over_damaged` (then nothing, with a note): initializing would
-// replace the run's progress with step 0 and the state file's next write
-// would hide what was there.
-inline checkpoint_to_restore find_checkpoint_to_restore(const std::string& dir,
-                                                        bool initialize_over_damaged = false) {
+LOOM_COMPILED_ONCE checkpoint_to_restore find_checkpoint_to_restore(const std::string& dir,
+                                                                    bool initialize_over_damaged) {
   namespace fs = std::filesystem;
   const fs::path state_file = fs::path(dir) / "checkpoint";
   std::error_code ec;
@@ -273,3 +304,5 @@ inline checkpoint_to_restore find_checkpoint_to_restore(const std::string& dir,
 }
 
 } // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

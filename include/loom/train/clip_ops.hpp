@@ -4,6 +4,7 @@
 // clipped embedding still gets a sparse update.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/graph/builder.hpp>
 #include <loom/graph/ops/math.hpp>
@@ -39,7 +40,31 @@ inline node_id gradient_values(const graph& g, node_id grad) {
   return n.op == "indexed_slices" ? n.inputs[0] : grad;
 }
 // The gradient times a scalar: a sparse one's rows scaled, its ids and shape kept.
-inline node_id scaled_gradient(graph& g, node_id grad, node_id scale) {
+LOOM_COMPILED_ONCE node_id scaled_gradient(graph& g, node_id grad, node_id scale);
+} // namespace detail
+
+// sqrt(sum of the squares of every element of every tensor) (tf.global_norm); a sparse
+// gradient counts its rows. The tensors share one float dtype.
+LOOM_COMPILED_ONCE node_id global_norm(graph& g, const std::vector<node_id>& tensors);
+
+struct clipped_gradients {
+  std::vector<grad_and_var> grads_and_vars; // each gradient scaled, or no_node as it was
+  node_id global_norm;                      // the norm before clipping
+};
+
+// Every gradient times clip_norm / max(global_norm, clip_norm) (tf.clip_by_global_norm): the
+// pairs for apply_gradients, and the norm before clipping (for a summary). A pair without
+// a gradient stays so.
+LOOM_COMPILED_ONCE clipped_gradients
+clip_by_global_norm(graph& g, const std::vector<grad_and_var>& grads_and_vars, double clip_norm);
+
+} // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom::detail {
+
+LOOM_COMPILED_ONCE node_id scaled_gradient(graph& g, node_id grad, node_id scale) {
   const node_def& n = g.node(grad);
   if (n.op != "indexed_slices")
     return build::mul(g, grad, scale);
@@ -48,11 +73,11 @@ inline node_id scaled_gradient(graph& g, node_id grad, node_id scale) {
   inputs[0] = build::mul(g, inputs[0], scale);
   return g.add_node("indexed_slices", std::move(inputs), std::move(attrs));
 }
-} // namespace detail
+} // namespace loom::detail
 
-// sqrt(sum of the squares of every element of every tensor) (tf.global_norm); a sparse
-// gradient counts its rows. The tensors share one float dtype.
-inline node_id global_norm(graph& g, const std::vector<node_id>& tensors) {
+namespace loom {
+
+LOOM_COMPILED_ONCE node_id global_norm(graph& g, const std::vector<node_id>& tensors) {
   if (tensors.empty())
     throw invalid_argument_error("loom::global_norm: no tensors");
   const dtype t = g.node(tensors.front()).type;
@@ -73,15 +98,7 @@ inline node_id global_norm(graph& g, const std::vector<node_id>& tensors) {
   return g.add_node("sqrt", {sum});
 }
 
-struct clipped_gradients {
-  std::vector<grad_and_var> grads_and_vars; // each gradient scaled, or no_node as it was
-  node_id global_norm;                      // the norm before clipping
-};
-
-// Every gradient times clip_norm / max(global_norm, clip_norm) (tf.clip_by_global_norm): the
-// pairs for apply_gradients, and the norm before clipping (for a summary). A pair without
-// a gradient stays so.
-inline clipped_gradients
+LOOM_COMPILED_ONCE clipped_gradients
 clip_by_global_norm(graph& g, const std::vector<grad_and_var>& grads_and_vars, double clip_norm) {
   if (!(clip_norm > 0))
     throw invalid_argument_error("loom::clip_by_global_norm: clip_norm " +
@@ -103,3 +120,5 @@ clip_by_global_norm(graph& g, const std::vector<grad_and_var>& grads_and_vars, d
 }
 
 } // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

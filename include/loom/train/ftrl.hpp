@@ -10,6 +10,7 @@
 // with linear 0 becomes 0, as in TF); the sparse one only the touched rows.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/train/optimizer.hpp>
 
 #include <string>
@@ -27,25 +28,7 @@ struct ftrl_options {
 class ftrl_optimizer final : public optimizer {
 public:
   explicit ftrl_optimizer(hyperparameter learning_rate, ftrl_options o = {},
-                          std::string name = "Ftrl")
-      : optimizer(std::move(name)), learning_rate_(std::move(learning_rate)), o_(o) {
-    // TF's checks, with TF's reasons.
-    if (o_.learning_rate_power > 0)
-      throw invalid_argument_error("ftrl_optimizer: learning_rate_power must be 0 or less, got " +
-                                   std::to_string(o_.learning_rate_power));
-    if (o_.initial_accumulator_value < 0)
-      throw invalid_argument_error(
-          "ftrl_optimizer: initial_accumulator_value must be 0 or more, got " +
-          std::to_string(o_.initial_accumulator_value));
-    for (const auto& [what, v] :
-         {std::pair{"l1_regularization_strength", o_.l1_regularization_strength},
-          std::pair{"l2_regularization_strength", o_.l2_regularization_strength},
-          std::pair{"l2_shrinkage_regularization_strength",
-                    o_.l2_shrinkage_regularization_strength}})
-      if (v < 0)
-        throw invalid_argument_error(std::string("ftrl_optimizer: ") + what +
-                                     " must be 0 or more, got " + std::to_string(v));
-  }
+                          std::string name = "Ftrl");
 
 protected:
   void create_slots(graph& g, const std::vector<node_id>& vars) override {
@@ -54,17 +37,7 @@ protected:
       make_slot(g, v, "linear", 0.0);
     }
   }
-  node_id apply_dense(graph& g, node_id grad, node_id var) override {
-    const dtype t = g.node(var).type;
-    return update(g, "apply_ftrl",
-                  {var, slot(g, var, "accum"), slot(g, var, "linear"), grad,
-                   hyper(g, learning_rate_, "learning_rate", t),
-                   hyper(g, o_.l1_regularization_strength, "l1_regularization_strength", t),
-                   hyper(g, o_.l2_regularization_strength, "l2_regularization_strength", t),
-                   hyper(g, o_.l2_shrinkage_regularization_strength,
-                         "l2_shrinkage_regularization_strength", t),
-                   hyper(g, o_.learning_rate_power, "learning_rate_power", t)});
-  }
+  node_id apply_dense(graph& g, node_id grad, node_id var) override;
 
 private:
   hyperparameter learning_rate_;
@@ -72,3 +45,44 @@ private:
 };
 
 } // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom {
+
+LOOM_COMPILED_ONCE ftrl_optimizer::ftrl_optimizer(hyperparameter learning_rate, ftrl_options o,
+                                                  std::string name)
+    : optimizer(std::move(name)), learning_rate_(std::move(learning_rate)), o_(o) {
+  // TF's checks, with TF's reasons.
+  if (o_.learning_rate_power > 0)
+    throw invalid_argument_error("ftrl_optimizer: learning_rate_power must be 0 or less, got " +
+                                 std::to_string(o_.learning_rate_power));
+  if (o_.initial_accumulator_value < 0)
+    throw invalid_argument_error(
+        "ftrl_optimizer: initial_accumulator_value must be 0 or more, got " +
+        std::to_string(o_.initial_accumulator_value));
+  for (const auto& [what, v] :
+       {std::pair{"l1_regularization_strength", o_.l1_regularization_strength},
+        std::pair{"l2_regularization_strength", o_.l2_regularization_strength},
+        std::pair{"l2_shrinkage_regularization_strength", o_.l2_shrinkage_regularization_strength}})
+    if (v < 0)
+      throw invalid_argument_error(std::string("ftrl_optimizer: ") + what +
+                                   " must be 0 or more, got " + std::to_string(v));
+}
+
+LOOM_COMPILED_ONCE auto ftrl_optimizer::apply_dense(graph& g, node_id grad, node_id var)
+    -> node_id {
+  const dtype t = g.node(var).type;
+  return update(
+      g, "apply_ftrl",
+      {var, slot(g, var, "accum"), slot(g, var, "linear"), grad,
+       hyper(g, learning_rate_, "learning_rate", t),
+       hyper(g, o_.l1_regularization_strength, "l1_regularization_strength", t),
+       hyper(g, o_.l2_regularization_strength, "l2_regularization_strength", t),
+       hyper(g, o_.l2_shrinkage_regularization_strength, "l2_shrinkage_regularization_strength", t),
+       hyper(g, o_.learning_rate_power, "learning_rate_power", t)});
+}
+
+} // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -3,6 +3,7 @@
 // increment it after their updates; learning-rate schedules read it.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/graph/variables.hpp>
 
 #include <cstdint>
@@ -33,7 +34,25 @@ private:
 
 // The graph's global step: the one variable in the "global_step" collection,
 // or else a node named "global_step"; none when neither exists.
-inline std::optional<variable<std::int64_t, 0>> get_global_step(graph& g) {
+LOOM_COMPILED_ONCE std::optional<variable<std::int64_t, 0>> get_global_step(graph& g);
+
+// Creates the global step: "global_step", int64, initialised to zero, not
+// trainable, in the global variables and the "global_step" collection.
+LOOM_COMPILED_ONCE variable<std::int64_t, 0> create_global_step(graph& g);
+
+inline variable<std::int64_t, 0> get_or_create_global_step(graph& g) {
+  if (auto step = get_global_step(g))
+    return *step;
+  return create_global_step(g);
+}
+
+} // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom {
+
+LOOM_COMPILED_ONCE std::optional<variable<std::int64_t, 0>> get_global_step(graph& g) {
   const auto& in_collection = g.collection(collection::global_step);
   if (in_collection.size() > 1)
     throw invalid_argument_error("there are " + std::to_string(in_collection.size()) +
@@ -54,9 +73,7 @@ inline std::optional<variable<std::int64_t, 0>> get_global_step(graph& g) {
   return variable<std::int64_t, 0>::existing(g, id);
 }
 
-// Creates the global step: "global_step", int64, initialised to zero, not
-// trainable, in the global variables and the "global_step" collection.
-inline variable<std::int64_t, 0> create_global_step(graph& g) {
+LOOM_COMPILED_ONCE variable<std::int64_t, 0> create_global_step(graph& g) {
   if (get_global_step(g))
     throw already_exists_error("\"global_step\" already exists in this graph");
   detail::lifted_scope lift(g);
@@ -66,10 +83,6 @@ inline variable<std::int64_t, 0> create_global_step(graph& g) {
   return step;
 }
 
-inline variable<std::int64_t, 0> get_or_create_global_step(graph& g) {
-  if (auto step = get_global_step(g))
-    return *step;
-  return create_global_step(g);
-}
-
 } // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -22,6 +22,7 @@
 // names), a dtype or shape that differs (both).
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tensor_bundle.hpp>
 #include <loom/core/tensor_slice.hpp>
@@ -43,7 +44,17 @@ namespace loom {
 
 // `checkpoint`: a TF checkpoint's prefix, or a directory (its latest checkpoint).
 // `assignment_map`: {checkpoint name, graph name} pairs, as TF's dict.
-inline void
+LOOM_COMPILED_ONCE void
+init_from_checkpoint(graph& g, const std::string& checkpoint,
+                     const std::vector<std::pair<std::string, std::string>>& assignment_map);
+
+} // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom {
+
+LOOM_COMPILED_ONCE void
 init_from_checkpoint(graph& g, const std::string& checkpoint,
                      const std::vector<std::pair<std::string, std::string>>& assignment_map) {
   std::string prefix = checkpoint;
@@ -159,3 +170,5 @@ init_from_checkpoint(graph& g, const std::string& checkpoint,
 }
 
 } // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

@@ -5,6 +5,7 @@
 //   var  -= lr * grad + lr * momentum * accum           (use_nesterov = true)
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/train/optimizer.hpp>
 
 #include <string>
@@ -23,13 +24,7 @@ protected:
     for (node_id v : vars)
       zeros_slot(g, v, "momentum");
   }
-  node_id apply_dense(graph& g, node_id grad, node_id var) override {
-    const dtype t = g.node(var).type;
-    return update(g, "apply_momentum",
-                  {var, slot(g, var, "momentum"), hyper(g, learning_rate_, "learning_rate", t),
-                   grad, hyper(g, momentum_, "momentum", t)},
-                  {{"use_nesterov", use_nesterov_}});
-  }
+  node_id apply_dense(graph& g, node_id grad, node_id var) override;
 
 private:
   hyperparameter learning_rate_;
@@ -38,3 +33,20 @@ private:
 };
 
 } // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom {
+
+LOOM_COMPILED_ONCE auto momentum_optimizer::apply_dense(graph& g, node_id grad, node_id var)
+    -> node_id {
+  const dtype t = g.node(var).type;
+  return update(g, "apply_momentum",
+                {var, slot(g, var, "momentum"), hyper(g, learning_rate_, "learning_rate", t), grad,
+                 hyper(g, momentum_, "momentum", t)},
+                {{"use_nesterov", use_nesterov_}});
+}
+
+} // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

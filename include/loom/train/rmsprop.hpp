@@ -5,6 +5,7 @@
 //   var -= mom
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/train/optimizer.hpp>
 
 #include <string>
@@ -26,13 +27,7 @@ protected:
       zeros_slot(g, v, "momentum");
     }
   }
-  node_id apply_dense(graph& g, node_id grad, node_id var) override {
-    const dtype t = g.node(var).type;
-    return update(g, "apply_rms_prop",
-                  {var, slot(g, var, "rms"), slot(g, var, "momentum"),
-                   hyper(g, learning_rate_, "learning_rate", t), hyper(g, decay_, "decay", t),
-                   hyper(g, momentum_, "momentum", t), hyper(g, epsilon_, "epsilon", t), grad});
-  }
+  node_id apply_dense(graph& g, node_id grad, node_id var) override;
 
 private:
   hyperparameter learning_rate_;
@@ -42,3 +37,20 @@ private:
 };
 
 } // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom {
+
+LOOM_COMPILED_ONCE auto rmsprop_optimizer::apply_dense(graph& g, node_id grad, node_id var)
+    -> node_id {
+  const dtype t = g.node(var).type;
+  return update(g, "apply_rms_prop",
+                {var, slot(g, var, "rms"), slot(g, var, "momentum"),
+                 hyper(g, learning_rate_, "learning_rate", t), hyper(g, decay_, "decay", t),
+                 hyper(g, momentum_, "momentum", t), hyper(g, epsilon_, "epsilon", t), grad});
+}
+
+} // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

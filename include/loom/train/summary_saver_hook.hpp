@@ -11,6 +11,7 @@
 // summaries (which would be a second hook sharing the writer).
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/graph/ops/summary.hpp>
 #include <loom/train/hooks.hpp>
 #include <loom/train/summary_writer.hpp>
@@ -41,29 +42,9 @@ struct summary_saver_options {
 
 class summary_saver_hook final : public session_run_hook {
 public:
-  explicit summary_saver_hook(summary_saver_options o) : o_(std::move(o)) {
-    if (o_.every_n_steps <= 0 && o_.every_n_secs <= 0)
-      throw invalid_argument_error("summary_saver_hook: give every_n_steps or every_n_secs (both "
-                                   "are 0: it would never save)");
-    if (o_.every_n_steps < 0 || o_.every_n_secs < 0)
-      throw invalid_argument_error("summary_saver_hook: every_n_steps and every_n_secs must not be "
-                                   "negative");
-    if (o_.examples_per_global_step < 0)
-      throw invalid_argument_error("summary_saver_hook: examples_per_global_step must not be "
-                                   "negative");
-  }
+  explicit summary_saver_hook(summary_saver_options o);
 
-  void begin(graph& g) override {
-    if (!o_.summary_op) {
-      auto all = merge_all_summaries(g);
-      if (!all)
-        throw failed_precondition_error("summary_saver_hook: the graph has no summaries (add "
-                                        "scalar_summary or histogram_summary ops first)");
-      o_.summary_op = all->id();
-    }
-    if (!writer_)
-      writer_ = std::make_unique<summary_writer>(o_.logdir, o_.writer);
-  }
+  void begin(graph& g) override;
 
   std::vector<node_id> before_run() override {
     request_ = !next_step_ || due(*next_step_);
@@ -72,26 +53,7 @@ public:
     return {};
   }
 
-  void after_run(run_context& c, std::span<const any_tensor> v) override {
-    std::int64_t step = c.global_step + 1; // the step read with the run may miss its own update
-    if (!next_step_ || request_)
-      step = c.read_global_step();
-    if (!next_step_)
-      writer_->add_session_start(step);
-    if (request_) {
-      const auto now = clock::now();
-      writer_->add_summary(v[0], step);
-      if (o_.examples_per_global_step > 0 && last_step_ && step > *last_step_ && now > last_time_) {
-        const double secs = std::chrono::duration<double>(now - last_time_).count();
-        writer_->add_scalar(
-            "examples/s",
-            static_cast<double>((step - *last_step_) * o_.examples_per_global_step) / secs, step);
-      }
-      last_step_ = step;
-      last_time_ = now;
-    }
-    next_step_ = step + 1;
-  }
+  void after_run(run_context& c, std::span<const any_tensor> v) override;
 
   void end(session&, std::int64_t) override { writer_->flush(); }
 
@@ -99,15 +61,7 @@ public:
 
 private:
   using clock = std::chrono::steady_clock;
-  bool due(std::int64_t step) const {
-    if (!last_step_)
-      return true;
-    const bool by_steps = o_.every_n_steps > 0 && step >= *last_step_ + o_.every_n_steps;
-    const bool by_time =
-        o_.every_n_secs > 0 &&
-        std::chrono::duration<double>(clock::now() - last_time_).count() >= o_.every_n_secs;
-    return by_steps || by_time;
-  }
+  bool due(std::int64_t step) const;
 
   summary_saver_options o_;
   std::unique_ptr<summary_writer> writer_;
@@ -117,3 +71,68 @@ private:
 };
 
 } // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom {
+
+LOOM_COMPILED_ONCE summary_saver_hook::summary_saver_hook(summary_saver_options o)
+    : o_(std::move(o)) {
+  if (o_.every_n_steps <= 0 && o_.every_n_secs <= 0)
+    throw invalid_argument_error("summary_saver_hook: give every_n_steps or every_n_secs (both "
+                                 "are 0: it would never save)");
+  if (o_.every_n_steps < 0 || o_.every_n_secs < 0)
+    throw invalid_argument_error("summary_saver_hook: every_n_steps and every_n_secs must not be "
+                                 "negative");
+  if (o_.examples_per_global_step < 0)
+    throw invalid_argument_error("summary_saver_hook: examples_per_global_step must not be "
+                                 "negative");
+}
+
+LOOM_COMPILED_ONCE void summary_saver_hook::begin(graph& g) {
+  if (!o_.summary_op) {
+    auto all = merge_all_summaries(g);
+    if (!all)
+      throw failed_precondition_error("summary_saver_hook: the graph has no summaries (add "
+                                      "scalar_summary or histogram_summary ops first)");
+    o_.summary_op = all->id();
+  }
+  if (!writer_)
+    writer_ = std::make_unique<summary_writer>(o_.logdir, o_.writer);
+}
+
+LOOM_COMPILED_ONCE void summary_saver_hook::after_run(run_context& c,
+                                                      std::span<const any_tensor> v) {
+  std::int64_t step = c.global_step + 1; // the step read with the run may miss its own update
+  if (!next_step_ || request_)
+    step = c.read_global_step();
+  if (!next_step_)
+    writer_->add_session_start(step);
+  if (request_) {
+    const auto now = clock::now();
+    writer_->add_summary(v[0], step);
+    if (o_.examples_per_global_step > 0 && last_step_ && step > *last_step_ && now > last_time_) {
+      const double secs = std::chrono::duration<double>(now - last_time_).count();
+      writer_->add_scalar(
+          "examples/s",
+          static_cast<double>((step - *last_step_) * o_.examples_per_global_step) / secs, step);
+    }
+    last_step_ = step;
+    last_time_ = now;
+  }
+  next_step_ = step + 1;
+}
+
+LOOM_COMPILED_ONCE bool summary_saver_hook::due(std::int64_t step) const {
+  if (!last_step_)
+    return true;
+  const bool by_steps = o_.every_n_steps > 0 && step >= *last_step_ + o_.every_n_steps;
+  const bool by_time =
+      o_.every_n_secs > 0 &&
+      std::chrono::duration<double>(clock::now() - last_time_).count() >= o_.every_n_secs;
+  return by_steps || by_time;
+}
+
+} // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS

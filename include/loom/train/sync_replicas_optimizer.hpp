@@ -35,6 +35,7 @@
 // step is aborted or the ps task stops.
 #pragma once
 
+#include <loom/core/compiled_once.hpp>
 #include <loom/graph/ops/array.hpp>
 #include <loom/graph/ops/sync.hpp>
 #include <loom/runtime/session.hpp>
@@ -65,18 +66,7 @@ struct sync_replicas_options {
 
 class sync_replicas_optimizer {
 public:
-  sync_replicas_optimizer(optimizer& opt, sync_replicas_options o) : opt_(opt), o_(std::move(o)) {
-    if (o_.replicas_to_aggregate < 1)
-      throw invalid_argument_error("sync_replicas_optimizer: replicas_to_aggregate must be at "
-                                   "least 1, got " +
-                                   std::to_string(o_.replicas_to_aggregate));
-    if (o_.total_num_replicas == 0)
-      o_.total_num_replicas = o_.replicas_to_aggregate;
-    if (o_.total_num_replicas < 1)
-      throw invalid_argument_error("sync_replicas_optimizer: total_num_replicas must be at least "
-                                   "1, got " +
-                                   std::to_string(o_.total_num_replicas));
-  }
+  sync_replicas_optimizer(optimizer& opt, sync_replicas_options o);
 
   int replicas_to_aggregate() const noexcept { return o_.replicas_to_aggregate; }
   int total_num_replicas() const noexcept { return o_.total_num_replicas; }
@@ -90,124 +80,7 @@ public:
   }
 
   operation apply_gradients(const std::vector<grad_and_var>& grads_and_vars,
-                            const variable<std::int64_t, 0>& global_step) {
-    graph g = global_step.graph();
-    if (train_op_)
-      throw failed_precondition_error("sync_replicas_optimizer '" + o_.name +
-                                      "': apply_gradients was already called; one "
-                                      "sync_replicas_optimizer serves one train op");
-    std::vector<grad_and_var> used;
-    for (const grad_and_var& gv : grads_and_vars)
-      if (gv.grad != no_node)
-        used.push_back(gv);
-    if (used.empty())
-      throw invalid_argument_error("sync_replicas_optimizer '" + o_.name +
-                                   "': no gradients provided for any variable");
-    const std::string acc = o_.name + "_accumulator";
-    const std::string token = o_.name + "_token";
-    auto scope = g.name_scope(o_.name);
-
-    // Only the worker's step (its accumulates, the wait, train_op) takes the caller's control
-    // dependencies (TF's UPDATE_OPS idiom: batch normalization's updates run with the step).
-    // What runs outside a step (the local init, the chief's update and the barrier's
-    // close, reset and release) must not: it would need the step's feeds.
-    // The worker's own step counter lives on the worker (where the device
-    // scope puts ops that are not variables), not on a ps: each worker has one.
-    // Beside it, the barrier's epoch its session began in.
-    std::string worker_device;
-    std::optional<variable<std::int64_t, 0>> local_step, local_epoch;
-    const attr_map barrier_attrs{{"counter", token}};
-    {
-      const scope_guard outside_step = g.control_dependencies(nullptr);
-      worker_device = g.node(no_op(g, "local_anchor").id()).requested_device;
-      {
-        auto on_worker = g.device(worker_device);
-        local_step.emplace(g, "local_step", shape{}, zeros_initializer{},
-                           variable_options{.trainable = false, .local = true});
-        local_epoch.emplace(g, "local_epoch", shape{}, zeros_initializer{},
-                            variable_options{.trainable = false, .local = true});
-      }
-      local_step_init_ =
-          group(g,
-                {g.add_node("assign", {local_step->id(), global_step.id()}, {}, "local_step_init"),
-                 g.add_node("assign",
-                            {local_epoch->id(), g.add_node("barrier_epoch", {global_step.id()},
-                                                           barrier_attrs, "barrier_epoch")},
-                            {}, "local_epoch_init")},
-                "local_init");
-    }
-
-    // Worker: gradients into the accumulators, then wait for the update.
-    // A gradient of rows (an embedding's) goes to a sparse accumulator: only
-    // the rows and their ids travel, and the chief applies them sparsely.
-    std::vector<node_id> accumulated;
-    for (const grad_and_var& gv : used) {
-      if (const auto rows = detail::as_row_slices(g.node(gv.grad)))
-        accumulated.push_back(g.add_node("accumulate_sparse_gradient",
-                                         {gv.var, rows->values, rows->indices, local_step->id()},
-                                         {{"accumulator", acc}}));
-      else
-        accumulated.push_back(g.add_node("accumulate_gradient", {gv.var, gv.grad, local_step->id()},
-                                         {{"accumulator", acc}}));
-    }
-    node_id released;
-    {
-      auto after = g.control_dependencies(accumulated);
-      released = g.add_node(
-          "barrier_wait", {global_step.id(), local_step->id(), local_epoch->id()},
-          {{"counter", token},
-           {"timeout_ms", static_cast<std::int64_t>(o_.barrier_timeout.count())},
-           {"replica", worker_device},
-           {"replicas_to_aggregate", static_cast<std::int64_t>(o_.replicas_to_aggregate)}},
-          "wait_for_update");
-    }
-    train_op_ = {g, g.add_node("assign", {local_step->id(), released}, {}, "train_op")};
-    g.add_to_collection(collection::train_op, train_op_->id());
-
-    const scope_guard chief_outside_step = g.control_dependencies(nullptr);
-    // Chief: the means of the fresh gradients, applied; then release.
-    std::vector<grad_and_var> means;
-    std::vector<node_id> closes, resets;
-    const attr_map take_attrs{
-        {"accumulator", acc},
-        {"num_required", static_cast<std::int64_t>(o_.replicas_to_aggregate)}};
-    for (const grad_and_var& gv : used) {
-      const bool sparse = detail::as_row_slices(g.node(gv.grad)).has_value();
-      if (sparse) {
-        const node_id rows =
-            g.add_node("take_sparse_gradient", {gv.var, global_step.id()}, take_attrs);
-        const node_id ids =
-            g.add_node("sparse_gradient_indices", {gv.var, rows}, {{"accumulator", acc}});
-        means.push_back(
-            {g.add_node("indexed_slices", {rows, ids},
-                        {{"axis", std::int64_t{0}}, {"dense_shape", g.node(gv.var).shape.dims()}}),
-             gv.var});
-      } else {
-        means.push_back(
-            {g.add_node("take_gradient", {gv.var, global_step.id()}, take_attrs), gv.var});
-      }
-      closes.push_back(
-          g.add_node("close_accumulator", {gv.var}, {{"accumulator", acc}, {"sparse", sparse}}));
-      resets.push_back(g.add_node("reset_accumulator", {gv.var, global_step.id()},
-                                  {{"accumulator", acc}, {"sparse", sparse}}));
-    }
-    operation applied = opt_.apply_gradients(g, means, global_step, "apply");
-    chief_update_ = {g, g.add_node("counter_raise", {global_step.id(), applied.id()},
-                                   {{"counter", token}}, "release")};
-    close_ = group(g, closes, "close_accumulators");
-    {
-      // The accumulators first: a worker that reads the new epoch finds them reset.
-      auto after = g.control_dependencies(resets);
-      reset_ = {g, g.add_node("barrier_reset", {global_step.id(), global_step.id()}, barrier_attrs,
-                              "reset_barrier")};
-    }
-    release_all_ = {g,
-                    g.add_node("counter_raise",
-                               {global_step.id(),
-                                detail::scalar_node(g, std::numeric_limits<std::int64_t>::max())},
-                               {{"counter", token}}, "release_all")};
-    return *train_op_;
-  }
+                            const variable<std::int64_t, 0>& global_step);
 
   // What each worker runs every step.
   operation train_op() const { return checked(train_op_, "train_op"); }
@@ -256,36 +129,12 @@ public:
   // the caller's stop) must not wait for gradients that will not come: a
   // session of its own closes the accumulators. Waiting workers are not
   // released; a restarted chief's reset_op starts them on a new epoch.
-  ~sync_replicas_chief() {
-    stopping_ = true;
-    if (thread_.joinable() && !finished_) {
-      try {
-        session closer(session_.graph_ref(), target_, options_);
-        close_loop(closer);
-      } catch (...) { // the cluster is gone: the loop's own step fails and ends it
-      }
-    }
-    if (thread_.joinable())
-      thread_.join();
-  }
+  ~sync_replicas_chief();
 
   // Stops the loop. `s` (a session on the same cluster, not this loop's)
   // runs the close op; without one the loop ends with its next update or
   // when the cluster stops. Rethrows the error that ended the loop early.
-  void stop(session* s) {
-    stopping_ = true;
-    if (thread_.joinable()) {
-      if (s)
-        close_loop(*s);
-      thread_.join();
-      if (s)
-        s->run_nodes({}, {release_all_.id()});
-    }
-    if (failure_) {
-      auto f = std::exchange(failure_, nullptr);
-      std::rethrow_exception(f);
-    }
-  }
+  void stop(session* s);
 
   std::int64_t updates() const noexcept { return updates_; }
 
@@ -295,24 +144,7 @@ private:
   // failure since stopping_ is set.
   void close_loop(session& s) { s.run_nodes({}, {close_.id()}); }
 
-  void loop() {
-    while (!stopping_) {
-      try {
-        session_.run_nodes({}, {update_.id()});
-        ++updates_;
-      } catch (const deadline_exceeded_error&) {
-        // No gradients arrived within the call deadline (workers still
-        // starting, or all of them slow): the accumulators kept what they
-        // had, so waiting again loses nothing.
-        continue;
-      } catch (...) {
-        if (!stopping_)
-          failure_ = std::current_exception();
-        break;
-      }
-    }
-    finished_ = true;
-  }
+  void loop();
 
   operation update_, close_, release_all_;
   session_target target_;
@@ -325,3 +157,193 @@ private:
 };
 
 } // namespace loom
+
+#if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom {
+
+LOOM_COMPILED_ONCE sync_replicas_optimizer::sync_replicas_optimizer(optimizer& opt,
+                                                                    sync_replicas_options o)
+    : opt_(opt), o_(std::move(o)) {
+  if (o_.replicas_to_aggregate < 1)
+    throw invalid_argument_error("sync_replicas_optimizer: replicas_to_aggregate must be at "
+                                 "least 1, got " +
+                                 std::to_string(o_.replicas_to_aggregate));
+  if (o_.total_num_replicas == 0)
+    o_.total_num_replicas = o_.replicas_to_aggregate;
+  if (o_.total_num_replicas < 1)
+    throw invalid_argument_error("sync_replicas_optimizer: total_num_replicas must be at least "
+                                 "1, got " +
+                                 std::to_string(o_.total_num_replicas));
+}
+
+LOOM_COMPILED_ONCE auto
+sync_replicas_optimizer::apply_gradients(const std::vector<grad_and_var>& grads_and_vars,
+                                         const variable<std::int64_t, 0>& global_step)
+    -> operation {
+  graph g = global_step.graph();
+  if (train_op_)
+    throw failed_precondition_error("sync_replicas_optimizer '" + o_.name +
+                                    "': apply_gradients was already called; one "
+                                    "sync_replicas_optimizer serves one train op");
+  std::vector<grad_and_var> used;
+  for (const grad_and_var& gv : grads_and_vars)
+    if (gv.grad != no_node)
+      used.push_back(gv);
+  if (used.empty())
+    throw invalid_argument_error("sync_replicas_optimizer '" + o_.name +
+                                 "': no gradients provided for any variable");
+  const std::string acc = o_.name + "_accumulator";
+  const std::string token = o_.name + "_token";
+  auto scope = g.name_scope(o_.name);
+
+  // Only the worker's step (its accumulates, the wait, train_op) takes the caller's control
+  // dependencies (TF's UPDATE_OPS idiom: batch normalization's updates run with the step).
+  // What runs outside a step (the local init, the chief's update and the barrier's
+  // close, reset and release) must not: it would need the step's feeds.
+  // The worker's own step counter lives on the worker (where the device
+  // scope puts ops that are not variables), not on a ps: each worker has one.
+  // Beside it, the barrier's epoch its session began in.
+  std::string worker_device;
+  std::optional<variable<std::int64_t, 0>> local_step, local_epoch;
+  const attr_map barrier_attrs{{"counter", token}};
+  {
+    const scope_guard outside_step = g.control_dependencies(nullptr);
+    worker_device = g.node(no_op(g, "local_anchor").id()).requested_device;
+    {
+      auto on_worker = g.device(worker_device);
+      local_step.emplace(g, "local_step", shape{}, zeros_initializer{},
+                         variable_options{.trainable = false, .local = true});
+      local_epoch.emplace(g, "local_epoch", shape{}, zeros_initializer{},
+                          variable_options{.trainable = false, .local = true});
+    }
+    local_step_init_ =
+        group(g,
+              {g.add_node("assign", {local_step->id(), global_step.id()}, {}, "local_step_init"),
+               g.add_node("assign",
+                          {local_epoch->id(), g.add_node("barrier_epoch", {global_step.id()},
+                                                         barrier_attrs, "barrier_epoch")},
+                          {}, "local_epoch_init")},
+              "local_init");
+  }
+
+  // Worker: gradients into the accumulators, then wait for the update.
+  // A gradient of rows (an embedding's) goes to a sparse accumulator: only
+  // the rows and their ids travel, and the chief applies them sparsely.
+  std::vector<node_id> accumulated;
+  for (const grad_and_var& gv : used) {
+    if (const auto rows = detail::as_row_slices(g.node(gv.grad)))
+      accumulated.push_back(g.add_node("accumulate_sparse_gradient",
+                                       {gv.var, rows->values, rows->indices, local_step->id()},
+                                       {{"accumulator", acc}}));
+    else
+      accumulated.push_back(g.add_node("accumulate_gradient", {gv.var, gv.grad, local_step->id()},
+                                       {{"accumulator", acc}}));
+  }
+  node_id released;
+  {
+    auto after = g.control_dependencies(accumulated);
+    released =
+        g.add_node("barrier_wait", {global_step.id(), local_step->id(), local_epoch->id()},
+                   {{"counter", token},
+                    {"timeout_ms", static_cast<std::int64_t>(o_.barrier_timeout.count())},
+                    {"replica", worker_device},
+                    {"replicas_to_aggregate", static_cast<std::int64_t>(o_.replicas_to_aggregate)}},
+                   "wait_for_update");
+  }
+  train_op_ = {g, g.add_node("assign", {local_step->id(), released}, {}, "train_op")};
+  g.add_to_collection(collection::train_op, train_op_->id());
+
+  const scope_guard chief_outside_step = g.control_dependencies(nullptr);
+  // Chief: the means of the fresh gradients, applied; then release.
+  std::vector<grad_and_var> means;
+  std::vector<node_id> closes, resets;
+  const attr_map take_attrs{{"accumulator", acc},
+                            {"num_required", static_cast<std::int64_t>(o_.replicas_to_aggregate)}};
+  for (const grad_and_var& gv : used) {
+    const bool sparse = detail::as_row_slices(g.node(gv.grad)).has_value();
+    if (sparse) {
+      const node_id rows =
+          g.add_node("take_sparse_gradient", {gv.var, global_step.id()}, take_attrs);
+      const node_id ids =
+          g.add_node("sparse_gradient_indices", {gv.var, rows}, {{"accumulator", acc}});
+      means.push_back(
+          {g.add_node("indexed_slices", {rows, ids},
+                      {{"axis", std::int64_t{0}}, {"dense_shape", g.node(gv.var).shape.dims()}}),
+           gv.var});
+    } else {
+      means.push_back(
+          {g.add_node("take_gradient", {gv.var, global_step.id()}, take_attrs), gv.var});
+    }
+    closes.push_back(
+        g.add_node("close_accumulator", {gv.var}, {{"accumulator", acc}, {"sparse", sparse}}));
+    resets.push_back(g.add_node("reset_accumulator", {gv.var, global_step.id()},
+                                {{"accumulator", acc}, {"sparse", sparse}}));
+  }
+  operation applied = opt_.apply_gradients(g, means, global_step, "apply");
+  chief_update_ = {g, g.add_node("counter_raise", {global_step.id(), applied.id()},
+                                 {{"counter", token}}, "release")};
+  close_ = group(g, closes, "close_accumulators");
+  {
+    // The accumulators first: a worker that reads the new epoch finds them reset.
+    auto after = g.control_dependencies(resets);
+    reset_ = {g, g.add_node("barrier_reset", {global_step.id(), global_step.id()}, barrier_attrs,
+                            "reset_barrier")};
+  }
+  release_all_ = {g, g.add_node("counter_raise",
+                                {global_step.id(),
+                                 detail::scalar_node(g, std::numeric_limits<std::int64_t>::max())},
+                                {{"counter", token}}, "release_all")};
+  return *train_op_;
+}
+
+LOOM_COMPILED_ONCE sync_replicas_chief::~sync_replicas_chief() {
+  stopping_ = true;
+  if (thread_.joinable() && !finished_) {
+    try {
+      session closer(session_.graph_ref(), target_, options_);
+      close_loop(closer);
+    } catch (...) { // the cluster is gone: the loop's own step fails and ends it
+    }
+  }
+  if (thread_.joinable())
+    thread_.join();
+}
+
+LOOM_COMPILED_ONCE void sync_replicas_chief::stop(session* s) {
+  stopping_ = true;
+  if (thread_.joinable()) {
+    if (s)
+      close_loop(*s);
+    thread_.join();
+    if (s)
+      s->run_nodes({}, {release_all_.id()});
+  }
+  if (failure_) {
+    auto f = std::exchange(failure_, nullptr);
+    std::rethrow_exception(f);
+  }
+}
+
+LOOM_COMPILED_ONCE void sync_replicas_chief::loop() {
+  while (!stopping_) {
+    try {
+      session_.run_nodes({}, {update_.id()});
+      ++updates_;
+    } catch (const deadline_exceeded_error&) {
+      // No gradients arrived within the call deadline (workers still
+      // starting, or all of them slow): the accumulators kept what they
+      // had, so waiting again loses nothing.
+      continue;
+    } catch (...) {
+      if (!stopping_)
+        failure_ = std::current_exception();
+      break;
+    }
+  }
+  finished_ = true;
+}
+
+} // namespace loom
+
+#endif // LOOM_COMPILED_ONCE_DEFINITIONS
