@@ -135,7 +135,7 @@ LOOM_COMPILED_ONCE auto exponential_moving_average::make_shadow(graph& g, node_i
                                  "' has no initializer");
   // The variable's own initial value, so both start equal (one evaluation per run).
   const node_id initial = g.node(assign).inputs[1];
-  node_id shadow;
+  node_id shadow = no_node;
   visit_dtype(var.type, [&]<class T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       auto init = [&]<int R>() {
@@ -156,6 +156,9 @@ LOOM_COMPILED_ONCE auto exponential_moving_average::make_shadow(graph& g, node_i
       }
     }
   });
+  if (shadow == no_node) // apply() admits float and double variables only
+    throw internal_error("loom::exponential_moving_average: no shadow for variable '" + var.name +
+                         "' of " + std::string(to_string(var.type)));
   // Beside the variable, and its initial value too (the shadow's constructor colocated
   // the value with the shadow).
   const std::string group = g.node(v).colocation();
