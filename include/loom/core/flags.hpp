@@ -162,9 +162,9 @@ LOOM_COMPILED_ONCE void flags::print_usage(std::ostream& os, std::string_view pr
     os << description_ << "\n\n";
   os << "usage: " << program << " [--flag=value ...] | --help | --version\n";
   for (auto& [name, e] : entries_) {
-    os << " --" << name << " (default: ";
+    os << "  --" << name << " (default: ";
     std::visit([&](const auto& v) { os << v; }, e.current);
-    os << ")\n   " << e.help << "\n";
+    os << ")\n      " << e.help << "\n";
   }
 }
 

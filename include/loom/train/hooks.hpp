@@ -167,7 +167,7 @@ LOOM_COMPILED_ONCE void logging_hook::after_run(run_context& c, std::span<const 
   const auto steps = static_cast<double>(local_ - last_local_);
   const auto global = static_cast<double>(c.global_step - last_global_);
   std::fprintf(o_.out,
-               "%s: step %lld global step %lld loss %.4f %.0f examples/s "
+               "%s: step %lld  global step %lld  loss %.4f  %.0f examples/s  "
                "(cluster %.0f examples/s)%s\n",
                o_.label.c_str(), static_cast<long long>(local_),
                static_cast<long long>(c.global_step), loss,
@@ -190,7 +190,7 @@ LOOM_COMPILED_ONCE std::string logging_hook::progress(std::int64_t global_step, 
     std::snprintf(eta, sizeof eta, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
   }
   char line[96];
-  std::snprintf(line, sizeof line, " %.1f %% done %.1f steps/s %s left",
+  std::snprintf(line, sizeof line, "  %.1f %% done  %.1f steps/s  %s left",
                 100.0 * static_cast<double>(std::min(global_step, o_.last_step)) /
                     static_cast<double>(o_.last_step),
                 rate, eta);
