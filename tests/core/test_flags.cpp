@@ -80,7 +80,8 @@ TEST_CASE("--help prints the flags and --version loom's version; parse then says
   std::ostringstream help;
   CHECK_FALSE(parse(f, {"--help"}, help));
   CHECK(contains(help.str(), "Trains a model."));
-  CHECK(contains(help.str(), "--learning_rate (default: 0.01)"));
+  // Each flag on a line of its own, indented by two, its help below it indented by six.
+  CHECK(contains(help.str(), "\n  --learning_rate (default: 0.01)\n      the step size\n"));
   CHECK(contains(help.str(), "--version"));
   std::ostringstream version;
   CHECK_FALSE(parse(f, {"--task_index=1", "--version"}, version));
