@@ -132,6 +132,22 @@ TEST_CASE("CSE: different attributes make different nodes") {
 
 // -- names -------------------------------------------------------------------------
 
+TEST_CASE("CSE: small constants merge by value, large ones never") {
+  graph g;
+  const tensor<float, 1> small(shape{4}, 2.0f);
+  CHECK(loom::constant(g, small).id() == loom::constant(g, small).id());
+  CHECK(loom::constant(g, small).id() != loom::constant(g, tensor<float, 1>(shape{4}, 3.0f)).id());
+  // Past 64 elements each constant is its own node, even with equal values, in this graph
+  // and in another one built beside it.
+  const tensor<float, 1> large(shape{100}, 2.0f);
+  const node_id l1 = loom::constant(g, large).id();
+  const node_id l2 = loom::constant(g, large).id();
+  CHECK(l1 != l2);
+  graph other;
+  CHECK(loom::constant(other, large).id() != loom::constant(other, large).id());
+  CHECK(loom::constant(g, large).id() != l2);
+}
+
 TEST_CASE("name scopes and unique names") {
   graph g;
   auto a = loom::constant(g, 1.0f, "a");

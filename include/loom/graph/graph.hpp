@@ -291,11 +291,12 @@ private:
   // travels to a shard once; the shared node's description names both.
   static void join_description(node_def& kept, const node_def& merged);
 
-  static std::string structural_key(const node_def& n);
+  std::string structural_key(const node_def& n) const;
 
   // Small constants take part in CSE by value; large ones are never merged
-  // (comparing them would cost more than it saves).
-  static void append_tensor_key(std::ostringstream& k, const any_tensor& t);
+  // (comparing them would cost more than it saves): their key is the id the node
+  // is about to get, unique in this graph.
+  void append_tensor_key(std::ostringstream& k, const any_tensor& t) const;
 
   std::shared_ptr<detail::graph_state> state_;
 };
@@ -507,7 +508,7 @@ LOOM_COMPILED_ONCE void graph::join_description(node_def& kept, const node_def& 
   }
 }
 
-LOOM_COMPILED_ONCE std::string graph::structural_key(const node_def& n) {
+LOOM_COMPILED_ONCE std::string graph::structural_key(const node_def& n) const {
   std::ostringstream k;
   k.precision(17); // distinct float attributes must give distinct keys
   k << n.op << '(';
@@ -543,11 +544,10 @@ LOOM_COMPILED_ONCE std::string graph::structural_key(const node_def& n) {
   return k.str();
 }
 
-LOOM_COMPILED_ONCE void graph::append_tensor_key(std::ostringstream& k, const any_tensor& t) {
-  static std::uint64_t unique = 0;
+LOOM_COMPILED_ONCE void graph::append_tensor_key(std::ostringstream& k, const any_tensor& t) const {
   k << t.describe() << ':';
   if (t.num_elements() > 64) {
-    k << "#" << ++unique;
+    k << "#" << state_->nodes.size();
     return;
   }
   visit_dtype(t.type(), [&]<class T>() {
