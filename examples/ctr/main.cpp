@@ -33,9 +33,24 @@
 #include <sstream>
 #include <string>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 namespace {
+
+// A directory made now and removed, with what it holds, when this goes out of scope.
+struct removed_at_exit {
+  explicit removed_at_exit(std::filesystem::path p) : path(std::move(p)) {
+    std::filesystem::create_directories(path);
+  }
+  removed_at_exit(const removed_at_exit&) = delete;
+  removed_at_exit& operator=(const removed_at_exit&) = delete;
+  ~removed_at_exit() {
+    std::error_code ignored; // a directory already gone, or busy, is not worth failing the run
+    std::filesystem::remove_all(path, ignored);
+  }
+  std::filesystem::path path;
+};
 
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> out;
@@ -150,7 +165,7 @@ int main(int argc, char** argv) try {
                    "updates from workers are aggregated before applied to avoid stale gradients")
       .define_string("checkpoint_dir", "",
                      "Where the chief saves and restores checkpoints (default: a new temporary "
-                     "directory)")
+                     "directory, removed when the chief ends)")
       .define_string("checkpoint_format", "tensorflow",
                      "The checkpoints' format: loom (its own) or tensorflow (TF's V2 checkpoint, "
                      "which TF's Saver restores)")
@@ -366,11 +381,15 @@ int main(int argc, char** argv) try {
     loom::histogram_summary("dnn/layer_" + std::to_string(k) + "/kernel", model.dnn_kernels[k]);
   loom::histogram_summary("linear/dense_weights", *model.dense_weights);
 
+  // Without --checkpoint_dir the chief checkpoints into a directory of its own, as the seed's
+  // mnist_replica does, and removes it when it ends: at the default vocabulary the tables and
+  // their Adagrad slots make each checkpoint about half a gigabyte, too much to leave behind.
   std::string checkpoint_dir = flags.get_string("checkpoint_dir");
+  std::optional<removed_at_exit> scratch_checkpoints;
   if (checkpoint_dir.empty() && is_chief) {
-    auto dir = std::filesystem::temp_directory_path() / ("ctr-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir);
-    checkpoint_dir = dir.string();
+    scratch_checkpoints.emplace(std::filesystem::temp_directory_path() /
+                                ("ctr-" + std::to_string(::getpid())));
+    checkpoint_dir = scratch_checkpoints->path.string();
   }
   const std::string label = "Worker " + std::to_string(task_index);
   loom::monitored_session_options o{
