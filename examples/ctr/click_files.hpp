@@ -230,6 +230,10 @@ private:
 // The batches of the files `pattern` matches ("tfrecord" or "tsv"), this worker's
 // shard of them (TF's shard semantics over the sorted names), parsed on `threads`
 // threads, two batches read ahead. One pass: the end of the files ends training.
+// The files are read on the parsing threads (a sequential interleave: the batch is read
+// by whichever parsing thread takes it), not by threads of their own: from local files
+// a record is a copy out of a read buffer, and handing each record between threads cost
+// more than reading it (examples/s from TFRecord files 8 % lower on 2 cores).
 inline data::any_dataset<file_batch>
 file_batches(const std::string& pattern, const std::string& format, std::int64_t num_workers,
              std::int64_t task, std::int64_t batch_size, int threads,
@@ -238,7 +242,7 @@ file_batches(const std::string& pattern, const std::string& format, std::int64_t
   if (format == "tfrecord")
     return files |
            data::interleave([](const std::string& f) { return data::tfrecord_dataset({f}); }, 2, 1,
-                            true) |
+                            /*parallel=*/false) |
            data::batch(batch_size, drop_remainder) |
            data::map(detail::parse_tfrecord_batch{}, threads) | data::prefetch(2);
   if (format == "tsv")
@@ -248,7 +252,7 @@ file_batches(const std::string& pattern, const std::string& format, std::int64_t
                  return data::csv_dataset({f}, detail::parse_tsv_batch::columns(),
                                           {.field_delim = '\t', .use_quote_delim = false});
                },
-               2, 1, true) |
+               2, 1, /*parallel=*/false) |
            data::batch(batch_size, drop_remainder) |
            data::map(detail::parse_tsv_batch{vocab}, threads) | data::prefetch(2);
   throw std::invalid_argument("--format=" + format + ": tfrecord or tsv");

@@ -8,8 +8,13 @@
 // RapidJSON's templates, ...) are declared LOOM_COMPILED_ONCE, in their class or
 // namespace, and defined at the end of their header under
 // LOOM_COMPILED_ONCE_DEFINITIONS. Small ones (accessors, a tensor's element
-// pointer) stay inline where they are, for the caller's inliner. A unit sees a
-// compiled-once function one of three ways:
+// pointer) stay inline where they are, for the caller's inliner, and so do those a
+// loop calls per field or per element (the protobuf reader, tf.Example parsing's
+// steps): g++ -O2 inlines a function not declared inline only when it is tiny,
+// even within loom::kernels' unit, and out of line they halved input_pipeline's
+// records/s. A step that only compiled-once functions call is declared inline and
+// defined with them: no program unit calls it, so none needs its body. A unit sees
+// a compiled-once function one of three ways:
 //   - header-only (neither macro below): defined inline in every unit, as ever;
 //   - a program's unit that links loom::kernels (LOOM_COMPILED_KERNELS, which that
 //     CMake target gives its users): declared only, so the unit neither parses its

@@ -8,7 +8,6 @@
 // corrupt message is an error, never a read past the end.
 #pragma once
 
-#include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
 
 #include <bit>
@@ -126,13 +125,10 @@ private:
   const char* literal_what_ = nullptr;
 };
 
-} // namespace loom::detail::protobuf
+// Defined inline, not compiled once (core/compiled_once.hpp): a parser calls these for
+// every field of every record, and out of line they cost input_pipeline half its speed.
 
-#if LOOM_COMPILED_ONCE_DEFINITIONS
-
-namespace loom::detail::protobuf {
-
-LOOM_COMPILED_ONCE void writer::raw_varint(std::uint64_t v) {
+inline void writer::raw_varint(std::uint64_t v) {
   while (v >= 0x80) {
     bytes_.push_back(static_cast<char>(v | 0x80));
     v >>= 7;
@@ -140,7 +136,7 @@ LOOM_COMPILED_ONCE void writer::raw_varint(std::uint64_t v) {
   bytes_.push_back(static_cast<char>(v));
 }
 
-LOOM_COMPILED_ONCE auto reader::next() -> field {
+inline auto reader::next() -> field {
   field f;
   const std::uint64_t key = raw_varint();
   f.number = static_cast<std::uint32_t>(key >> 3);
@@ -177,7 +173,7 @@ LOOM_COMPILED_ONCE auto reader::next() -> field {
   return f;
 }
 
-LOOM_COMPILED_ONCE std::uint64_t reader::raw_varint() {
+inline std::uint64_t reader::raw_varint() {
   std::uint64_t v = 0;
   for (int shift = 0; shift < 64; shift += 7) {
     if (rest_.empty())
@@ -191,7 +187,7 @@ LOOM_COMPILED_ONCE std::uint64_t reader::raw_varint() {
   fail("a varint longer than 10 bytes");
 }
 
-LOOM_COMPILED_ONCE std::uint64_t reader::raw_fixed(std::size_t n) {
+inline std::uint64_t reader::raw_fixed(std::size_t n) {
   if (rest_.size() < n)
     fail("the bytes end inside a fixed-width field");
   std::uint64_t v = 0;
@@ -202,5 +198,3 @@ LOOM_COMPILED_ONCE std::uint64_t reader::raw_fixed(std::size_t n) {
 }
 
 } // namespace loom::detail::protobuf
-
-#endif // LOOM_COMPILED_ONCE_DEFINITIONS

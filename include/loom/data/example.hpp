@@ -94,14 +94,17 @@ private:
 namespace detail {
 
 // The Feature message's kinds (tensorflow/core/example/feature.proto).
-LOOM_COMPILED_ONCE dtype feature_kind(std::uint32_t field);
+inline dtype feature_kind(std::uint32_t field);
 
 // One parse: the spec's columns, filled example by example.
+// Its per-record and per-feature steps are inline, defined with the compiled-once ones
+// (core/compiled_once.hpp): only parse_example and parse_single_example call them, and
+// inline, g++ -O2 inlines them into each other (out of line, a parse took twice as long).
 class example_batch_parser {
 public:
   example_batch_parser(const example_spec& spec, std::size_t batch);
 
-  void parse(std::size_t e, std::string_view serialized);
+  inline void parse(std::size_t e, std::string_view serialized);
 
   features finish();
 
@@ -124,17 +127,17 @@ private:
   }
 
   // A Features map entry: key (1) and Feature (2).
-  void parse_entry(std::string_view entry_bytes);
+  inline void parse_entry(std::string_view entry_bytes);
 
   // The spec's column of a key, or -1. Examples of one dataset list their
   // features in one order, so the column that followed the previous entry's
   // column last time is tried first: one comparison instead of a hash and a
   // lookup, for all but the entries after a missing feature.
-  int column_of(std::string_view key);
+  inline int column_of(std::string_view key);
 
   // A varint of a packed list (whose values have no keys, so the field reader
   // does not apply).
-  std::uint64_t packed_varint(std::string_view& p, const std::string& name) const;
+  inline std::uint64_t packed_varint(std::string_view& p, const std::string& name) const;
 
   const example_spec& spec_;
   std::size_t batch_;
@@ -220,7 +223,7 @@ LOOM_COMPILED_ONCE void example_spec::add(feature f) {
 
 namespace loom::data::detail {
 
-LOOM_COMPILED_ONCE dtype feature_kind(std::uint32_t field) {
+inline dtype feature_kind(std::uint32_t field) {
   switch (field) {
   case 1: return dtype::string;   // BytesList
   case 2: return dtype::f32;      // FloatList
@@ -247,7 +250,7 @@ LOOM_COMPILED_ONCE example_batch_parser::example_batch_parser(const example_spec
   }
 }
 
-LOOM_COMPILED_ONCE void example_batch_parser::parse(std::size_t e, std::string_view serialized) {
+inline void example_batch_parser::parse(std::size_t e, std::string_view serialized) {
   example_ = e;
   previous_ = -1;
   for (auto& col : columns_)
@@ -315,7 +318,7 @@ LOOM_COMPILED_ONCE auto example_batch_parser::finish() -> features {
   return out;
 }
 
-LOOM_COMPILED_ONCE void example_batch_parser::parse_entry(std::string_view entry_bytes) {
+inline void example_batch_parser::parse_entry(std::string_view entry_bytes) {
   loom::detail::protobuf::reader entry(entry_bytes, "tf.Feature map");
   std::string_view key, value;
   while (!entry.done()) {
@@ -429,7 +432,7 @@ LOOM_COMPILED_ONCE void example_batch_parser::parse_entry(std::string_view entry
     col.lengths[example_] = count;
 }
 
-LOOM_COMPILED_ONCE int example_batch_parser::column_of(std::string_view key) {
+inline int example_batch_parser::column_of(std::string_view key) {
   const auto after = static_cast<std::size_t>(previous_ + 1); // 0: the first entry
   if (after >= successor_.size())
     successor_.resize(columns_.size() + 1, -1);
@@ -443,8 +446,8 @@ LOOM_COMPILED_ONCE int example_batch_parser::column_of(std::string_view key) {
   return c;
 }
 
-LOOM_COMPILED_ONCE std::uint64_t
-example_batch_parser::packed_varint(std::string_view& p, const std::string& name) const {
+inline std::uint64_t example_batch_parser::packed_varint(std::string_view& p,
+                                                         const std::string& name) const {
   std::uint64_t v = 0;
   for (int shift = 0; shift < 64 && !p.empty(); shift += 7) {
     const auto b = static_cast<std::uint8_t>(p.front());
