@@ -628,6 +628,26 @@ TEST_CASE("examples/ctr, async, 1 ps + 2 workers: partitioned tables trained wit
   CHECK(r.find("global_step")->shard_id == 0);
 }
 
+TEST_CASE("examples/ctr without --checkpoint_dir: the chief checkpoints into a temporary "
+          "directory and removes it when it ends" *
+          lt::needs_examples()) {
+  require_ctr();
+  cluster_flags cf(1, 1);
+  temp_dir tmp; // the tasks' TMPDIR, where the chief makes its directory
+  const lt::env_overrides env{{"TMPDIR", tmp.path.string()}};
+  lt::child ps(lt::example("ctr"), cf.task("ps", 0), env);
+  lt::child w0(lt::example("ctr"),
+               args(cf.task("worker", 0), {"--train_steps=50", "--max_vocab=2000",
+                                           "--test_examples=1000", "--log_every=50"}),
+               env);
+  expect_exit(w0, 0, 120s);
+  expect_exit(ps, 0, 60s);
+  INFO(w0.output());
+  // It saved there (a checkpoint at the first step and one at the end), and left nothing.
+  CHECK(contains(w0.output(), "saved checkpoint " + (tmp.path / "ctr-").string()));
+  CHECK(std::filesystem::is_empty(tmp.path));
+}
+
 // Sync replicas and hash tables in one run: the partitioned tables' sync path is
 // tested in process (test_sync), the hash tables' async one too (test_distributed).
 TEST_CASE("examples/ctr with hash-table embeddings and sync replicas, 1 ps + 2 workers: sparse "
