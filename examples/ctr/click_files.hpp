@@ -115,10 +115,11 @@ namespace detail {
 template <class T, class Column>
 loom::tensor<T, 2> columns_to_matrix(std::int64_t batch, int columns, Column column) {
   loom::tensor<T, 2> m(loom::shape{batch, columns});
+  T* out = m.data();
   for (int c = 0; c < columns; ++c) {
     const auto values = column(c); // a callable: i -> the value of row i
     for (std::int64_t i = 0; i < batch; ++i)
-      m(i, c) = values(i);
+      out[i * columns + c] = values(i);
   }
   return m;
 }
@@ -130,12 +131,14 @@ public:
   file_batch operator()(const loom::tensor<std::string, 1>& records) const {
     const data::features f = parse_(records);
     const std::int64_t n = records.dim(0);
+    // Each column is [n, 1]: value i is element i.
     auto ids = columns_to_matrix<std::int64_t>(n, num_single_hot, [&](int c) {
-      return
-          [t = f.dense<std::int64_t, 2>(feature_name('C', c))](std::int64_t i) { return t(i, 0); };
+      return [t = f.dense<std::int64_t, 2>(feature_name('C', c))](std::int64_t i) {
+        return t.data()[i];
+      };
     });
     auto dense = columns_to_matrix<float>(n, num_dense, [&](int c) {
-      return [t = f.dense<float, 2>(feature_name('I', c))](std::int64_t i) { return t(i, 0); };
+      return [t = f.dense<float, 2>(feature_name('I', c))](std::int64_t i) { return t.data()[i]; };
     });
     auto multi = [&](int k) {
       return f.sparse<std::int64_t>(feature_name('C', num_single_hot + k));
@@ -164,11 +167,15 @@ private:
   data::example_parser parse_;
 };
 
-// Criteo TSV rows (batched columns) to a file_batch, hashing the hex strings.
+// Criteo TSV lines to a file_batch: decoded a batch at a time (decode_csv, TF's
+// vectorized CSV parsing), the hex strings hashed.
 class parse_tsv_batch {
 public:
-  explicit parse_tsv_batch(std::vector<std::int64_t> vocab) : vocab_(std::move(vocab)) {}
-  file_batch operator()(const std::vector<loom::any_tensor>& columns) const {
+  explicit parse_tsv_batch(std::vector<std::int64_t> vocab)
+      : vocab_(std::move(vocab)), columns_(tsv_columns()) {}
+  file_batch operator()(const loom::tensor<std::string, 1>& lines) const {
+    const std::vector<loom::any_tensor> columns =
+        data::decode_csv(lines, columns_, {.field_delim = '\t', .use_quote_delim = false});
     const std::int64_t n = columns[0].num_elements();
     loom::tensor<float, 2> label(loom::shape{n, 1});
     for (std::int64_t i = 0; i < n; ++i)
@@ -212,7 +219,7 @@ public:
             multi(3),       std::move(dense), std::move(label)};
   }
 
-  static std::vector<data::csv_column> columns() {
+  static std::vector<data::csv_column> tsv_columns() {
     std::vector<data::csv_column> c{data::csv_required<std::int64_t>()};
     for (int d = 0; d < num_dense; ++d)
       c.push_back(data::csv_default<std::int64_t>(0));
@@ -223,6 +230,7 @@ public:
 
 private:
   std::vector<std::int64_t> vocab_;
+  std::vector<data::csv_column> columns_;
 };
 
 } // namespace detail
@@ -247,12 +255,8 @@ file_batches(const std::string& pattern, const std::string& format, std::int64_t
            data::map(detail::parse_tfrecord_batch{}, threads) | data::prefetch(2);
   if (format == "tsv")
     return files |
-           data::interleave(
-               [](const std::string& f) {
-                 return data::csv_dataset({f}, detail::parse_tsv_batch::columns(),
-                                          {.field_delim = '\t', .use_quote_delim = false});
-               },
-               2, 1, /*parallel=*/false) |
+           data::interleave([](const std::string& f) { return data::text_line_dataset({f}); }, 2, 1,
+                            /*parallel=*/false) |
            data::batch(batch_size, drop_remainder) |
            data::map(detail::parse_tsv_batch{vocab}, threads) | data::prefetch(2);
   throw std::invalid_argument("--format=" + format + ": tfrecord or tsv");

@@ -437,7 +437,7 @@ int main(int argc, char** argv) try {
   if (file_inputs) { // each step reads its batch from the pipeline, no feed
     while (!sess.should_stop()) {
       sess.run(*train_step);
-      ++local_step;
+      local_step += !sess.input_ended(); // the step that found the end trained on nothing
     }
   } else {
     ctr::example_source train = source("train_" + std::to_string(task_index) + ".bin",

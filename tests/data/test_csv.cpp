@@ -1,7 +1,8 @@
-// Tests for csv_dataset: the TSV that TensorFlow's CsvDataset parsed
+// Tests for csv_dataset and decode_csv: the TSV that TensorFlow's CsvDataset parsed
 // (tests/data/tf/quoted.tsv: empty fields taking defaults, quoted text with the
-// delimiter, a doubled quote and a line break, "\r\n") gives TF's values, and
-// every malformed record is one error naming the file and the line.
+// delimiter, a doubled quote and a line break, "\r\n") gives TF's values, read as
+// files or decoded a batch of records at a time, and every malformed record is one
+// error naming the file and the line (decode_csv: the record's index).
 #include <doctest/doctest.h>
 
 #include <loom/data/pipeline.hpp>
@@ -12,8 +13,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 // A namespace of their own: test_data's unity unit has helpers of the same names.
@@ -52,6 +55,20 @@ std::string csv_value_text(const any_tensor& t) {
 std::vector<data::csv_column> fixture_columns() {
   return {data::csv_default<std::int64_t>(-1), data::csv_default<std::int32_t>(0),
           data::csv_default<float>(9.5f), data::csv_default<std::string>("none")};
+}
+
+// The rows of parsed_tsv.txt's form ("row" and each value) from decoded columns.
+std::vector<std::string> rows_text(const std::vector<any_tensor>& columns) {
+  std::vector<std::string> rows;
+  for (std::int64_t i = 0; i < columns.at(0).num_elements(); ++i) {
+    std::string row = "row";
+    for (const any_tensor& c : columns)
+      visit_dtype(c.type(), [&]<class T>() {
+        row += " " + csv_value_text(any_tensor::scalar(c.flat<T>()[i]));
+      });
+    rows.push_back(row);
+  }
+  return rows;
 }
 
 std::vector<std::vector<any_tensor>> rows_of(const data::csv_dataset& d) {
@@ -144,6 +161,79 @@ TEST_CASE("a malformed CSV record: one error naming the file and the line") {
   CHECK((*it.next())[0].flat<std::int64_t>()[0] == 3);
   CHECK_FALSE(it.next());
   CHECK(it.errors_ignored() == 1);
+}
+
+TEST_CASE("decode_csv: a batch of records decodes to TF's values, one tensor per column") {
+  // quoted.tsv's records after its header: a record ends at a line break outside quotes.
+  std::ifstream file(tf_fixture("quoted.tsv"), std::ios::binary);
+  REQUIRE(file);
+  const std::string text{std::istreambuf_iterator<char>(file), {}};
+  std::vector<std::string> records;
+  std::string record;
+  bool quoted = false;
+  for (char c : text.substr(text.find('\n') + 1)) {
+    if (c == '\n' && !quoted) {
+      records.push_back(std::exchange(record, {}));
+      continue;
+    }
+    quoted ^= c == '"';
+    record += c;
+  }
+  REQUIRE(records.size() == 5);
+  const tensor<std::string, 1> batch(shape{5}, records);
+  const auto columns = data::decode_csv(batch, fixture_columns(), {.field_delim = '\t'});
+  REQUIRE(columns.size() == 4);
+  CHECK(columns[0].type() == dtype::i64);
+  CHECK(columns[1].type() == dtype::i32);
+  CHECK(columns[2].shape() == shape{5});
+
+  std::ifstream expected(tf_fixture("parsed_tsv.txt"));
+  REQUIRE(expected);
+  std::vector<std::string> want;
+  for (std::string line; std::getline(expected, line);)
+    want.push_back(line);
+  CHECK(rows_text(columns) == want);
+
+  // csv_dataset's rows batched: the same values.
+  auto batched = data::csv_dataset({tf_fixture("quoted.tsv")}, fixture_columns(),
+                                   {.header = true, .field_delim = '\t'}) |
+                 data::batch(5);
+  CHECK(rows_text(*batched.make_iterator().next()) == want);
+
+  // An empty batch: empty columns.
+  const auto none = data::decode_csv(tensor<std::string, 1>(shape{0}), fixture_columns());
+  REQUIRE(none.size() == 4);
+  CHECK(none[3].shape() == shape{0});
+}
+
+TEST_CASE("decode_csv: a malformed record is one error naming its index in the batch") {
+  const auto two = [] {
+    return std::vector{data::csv_default<std::int64_t>(0), data::csv_required<std::int64_t>()};
+  };
+  const auto error_of = [&](std::vector<std::string> records, data::csv_options options = {}) {
+    const auto n = static_cast<std::int64_t>(records.size());
+    return message_of<invalid_argument_error>(
+        [&] { data::decode_csv(tensor<std::string, 1>(shape{n}, records), two(), options); });
+  };
+  CHECK(contains(error_of({"1,2", "1,2,3"}), "decode_csv: record 1: expected 2 fields, the "
+                                             "record has 3"));
+  CHECK(contains(error_of({"1,"}), "decode_csv: record 0: field 1 is empty and its column has "
+                                   "no default"));
+  CHECK(contains(error_of({"1,2", ",2", "x,2"}), "record 2: field 0 is \"x\", not a valid int64"));
+  CHECK(contains(error_of({"1,\"2"}), "record 0: it ends inside a quoted field"));
+  CHECK(contains(error_of({"1,2\""}), "record 0: an unquoted field holds a quote"));
+  CHECK(contains(error_of({"1,2"}, {.header = true}),
+                 "decode_csv: header and file_compression are options of the files"));
+  CHECK(contains(error_of({"1,2"}, {.select_cols = {1}}), "decode_csv: 1 select_cols for 2 "
+                                                          "columns"));
+  // Quotes off: a quote is text; na_value: a field equal to it takes the default.
+  const auto raw = data::decode_csv(
+      tensor<std::string, 1>(shape{2}, std::vector<std::string>{"\"a\",NA", "b,7"}),
+      {data::csv_required<std::string>(), data::csv_default<std::int64_t>(-1)},
+      {.use_quote_delim = false, .na_value = "NA"});
+  CHECK(raw[0].flat<std::string>()[0] == "\"a\"");
+  CHECK(raw[1].flat<std::int64_t>()[0] == -1);
+  CHECK(raw[1].flat<std::int64_t>()[1] == 7);
 }
 
 } // namespace pipeline_tests

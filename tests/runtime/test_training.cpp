@@ -648,6 +648,43 @@ TEST_CASE("examples/ctr without --checkpoint_dir: the chief checkpoints into a t
   CHECK(std::filesystem::is_empty(tmp.path));
 }
 
+TEST_CASE("examples/ctr from its click logs written as TFRecord and as TSV files, 1 ps + 1 "
+          "worker: each step reads its batch through the input pipeline until the files end, "
+          "and both train the model as the logs in memory do" *
+          lt::needs_examples()) {
+  require_ctr();
+  temp_dir dir;
+  const std::vector<std::string> data_flags{"--max_vocab=20000", "--test_examples=5000",
+                                            "--learning_rate=0.5"};
+  {
+    lt::child write(lt::example("ctr"),
+                    args({"--write_data=" + dir.path.string(), "--write_formats=tfrecord,tsv",
+                          "--write_workers=1", "--write_examples=76800"},
+                         data_flags));
+    expect_exit(write, 0, 120s);
+  }
+  for (const std::string format : {"tfrecord", "tsv"}) {
+    CAPTURE(format);
+    cluster_flags cf(1, 1);
+    temp_dir ckpt;
+    lt::child ps(lt::example("ctr"), cf.task("ps", 0));
+    lt::child w0(lt::example("ctr"),
+                 args(args(cf.task("worker", 0), data_flags),
+                      {"--train_files=" + (dir.path / ("train-*." + format)).string(),
+                       "--test_files=" + (dir.path / ("test." + format)).string(),
+                       "--format=" + format, "--train_steps=100000", "--log_every=100",
+                       "--checkpoint_dir=" + ckpt.path.string()}));
+    expect_exit(w0, 0, 180s);
+    expect_exit(ps, 0, 60s);
+    INFO(w0.output());
+    // The end of the files ended training: 76 800 examples are 300 batches of 256.
+    CHECK(local_steps(w0.output()) == 300);
+    const auto [model, teacher] = aucs(w0.output());
+    CHECK(model > 0.75);
+    CHECK(model <= teacher);
+  }
+}
+
 // Sync replicas and hash tables in one run: the partitioned tables' sync path is
 // tested in process (test_sync), the hash tables' async one too (test_distributed).
 TEST_CASE("examples/ctr with hash-table embeddings and sync replicas, 1 ps + 2 workers: sparse "

@@ -274,11 +274,16 @@ TEST_CASE("monitored_training_session stops cleanly at the end of its input") {
   o.shutdown_cluster = false;
   loom::monitored_training_session s(g, o);
   int steps = 0;
+  int trained = 0;
   while (!s.should_stop()) {
+    CHECK_FALSE(s.input_ended());
     s.run(*train);
     ++steps;
+    trained += !s.input_ended();
   }
   CHECK(steps == 5); // 4 batches (3, 3, 3, 1), then the step that found the end
+  CHECK(trained == 4);
+  CHECK(s.input_ended());
   CHECK(s.raw_session().run(loom::output<std::int64_t, 0>(g, g.find("total"))).item() == 45);
   CHECK(s.raw_session().run(loom::output<std::int64_t, 0>(g, g.find("global_step"))).item() == 4);
   CHECK_THROWS_AS(s.run(*train), loom::failed_precondition_error);

@@ -85,8 +85,9 @@ public:
   // Up to n bytes appended to out; fewer only at the end of the file.
   std::size_t read(std::string& out, std::size_t n);
 
-  // The next line, without its "\n" or "\r\n"; false at the end of the file.
-  bool read_line(std::string& line);
+  // The next line, without its "\n" or "\r\n" (its "\r" kept with keep_cr); false
+  // at the end of the file.
+  bool read_line(std::string& line, bool keep_cr = false);
 
   // Reads and drops bytes up to `offset` (an iterator's saved position).
   void seek(std::uint64_t offset);
@@ -203,7 +204,7 @@ LOOM_COMPILED_ONCE std::size_t input_file::read(std::string& out, std::size_t n)
   return got;
 }
 
-LOOM_COMPILED_ONCE bool input_file::read_line(std::string& line) {
+LOOM_COMPILED_ONCE bool input_file::read_line(std::string& line, bool keep_cr) {
   line.clear();
   bool any = false;
   for (;;) {
@@ -222,7 +223,7 @@ LOOM_COMPILED_ONCE bool input_file::read_line(std::string& line) {
       break;
     }
   }
-  if (!line.empty() && line.back() == '\r')
+  if (!keep_cr && !line.empty() && line.back() == '\r')
     line.pop_back();
   return any;
 }

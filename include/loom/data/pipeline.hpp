@@ -7,6 +7,7 @@
 #include <loom/data/cache.hpp>
 #include <loom/data/csv_dataset.hpp>
 #include <loom/data/dataset.hpp>
+#include <loom/data/decode_csv.hpp>
 #include <loom/data/example.hpp>
 #include <loom/data/example_builder.hpp>
 #include <loom/data/features.hpp>

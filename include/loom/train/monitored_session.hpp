@@ -84,10 +84,10 @@ public:
   // MonitoredSession.run(fetches, feed_dict, options, run_metadata)).
   //
   // A step that finds the end of its input (an iterator's out_of_range,
-  // graph/ops/iterator.hpp) is a clean stop, as TF's: should_stop() turns true
-  // and run returns an empty result (nothing for an operation), its hooks not
-  // called: the step trained on no batch (what of it does not depend on the
-  // batch may have run, as in TF).
+  // graph/ops/iterator.hpp) is a clean stop, as TF's: should_stop() and
+  // input_ended() turn true and run returns an empty result (nothing for an
+  // operation), its hooks not called: the step trained on no batch (what of it
+  // does not depend on the batch may have run, as in TF).
   template <class F>
   auto run(const F& fetch, const feed_dict& feeds = {}, const run_options& options = {},
            run_metadata* metadata = nullptr) {
@@ -119,7 +119,7 @@ public:
         return result;
       } catch (const out_of_range_error& e) {
         say(logging::level::info, "the input ended (%s); stopping", e.what());
-        should_stop_ = true;
+        should_stop_ = input_ended_ = true;
         recovered();
         return result_type{};
       } catch (const error& e) {
@@ -130,6 +130,9 @@ public:
   }
 
   bool should_stop() const noexcept { return should_stop_; }
+  // The last run found the end of its input: it trained on nothing (a loop that
+  // counts its steps does not count that one).
+  bool input_ended() const noexcept { return input_ended_; }
   std::int64_t global_step() const noexcept { return global_step_value_; }
   // The session under the hooks, for evaluation after training.
   session& raw_session() { return *session_; }
@@ -236,7 +239,7 @@ private:
   std::unique_ptr<session> session_;
   std::unique_ptr<sync_replicas_chief> chief_loop_;
   std::int64_t global_step_value_ = 0;
-  bool should_stop_ = false, closed_ = false, closing_ = false;
+  bool should_stop_ = false, input_ended_ = false, closed_ = false, closing_ = false;
   int recoveries_ = 0; // recoveries begun in the session's life, for logs
   int attempts_ = 0;   // failed attempts of the recovery under way; 0: none
   std::chrono::steady_clock::time_point recovering_since_{};
