@@ -239,6 +239,54 @@ TEST_CASE("max_pool and avg_pool against their definitions, SAME windows countin
   }
 }
 
+TEST_CASE("max_pool's gradient goes to each window's first largest element: ties, overlapping "
+          "windows, channel counts below, at and across the kernel's block of 8") {
+  for (const std::int64_t channels : {3, 8, 11, 20}) {
+    for (const char* padding : {"VALID", "SAME"}) {
+      CAPTURE(channels);
+      CAPTURE(padding);
+      const shape xs{2, 4, 5, channels};
+      const bool same = std::string(padding) == "SAME";
+      const auto h = along(4, 2, 1, 1, same), w = along(5, 3, 2, 1, same);
+      const shape ys{2, h.out, w.out, channels};
+      graph g;
+      loom::placeholder<float, 4> x(g, xs, "x");
+      loom::placeholder<float, 4> dy(g, ys, "dy");
+      auto y = loom::max_pool(x, {2, 3}, {.strides = {1, 2}, .padding = padding});
+      const auto grads = loom::gradients(g, {y.id()}, {x.id()}, {dy.id()});
+      // Values from {0, 1, 2}: most windows hold their largest more than once.
+      std::mt19937_64 rng(7);
+      std::vector<float> xv(static_cast<std::size_t>(xs.num_elements()));
+      for (float& v : xv)
+        v = static_cast<float>(rng() % 3);
+      std::vector<float> dv(static_cast<std::size_t>(ys.num_elements()));
+      for (std::size_t i = 0; i < dv.size(); ++i)
+        dv[i] = static_cast<float>(i % 7 + 1);
+      loom::session s(g);
+      const auto got = s.run(loom::output<float, 4>(g, grads[0]),
+                             {{x, tensor<float, 4>(xs, xv)}, {dy, tensor<float, 4>(ys, dv)}});
+      std::vector<float> want(xv.size(), 0.0f);
+      const auto at = [&](std::int64_t n, std::int64_t r, std::int64_t q, std::int64_t c) {
+        return static_cast<std::size_t>(((n * 4 + r) * 5 + q) * channels + c);
+      };
+      std::size_t e = 0;
+      for (std::int64_t n = 0; n < 2; ++n)
+        for (std::int64_t i = 0; i < h.out; ++i)
+          for (std::int64_t j = 0; j < w.out; ++j)
+            for (std::int64_t c = 0; c < channels; ++c, ++e) {
+              std::size_t first = xv.size(); // in window order: rows, then columns
+              for (std::int64_t r = i - h.pad; r < i - h.pad + 2; ++r)
+                for (std::int64_t q = j * 2 - w.pad; q < j * 2 - w.pad + 3; ++q)
+                  if (r >= 0 && r < 4 && q >= 0 && q < 5 &&
+                      (first == xv.size() || xv[at(n, r, q, c)] > xv[first]))
+                    first = at(n, r, q, c);
+              want[first] += dv[e];
+            }
+      CHECK(std::vector<float>(got.flat().begin(), got.flat().end()) == want);
+    }
+  }
+}
+
 TEST_CASE("bias_add adds along the channels; conv shapes that do not fit are one error") {
   graph g;
   loom::placeholder<float, 4> x(g, shape{-1, 28, 28, 3}, "x");
