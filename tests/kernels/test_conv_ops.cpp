@@ -239,8 +239,8 @@ TEST_CASE("max_pool and avg_pool against their definitions, SAME windows countin
   }
 }
 
-TEST_CASE("max_pool's gradient goes to each window's first largest element: ties, overlapping "
-          "windows, channel counts below, at and across the kernel's block of 8") {
+TEST_CASE("max_pool and its gradient, which goes to each window's first largest element: ties, "
+          "overlapping windows, channel counts below, at and across the kernels' block of 8") {
   for (const std::int64_t channels : {3, 8, 11, 20}) {
     for (const char* padding : {"VALID", "SAME"}) {
       CAPTURE(channels);
@@ -263,9 +263,10 @@ TEST_CASE("max_pool's gradient goes to each window's first largest element: ties
       for (std::size_t i = 0; i < dv.size(); ++i)
         dv[i] = static_cast<float>(i % 7 + 1);
       loom::session s(g);
-      const auto got = s.run(loom::output<float, 4>(g, grads[0]),
-                             {{x, tensor<float, 4>(xs, xv)}, {dy, tensor<float, 4>(ys, dv)}});
-      std::vector<float> want(xv.size(), 0.0f);
+      const loom::feed_dict feeds{{x, tensor<float, 4>(xs, xv)}, {dy, tensor<float, 4>(ys, dv)}};
+      const auto got_y = s.run(y, feeds);
+      const auto got = s.run(loom::output<float, 4>(g, grads[0]), feeds);
+      std::vector<float> want(xv.size(), 0.0f), want_y;
       const auto at = [&](std::int64_t n, std::int64_t r, std::int64_t q, std::int64_t c) {
         return static_cast<std::size_t>(((n * 4 + r) * 5 + q) * channels + c);
       };
@@ -281,7 +282,9 @@ TEST_CASE("max_pool's gradient goes to each window's first largest element: ties
                       (first == xv.size() || xv[at(n, r, q, c)] > xv[first]))
                     first = at(n, r, q, c);
               want[first] += dv[e];
+              want_y.push_back(xv[first]);
             }
+      CHECK(std::vector<float>(got_y.flat().begin(), got_y.flat().end()) == want_y);
       CHECK(std::vector<float>(got.flat().begin(), got.flat().end()) == want);
     }
   }

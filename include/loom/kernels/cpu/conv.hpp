@@ -207,6 +207,17 @@ template <class F> void over_outputs(const cpu_device& d, const detail::conv_win
                });
 }
 
+// o = max(o, v) per channel (a NaN in v is passed over, as by TF's max pooling). In blocks
+// of 8 of a fixed trip count, as keep_larger below: g++ -O2 vectorizes those.
+template <class T> void keep_max(const T* __restrict v, T* __restrict o, std::int64_t channels) {
+  std::int64_t j = 0;
+  for (; j + 8 <= channels; j += 8)
+    for (std::int64_t l = 0; l < 8; ++l)
+      o[j + l] = v[j + l] > o[j + l] ? v[j + l] : o[j + l];
+  for (; j < channels; ++j)
+    o[j] = v[j] > o[j] ? v[j] : o[j];
+}
+
 template <class T> struct max_pool_cpu {
   static void run(kernel_context& c) {
     const any_tensor& x = c.input(0);
@@ -221,9 +232,7 @@ template <class T> struct max_pool_cpu {
       std::fill_n(o, ch, std::numeric_limits<T>::lowest());
       const T* image = in + n * w.in_h * w.in_w * ch;
       for_each_in_window(w, oy, ox, [&](std::int64_t y, std::int64_t xx, std::int64_t) {
-        const T* v = image + (y * w.in_w + xx) * ch;
-        for (std::int64_t j = 0; j < ch; ++j)
-          o[j] = v[j] > o[j] ? v[j] : o[j];
+        keep_max(image + (y * w.in_w + xx) * ch, o, ch);
       });
     });
   }
@@ -266,9 +275,9 @@ template <class F> void over_images(const cpu_device& d, const detail::conv_wind
                });
 }
 
-// Where a window element v beats the window's largest so far, per channel: bv and at
-// (an element's offset in its image) take it; the first largest stays (strictly greater).
-// Branch-free, in blocks of 8 of a fixed trip count: g++ -O2's vectorizer (its
+// Where a window element v beats the window's largest so far, per channel: best_value and
+// best (at: the element's offset in its image) take it; the first largest stays (strictly
+// greater). Branch-free, in blocks of 8 of a fixed trip count: g++ -O2's vectorizer (its
 // very-cheap cost model) takes those and not a loop of unknown count, and a branch per
 // channel mispredicts on real data (max_pool_grad on examples/cnn's pools 4x faster).
 template <class T>
