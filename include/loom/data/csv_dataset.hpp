@@ -114,7 +114,8 @@ LOOM_COMPILED_ONCE auto csv_dataset::iterator::next() -> std::optional<element_t
       continue;
     }
     element_type row = s_->decoder.make_columns(std::nullopt);
-    if (const std::string why = s_->decoder.decode(splitter_.fields(), row, 0); !why.empty())
+    if (const std::string why = s_->decoder.decode(splitter_.fields(), s_->decoder.outputs(row), 0);
+        !why.empty())
       fail(why);
     return row;
   }

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -75,13 +76,20 @@ public:
   // says why.
   inline result split(std::string_view record);
 
-  const std::vector<csv_field>& fields() const noexcept { return fields_; }
+  std::span<const csv_field> fields() const noexcept { return {fields_.data(), count_}; }
   const char* error() const noexcept { return error_; }
 
 private:
   char delim_;
   bool quotes_;
+  // Grown, never shrunk: fields_[0, count_) are this record's (no vector call per field).
+  void add(std::string_view text, bool quoted) {
+    if (count_ == fields_.size())
+      fields_.resize(2 * count_ + 8);
+    fields_[count_++] = {text, quoted};
+  }
   std::vector<csv_field> fields_;
+  std::size_t count_ = 0;
   std::string unquoted_;
   const char* error_ = "";
 };
@@ -99,14 +107,22 @@ public:
   // Each column's tensor of `rows` values, or a scalar when rows is nullopt.
   LOOM_COMPILED_ONCE std::vector<any_tensor> make_columns(std::optional<std::int64_t> rows) const;
 
-  // Writes the record's values into row `row` of `columns` (make_columns'); what is
-  // wrong with the record otherwise ("" when nothing is).
-  inline std::string decode(const std::vector<csv_field>& fields, std::vector<any_tensor>& columns,
+  // Where decode writes: each column's first element (make_columns' tensors'), looked up
+  // once, not per field.
+  LOOM_COMPILED_ONCE std::vector<void*> outputs(std::vector<any_tensor>& columns) const;
+
+  // Writes the record's values into row `row` of the columns `outputs` points into;
+  // what is wrong with the record otherwise ("" when nothing is).
+  inline std::string decode(std::span<const csv_field> fields, const std::vector<void*>& outputs,
                             std::int64_t row) const;
 
 private:
   // The field's value into *to; false when it does not parse as a T.
   template <class T> static bool parse(std::string_view text, T* to);
+  // Field f's value (or its column's default) into row `row` of out; false where it
+  // has none or does not parse.
+  template <class T>
+  bool decode_field(const csv_field& f, const csv_column& col, void* out, std::int64_t row) const;
 
   std::vector<csv_column> columns_;
   csv_options options_;
@@ -121,7 +137,7 @@ private:
 namespace loom::data::detail {
 
 auto csv_splitter::split(std::string_view record) -> result {
-  fields_.clear();
+  count_ = 0;
   unquoted_.clear();
   unquoted_.reserve(record.size()); // never longer than the record: the views stay valid
   const std::size_t n = record.size();
@@ -143,7 +159,7 @@ auto csv_splitter::split(std::string_view record) -> result {
         }
         unquoted_.push_back(record[i]);
       }
-      fields_.push_back({std::string_view(unquoted_).substr(start), true});
+      add(std::string_view(unquoted_).substr(start), true);
       if (i == n || (record[i] == '\r' && i + 1 == n))
         return result::ok;
       if (record[i] != delim_) {
@@ -164,10 +180,10 @@ auto csv_splitter::split(std::string_view record) -> result {
     if (!at) {
       if (!text.empty() && text.back() == '\r')
         text.remove_suffix(1);
-      fields_.push_back({text, false});
+      add(text, false);
       return result::ok;
     }
-    fields_.push_back({text, false});
+    add(text, false);
     i = end + 1;
   }
 }
@@ -177,6 +193,23 @@ template <class T> bool csv_decoder::parse(std::string_view text, T* to) {
     to->assign(text);
     return true;
   } else {
+    if constexpr (std::is_integral_v<T>) {
+      // The common field, an optional '-' and up to 18 digits, without strtoll; what it
+      // reads it reads as strtoll does, and anything else goes to strtoll below.
+      const bool negative = text.size() > 1 && text[0] == '-';
+      const std::string_view digits = text.substr(negative ? 1 : 0);
+      if (!digits.empty() && digits.size() <= 18 &&
+          std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        std::int64_t v = 0;
+        for (char c : digits)
+          v = v * 10 + (c - '0');
+        v = negative ? -v : v;
+        if (sizeof(T) == 4 && (v < INT32_MIN || v > INT32_MAX))
+          return false;
+        *to = static_cast<T>(v);
+        return true;
+      }
+    }
     // strtoll and strtod as TF's parser accepts (leading blanks, a sign, "inf"), over a
     // terminated copy of the field.
     char small[64];
@@ -207,8 +240,23 @@ template <class T> bool csv_decoder::parse(std::string_view text, T* to) {
   }
 }
 
-std::string csv_decoder::decode(const std::vector<csv_field>& fields,
-                                std::vector<any_tensor>& columns, std::int64_t row) const {
+template <class T>
+bool csv_decoder::decode_field(const csv_field& f, const csv_column& col, void* out,
+                               std::int64_t row) const {
+  T* to = static_cast<T*>(out) + row;
+  const bool missing = f.text.empty() || (!f.quoted && !options_.na_value.empty() &&
+                                          f.text == std::string_view(options_.na_value));
+  if (missing) {
+    if (!col.default_value)
+      return false;
+    *to = *static_cast<const T*>(col.default_value->raw_data());
+    return true;
+  }
+  return parse(f.text, to);
+}
+
+std::string csv_decoder::decode(std::span<const csv_field> fields,
+                                const std::vector<void*>& outputs, std::int64_t row) const {
   const auto& sel = options_.select_cols;
   if (fields.size() < fields_needed_ || (sel.empty() && fields.size() > fields_needed_))
     return "expected " + std::to_string(fields_needed_) + (sel.empty() ? "" : " or more") +
@@ -217,24 +265,23 @@ std::string csv_decoder::decode(const std::vector<csv_field>& fields,
     const std::size_t at = sel.empty() ? i : static_cast<std::size_t>(sel[i]);
     const csv_field& f = fields[at];
     const csv_column& col = columns_[i];
+    bool ok = false;
+    switch (col.type) { // a switch, not visit_dtype: this runs per field
+    case dtype::i64: ok = decode_field<std::int64_t>(f, col, outputs[i], row); break;
+    case dtype::string: ok = decode_field<std::string>(f, col, outputs[i], row); break;
+    case dtype::f32: ok = decode_field<float>(f, col, outputs[i], row); break;
+    case dtype::i32: ok = decode_field<std::int32_t>(f, col, outputs[i], row); break;
+    case dtype::f64: ok = decode_field<double>(f, col, outputs[i], row); break;
+    case dtype::boolean: break; // refused by the constructor
+    }
+    if (ok)
+      continue;
     const bool missing = f.text.empty() || (!f.quoted && !options_.na_value.empty() &&
                                             f.text == std::string_view(options_.na_value));
-    if (missing && !col.default_value)
+    if (missing)
       return "field " + std::to_string(at) + " is empty and its column has no default";
-    const bool parsed = visit_dtype(col.type, [&]<class T>() {
-      T* to = columns[i].data<T>() + row;
-      if (missing) {
-        *to = *col.default_value->data<T>();
-        return true;
-      }
-      if constexpr (std::is_same_v<T, bool>)
-        return false; // refused by the constructor
-      else
-        return parse(f.text, to);
-    });
-    if (!parsed)
-      return "field " + std::to_string(at) + " is \"" + std::string(f.text) + "\", not a valid " +
-             std::string(to_string(col.type));
+    return "field " + std::to_string(at) + " is \"" + std::string(f.text) + "\", not a valid " +
+           std::string(to_string(col.type));
   }
   return {};
 }
@@ -259,6 +306,14 @@ LOOM_COMPILED_ONCE csv_decoder::csv_decoder(std::vector<csv_column> columns, csv
       std::adjacent_find(sel.begin(), sel.end()) != sel.end() || (!sel.empty() && sel[0] < 0))
     throw invalid_argument_error(w + ": select_cols must be distinct, ascending and not negative");
   fields_needed_ = sel.empty() ? columns_.size() : static_cast<std::size_t>(sel.back()) + 1;
+}
+
+LOOM_COMPILED_ONCE std::vector<void*> csv_decoder::outputs(std::vector<any_tensor>& columns) const {
+  std::vector<void*> out;
+  out.reserve(columns.size());
+  for (any_tensor& c : columns)
+    out.push_back(c.raw_data());
+  return out;
 }
 
 LOOM_COMPILED_ONCE std::vector<any_tensor>

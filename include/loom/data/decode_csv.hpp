@@ -42,11 +42,14 @@ LOOM_COMPILED_ONCE std::vector<any_tensor> decode_csv(const tensor<std::string, 
   detail::csv_splitter splitter(options.field_delim, options.use_quote_delim);
   const std::int64_t n = records.dim(0);
   std::vector<any_tensor> out = decoder.make_columns(n);
+  const std::vector<void*> outputs = decoder.outputs(out);
   const std::string* record = records.data();
   for (std::int64_t r = 0; r < n; ++r) {
     std::string why;
     switch (splitter.split(record[r])) {
-    case detail::csv_splitter::result::ok: why = decoder.decode(splitter.fields(), out, r); break;
+    case detail::csv_splitter::result::ok:
+      why = decoder.decode(splitter.fields(), outputs, r);
+      break;
     case detail::csv_splitter::result::open_quote: why = "it ends inside a quoted field"; break;
     case detail::csv_splitter::result::malformed: why = splitter.error(); break;
     }
