@@ -75,6 +75,7 @@ public:
     std::optional<input_file> file_;
     std::uint64_t line_ = 1, record_line_ = 1;
     std::string record_, line_text_;
+    std::vector<void*> outputs_; // kept: no allocation per record beyond its values
   };
 
   iterator make_iterator() const { return iterator(*this); }
@@ -114,8 +115,8 @@ LOOM_COMPILED_ONCE auto csv_dataset::iterator::next() -> std::optional<element_t
       continue;
     }
     element_type row = s_->decoder.make_columns(std::nullopt);
-    if (const std::string why = s_->decoder.decode(splitter_.fields(), s_->decoder.outputs(row), 0);
-        !why.empty())
+    s_->decoder.outputs(row, outputs_);
+    if (const std::string why = s_->decoder.decode(splitter_.fields(), outputs_, 0); !why.empty())
       fail(why);
     return row;
   }

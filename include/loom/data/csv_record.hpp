@@ -107,9 +107,9 @@ public:
   // Each column's tensor of `rows` values, or a scalar when rows is nullopt.
   LOOM_COMPILED_ONCE std::vector<any_tensor> make_columns(std::optional<std::int64_t> rows) const;
 
-  // Where decode writes: each column's first element (make_columns' tensors'), looked up
-  // once, not per field.
-  LOOM_COMPILED_ONCE std::vector<void*> outputs(std::vector<any_tensor>& columns) const;
+  // Where decode writes, into `into`: each column's first element (make_columns'
+  // tensors'), looked up once, not per field.
+  LOOM_COMPILED_ONCE void outputs(std::vector<any_tensor>& columns, std::vector<void*>& into) const;
 
   // Writes the record's values into row `row` of the columns `outputs` points into;
   // what is wrong with the record otherwise ("" when nothing is).
@@ -123,6 +123,11 @@ private:
   // has none or does not parse.
   template <class T>
   bool decode_field(const csv_field& f, const csv_column& col, void* out, std::int64_t row) const;
+  // Empty, or equal to na_value: the column's default is the value.
+  bool missing(const csv_field& f) const {
+    return f.text.empty() || (!f.quoted && !options_.na_value.empty() &&
+                              f.text == std::string_view(options_.na_value));
+  }
 
   std::vector<csv_column> columns_;
   csv_options options_;
@@ -244,9 +249,7 @@ template <class T>
 bool csv_decoder::decode_field(const csv_field& f, const csv_column& col, void* out,
                                std::int64_t row) const {
   T* to = static_cast<T*>(out) + row;
-  const bool missing = f.text.empty() || (!f.quoted && !options_.na_value.empty() &&
-                                          f.text == std::string_view(options_.na_value));
-  if (missing) {
+  if (missing(f)) {
     if (!col.default_value)
       return false;
     *to = *static_cast<const T*>(col.default_value->raw_data());
@@ -276,9 +279,7 @@ std::string csv_decoder::decode(std::span<const csv_field> fields,
     }
     if (ok)
       continue;
-    const bool missing = f.text.empty() || (!f.quoted && !options_.na_value.empty() &&
-                                            f.text == std::string_view(options_.na_value));
-    if (missing)
+    if (missing(f))
       return "field " + std::to_string(at) + " is empty and its column has no default";
     return "field " + std::to_string(at) + " is \"" + std::string(f.text) + "\", not a valid " +
            std::string(to_string(col.type));
@@ -308,12 +309,11 @@ LOOM_COMPILED_ONCE csv_decoder::csv_decoder(std::vector<csv_column> columns, csv
   fields_needed_ = sel.empty() ? columns_.size() : static_cast<std::size_t>(sel.back()) + 1;
 }
 
-LOOM_COMPILED_ONCE std::vector<void*> csv_decoder::outputs(std::vector<any_tensor>& columns) const {
-  std::vector<void*> out;
-  out.reserve(columns.size());
+LOOM_COMPILED_ONCE void csv_decoder::outputs(std::vector<any_tensor>& columns,
+                                             std::vector<void*>& into) const {
+  into.clear();
   for (any_tensor& c : columns)
-    out.push_back(c.raw_data());
-  return out;
+    into.push_back(c.raw_data());
 }
 
 LOOM_COMPILED_ONCE std::vector<any_tensor>

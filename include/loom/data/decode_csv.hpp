@@ -42,7 +42,8 @@ LOOM_COMPILED_ONCE std::vector<any_tensor> decode_csv(const tensor<std::string, 
   detail::csv_splitter splitter(options.field_delim, options.use_quote_delim);
   const std::int64_t n = records.dim(0);
   std::vector<any_tensor> out = decoder.make_columns(n);
-  const std::vector<void*> outputs = decoder.outputs(out);
+  std::vector<void*> outputs;
+  decoder.outputs(out, outputs);
   const std::string* record = records.data();
   for (std::int64_t r = 0; r < n; ++r) {
     std::string why;
