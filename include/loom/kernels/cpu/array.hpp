@@ -389,6 +389,8 @@ template <class T> struct sparse_segment_ids_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_array_kernels() {
   register_kernels<gather_cpu>("gather", all_types{});
   register_kernels<resource_gather_cpu>("resource_gather", all_types{});
@@ -408,5 +410,6 @@ inline bool register_array_kernels() {
 }
 
 inline const bool array_kernels_registered = register_array_kernels();
+#endif
 
 } // namespace loom::kernels

@@ -43,7 +43,10 @@ template <class T> struct batch_matmul_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline const bool batch_matmul_cpu_registered =
     register_kernels<batch_matmul_cpu>("batch_matmul", floating_types{});
+#endif
 
 } // namespace loom::kernels

@@ -168,6 +168,8 @@ template <class T> struct batch_norm_moments_grad_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_batch_norm_kernels() {
   register_kernels<batch_norm_moments_cpu>("batch_norm_moments", floating_types{});
   register_kernels<batch_norm_moments_grad_cpu>("batch_norm_moments_grad", floating_types{});
@@ -177,5 +179,6 @@ inline bool register_batch_norm_kernels() {
 }
 
 inline const bool batch_norm_kernels_registered = register_batch_norm_kernels();
+#endif
 
 } // namespace loom::kernels

@@ -86,6 +86,8 @@ template <class T> struct restore_slice_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_checkpoint_kernels() {
   register_kernels<save_shard_cpu>("save_shard", type_list<std::string>{});
   register_kernels<restore_slice_cpu>("restore_slice", all_types{});
@@ -93,5 +95,6 @@ inline bool register_checkpoint_kernels() {
 }
 
 inline const bool checkpoint_kernels_registered = register_checkpoint_kernels();
+#endif
 
 } // namespace loom::kernels

@@ -377,6 +377,8 @@ template <class T> struct avg_pool_grad_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_conv_cpu() {
   register_kernels<conv2d_cpu>("conv2d", floating_types{});
   register_kernels<conv2d_backprop_input_cpu>("conv2d_backprop_input", floating_types{});
@@ -389,5 +391,6 @@ inline bool register_conv_cpu() {
 }
 
 inline const bool conv_cpu_registered = register_conv_cpu();
+#endif
 
 } // namespace loom::kernels

@@ -143,6 +143,8 @@ template <class T> struct depthwise_backprop_filter_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_depthwise_conv_kernels() {
   register_kernels<depthwise_conv2d_cpu>("depthwise_conv2d", floating_types{});
   register_kernels<depthwise_backprop_input_cpu>("depthwise_conv2d_native_backprop_input",
@@ -153,5 +155,6 @@ inline bool register_depthwise_conv_kernels() {
 }
 
 inline const bool depthwise_conv_kernels_registered = register_depthwise_conv_kernels();
+#endif
 
 } // namespace loom::kernels

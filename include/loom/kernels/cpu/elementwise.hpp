@@ -131,6 +131,8 @@ template <class From> struct cast_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 template <class... Op> bool register_elementwise_kernels(type_list<Op...>) {
   (register_kernels<elementwise_cpu<Op>::template kernel>(Op::id, typename Op::types{}), ...);
   register_kernels<cast_cpu>("cast", all_types_but_string{});
@@ -139,5 +141,6 @@ template <class... Op> bool register_elementwise_kernels(type_list<Op...>) {
 
 inline const bool elementwise_kernels_registered =
     register_elementwise_kernels(ops::elementwise_ops{});
+#endif
 
 } // namespace loom::kernels

@@ -98,6 +98,8 @@ template <class T> struct exact_auc_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_exact_auc_kernels() {
   for (const char* op : {"exact_auc_update", "exact_auc", "exact_auc_reset"})
     register_kernels<exact_auc_cpu>(op, type_list<double>{});
@@ -105,5 +107,6 @@ inline bool register_exact_auc_kernels() {
 }
 
 inline const bool exact_auc_kernels_registered = register_exact_auc_kernels();
+#endif
 
 } // namespace loom::kernels

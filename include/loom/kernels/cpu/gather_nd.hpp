@@ -54,6 +54,8 @@ template <class T> struct gather_nd_grad_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_gather_nd_kernels() {
   register_kernels<gather_nd_cpu>("gather_nd", all_types_but_string{});
   register_kernels<gather_nd_grad_cpu>("gather_nd_grad", floating_types{});
@@ -61,5 +63,6 @@ inline bool register_gather_nd_kernels() {
 }
 
 inline const bool gather_nd_kernels_registered = register_gather_nd_kernels();
+#endif
 
 } // namespace loom::kernels

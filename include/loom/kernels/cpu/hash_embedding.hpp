@@ -127,6 +127,8 @@ template <class T> struct hash_embedding_size_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_hash_embedding_kernels() {
   register_kernels<hash_embedding_rows_cpu>("hash_embedding_rows", floating_types{});
   register_kernels<hash_embedding_size_cpu>("hash_embedding_size", type_list<std::int64_t>{});
@@ -134,5 +136,6 @@ inline bool register_hash_embedding_kernels() {
 }
 
 inline const bool hash_embedding_kernels_registered = register_hash_embedding_kernels();
+#endif
 
 } // namespace loom::kernels

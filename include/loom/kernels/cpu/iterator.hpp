@@ -204,6 +204,8 @@ template <class T> struct iterator_init_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_iterator_kernels() {
   register_kernels<iterator_get_next_cpu>("iterator_get_next", type_list<std::int64_t>{});
   register_kernels<iterator_component_cpu>(
@@ -217,5 +219,6 @@ inline bool register_iterator_kernels() {
 }
 
 inline const bool iterator_kernels_registered = register_iterator_kernels();
+#endif
 
 } // namespace loom::kernels

@@ -342,6 +342,8 @@ template <class T> struct arg_reduction_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_math_kernels() {
   register_kernels<matmul_cpu>("matmul", floating_types{});
   register_kernels<xw_plus_b_cpu>("xw_plus_b", floating_types{});
@@ -358,5 +360,6 @@ inline bool register_math_kernels() {
 }
 
 inline const bool math_kernels_registered = register_math_kernels();
+#endif
 
 } // namespace loom::kernels

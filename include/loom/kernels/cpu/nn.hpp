@@ -201,6 +201,8 @@ template <class T> struct sparse_xent_grad_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_nn_kernels() {
   register_kernels<softmax_cpu>("softmax", floating_types{});
   register_kernels<softmax_cpu>("log_softmax", floating_types{});
@@ -214,5 +216,6 @@ inline bool register_nn_kernels() {
 }
 
 inline const bool nn_kernels_registered = register_nn_kernels();
+#endif
 
 } // namespace loom::kernels

@@ -38,7 +38,10 @@ template <class T> struct one_hot_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline const bool one_hot_cpu_registered =
     register_kernels<one_hot_cpu>("one_hot", all_types_but_string{});
+#endif
 
 } // namespace loom::kernels

@@ -60,6 +60,8 @@ template <class T> struct random_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_random_kernels() {
   for (const char* op : {"random_uniform", "random_normal", "truncated_normal"})
     register_kernels<random_cpu>(op, floating_types{});
@@ -67,5 +69,6 @@ inline bool register_random_kernels() {
 }
 
 inline const bool random_kernels_registered = register_random_kernels();
+#endif
 
 } // namespace loom::kernels

@@ -21,6 +21,9 @@ template <class T> struct range_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline const bool range_cpu_registered = register_kernels<range_cpu>("range", numeric_types{});
+#endif
 
 } // namespace loom::kernels

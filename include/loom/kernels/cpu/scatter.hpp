@@ -47,6 +47,8 @@ template <class T> struct scatter_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_scatter_kernels() {
   for (const char* op : {"scatter_add", "scatter_sub", "scatter_update"})
     register_kernels<scatter_cpu>(op, numeric_types{});
@@ -54,5 +56,6 @@ inline bool register_scatter_kernels() {
 }
 
 inline const bool scatter_kernels_registered = register_scatter_kernels();
+#endif
 
 } // namespace loom::kernels

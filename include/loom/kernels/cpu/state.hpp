@@ -175,6 +175,8 @@ template <class T> struct sum_to_shape_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_state_kernels() {
   register_kernels<constant_cpu>("constant", all_types{});
   register_kernels<variable_cpu>("variable", all_types{});
@@ -189,5 +191,6 @@ inline bool register_state_kernels() {
 }
 
 inline const bool state_kernels_registered = register_state_kernels();
+#endif
 
 } // namespace loom::kernels

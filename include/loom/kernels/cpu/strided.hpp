@@ -123,6 +123,8 @@ template <class T> struct tile_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_strided_cpu() {
   register_kernels<transpose_cpu>("transpose", all_types{});
   register_kernels<strided_slice_cpu>("strided_slice", all_types{});
@@ -133,5 +135,6 @@ inline bool register_strided_cpu() {
 }
 
 inline const bool strided_cpu_registered = register_strided_cpu();
+#endif
 
 } // namespace loom::kernels

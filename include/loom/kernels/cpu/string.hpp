@@ -16,6 +16,8 @@ template <class T> struct string_to_hash_bucket_fast_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_string_kernels() {
   register_kernels<string_to_hash_bucket_fast_cpu>("string_to_hash_bucket_fast",
                                                    type_list<std::string>{});
@@ -23,5 +25,6 @@ inline bool register_string_kernels() {
 }
 
 inline const bool string_kernels_registered = register_string_kernels();
+#endif
 
 } // namespace loom::kernels

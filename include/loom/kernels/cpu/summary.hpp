@@ -65,6 +65,8 @@ template <class T> struct merge_summary_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_summary_kernels() {
   register_kernels<scalar_summary_cpu>("scalar_summary", numeric_types{});
   register_kernels<histogram_summary_cpu>("histogram_summary", numeric_types{});
@@ -73,5 +75,6 @@ inline bool register_summary_kernels() {
 }
 
 inline const bool summary_kernels_registered = register_summary_kernels();
+#endif
 
 } // namespace loom::kernels

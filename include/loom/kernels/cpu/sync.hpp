@@ -520,6 +520,8 @@ template <class T> struct is_variable_initialized_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_sync_kernels() {
   register_kernels<accumulate_gradient_cpu>("accumulate_gradient", floating_types{});
   register_kernels<take_gradient_cpu>("take_gradient", floating_types{});
@@ -537,5 +539,6 @@ inline bool register_sync_kernels() {
 }
 
 inline const bool sync_kernels_registered = register_sync_kernels();
+#endif
 
 } // namespace loom::kernels

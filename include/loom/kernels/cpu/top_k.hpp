@@ -89,6 +89,8 @@ template <class T> struct top_k_grad_cpu {
   }
 };
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_top_k_kernels() {
   register_kernels<top_k_indices_cpu>("top_k_indices", numeric_types{});
   register_kernels<top_k_values_cpu>("top_k_values", numeric_types{});
@@ -97,5 +99,6 @@ inline bool register_top_k_kernels() {
 }
 
 inline const bool top_k_kernels_registered = register_top_k_kernels();
+#endif
 
 } // namespace loom::kernels

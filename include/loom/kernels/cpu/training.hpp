@@ -273,6 +273,8 @@ template <template <class> class Kernel> void register_update_kernels(const char
   register_kernels<Kernel>(detail::sparse_apply_op(op), floating_types{});
 }
 
+// In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
+#ifndef LOOM_COMPILED_KERNELS
 inline bool register_training_kernels() {
   register_update_kernels<apply_gradient_descent_cpu>("apply_gradient_descent");
   register_update_kernels<apply_momentum_cpu>("apply_momentum");
@@ -284,5 +286,6 @@ inline bool register_training_kernels() {
 }
 
 inline const bool training_kernels_registered = register_training_kernels();
+#endif
 
 } // namespace loom::kernels
