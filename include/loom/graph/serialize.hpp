@@ -131,15 +131,9 @@ LOOM_COMPILED_ONCE graph graph_from_image(graph_image&& img);
 
 } // namespace detail
 
-// Portable binary bytes of a graph.
-inline std::string serialize_graph(const graph& g) {
-  std::ostringstream os;
-  {
-    cereal::PortableBinaryOutputArchive ar(os);
-    ar(detail::image_of(g));
-  }
-  return os.str();
-}
+// Portable binary bytes of a graph (compiled once: writing a graph_image instantiates
+// cereal's archive for every member, a second of clang's time in each unit).
+LOOM_COMPILED_ONCE std::string serialize_graph(const graph& g);
 
 // Reads with bounded_input_archive: the bytes may come from a peer
 // (register_graph), whose declared sizes must not allocate past what it sent.
@@ -153,6 +147,19 @@ LOOM_COMPILED_ONCE std::string graph_to_json(const graph& g);
 CEREAL_CLASS_VERSION(loom::node_def, 1);
 
 #if LOOM_COMPILED_ONCE_DEFINITIONS
+
+namespace loom {
+
+LOOM_COMPILED_ONCE std::string serialize_graph(const graph& g) {
+  std::ostringstream os;
+  {
+    cereal::PortableBinaryOutputArchive ar(os);
+    ar(detail::image_of(g));
+  }
+  return os.str();
+}
+
+} // namespace loom
 
 namespace loom::detail {
 
