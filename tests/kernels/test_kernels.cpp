@@ -350,13 +350,16 @@ std::vector<double> matmul_ref(const std::vector<double>& a, const shape& sa, bo
 
 } // namespace
 
+// The last two sizes are split over the session's 2 threads: [6, 700] by columns (more
+// columns than rows), [400, 6] by rows (kernels/cpu/gemm.hpp).
 TEST_CASE_TEMPLATE("matmul: the four transpose combinations, small and large", T, float, double) {
   graph g;
   loom::session s(g, opts());
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<double> dist(-1, 1);
   for (const auto& mkn :
-       {std::array<std::int64_t, 3>{2, 3, 4}, std::array<std::int64_t, 3>{37, 19, 23}}) {
+       {std::array<std::int64_t, 3>{2, 3, 4}, std::array<std::int64_t, 3>{37, 19, 23},
+        std::array<std::int64_t, 3>{6, 300, 700}, std::array<std::int64_t, 3>{400, 300, 6}}) {
     const std::int64_t m = mkn[0], k = mkn[1], n = mkn[2];
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
