@@ -11,6 +11,9 @@
 #include <doctest/doctest.h>
 #include <support/messages.hpp>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -223,13 +226,14 @@ TEST_CASE("the values of one message resume a suspended step once: one message f
 }
 
 TEST_CASE("an intra-op pool's threads: the option, else LOOM_INTRA_OP_THREADS, else one per "
-          "core; a bad LOOM_INTRA_OP_THREADS is one clear error") {
+          "CPU the process may run on; a bad LOOM_INTRA_OP_THREADS is one clear error") {
   const auto with = [](std::optional<std::string> value) -> loom::environment {
     return [value](const std::string& name) {
       return name == "LOOM_INTRA_OP_THREADS" ? value : std::nullopt;
     };
   };
-  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int cores = loom::detail::schedulable_cpus();
+  CHECK(cores >= 1);
   CHECK(loom::detail::intra_op_threads(0, with(std::nullopt)) == cores);
   CHECK(loom::detail::intra_op_threads(0, with("")) == cores);
   CHECK(loom::detail::intra_op_threads(0, with("3")) == 3);
@@ -240,6 +244,42 @@ TEST_CASE("an intra-op pool's threads: the option, else LOOM_INTRA_OP_THREADS, e
         [&] { loom::detail::intra_op_threads(0, with(bad)); });
     CHECK(contains(what, "LOOM_INTRA_OP_THREADS is \"" + std::string(bad) + "\""));
   }
+}
+
+namespace {
+cpu_set_t process_cpus() {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  ::sched_getaffinity(0, sizeof all, &all);
+  return all;
+}
+} // namespace
+
+// A thread bound to one CPU (as mpirun --bind-to core or Slurm's binding binds a task) sizes
+// its pool to that CPU, not to the machine's hardware threads. Skipped where the process
+// may run on one CPU only: a one-CPU mask would then show nothing.
+TEST_CASE("an intra-op pool's default follows the CPU affinity mask" * doctest::skip([] {
+            const cpu_set_t all = process_cpus();
+            return CPU_COUNT(&all) < 2;
+          }())) {
+  const loom::environment unset = [](const std::string&) { return std::optional<std::string>{}; };
+  const cpu_set_t all = process_cpus();
+  int first = 0;
+  while (!CPU_ISSET(first, &all))
+    ++first;
+  int pinned_cpus = 0, pinned_threads = 0;
+  std::thread([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    if (::pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0)
+      return;
+    pinned_cpus = loom::detail::schedulable_cpus();
+    pinned_threads = loom::detail::intra_op_threads(0, unset);
+  }).join();
+  CHECK(pinned_cpus == 1);
+  CHECK(pinned_threads == 1);
+  CHECK(loom::detail::intra_op_threads(0, unset) == CPU_COUNT(&all));
 }
 
 // #23: kernel_context::decoded. A kernel's attributes are decoded by its

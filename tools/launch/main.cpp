@@ -26,6 +26,7 @@
 //
 // POSIX (Linux) only; it includes no loom header but the flag parser, and OpenSSL for the
 // token's random bytes.
+#include <loom/cluster/environment.hpp>
 #include <loom/core/flags.hpp>
 
 #include <openssl/rand.h>
@@ -34,7 +35,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -729,13 +729,7 @@ std::optional<std::string> arrange_threads(std::int64_t tasks) {
   if (env_set("LOOM_INTRA_OP_THREADS"))
     return "each task's kernels use your LOOM_INTRA_OP_THREADS=" +
            std::string(std::getenv("LOOM_INTRA_OP_THREADS")) + " thread(s)";
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  long cores = 0;
-  if (::sched_getaffinity(0, sizeof set, &set) == 0)
-    cores = CPU_COUNT(&set); // the cores this process may run on (taskset, cgroup cpusets)
-  if (cores < 1)
-    cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  const long cores = loom::detail::schedulable_cpus(); // taskset, cgroup cpusets
   const long threads = std::max(1L, cores / static_cast<long>(tasks));
   if (::setenv("LOOM_INTRA_OP_THREADS", std::to_string(threads).c_str(), 1) != 0) {
     say(std::string("cannot set LOOM_INTRA_OP_THREADS: ") + std::strerror(errno));

@@ -27,8 +27,9 @@
 int main(int argc, char** argv) try {
   loom::flags flags("Serves one task of a loom cluster until the cluster is shut down.");
   loom::define_cluster_flags(flags, {.job_name_help = "The job of this task (ps, worker, ...)"});
-  flags.define_int("intra_op_threads", 0,
-                   "Threads for kernels (0: LOOM_INTRA_OP_THREADS, else one per core)");
+  flags.define_int(
+      "intra_op_threads", 0,
+      "Threads for kernels (0: LOOM_INTRA_OP_THREADS, else one per CPU it may run on)");
   // What peers may hold (loom::server_limits; docs/wire-protocol.md, "Hostile peers").
   const loom::server_limits defaults;
   flags

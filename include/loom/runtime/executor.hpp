@@ -24,7 +24,6 @@
 #include <queue>
 #include <span>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -52,7 +51,8 @@ public:
 
 // The threads of an intra-op pool asked for as `requested` (session_options,
 // server_options): 0 or less means LOOM_INTRA_OP_THREADS where it is set, else
-// one per hardware thread. loom-launch sets it to each task's share of the
+// one per CPU the process may run on (schedulable_cpus: its affinity mask, which
+// mpirun's and Slurm's binding set). loom-launch sets it to each task's share of the
 // host's cores: tasks that share a host and each size their pool to every core
 // oversubscribe it (measured on examples/ctr's 1 ps + 2 workers sharing 2 cores
 // under load). Throws invalid_argument_error naming the variable when it
@@ -279,7 +279,7 @@ LOOM_COMPILED_ONCE int intra_op_threads(int requested, const environment& env) {
                                    "4096");
     return static_cast<int>(n);
   }
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return schedulable_cpus();
 }
 
 LOOM_COMPILED_ONCE void arrival_batch::run() {

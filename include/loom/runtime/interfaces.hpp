@@ -38,8 +38,8 @@ class resource_manager;
 
 struct session_options {
   // Threads of the intra-op pool; 0 means LOOM_INTRA_OP_THREADS where it is set
-  // (loom-launch sets each task's share of the host's cores), else one per
-  // hardware thread.
+  // (loom-launch sets each task's share of the host's cores), else one per CPU
+  // the process may run on (its affinity mask).
   int intra_op_threads = 0;
   // Run fusable elementwise regions as their primitive ops, as a process
   // without the regions' instantiations does (for tests and comparisons).
@@ -154,7 +154,7 @@ struct server_options {
   // nullopt: LOOM_HEARTBEAT_TIMEOUT, else 6 s.
   std::optional<liveness_settings> liveness{};
   // Threads of the intra-op pool that kernels use; 0: LOOM_INTRA_OP_THREADS
-  // where it is set, else one per hardware thread.
+  // where it is set, else one per CPU the process may run on (its affinity mask).
   int intra_op_threads = 0;
   // Where the task's log lines go; empty: the library's logger (core/log.hpp).
   std::function<void(std::string_view)> log{};
