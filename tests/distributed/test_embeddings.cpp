@@ -2,6 +2,7 @@
 // the lookup and the update run on the ps (the placement log says so), so a
 // step moves ids and rows, never the table; only the looked-up rows change.
 #include <loom/api.hpp>
+#include <loom/kernels/cpu/hash_embedding.hpp> // count_min_sketch
 #include <loom/train/saver.hpp>
 
 #include <doctest/doctest.h>
@@ -494,4 +495,128 @@ TEST_CASE("a full hash embedding shard and a negative id are clear errors that c
   CHECK(contains(negative, "id -5"));
   CHECK(contains(negative, "hash embedding 'small'"));
   CHECK(s.run(size) == 2);
+}
+
+TEST_CASE("hash embedding admission: an id gets its row in the step it is looked up the "
+          "admit_after-th time; until then its lookup is zeros and its gradient is dropped") {
+  loom::graph g;
+  loom::placeholder<std::int64_t, 1> ids(g, shape{-1}, "ids");
+  loom::hash_embedding<float> emb(g, "adm", 3,
+                                  {.capacity_per_shard = 10,
+                                   .num_shards = 2,
+                                   .init_stddev = 0.5,
+                                   .seed = 1,
+                                   .admit_after = 3,
+                                   .admission_counters = 4096});
+  // The same table without admission: an admitted row starts as its row does.
+  loom::hash_embedding<float> plain(
+      g, "plain", 3, {.capacity_per_shard = 10, .num_shards = 2, .init_stddev = 0.5, .seed = 1});
+  auto rows = emb.lookup(ids);
+  auto plain_rows = plain.lookup(ids);
+  auto train = loom::adam_optimizer{0.1}.minimize(loom::reduce_sum(rows));
+  auto size = emb.size();
+  auto waiting = emb.waiting();
+  loom::session s(g);
+  s.run(loom::global_variables_initializer(g));
+  auto feed = [&](std::vector<std::int64_t> v) {
+    const auto n = static_cast<std::int64_t>(v.size());
+    return loom::feed_dict{{ids, tensor<std::int64_t, 1>(shape{n}, std::move(v))}};
+  };
+  auto all_zero = [](const tensor<float, 2>& t) {
+    for (std::int64_t i = 0; i < t.shape()[0]; ++i)
+      for (std::int64_t k = 0; k < t.shape()[1]; ++k)
+        if (t(i, k) != 0.0f)
+          return false;
+    return true;
+  };
+  auto table_zero = [&] {
+    return all_zero(s.run(emb.shards()[0].rows)) && all_zero(s.run(emb.shards()[1].rows));
+  };
+
+  CHECK(all_zero(s.run(rows, feed({5, 6, 5})))); // seen once (a step's repeats count once)
+  CHECK(s.run(size) == 0);
+  CHECK(s.run(waiting) == 2);
+  s.run(train, feed({5})); // seen twice: still zeros, and the gradient is dropped
+  CHECK(table_zero());
+  CHECK(s.run(size) == 0);
+
+  const auto third = s.run(rows, feed({5, 7})); // 5 seen 3 times: admitted
+  const auto expected = s.run(plain_rows, feed({5}));
+  for (std::int64_t k = 0; k < 3; ++k) {
+    CHECK(third(0, k) == expected(0, k));
+    CHECK(third(1, k) == 0.0f);
+  }
+  CHECK(s.run(size) == 1);
+  CHECK(s.run(waiting) == 2); // 6 and 7
+
+  s.run(train, feed({5, 7}));                     // 7 seen twice: its gradient is dropped
+  const auto trained = s.run(rows, feed({5, 7})); // 7 seen 3 times: admitted
+  const auto seven = s.run(plain_rows, feed({7}));
+  for (std::int64_t k = 0; k < 3; ++k) {
+    CHECK(trained(0, k) < third(0, k)); // the gradient of a sum: it went down
+    CHECK(trained(1, k) == seven(0, k));
+  }
+  // Row 0 of each shard, the default row, is still zero after the updates.
+  for (const auto& shard : emb.shards()) {
+    const auto table = s.run(shard.rows);
+    for (std::int64_t k = 0; k < 3; ++k)
+      CHECK(table(0, k) == 0.0f);
+  }
+  CHECK(s.run(size) == 2);
+  CHECK(s.run(waiting) == 1); // 6
+}
+
+TEST_CASE("hash embedding admission: the counts are a count-min sketch that errs only upwards, "
+          "and bad options and a table made without admission are clear errors") {
+  loom::kernels::count_min_sketch counts(4 * 4096);
+  CHECK(counts.bytes() == 4 * 4096);
+  for (int round = 1; round <= 3; ++round)
+    for (std::int64_t id = 0; id < 1000; ++id)
+      CHECK(counts.add(id * 7919) >= round);
+  std::int64_t exact = 0;
+  for (std::int64_t id = 0; id < 1000; ++id)
+    exact += counts.count(id * 7919) == 3;
+  CHECK(exact >= 990); // 4 rows of 4096 for 1000 ids: almost every count exact
+  CHECK(std::abs(counts.distinct() - 1000) < 50);
+
+  loom::graph g;
+  for (const auto& [o, want] : std::vector<std::pair<loom::hash_embedding_options, std::string>>{
+           {{.admit_after = 0}, "admit_after 0 must be 1 (every id at once) to 255"},
+           {{.admit_after = 256}, "admit_after 256 must be 1"},
+           {{.capacity_per_shard = 1, .admit_after = 2}, "a capacity_per_shard of 2 or more"},
+           {{.admit_after = 2, .admission_counters = 3}, "4 or more admission_counters"}}) {
+    const std::string what = loom::testing::message_of<loom::invalid_argument_error>(
+        [&] { loom::hash_embedding<float>(g, "bad", 2, o); });
+    CHECK_MESSAGE(contains(what, want), what);
+  }
+
+  // A table saved without admission restored into one with it: row 0 holds an id.
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("loom-admit-" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::create_directories(dir);
+  {
+    loom::graph g0;
+    loom::placeholder<std::int64_t, 1> ids(g0, shape{-1}, "ids");
+    loom::hash_embedding<float> emb(g0, "t", 2, {.capacity_per_shard = 4});
+    auto rows = emb.lookup(ids);
+    loom::session s(g0);
+    s.run(loom::global_variables_initializer(g0));
+    s.run(rows, {{ids, tensor<std::int64_t, 1>(shape{1}, std::int64_t{42})}});
+    loom::saver(g0).save(s, dir + "/model");
+  }
+  loom::graph g1;
+  loom::placeholder<std::int64_t, 1> ids(g1, shape{-1}, "ids");
+  loom::hash_embedding<float> emb(g1, "t", 2, {.capacity_per_shard = 4, .admit_after = 2});
+  auto rows = emb.lookup(ids);
+  loom::session s(g1);
+  s.run(loom::global_variables_initializer(g1));
+  loom::saver(g1).restore(s, dir + "/model");
+  const std::string held = loom::testing::message_of<loom::failed_precondition_error>([&] {
+    s.run(rows, {{ids, tensor<std::int64_t, 1>(shape{1}, std::int64_t{7})}});
+  });
+  CHECK_MESSAGE(contains(held, "'t/part_0_of_1/rows' holds id 42 in row 0, the default row of "
+                               "admission (admit_after 2)"),
+                held);
+  std::filesystem::remove_all(dir);
 }

@@ -104,10 +104,11 @@ const std::set<std::string>& cpu_only_ops() {
       // Strings live on the host (a GPU tensor holds numbers): the features are
       // hashed to ids on the CPU, as TF's StringToHashBucketFast is.
       "string_to_hash_bucket_fast",
-      // A hash table's index lives on the host beside its keys variable, as the
-      // ps tasks that hold such tables do.
+      // A hash table's index (and its admission's counts) lives on the host beside its
+      // keys variable, as the ps tasks that hold such tables do.
       "hash_embedding_rows",
       "hash_embedding_size",
+      "hash_embedding_waiting",
       // An input pipeline's iterator: a host resource of the task that made the dataset;
       // its elements are host tensors (TF's IteratorGetNext runs on the CPU too), and a
       // step on a GPU receives them there like a feed.

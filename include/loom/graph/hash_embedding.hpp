@@ -25,9 +25,22 @@
 // Capacity is fixed per shard (its rows are allocated when initialized); a
 // shard that would need more fails the step with resource_exhausted, naming
 // it. Rows are never evicted.
+//
+// Admission (admit_after > 1, DeepRec's counter filter): an id becomes a row
+// in the step in which it has been looked up in admit_after steps (a step's
+// repeats of an id count once: each shard gets its distinct ids once). Until
+// then it is given row 0 of its shard, which admission reserves and which no
+// id ever holds: the shard's rows are multiplied by a mask that is 0 for it,
+// so such a lookup is zeros and its gradient is zeros (row 0 then stays zero
+// under every optimizer's update: its slots stay at their start). The counts
+// are a count-min sketch per shard beside the index, 4 rows of one-byte
+// counters with conservative updates (an id's count errs only upwards: it may
+// be admitted early, never late), admission_counters bytes per shard. They
+// live in the ps's memory, not in checkpoints: a restarted ps counts anew.
 #pragma once
 
 #include <loom/graph/builder.hpp>
+#include <loom/graph/lower.hpp> // scalar_node
 #include <loom/graph/op_registry.hpp>
 #include <loom/graph/ops/array.hpp>
 #include <loom/graph/ops/embedding_lookup.hpp>
@@ -49,7 +62,8 @@ inline bool register_hash_embedding_ops() {
   auto& r = op_registry::instance();
   // Inputs (keys, rows, ids): keys an int64 [capacity] variable, rows a
   // [capacity, dim] variable, ids int64 of any shape. Output: the row of each
-  // id, int64 of ids' shape. Attrs: init_stddev, seed.
+  // id, int64 of ids' shape (0 for an id not admitted yet). Attrs: init_stddev,
+  // seed, admit_after (1: every id at once), admission_counters.
   r.add({.name = "hash_embedding_rows",
          .num_inputs = 3,
          .infer =
@@ -78,6 +92,22 @@ inline bool register_hash_embedding_ops() {
          .stateful = true,
          .ref_inputs = 0b011u,
          .type_input = 1});
+  // Input (keys): an estimate of the ids a shard has counted and not admitted
+  // (linear counting over its sketch's first row), int64 scalar; 0 without
+  // admission.
+  r.add({.name = "hash_embedding_waiting",
+         .num_inputs = 1,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               if (in[0]->op != "variable" || in[0]->type != dtype::i64 || in[0]->shape.rank() != 1)
+                 throw invalid_argument_error("node " + n.describe() +
+                                              ": its input must be a hash embedding's keys");
+               attach_to_variable(n, *in[0], "hash_index");
+               n.type = dtype::i64;
+               n.shape = {};
+             },
+         .stateful = true,
+         .type_input = -1});
   // Input (keys): the count of ids a shard holds, int64 scalar.
   r.add({.name = "hash_embedding_size",
          .num_inputs = 1,
@@ -111,6 +141,12 @@ struct hash_embedding_options {
   // A new id's row: normal(0, init_stddev), drawn from (seed, id).
   double init_stddev = 0.05;
   std::int64_t seed = 0;
+  // Admission: an id becomes a row once looked up in this many steps (1 to 255); until
+  // then its lookup is zeros and its gradient is dropped. 1: at once, no counting.
+  std::int64_t admit_after = 1;
+  // The bytes of each shard's count-min sketch (admit_after > 1): give it several times
+  // the distinct ids a shard sees, or ids are admitted early (their counts err upwards).
+  std::int64_t admission_counters = std::int64_t{1} << 22;
 };
 
 template <floating_type T> class hash_embedding {
@@ -127,6 +163,16 @@ public:
                                    ", capacity_per_shard " + std::to_string(o.capacity_per_shard) +
                                    " and num_shards " + std::to_string(o.num_shards) +
                                    " must each be 1 or more");
+    if (o.admit_after < 1 || o.admit_after > 255)
+      throw invalid_argument_error("hash_embedding '" + name + "': admit_after " +
+                                   std::to_string(o.admit_after) +
+                                   " must be 1 (every id at once) to 255 (one-byte counts)");
+    if (o.admit_after > 1 && (o.capacity_per_shard < 2 || o.admission_counters < 4))
+      throw invalid_argument_error(
+          "hash_embedding '" + name + "': with admit_after " + std::to_string(o.admit_after) +
+          " a shard needs a capacity_per_shard of 2 or more (row 0 is the default row; it has " +
+          std::to_string(o.capacity_per_shard) + ") and 4 or more admission_counters (it has " +
+          std::to_string(o.admission_counters) + ")");
     for (std::int64_t p = 0; p < o.num_shards; ++p) {
       const std::string part =
           name + "/part_" + std::to_string(p) + "_of_" + std::to_string(o.num_shards);
@@ -155,7 +201,8 @@ public:
   const std::vector<shard>& shards() const noexcept { return shards_; }
 
   // The rows of ids (non-negative int64, any shape): ids' shape + [dim]. Each
-  // shard gets its distinct ids once; ids it has not seen get new rows.
+  // shard gets its distinct ids once; ids it has not seen get new rows (with
+  // admission, once admitted; zeros until then).
   template <expression I> output<T, rank_of<I> + 1> lookup(const I& ids) const {
     static_assert(std::is_same_v<value_type_of<I>, std::int64_t>,
                   "loom::hash_embedding::lookup: the ids must be int64");
@@ -170,11 +217,29 @@ public:
                    g, li.id(), route, dim_, "loom::hash_embedding::lookup",
                    [&](std::int64_t p, node_id distinct) {
                      const shard& s = shards_[static_cast<std::size_t>(p)];
-                     const node_id row_numbers = g.add_node(
-                         "hash_embedding_rows", {s.keys.id(), s.rows.id(), distinct},
-                         {{"init_stddev", o_.init_stddev}, {"seed", o_.seed * 1000003 + p}});
-                     return g.add_node("resource_gather", {s.rows.id(), row_numbers});
+                     const node_id row_numbers =
+                         g.add_node("hash_embedding_rows", {s.keys.id(), s.rows.id(), distinct},
+                                    {{"init_stddev", o_.init_stddev},
+                                     {"seed", o_.seed * 1000003 + p},
+                                     {"admit_after", o_.admit_after},
+                                     {"admission_counters", o_.admission_counters}});
+                     const node_id rows = g.add_node("resource_gather", {s.rows.id(), row_numbers});
+                     if (o_.admit_after == 1)
+                       return rows;
+                     return mask_default_row(g, s, rows, row_numbers);
                    })};
+  }
+
+  // An estimate of the ids counted and not admitted yet, over every shard (0
+  // without admission): linear counting over each shard's sketch.
+  output<std::int64_t, 0> waiting() const {
+    graph g = g_;
+    node_id total = no_node;
+    for (const shard& s : shards_) {
+      const node_id count = g.add_node("hash_embedding_waiting", {s.keys.id()});
+      total = total == no_node ? count : g.add_node("add", {total, count});
+    }
+    return {g, total};
   }
 
   // The count of ids with rows, over every shard.
@@ -189,6 +254,22 @@ public:
   }
 
 private:
+  // The shard's rows with zeros, and so no gradient, for the ids given the default
+  // row 0 (admission); on the shard's task, so that the mask never travels.
+  static node_id mask_default_row(graph& g, const shard& s, node_id rows, node_id row_numbers) {
+    const node_id zero = detail::scalar_node(g, std::int64_t{0});
+    const node_id admitted_ids = g.add_node("not_equal", {row_numbers, zero});
+    const node_id admitted = g.add_node("cast", {admitted_ids}, {{"dst", dtype_of<T>}});
+    const node_id column = g.add_node("expand_dims", {admitted}, {{"axis", std::int64_t{-1}}});
+    const node_id masked = g.add_node("mul", {rows, column});
+    for (node_id id : {zero, admitted_ids, admitted, column, masked}) {
+      node_def& n = g.mutable_node(id);
+      n.colocation_group = s.rows.node().colocation();
+      n.requested_device = s.rows.node().requested_device;
+    }
+    return masked;
+  }
+
   graph g_;
   std::string name_;
   std::int64_t dim_;

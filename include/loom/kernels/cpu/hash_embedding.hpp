@@ -1,20 +1,83 @@
 // CPU kernels of hash-table embeddings (graph/hash_embedding.hpp): the
 // ids -> row index of a shard, kept beside its keys variable and rebuilt from
-// the keys whenever their buffer changes (an initializer, a restore).
+// the keys whenever their buffer changes (an initializer, a restore), and the
+// admission's counts of the ids not admitted yet.
 #pragma once
 
 #include <loom/graph/hash_embedding.hpp>
 #include <loom/kernels/cpu/sync.hpp> // attached_resource
 #include <loom/kernels/registry.hpp>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 namespace loom::kernels {
+
+// A count-min sketch of one-byte counters: 4 rows of `width`, an id's count the
+// least of its 4 counters. Conservative updates (only the counters at that least
+// are raised) keep the error small; it is only ever upwards.
+class count_min_sketch {
+public:
+  static constexpr int depth = 4;
+
+  explicit count_min_sketch(std::int64_t bytes)
+      : width_(std::max<std::int64_t>(1, bytes / depth)),
+        counters_(static_cast<std::size_t>(width_ * depth), 0) {}
+
+  std::int64_t bytes() const noexcept { return width_ * depth; }
+
+  // The id's count as it stands.
+  int count(std::int64_t id) const {
+    int least = 255;
+    for (int d = 0; d < depth; ++d)
+      least = std::min<int>(least, counters_[slot(id, d)]);
+    return least;
+  }
+
+  // Counts the id once more (up to 255); its count after.
+  int add(std::int64_t id) {
+    std::array<std::size_t, depth> at{};
+    int least = 255;
+    for (int d = 0; d < depth; ++d) {
+      at[static_cast<std::size_t>(d)] = slot(id, d);
+      least = std::min<int>(least, counters_[at[static_cast<std::size_t>(d)]]);
+    }
+    const int after = std::min(least + 1, 255);
+    for (std::size_t k : at)
+      counters_[k] = static_cast<std::uint8_t>(std::max<int>(counters_[k], after));
+    return after;
+  }
+
+  // The distinct ids counted, estimated from the first row's empty counters
+  // (linear counting: -width ln(empty / width)); with none empty, at least that of one.
+  std::int64_t distinct() const {
+    const auto empty = std::count(counters_.begin(), counters_.begin() + width_, 0);
+    const double w = static_cast<double>(width_);
+    return static_cast<std::int64_t>(
+        std::llround(-w * std::log(static_cast<double>(std::max<std::int64_t>(empty, 1)) / w)));
+  }
+
+private:
+  std::size_t slot(std::int64_t id, int d) const {
+    std::uint64_t x =
+        static_cast<std::uint64_t>(id) + 0x9e3779b97f4a7c15ULL * static_cast<std::uint64_t>(d + 1);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return static_cast<std::size_t>(d) * static_cast<std::size_t>(width_) +
+           static_cast<std::size_t>(x % static_cast<std::uint64_t>(width_));
+  }
+
+  std::int64_t width_;
+  std::vector<std::uint8_t> counters_;
+};
 
 struct hash_index : resource_base {
   std::mutex mu;
@@ -25,18 +88,23 @@ struct hash_index : resource_base {
   // Inserts write into this buffer in place and keep it.
   any_tensor built_from;
   std::int64_t used = 0; // rows given out: the next free row
+  // With admission: the counts of ids not admitted yet (made at the first
+  // lookup), and how many ids they admitted (for waiting's estimate).
+  std::optional<count_min_sketch> counts;
+  std::int64_t admitted_by_count = 0;
 
-  // Makes row_of describe `keys` (held under its variable's lock).
-  void sync(const any_tensor& keys) {
+  // Makes row_of describe `keys` (held under its variable's lock); the first
+  // `reserved` rows hold no id (admission's default row).
+  void sync(const any_tensor& keys, std::int64_t reserved) {
     if (!built_from.empty() && built_from.shares_buffer_with(keys))
       return;
     row_of.clear();
-    used = 0;
+    used = reserved;
     const std::int64_t* k = keys.data<std::int64_t>();
     for (std::int64_t r = 0, n = keys.num_elements(); r < n; ++r)
       if (k[r] >= 0) {
         row_of.emplace(k[r], r);
-        used = r + 1;
+        used = std::max(used, r + 1);
       }
     built_from = keys;
   }
@@ -72,18 +140,34 @@ template <class T> struct hash_embedding_rows_cpu {
       throw failed_precondition_error("node " + c.node.describe() + ": " + table +
                                       " is not initialized (run its initializers, or "
                                       "global_variables_initializer, first)");
-    index->sync(keys_var.value);
+    const auto admit_after = c.node.attr_or<std::int64_t>("admit_after", 1);
+    index->sync(keys_var.value, admit_after > 1 ? 1 : 0);
+    if (admit_after > 1 && keys_var.value.data<std::int64_t>()[0] >= 0)
+      throw failed_precondition_error(
+          "node " + c.node.describe() + ": " + table + " holds id " +
+          std::to_string(keys_var.value.data<std::int64_t>()[0]) +
+          " in row 0, the default row of admission (admit_after " + std::to_string(admit_after) +
+          "): it was made or saved without admission, and takes none now");
+    if (admit_after > 1 && !index->counts)
+      index->counts.emplace(c.node.attr_or<std::int64_t>("admission_counters", 1 << 22));
     const std::int64_t capacity = keys_var.value.num_elements();
     const std::int64_t width = rows_var.value.shape()[1];
     const std::int64_t* id = ids.data<std::int64_t>();
     const std::int64_t n = ids.num_elements();
-    // Room for every new id, counted before anything changes.
+    // Room for every id admitted in this step, counted before anything changes. The
+    // ids are distinct (each shard gets a step's distinct ids), so an id's count
+    // after this step is its count now + 1.
+    std::vector<char> admit(static_cast<std::size_t>(n), 0);
     std::int64_t fresh = 0;
     for (std::int64_t k = 0; k < n; ++k) {
       if (id[k] < 0)
         throw invalid_argument_error("node " + c.node.describe() + ": id " + std::to_string(id[k]) +
                                      " of " + table + " is negative");
-      fresh += index->row_of.count(id[k]) == 0;
+      if (index->row_of.count(id[k]) != 0)
+        continue;
+      admit[static_cast<std::size_t>(k)] =
+          admit_after == 1 || index->counts->count(id[k]) + 1 >= admit_after;
+      fresh += admit[static_cast<std::size_t>(k)];
     }
     if (index->used + fresh > capacity)
       throw resource_exhausted_error(
@@ -98,6 +182,14 @@ template <class T> struct hash_embedding_rows_cpu {
     any_tensor out(dtype::i64, ids.shape());
     std::int64_t* row_of = out.data<std::int64_t>();
     for (std::int64_t k = 0; k < n; ++k) {
+      if (admit_after > 1 && index->row_of.count(id[k]) == 0) {
+        index->counts->add(id[k]);
+        if (!admit[static_cast<std::size_t>(k)]) {
+          row_of[k] = 0; // the default row: zeros, its gradient masked (lookup)
+          continue;
+        }
+        ++index->admitted_by_count;
+      }
       auto [it, inserted] = index->row_of.try_emplace(id[k], index->used);
       if (inserted) {
         const std::int64_t r = index->used++;
@@ -127,11 +219,23 @@ template <class T> struct hash_embedding_size_cpu {
   }
 };
 
+template <class T> struct hash_embedding_waiting_cpu {
+  static void run(kernel_context& c) {
+    auto index = attached_resource<hash_index>(c);
+    std::lock_guard lock(index->mu);
+    std::int64_t waiting = 0;
+    if (index->counts)
+      waiting = std::max<std::int64_t>(0, index->counts->distinct() - index->admitted_by_count);
+    c.output = any_tensor::scalar(waiting);
+  }
+};
+
 // In a program that links loom::kernels, registered in its unit only (kernels/registry.hpp).
 #ifndef LOOM_COMPILED_KERNELS
 inline bool register_hash_embedding_kernels() {
   register_kernels<hash_embedding_rows_cpu>("hash_embedding_rows", floating_types{});
   register_kernels<hash_embedding_size_cpu>("hash_embedding_size", type_list<std::int64_t>{});
+  register_kernels<hash_embedding_waiting_cpu>("hash_embedding_waiting", type_list<std::int64_t>{});
   return true;
 }
 
