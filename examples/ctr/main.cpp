@@ -193,6 +193,9 @@ int main(int argc, char** argv) try {
       .define_bool("hash_embeddings", false,
                    "Hash-table embeddings (loom::hash_embedding: ids hashed to 62 bits, rows "
                    "made on first lookup) instead of partitioned variables")
+      .define_int("admit_after", 1,
+                  "With --hash_embeddings: an id gets its rows once looked up in this many "
+                  "steps; until then its lookup is zeros and its gradient is dropped (1: at once)")
       .define_int("test_examples", 50000, "Examples of the test set")
       .define_int("shutdown_wait_secs", 120,
                   "How long the chief waits, at most, for the other workers to finish")
@@ -310,7 +313,8 @@ int main(int argc, char** argv) try {
       .hidden = parse_list("hidden_units", flags.get_string("hidden_units")),
       .shards = flags.get_int("shards"),
       .seed = flags.get_int("seed"),
-      .hash_tables = flags.get_bool("hash_embeddings")};
+      .hash_tables = flags.get_bool("hash_embeddings"),
+      .admit_after = flags.get_int("admit_after")};
   // From files: the model reads what the iterator gives each step, on this worker.
   const std::string train_files = flags.get_string("train_files");
   const std::string format = flags.get_string("format");
@@ -343,9 +347,11 @@ int main(int argc, char** argv) try {
                 static_cast<long long>(flags.get_int("shards")), cluster.num_tasks("ps"));
 
   // With hash tables: the rows the deep tables made (a size a user can read).
-  std::optional<loom::output<std::int64_t, 0>> hashed_rows;
-  for (const auto& t : model.deep_hashed)
+  std::optional<loom::output<std::int64_t, 0>> hashed_rows, waiting_ids;
+  for (const auto& t : model.deep_hashed) {
     hashed_rows = hashed_rows ? loom::lower(*hashed_rows + t.size()) : t.size();
+    waiting_ids = waiting_ids ? loom::lower(*waiting_ids + t.waiting()) : t.waiting();
+  }
 
   loom::adagrad_optimizer adagrad{flags.get_float("learning_rate")};
   std::unique_ptr<loom::sync_replicas_optimizer> sync;
@@ -469,8 +475,10 @@ int main(int argc, char** argv) try {
   std::printf("%s: test AUC = %.4f (the teacher's AUC, the best possible: %.4f)\n", label.c_str(),
               test_auc, teacher_auc);
   if (hashed_rows)
-    std::printf("%s: the hash-table embeddings hold %lld rows\n", label.c_str(),
-                static_cast<long long>(sess.raw_session().run(*hashed_rows)));
+    std::printf("%s: the hash-table embeddings hold %lld rows; about %lld more ids wait for "
+                "admission\n",
+                label.c_str(), static_cast<long long>(sess.raw_session().run(*hashed_rows)),
+                static_cast<long long>(sess.raw_session().run(*waiting_ids)));
   std::fflush(stdout);
   sess.close();
   return 0;

@@ -34,6 +34,9 @@ struct model_options {
   // Hash-table embeddings (loom::hash_embedding) instead of partitioned
   // variables: the ids fed are 62-bit hashes of (field, id), no vocabulary.
   bool hash_tables = false;
+  // With hash_tables: an id gets its rows once looked up in this many steps (admission;
+  // 1: at once).
+  std::int64_t admit_after = 1;
 };
 
 // What the model reads: placeholders fed a batch of examples (feeds()), or the
@@ -160,11 +163,13 @@ private:
                                          .num_shards = o.shards,
                                          .init_stddev =
                                              1.0 / std::sqrt(static_cast<double>(o.embedding_dim)),
-                                         .seed = o.seed * 1000 + 2 * f});
+                                         .seed = o.seed * 1000 + 2 * f,
+                                         .admit_after = o.admit_after});
         wide_hashed.emplace_back(g, field + "/wide", 1,
                                  loom::hash_embedding_options{.capacity_per_shard = capacity,
                                                               .num_shards = o.shards,
-                                                              .init_stddev = 0});
+                                                              .init_stddev = 0,
+                                                              .admit_after = o.admit_after});
         if (f < num_single_hot) {
           const auto& at = ids[static_cast<std::size_t>(f)];
           deep_in.push_back(deep_hashed.back().lookup(at));
