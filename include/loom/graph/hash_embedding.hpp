@@ -232,28 +232,23 @@ public:
 
   // An estimate of the ids counted and not admitted yet, over every shard (0
   // without admission): linear counting over each shard's sketch.
-  output<std::int64_t, 0> waiting() const {
-    graph g = g_;
-    node_id total = no_node;
-    for (const shard& s : shards_) {
-      const node_id count = g.add_node("hash_embedding_waiting", {s.keys.id()});
-      total = total == no_node ? count : g.add_node("add", {total, count});
-    }
-    return {g, total};
-  }
+  output<std::int64_t, 0> waiting() const { return sum_over_shards("hash_embedding_waiting"); }
 
   // The count of ids with rows, over every shard.
-  output<std::int64_t, 0> size() const {
+  output<std::int64_t, 0> size() const { return sum_over_shards("hash_embedding_size"); }
+
+private:
+  // The sum over the shards of a per-shard count (an op of the shard's keys).
+  output<std::int64_t, 0> sum_over_shards(const char* op) const {
     graph g = g_;
     node_id total = no_node;
     for (const shard& s : shards_) {
-      const node_id count = g.add_node("hash_embedding_size", {s.keys.id()});
+      const node_id count = g.add_node(op, {s.keys.id()});
       total = total == no_node ? count : g.add_node("add", {total, count});
     }
     return {g, total};
   }
 
-private:
   // The shard's rows with zeros, and so no gradient, for the ids given the default
   // row 0 (admission); on the shard's task, so that the mask never travels.
   static node_id mask_default_row(graph& g, const shard& s, node_id rows, node_id row_numbers) {
