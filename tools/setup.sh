@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages loom needs to build and run its demo (no option), to
-# build and run its tests (--test), or to draw its plots (--plots).
+# build and run its tests (--test; --test-build: only what building them needs), or to draw
+# its plots (--plots).
 # Idempotent: only touches apt when something is missing. Run as root (or with sudo available).
 # Set LOOM_SKIP_SETUP=1 to skip it entirely (e.g. on a machine provisioned another way).
 set -euo pipefail
@@ -36,18 +37,24 @@ packages=(
 # python3-venv (TensorBoard's environment),
 # a headless Chromium (the TensorBoard page check), and for the tests that run real
 # launchers a single-node Slurm the test starts itself, mpirun, network namespaces and tc.
+# `make test` runs `--test-build` (what the build itself uses) first and `--test` beside the
+# build: the rest is only run by the tests.
 # `tools/setup.sh --plots` (run by `make plots`) adds what tools/plots.py draws with.
+test_build_packages=(
+  clang
+  clang-14
+  pkg-config
+  clang-format
+  ccache
+  libbenchmark-dev
+  python3
+)
 case "${1:-}" in
   "") ;;
+  --test-build) packages+=("${test_build_packages[@]}") ;;
   --test)
     packages+=(
-      clang
-      clang-14
-      pkg-config
-      clang-format
-      ccache
-      libbenchmark-dev
-      python3
+      "${test_build_packages[@]}"
       python3-venv
       chromium-headless-shell
       slurmctld
@@ -61,7 +68,7 @@ case "${1:-}" in
   --plots) packages+=(python3-matplotlib) ;;
   *)
     echo "setup: unknown option '$1' (none: the demo's packages; --test: also the tests';" \
-         "--plots: also tools/plots.py's)" >&2
+         "--test-build: only what building the tests needs; --plots: also tools/plots.py's)" >&2
     exit 2
     ;;
 esac
