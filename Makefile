@@ -49,7 +49,8 @@ test:
 	  bash tools/setup.sh --test >"$$log" 2>&1 & setup=$$!; \
 	  $(MAKE) --no-print-directory build; built=$$?; \
 	  if ! wait $$setup; then \
-	    cat "$$log" >&2; echo "make test: installing the tests' packages failed" >&2; exit 1; \
+	    cat "$$log" >&2; rm -f "$$log"; \
+	    echo "make test: installing the tests' packages failed" >&2; exit 1; \
 	  fi; \
 	  cat "$$log"; rm -f "$$log"; \
 	  [ $$built -eq 0 ] || exit $$built; \
