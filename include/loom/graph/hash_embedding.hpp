@@ -58,6 +58,13 @@ namespace loom::detail {
 // The registration, its shape functions and gradients: once per program where it
 // links loom::kernels, in that library's unit only (op_registry.hpp says why).
 #ifndef LOOM_COMPILED_KERNELS
+// A per-shard count's input: a hash embedding's keys variable, int64 [capacity].
+inline void require_hash_keys(const node_def& n, const node_def& keys) {
+  if (keys.op != "variable" || keys.type != dtype::i64 || keys.shape.rank() != 1)
+    throw invalid_argument_error("node " + n.describe() +
+                                 ": its input must be a hash embedding's keys");
+}
+
 inline bool register_hash_embedding_ops() {
   auto& r = op_registry::instance();
   // Inputs (keys, rows, ids): keys an int64 [capacity] variable, rows a
@@ -99,9 +106,7 @@ inline bool register_hash_embedding_ops() {
          .num_inputs = 1,
          .infer =
              [](node_def& n, const std::vector<const node_def*>& in) {
-               if (in[0]->op != "variable" || in[0]->type != dtype::i64 || in[0]->shape.rank() != 1)
-                 throw invalid_argument_error("node " + n.describe() +
-                                              ": its input must be a hash embedding's keys");
+               require_hash_keys(n, *in[0]);
                attach_to_variable(n, *in[0], "hash_index");
                n.type = dtype::i64;
                n.shape = {};
@@ -113,9 +118,7 @@ inline bool register_hash_embedding_ops() {
          .num_inputs = 1,
          .infer =
              [](node_def& n, const std::vector<const node_def*>& in) {
-               if (in[0]->op != "variable" || in[0]->type != dtype::i64 || in[0]->shape.rank() != 1)
-                 throw invalid_argument_error("node " + n.describe() +
-                                              ": its input must be a hash embedding's keys");
+               require_hash_keys(n, *in[0]);
                n.colocation_group = in[0]->colocation();
                n.attrs["_ref_name_0"] = in[0]->name;
                n.type = dtype::i64;
