@@ -32,6 +32,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <utility>
 #include <vector>
@@ -196,6 +197,16 @@ int main(int argc, char** argv) try {
       .define_int("admit_after", 1,
                   "With --hash_embeddings: an id gets its rows once looked up in this many "
                   "steps; until then its lookup is zeros and its gradient is dropped (1: at once)")
+      .define_int("max_rows_per_shard", 0,
+                  "With --hash_embeddings: the rows of each table's shard at most (0: room for "
+                  "every id of its field's vocabulary); a full shard fails the step unless it "
+                  "evicts")
+      .define_int("steps_to_live", 0,
+                  "With --hash_embeddings: remove a row not looked up in this many lookups of "
+                  "its shard (one per worker step; 0: never)")
+      .define_bool("evict_when_full", false,
+                   "With --hash_embeddings: a full shard gives a new id the row least recently "
+                   "looked up")
       .define_int("test_examples", 50000, "Examples of the test set")
       .define_int("shutdown_wait_secs", 120,
                   "How long the chief waits, at most, for the other workers to finish")
@@ -233,9 +244,13 @@ int main(int argc, char** argv) try {
                                      .min_vocab = flags.get_int("min_vocab"),
                                      .max_vocab = flags.get_int("max_vocab"),
                                      .zipf_exponent = flags.get_float("zipf_exponent")};
-  if (data.max_vocab > 10000000)
-    throw loom::invalid_argument_error("--max_vocab=" + std::to_string(data.max_vocab) +
-                                       ": ids are int32 in the data files; at most 10^7");
+  // Tables sized by their vocabularies hold every row; hash tables hold the ids seen.
+  const std::int64_t most_vocab = flags.get_bool("hash_embeddings") ? 1000000000 : 10000000;
+  if (data.max_vocab > most_vocab)
+    throw loom::invalid_argument_error(
+        "--max_vocab=" + std::to_string(data.max_vocab) + ": at most " +
+        (flags.get_bool("hash_embeddings") ? "10^9 (ids are int32 in the data files)"
+                                           : "10^7 (10^9 with --hash_embeddings)"));
   const auto batch_size = flags.get_int("batch_size");
 
   if (const std::string dir = flags.get_string("write_data"); !dir.empty()) {
@@ -297,6 +312,11 @@ int main(int argc, char** argv) try {
                       {.intra_op_threads = static_cast<int>(flags.get_int("intra_op_threads"))});
   if (job == "ps") {
     server.join();
+    rusage usage{};
+    ::getrusage(RUSAGE_SELF, &usage); // ru_maxrss: KiB on Linux
+    std::printf("ps %lld: peak resident memory %.0f MB\n", static_cast<long long>(task_index),
+                static_cast<double>(usage.ru_maxrss) * 1024 / 1e6);
+    std::fflush(stdout);
     return 0;
   }
   const bool is_chief = task_index == 0;
@@ -314,7 +334,10 @@ int main(int argc, char** argv) try {
       .shards = flags.get_int("shards"),
       .seed = flags.get_int("seed"),
       .hash_tables = flags.get_bool("hash_embeddings"),
-      .admit_after = flags.get_int("admit_after")};
+      .admit_after = flags.get_int("admit_after"),
+      .max_rows_per_shard = flags.get_int("max_rows_per_shard"),
+      .steps_to_live = flags.get_int("steps_to_live"),
+      .evict_when_full = flags.get_bool("evict_when_full")};
   // From files: the model reads what the iterator gives each step, on this worker.
   const std::string train_files = flags.get_string("train_files");
   const std::string format = flags.get_string("format");
@@ -335,22 +358,32 @@ int main(int argc, char** argv) try {
   std::int64_t rows = 0;
   for (std::int64_t v : sample.vocab())
     rows += v;
+  // The tables' bytes with their Adagrad slots: a row per id of the vocabularies, or
+  // the hash tables' capacities (allocated when initialized) with their keys.
+  double table_bytes =
+      static_cast<double>(rows) * static_cast<double>(flags.get_int("embedding_dim") + 1) * 4 * 2;
+  if (model_options.hash_tables) {
+    table_bytes = 0;
+    for (const auto* tables : {&model.deep_hashed, &model.wide_hashed})
+      for (const auto& t : *tables)
+        for (const auto& shard : t.shards())
+          table_bytes += static_cast<double>(shard.rows.node().shape[0]) *
+                         static_cast<double>(t.dim() * 4 * 2 + 8);
+  }
   if (is_chief)
-    std::printf("ctr: %d fields, %lld embedding rows in all%s (%.0f MB of tables with their "
+    std::printf("ctr: %d fields, %lld ids in the vocabularies%s (%.0f MB of tables with their "
                 "Adagrad slots), %lld shards per table over %d ps task(s)\n",
                 ctr::num_fields, static_cast<long long>(rows),
-                flags.get_bool("hash_embeddings")
-                    ? " in the vocabularies, hash tables of 1.25 x that capacity"
-                    : "",
-                static_cast<double>(rows) *
-                    static_cast<double>(flags.get_int("embedding_dim") + 1) * 4 * 2 / 1e6,
+                model_options.hash_tables ? ", hash tables" : ", a row each", table_bytes / 1e6,
                 static_cast<long long>(flags.get_int("shards")), cluster.num_tasks("ps"));
 
-  // With hash tables: the rows the deep tables made (a size a user can read).
-  std::optional<loom::output<std::int64_t, 0>> hashed_rows, waiting_ids;
+  // With hash tables: the rows the deep tables hold (a size a user can read), the ids
+  // waiting for admission and the ids evicted.
+  std::optional<loom::output<std::int64_t, 0>> hashed_rows, waiting_ids, evicted_ids;
   for (const auto& t : model.deep_hashed) {
     hashed_rows = hashed_rows ? loom::lower(*hashed_rows + t.size()) : t.size();
     waiting_ids = waiting_ids ? loom::lower(*waiting_ids + t.waiting()) : t.waiting();
+    evicted_ids = evicted_ids ? loom::lower(*evicted_ids + t.evicted()) : t.evicted();
   }
 
   loom::adagrad_optimizer adagrad{flags.get_float("learning_rate")};
@@ -476,9 +509,10 @@ int main(int argc, char** argv) try {
               test_auc, teacher_auc);
   if (hashed_rows)
     std::printf("%s: the hash-table embeddings hold %lld rows; about %lld more ids wait for "
-                "admission\n",
+                "admission; %lld were evicted\n",
                 label.c_str(), static_cast<long long>(sess.raw_session().run(*hashed_rows)),
-                static_cast<long long>(sess.raw_session().run(*waiting_ids)));
+                static_cast<long long>(sess.raw_session().run(*waiting_ids)),
+                static_cast<long long>(sess.raw_session().run(*evicted_ids)));
   std::fflush(stdout);
   sess.close();
   return 0;

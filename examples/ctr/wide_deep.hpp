@@ -17,6 +17,7 @@
 
 #include <loom/api.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -37,6 +38,11 @@ struct model_options {
   // With hash_tables: an id gets its rows once looked up in this many steps (admission;
   // 1: at once).
   std::int64_t admit_after = 1;
+  // With hash_tables: each table's rows per shard at most (0: room for every id of its
+  // field), and its eviction (hash_embedding_options).
+  std::int64_t max_rows_per_shard = 0;
+  std::int64_t steps_to_live = 0;
+  bool evict_when_full = false;
 };
 
 // What the model reads: placeholders fed a batch of examples (feeds()), or the
@@ -155,21 +161,22 @@ private:
       const std::int64_t rows = o.vocab[static_cast<std::size_t>(f)];
       const std::string field = "field_" + std::to_string(f);
       if (o.hash_tables) {
-        // Room for every id of the field, spread by hash over the shards.
-        const std::int64_t capacity = rows / o.shards + rows / (4 * o.shards) + 64;
-        deep_hashed.emplace_back(
-            g, field + "/embedding", o.embedding_dim,
-            loom::hash_embedding_options{.capacity_per_shard = capacity,
-                                         .num_shards = o.shards,
-                                         .init_stddev =
-                                             1.0 / std::sqrt(static_cast<double>(o.embedding_dim)),
-                                         .seed = o.seed * 1000 + 2 * f,
-                                         .admit_after = o.admit_after});
-        wide_hashed.emplace_back(g, field + "/wide", 1,
-                                 loom::hash_embedding_options{.capacity_per_shard = capacity,
-                                                              .num_shards = o.shards,
-                                                              .init_stddev = 0,
-                                                              .admit_after = o.admit_after});
+        // Room for every id of the field, spread by hash over the shards, or the cap.
+        std::int64_t capacity = rows / o.shards + rows / (4 * o.shards) + 64;
+        if (o.max_rows_per_shard > 0)
+          capacity = std::min(capacity, o.max_rows_per_shard);
+        const loom::hash_embedding_options table{.capacity_per_shard = capacity,
+                                                 .num_shards = o.shards,
+                                                 .admit_after = o.admit_after,
+                                                 .steps_to_live = o.steps_to_live,
+                                                 .evict_when_full = o.evict_when_full};
+        auto deep = table;
+        deep.init_stddev = 1.0 / std::sqrt(static_cast<double>(o.embedding_dim));
+        deep.seed = o.seed * 1000 + 2 * f;
+        deep_hashed.emplace_back(g, field + "/embedding", o.embedding_dim, deep);
+        auto wide = table;
+        wide.init_stddev = 0;
+        wide_hashed.emplace_back(g, field + "/wide", 1, wide);
         if (f < num_single_hot) {
           const auto& at = ids[static_cast<std::size_t>(f)];
           deep_in.push_back(deep_hashed.back().lookup(at));

@@ -620,3 +620,110 @@ TEST_CASE("hash embedding admission: the counts are a count-min sketch that errs
                 held);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("hash embedding eviction: a full shard gives a new id the row least recently looked "
+          "up, with its optimizer slots restarted; a step that needs more rows than it may take "
+          "is an error that changes nothing") {
+  loom::graph g;
+  loom::placeholder<std::int64_t, 1> ids(g, shape{-1}, "ids");
+  loom::hash_embedding<float> emb(
+      g, "lru", 2, {.capacity_per_shard = 3, .init_stddev = 0.5, .evict_when_full = true});
+  loom::hash_embedding<float> plain(g, "plain", 2, {.capacity_per_shard = 8, .init_stddev = 0.5});
+  auto rows = emb.lookup(ids);
+  auto plain_rows = plain.lookup(ids);
+  loom::adam_optimizer adam{0.1};
+  auto train = adam.minimize(loom::reduce_sum(rows));
+  const auto& shard = emb.shards()[0];
+  auto m = adam.get_slot(shard.rows, "m");
+  auto v = adam.get_slot(shard.rows, "v");
+  auto size = emb.size();
+  auto evicted = emb.evicted();
+  loom::session s(g);
+  s.run(loom::global_variables_initializer(g));
+  auto feed = [&](std::vector<std::int64_t> list) {
+    const auto n = static_cast<std::int64_t>(list.size());
+    return loom::feed_dict{{ids, tensor<std::int64_t, 1>(shape{n}, std::move(list))}};
+  };
+  auto row_holding = [&](std::int64_t id) {
+    const auto keys = s.run(shard.keys);
+    for (std::int64_t r = 0; r < 3; ++r)
+      if (keys(r) == id)
+        return r;
+    return std::int64_t{-1};
+  };
+
+  s.run(train, feed({1, 2, 3})); // rows 0, 1, 2; their slots move
+  s.run(rows, feed({1, 2}));     // 3 is now the least recently looked up
+  const std::int64_t was_three = row_holding(3);
+  CHECK(s.run(m)(was_three, 0) != 0.0f);
+  const auto four = s.run(rows, feed({4}));
+  CHECK(row_holding(3) == -1);
+  CHECK(row_holding(4) == was_three);
+  const auto expected = s.run(plain_rows, feed({4}));
+  CHECK(four(0, 0) == expected(0, 0)); // a new row, as a fresh table makes it
+  CHECK(four(0, 1) == expected(0, 1));
+  for (std::int64_t k = 0; k < 2; ++k) { // and its slots restarted
+    CHECK(s.run(m)(was_three, k) == 0.0f);
+    CHECK(s.run(v)(was_three, k) == 0.0f);
+  }
+  CHECK(s.run(size) == 3);
+  CHECK(s.run(evicted) == 1);
+
+  // 2 new ids beside 2 held ids looked up in the same step: one row may go, not two.
+  const std::string full = loom::testing::message_of<loom::resource_exhausted_error>([&] {
+    s.run(rows, feed({1, 2, 5, 6}));
+  });
+  CHECK_MESSAGE(contains(full, "'lru/part_0_of_1/rows' is full: 3 of 3 rows used and 2 new ids in "
+                               "this step, beside 2 ids it holds that this step looks up"),
+                full);
+  CHECK(s.run(evicted) == 1);
+  CHECK(row_holding(4) == was_three);
+  s.run(rows, feed({1, 5})); // 2 and 4: 2 is the older
+  CHECK(row_holding(2) == -1);
+  CHECK(row_holding(4) == was_three);
+  CHECK(s.run(evicted) == 2);
+}
+
+TEST_CASE("hash embedding eviction by age: a row not looked up in steps_to_live lookups is "
+          "removed, a checkpoint no longer holds it, and with admission it starts over") {
+  loom::graph g;
+  loom::placeholder<std::int64_t, 1> ids(g, shape{-1}, "ids");
+  loom::hash_embedding<float> emb(
+      g, "ttl", 2,
+      {.capacity_per_shard = 8, .admit_after = 2, .admission_counters = 4096, .steps_to_live = 2});
+  auto rows = emb.lookup(ids);
+  auto size = emb.size();
+  auto evicted = emb.evicted();
+  auto waiting = emb.waiting();
+  loom::session s(g);
+  s.run(loom::global_variables_initializer(g));
+  auto look_up = [&](std::int64_t id) {
+    return s.run(rows, {{ids, tensor<std::int64_t, 1>(shape{1}, id)}})(0, 0);
+  };
+  auto held = [&](std::int64_t id) {
+    const auto keys = s.run(emb.shards()[0].keys);
+    for (std::int64_t r = 0; r < keys.shape()[0]; ++r)
+      if (keys(r) == id)
+        return true;
+    return false;
+  };
+  look_up(1);                // lookup 1: counted
+  CHECK(look_up(1) != 0.0f); // lookup 2: admitted
+  look_up(2);                // lookup 3
+  CHECK(held(1));            // looked up at 2, not yet 2 lookups ago
+  look_up(2);                // lookup 4: 1 was last looked up at 2 <= 4 - 2
+  CHECK_FALSE(held(1));
+  CHECK(s.run(size) == 1);
+  CHECK(s.run(evicted) == 1);
+  CHECK(look_up(1) == 0.0f); // back, and counted from the start: waits again
+  CHECK(s.run(waiting) == 1);
+  CHECK(look_up(1) != 0.0f); // lookup 6: admitted again, and 2 (looked up at 4) is removed
+  CHECK(held(1));
+  CHECK_FALSE(held(2));
+  CHECK(s.run(evicted) == 2);
+
+  loom::graph bad;
+  const std::string what = loom::testing::message_of<loom::invalid_argument_error>(
+      [&] { loom::hash_embedding<float>(bad, "bad", 2, {.steps_to_live = -1}); });
+  CHECK_MESSAGE(contains(what, "steps_to_live -1 must be 0 (never evict by age) or more"), what);
+}

@@ -108,7 +108,7 @@ const std::set<std::string>& cpu_only_ops() {
       // keys variable, as the ps tasks that hold such tables do.
       "hash_embedding_rows",
       "hash_embedding_size",
-      "hash_embedding_waiting",
+      "hash_embedding_count",
       // An input pipeline's iterator: a host resource of the task that made the dataset;
       // its elements are host tensors (TF's IteratorGetNext runs on the CPU too), and a
       // step on a GPU receives them there like a feed.

@@ -24,7 +24,18 @@
 // whenever the variable's buffer changes (an initializer or a restore).
 // Capacity is fixed per shard (its rows are allocated when initialized); a
 // shard that would need more fails the step with resource_exhausted, naming
-// it. Rows are never evicted.
+// it, unless it evicts.
+//
+// Eviction (steps_to_live, evict_when_full): each shard counts its lookups (its
+// clock) and keeps its rows in the order they were last looked up. A lookup first
+// removes the rows not looked up in the last steps_to_live lookups; and where a
+// full shard needs rows for new ids, it takes them from the least recently looked
+// up (LRU, not LFU: admission already keeps out the ids seen too rarely, and
+// recency follows a stream whose popular ids change; it costs 16 bytes a row and
+// O(1) a lookup), never one this step looks up. An evicted row's key becomes -1,
+// so a checkpoint saved after holds it no more; the row and its optimizer slots
+// (recorded by the optimizer when it makes them) restart when a new id takes it;
+// the id's admission counts start over.
 //
 // Admission (admit_after > 1, DeepRec's counter filter): an id becomes a row
 // in the step in which it has been looked up in admit_after steps (a step's
@@ -47,13 +58,53 @@
 #include <loom/graph/ops/sync.hpp> // attach_to_variable
 #include <loom/graph/variables.hpp>
 
+#include <charconv>
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 namespace loom::detail {
+
+// The optimizer slots of a hash embedding's rows, which eviction restarts in a row it
+// gives to a new id: attr "_row_slots" of the rows variable and of its lookups, a
+// line "<initial value> <slot variable>" each. An optimizer's make_slot records a
+// slot (add_row_slot) on the rows and on the lookups built already; a lookup built
+// later copies the rows' list.
+inline std::vector<std::pair<std::string, double>> row_slots(const node_def& n) {
+  std::vector<std::pair<std::string, double>> out;
+  const auto text = n.attr_or<std::string>("_row_slots", "");
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t space = text.find(' ', at), end = text.find('\n', at);
+    if (space == std::string::npos || end == std::string::npos || space > end)
+      throw internal_error("node " + n.describe() + ": _row_slots is malformed");
+    out.emplace_back(text.substr(space + 1, end - space - 1),
+                     std::stod(text.substr(at, space - at)));
+    at = end + 1;
+  }
+  return out;
+}
+
+inline void add_row_slot(graph& g, node_id rows, const std::string& slot, double initial) {
+  const std::string rows_name = g.node(rows).name;
+  char value[32];
+  const auto printed = std::to_chars(value, value + sizeof value, initial);
+  const std::string line = std::string(value, printed.ptr) + " " + slot + "\n";
+  auto append = [&](node_id id) {
+    auto& attr = g.mutable_node(id).attrs["_row_slots"];
+    if (!std::holds_alternative<std::string>(attr))
+      attr = std::string();
+    std::get<std::string>(attr) += line;
+  };
+  append(rows);
+  for (node_id id = 0; id < static_cast<node_id>(g.size()); ++id)
+    if (const node_def& n = g.node(id);
+        n.op == "hash_embedding_rows" && n.attr_or<std::string>("_ref_name_1", "") == rows_name)
+      append(id);
+}
 
 // The registration, its shape functions and gradients: once per program where it
 // links loom::kernels, in that library's unit only (op_registry.hpp says why).
@@ -99,14 +150,19 @@ inline bool register_hash_embedding_ops() {
          .stateful = true,
          .ref_inputs = 0b011u,
          .type_input = 1});
-  // Input (keys): an estimate of the ids a shard has counted and not admitted
-  // (linear counting over its sketch's first row), int64 scalar; 0 without
-  // admission.
-  r.add({.name = "hash_embedding_waiting",
+  // Input (keys): what a shard's index counts, int64 scalar: attr "of" "waiting"
+  // (an estimate of the ids counted and not admitted: linear counting over the
+  // sketch's first row; 0 without admission) or "evicted" (since the process
+  // started).
+  r.add({.name = "hash_embedding_count",
          .num_inputs = 1,
          .infer =
              [](node_def& n, const std::vector<const node_def*>& in) {
                require_hash_keys(n, *in[0]);
+               const auto of = n.attr_or<std::string>("of", "");
+               if (of != "waiting" && of != "evicted")
+                 throw invalid_argument_error("node " + n.describe() + ": counts \"" + of +
+                                              "\"; it counts \"waiting\" or \"evicted\"");
                attach_to_variable(n, *in[0], "hash_index");
                n.type = dtype::i64;
                n.shape = {};
@@ -150,6 +206,13 @@ struct hash_embedding_options {
   // The bytes of each shard's count-min sketch (admit_after > 1): give it several times
   // the distinct ids a shard sees, or ids are admitted early (their counts err upwards).
   std::int64_t admission_counters = std::int64_t{1} << 22;
+  // Eviction (either makes a row's optimizer slots restart with it): a row not
+  // looked up in this many lookups of its shard is removed (each worker step looks
+  // each shard up once: in async training, one global step; 0: never) ...
+  std::int64_t steps_to_live = 0;
+  // ... and a full shard gives a new id the row least recently looked up, instead of
+  // failing the step.
+  bool evict_when_full = false;
 };
 
 template <floating_type T> class hash_embedding {
@@ -176,10 +239,21 @@ public:
           " a shard needs a capacity_per_shard of 2 or more (row 0 is the default row; it has " +
           std::to_string(o.capacity_per_shard) + ") and 4 or more admission_counters (it has " +
           std::to_string(o.admission_counters) + ")");
+    if (o.steps_to_live < 0)
+      throw invalid_argument_error("hash_embedding '" + name + "': steps_to_live " +
+                                   std::to_string(o.steps_to_live) +
+                                   " must be 0 (never evict by age) or more");
+    if ((o.steps_to_live > 0 || o.evict_when_full) &&
+        o.capacity_per_shard > std::numeric_limits<std::int32_t>::max())
+      throw invalid_argument_error("hash_embedding '" + name +
+                                   "': with eviction a shard holds at "
+                                   "most 2^31 - 1 rows; capacity_per_shard is " +
+                                   std::to_string(o.capacity_per_shard));
     for (std::int64_t p = 0; p < o.num_shards; ++p) {
       const std::string part =
           name + "/part_" + std::to_string(p) + "_of_" + std::to_string(o.num_shards);
       variable<T, 2> rows(g, part + "/rows", shape{o.capacity_per_shard, dim}, zeros_initializer{});
+      g.mutable_node(rows.id()).attrs["_row_slots"] = std::string(); // its optimizers' slots
       // The keys live where their rows do: made outside the device scope (a
       // device function such as replica_device_setter deals out rows, not
       // keys) and put beside the rows.
@@ -220,12 +294,16 @@ public:
                    g, li.id(), route, dim_, "loom::hash_embedding::lookup",
                    [&](std::int64_t p, node_id distinct) {
                      const shard& s = shards_[static_cast<std::size_t>(p)];
-                     const node_id row_numbers =
-                         g.add_node("hash_embedding_rows", {s.keys.id(), s.rows.id(), distinct},
-                                    {{"init_stddev", o_.init_stddev},
-                                     {"seed", o_.seed * 1000003 + p},
-                                     {"admit_after", o_.admit_after},
-                                     {"admission_counters", o_.admission_counters}});
+                     const node_id row_numbers = g.add_node(
+                         "hash_embedding_rows", {s.keys.id(), s.rows.id(), distinct},
+                         {{"init_stddev", o_.init_stddev},
+                          {"seed", o_.seed * 1000003 + p},
+                          {"admit_after", o_.admit_after},
+                          {"admission_counters", o_.admission_counters},
+                          {"steps_to_live", o_.steps_to_live},
+                          {"evict_when_full", o_.evict_when_full},
+                          {"_row_slots",
+                           s.rows.node().template attr_or<std::string>("_row_slots", "")}});
                      const node_id rows = g.add_node("resource_gather", {s.rows.id(), row_numbers});
                      if (o_.admit_after == 1)
                        return rows;
@@ -235,18 +313,29 @@ public:
 
   // An estimate of the ids counted and not admitted yet, over every shard (0
   // without admission): linear counting over each shard's sketch.
-  output<std::int64_t, 0> waiting() const { return sum_over_shards("hash_embedding_waiting"); }
+  output<std::int64_t, 0> waiting() const {
+    return sum_over_shards("hash_embedding_count", "waiting");
+  }
+
+  // The ids evicted over every shard since their tasks started.
+  output<std::int64_t, 0> evicted() const {
+    return sum_over_shards("hash_embedding_count", "evicted");
+  }
 
   // The count of ids with rows, over every shard.
   output<std::int64_t, 0> size() const { return sum_over_shards("hash_embedding_size"); }
 
 private:
-  // The sum over the shards of a per-shard count (an op of the shard's keys).
-  output<std::int64_t, 0> sum_over_shards(const char* op) const {
+  // The sum over the shards of a per-shard count (an op of the shard's keys; `of`: what
+  // hash_embedding_count counts).
+  output<std::int64_t, 0> sum_over_shards(const char* op, const char* of = nullptr) const {
     graph g = g_;
     node_id total = no_node;
     for (const shard& s : shards_) {
-      const node_id count = g.add_node(op, {s.keys.id()});
+      attr_map attrs;
+      if (of)
+        attrs["of"] = std::string(of);
+      const node_id count = g.add_node(op, {s.keys.id()}, std::move(attrs));
       total = total == no_node ? count : g.add_node("add", {total, count});
     }
     return {g, total};

@@ -13,6 +13,7 @@
 
 #include <loom/core/compiled_once.hpp>
 #include <loom/graph/gradients.hpp>
+#include <loom/graph/hash_embedding.hpp> // add_row_slot
 #include <loom/graph/ops/training.hpp>
 #include <loom/graph/variables.hpp>
 #include <loom/train/global_step.hpp>
@@ -489,6 +490,11 @@ LOOM_COMPILED_ONCE auto optimizer::make_slot(graph& g, node_id var, const std::s
          {"_partition_index", "_partition_count", "_partition_axis", "_partition_full_shape"})
       if (auto it = primary.attrs.find(key); it != primary.attrs.end())
         n.attrs[key] = it->second;
+  }
+  // A hash embedding's rows restart their slots in a row that eviction reuses.
+  if (primary.has_attr("_row_slots")) {
+    const node_def& n = g.node(slot);
+    detail::add_row_slot(g, var, n.attr_or<std::string>("shared_name", n.name), initial_value);
   }
   state_for(g).slots.emplace(std::pair{var, slot_name}, slot);
   return slot;

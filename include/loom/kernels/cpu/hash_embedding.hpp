@@ -1,7 +1,7 @@
 // CPU kernels of hash-table embeddings (graph/hash_embedding.hpp): the
 // ids -> row index of a shard, kept beside its keys variable and rebuilt from
-// the keys whenever their buffer changes (an initializer, a restore), and the
-// admission's counts of the ids not admitted yet.
+// the keys whenever their buffer changes (an initializer, a restore), the
+// admission's counts of the ids not admitted yet, and eviction's order.
 #pragma once
 
 #include <loom/graph/hash_embedding.hpp>
@@ -12,10 +12,12 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace loom::kernels {
@@ -55,6 +57,17 @@ public:
     return after;
   }
 
+  // Takes an id's count back out (an evicted id starts over): each of its counters is
+  // lowered by its count. An id sharing one of them may lose counts with it, the one
+  // case in which a count errs downwards.
+  void forget(std::int64_t id) {
+    const int c = count(id);
+    for (int d = 0; d < depth; ++d) {
+      std::uint8_t& k = counters_[slot(id, d)];
+      k = static_cast<std::uint8_t>(std::max(0, k - c));
+    }
+  }
+
   // The distinct ids counted, estimated from the first row's empty counters
   // (linear counting: -width ln(empty / width)); with none empty, at least that of one.
   std::int64_t distinct() const {
@@ -79,6 +92,53 @@ private:
   std::vector<std::uint8_t> counters_;
 };
 
+// The rows that hold ids in the order eviction takes them, least recently looked
+// up first, and each one's last lookup by its shard's clock: a doubly linked list
+// threaded through row numbers, so a lookup moves a row to the back and an
+// eviction takes the front in O(1), 16 bytes a row.
+class row_recency {
+public:
+  explicit row_recency(std::int64_t capacity)
+      : prev_(static_cast<std::size_t>(capacity), none), next_(prev_),
+        last_(static_cast<std::size_t>(capacity), 0) {}
+
+  // Row r looked up at `now`: to the back (added if it was not in).
+  void touch(std::int64_t r, std::int64_t now) {
+    const auto i = static_cast<std::int32_t>(r);
+    if (in(i))
+      unlink(i);
+    prev_[at(i)] = back_;
+    next_[at(i)] = none;
+    (back_ == none ? front_ : next_[at(back_)]) = i;
+    back_ = i;
+    last_[at(i)] = now;
+  }
+
+  void remove(std::int64_t r) {
+    const auto i = static_cast<std::int32_t>(r);
+    if (in(i))
+      unlink(i);
+  }
+
+  // The least recently looked-up row, -1 if none holds an id.
+  std::int64_t oldest() const noexcept { return front_; }
+  std::int64_t last_lookup(std::int64_t r) const { return last_[static_cast<std::size_t>(r)]; }
+
+private:
+  static constexpr std::int32_t none = -1;
+  static std::size_t at(std::int32_t i) { return static_cast<std::size_t>(i); }
+  bool in(std::int32_t i) const { return prev_[at(i)] != none || front_ == i; }
+  void unlink(std::int32_t i) {
+    (prev_[at(i)] == none ? front_ : next_[at(prev_[at(i)])]) = next_[at(i)];
+    (next_[at(i)] == none ? back_ : prev_[at(next_[at(i)])]) = prev_[at(i)];
+    prev_[at(i)] = next_[at(i)] = none;
+  }
+
+  std::vector<std::int32_t> prev_, next_;
+  std::vector<std::int64_t> last_;
+  std::int32_t front_ = none, back_ = none;
+};
+
 struct hash_index : resource_base {
   std::mutex mu;
   std::unordered_map<std::int64_t, std::int64_t> row_of;
@@ -87,27 +147,66 @@ struct hash_index : resource_base {
   // were replaced (an initializer, a restore) and the index is rebuilt.
   // Inserts write into this buffer in place and keep it.
   any_tensor built_from;
-  std::int64_t used = 0; // rows given out: the next free row
+  std::int64_t used = 0;               // rows [0, used) have been given out
+  std::vector<std::int64_t> free_rows; // rows below used that eviction freed
   // With admission: the counts of ids not admitted yet (made at the first
   // lookup), and how many ids they admitted (for waiting's estimate).
   std::optional<count_min_sketch> counts;
   std::int64_t admitted_by_count = 0;
+  // With eviction: the shard's lookups so far (its clock), the rows by recency,
+  // and the ids evicted since the process started.
+  std::int64_t clock = 0;
+  std::optional<row_recency> recency;
+  std::int64_t evicted = 0;
 
   // Makes row_of describe `keys` (held under its variable's lock); the first
-  // `reserved` rows hold no id (admission's default row).
-  void sync(const any_tensor& keys, std::int64_t reserved) {
+  // `reserved` rows hold no id (admission's default row). With `evicting`, the
+  // rows found count as looked up now, in row order.
+  void sync(const any_tensor& keys, std::int64_t reserved, bool evicting) {
     if (!built_from.empty() && built_from.shares_buffer_with(keys))
       return;
     row_of.clear();
+    free_rows.clear();
     used = reserved;
+    if (evicting)
+      recency.emplace(keys.num_elements());
     const std::int64_t* k = keys.data<std::int64_t>();
     for (std::int64_t r = 0, n = keys.num_elements(); r < n; ++r)
       if (k[r] >= 0) {
         row_of.emplace(k[r], r);
         used = std::max(used, r + 1);
+        if (recency)
+          recency->touch(r, clock);
       }
+    for (std::int64_t r = reserved; r < used; ++r)
+      if (k[r] < 0)
+        free_rows.push_back(r);
     built_from = keys;
   }
+
+  // Frees row r (its id to keys[r] = -1); the id's counts start over.
+  void evict(std::int64_t r, std::int64_t* keys) {
+    row_of.erase(keys[r]);
+    if (counts) {
+      counts->forget(keys[r]);
+      admitted_by_count = std::max<std::int64_t>(0, admitted_by_count - 1);
+    }
+    keys[r] = -1;
+    recency->remove(r);
+    free_rows.push_back(r);
+    ++evicted;
+  }
+
+  // A row for a new id: one eviction freed, else the next never used.
+  std::int64_t take_row() {
+    if (free_rows.empty())
+      return used++;
+    const std::int64_t r = free_rows.back();
+    free_rows.pop_back();
+    return r;
+  }
+
+  std::int64_t holding() const noexcept { return static_cast<std::int64_t>(row_of.size()); }
 };
 
 // A normal(0, stddev) number that depends on (seed, id, k) alone, so a row's
@@ -126,63 +225,146 @@ inline double hashed_normal(std::uint64_t seed, std::uint64_t id, std::uint64_t 
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
+// A lookup's attributes, decoded once per plan item.
+struct hash_rows_attrs {
+  std::string table;
+  std::int64_t admit_after, admission_counters, steps_to_live;
+  bool evict_when_full;
+  std::uint64_t seed;
+  double init_stddev;
+  // The optimizer slots of the rows (graph/hash_embedding.hpp's _row_slots): each
+  // restarts at its initial value in a row that eviction gives to a new id.
+  std::vector<std::pair<node_def, double>> slots;
+
+  explicit hash_rows_attrs(const node_def& n)
+      : table("hash embedding shard '" + n.attr_or<std::string>("_ref_name_1", "?") + "'"),
+        admit_after(n.attr_or<std::int64_t>("admit_after", 1)),
+        admission_counters(n.attr_or<std::int64_t>("admission_counters", 1 << 22)),
+        steps_to_live(n.attr_or<std::int64_t>("steps_to_live", 0)),
+        evict_when_full(n.attr_or<bool>("evict_when_full", false)),
+        seed(static_cast<std::uint64_t>(n.attr_or<std::int64_t>("seed", 0))),
+        init_stddev(n.attr_or<double>("init_stddev", 0.05)) {
+    for (const auto& [name, initial] : detail::row_slots(n)) {
+      node_def v;
+      v.op = "variable";
+      v.name = name;
+      v.attrs["container"] = n.attr_or<std::string>("resource_container", "");
+      slots.emplace_back(std::move(v), initial);
+    }
+  }
+  bool evicting() const noexcept { return steps_to_live > 0 || evict_when_full; }
+};
+
+// Locks mutexes in address order, as apply_locks does (kernels/checks/training.hpp),
+// so that a lookup and an update that share variables never deadlock.
+class address_ordered_locks {
+public:
+  explicit address_ordered_locks(std::vector<std::mutex*> mus) {
+    std::sort(mus.begin(), mus.end(), std::less<>{});
+    mus.erase(std::unique(mus.begin(), mus.end()), mus.end());
+    locks_.reserve(mus.size());
+    for (std::mutex* m : mus)
+      locks_.emplace_back(*m);
+  }
+
+private:
+  std::vector<std::unique_lock<std::mutex>> locks_;
+};
+
 template <class T> struct hash_embedding_rows_cpu {
   static void run(kernel_context& c) {
+    const hash_rows_attrs& a = c.decoded<hash_rows_attrs>();
     variable_resource& keys_var = *c.refs[0];
     variable_resource& rows_var = *c.refs[1];
     const any_tensor& ids = c.input(2);
     auto index = attached_resource<hash_index>(c);
-    const std::string table =
-        "hash embedding shard '" + c.node.attr_or<std::string>("_ref_name_1", "?") + "'";
-    // Lock order: keys, rows, index (only this kernel takes more than one).
-    std::scoped_lock lock(keys_var.mu, rows_var.mu, index->mu);
+    // A row that eviction gives to a new id restarts its slots too.
+    std::vector<variable_resource*> slots;
+    std::vector<std::mutex*> mus{&keys_var.mu, &rows_var.mu, &index->mu};
+    if (a.evicting())
+      for (const auto& [slot, initial] : a.slots) {
+        slots.push_back(&c.resources.variable(slot));
+        mus.push_back(&slots.back()->mu);
+      }
+    const address_ordered_locks lock(std::move(mus));
     if (!keys_var.initialized || !rows_var.initialized)
-      throw failed_precondition_error("node " + c.node.describe() + ": " + table +
+      throw failed_precondition_error("node " + c.node.describe() + ": " + a.table +
                                       " is not initialized (run its initializers, or "
                                       "global_variables_initializer, first)");
-    const auto admit_after = c.node.attr_or<std::int64_t>("admit_after", 1);
-    index->sync(keys_var.value, admit_after > 1 ? 1 : 0);
-    if (admit_after > 1 && keys_var.value.data<std::int64_t>()[0] >= 0)
+    const std::int64_t reserved = a.admit_after > 1 ? 1 : 0;
+    index->sync(keys_var.value, reserved, a.evicting());
+    if (a.admit_after > 1 && keys_var.value.data<std::int64_t>()[0] >= 0)
       throw failed_precondition_error(
-          "node " + c.node.describe() + ": " + table + " holds id " +
+          "node " + c.node.describe() + ": " + a.table + " holds id " +
           std::to_string(keys_var.value.data<std::int64_t>()[0]) +
-          " in row 0, the default row of admission (admit_after " + std::to_string(admit_after) +
+          " in row 0, the default row of admission (admit_after " + std::to_string(a.admit_after) +
           "): it was made or saved without admission, and takes none now");
-    if (admit_after > 1 && !index->counts)
-      index->counts.emplace(c.node.attr_or<std::int64_t>("admission_counters", 1 << 22));
+    if (a.admit_after > 1 && !index->counts)
+      index->counts.emplace(a.admission_counters);
+    const std::int64_t now = ++index->clock;
     const std::int64_t capacity = keys_var.value.num_elements();
-    const std::int64_t width = rows_var.value.shape()[1];
     const std::int64_t* id = ids.data<std::int64_t>();
     const std::int64_t n = ids.num_elements();
-    // Room for every id admitted in this step, counted before anything changes. The
-    // ids are distinct (each shard gets a step's distinct ids), so an id's count
-    // after this step is its count now + 1.
+    any_tensor out(dtype::i64, ids.shape());
+    std::int64_t* row_of = out.data<std::int64_t>();
+    // The ids with rows get them; the others are -1 here. Room for every id admitted in this step
+    // is counted before anything changes. The ids are distinct (each shard gets a step's distinct
+    // ids), so an id's count after this step is its count now + 1.
     std::vector<char> admit(static_cast<std::size_t>(n), 0);
     std::int64_t fresh = 0;
     for (std::int64_t k = 0; k < n; ++k) {
       if (id[k] < 0)
         throw invalid_argument_error("node " + c.node.describe() + ": id " + std::to_string(id[k]) +
-                                     " of " + table + " is negative");
-      if (index->row_of.count(id[k]) != 0)
+                                     " of " + a.table + " is negative");
+      if (auto it = index->row_of.find(id[k]); it != index->row_of.end()) {
+        row_of[k] = it->second;
         continue;
+      }
+      row_of[k] = -1;
       admit[static_cast<std::size_t>(k)] =
-          admit_after == 1 || index->counts->count(id[k]) + 1 >= admit_after;
+          a.admit_after == 1 || index->counts->count(id[k]) + 1 >= a.admit_after;
       fresh += admit[static_cast<std::size_t>(k)];
     }
-    if (index->used + fresh > capacity)
+    const std::int64_t found = n - std::count(row_of, row_of + n, std::int64_t{-1});
+    // With eviction, the rows not looked up in this step may go to make room.
+    const std::int64_t most = capacity - reserved - (a.evict_when_full ? found : index->holding());
+    if (fresh > most)
       throw resource_exhausted_error(
-          "node " + c.node.describe() + ": " + table + " is full: " + std::to_string(index->used) +
-          " of " + std::to_string(capacity) + " rows used and " + std::to_string(fresh) +
-          " new ids in this step (give it a larger "
-          "capacity_per_shard, or more shards)");
-    const auto seed = static_cast<std::uint64_t>(c.node.attr_or<std::int64_t>("seed", 0));
-    const double stddev = c.node.attr_or<double>("init_stddev", 0.05);
+          "node " + c.node.describe() + ": " + a.table + " is full: " +
+          std::to_string(index->holding()) + " of " + std::to_string(capacity - reserved) +
+          " rows used and " + std::to_string(fresh) + " new ids in this step" +
+          (a.evict_when_full ? std::string(", beside ") + std::to_string(found) +
+                                   " ids it holds that this step looks up"
+                             : std::string()) +
+          " (give it a larger capacity_per_shard, or more shards)");
+    // The buffers written are owned first, so a value read earlier (a save in
+    // progress) keeps what it read; the index keeps the keys it describes.
+    index->built_from = {};
+    for (variable_resource* v : {&keys_var, &rows_var})
+      if (!v->value.sole_owner())
+        v->value = v->value.clone();
+    for (variable_resource* v : slots)
+      if (v->initialized && !v->value.sole_owner())
+        v->value = v->value.clone();
+    index->built_from = keys_var.value;
     std::int64_t* keys = keys_var.value.data<std::int64_t>();
+    if (index->recency)
+      for (std::int64_t k = 0; k < n; ++k)
+        if (row_of[k] >= 0)
+          index->recency->touch(row_of[k], now);
+    if (a.steps_to_live > 0) // rows not looked up in the last steps_to_live lookups
+      for (std::int64_t r = index->recency->oldest();
+           r >= 0 && index->recency->last_lookup(r) <= now - a.steps_to_live;
+           r = index->recency->oldest())
+        index->evict(r, keys);
+    while (a.evict_when_full && capacity - reserved - index->holding() < fresh)
+      index->evict(index->recency->oldest(), keys); // not looked up now: `most` says so
+    const std::int64_t width = rows_var.value.shape()[1];
     T* rows = rows_var.value.data<T>();
-    any_tensor out(dtype::i64, ids.shape());
-    std::int64_t* row_of = out.data<std::int64_t>();
     for (std::int64_t k = 0; k < n; ++k) {
-      if (admit_after > 1 && index->row_of.count(id[k]) == 0) {
+      if (row_of[k] >= 0)
+        continue;
+      if (a.admit_after > 1) {
         index->counts->add(id[k]);
         if (!admit[static_cast<std::size_t>(k)]) {
           row_of[k] = 0; // the default row: zeros, its gradient masked (lookup)
@@ -190,16 +372,20 @@ template <class T> struct hash_embedding_rows_cpu {
         }
         ++index->admitted_by_count;
       }
-      auto [it, inserted] = index->row_of.try_emplace(id[k], index->used);
-      if (inserted) {
-        const std::int64_t r = index->used++;
-        keys[r] = id[k];
-        for (std::int64_t j = 0; j < width; ++j)
-          rows[r * width + j] =
-              static_cast<T>(stddev * hashed_normal(seed, static_cast<std::uint64_t>(id[k]),
-                                                    static_cast<std::uint64_t>(j)));
-      }
-      row_of[k] = it->second;
+      const std::int64_t r = index->take_row();
+      index->row_of.emplace(id[k], r);
+      keys[r] = id[k];
+      for (std::int64_t j = 0; j < width; ++j)
+        rows[r * width + j] =
+            static_cast<T>(a.init_stddev * hashed_normal(a.seed, static_cast<std::uint64_t>(id[k]),
+                                                         static_cast<std::uint64_t>(j)));
+      for (std::size_t s = 0; s < slots.size(); ++s)
+        if (slots[s]->initialized)
+          std::fill_n(slots[s]->value.data<T>() + r * width, width,
+                      static_cast<T>(a.slots[s].second));
+      if (index->recency)
+        index->recency->touch(r, now);
+      row_of[k] = r;
     }
     c.output = std::move(out);
   }
@@ -219,14 +405,19 @@ template <class T> struct hash_embedding_size_cpu {
   }
 };
 
-template <class T> struct hash_embedding_waiting_cpu {
+// What a shard's index counts (attr "of"): the ids waiting for admission (an
+// estimate) or the ids evicted since the process started.
+template <class T> struct hash_embedding_count_cpu {
   static void run(kernel_context& c) {
+    const bool waiting = c.node.attr<std::string>("of") == "waiting";
     auto index = attached_resource<hash_index>(c);
     std::lock_guard lock(index->mu);
-    std::int64_t waiting = 0;
-    if (index->counts)
-      waiting = std::max<std::int64_t>(0, index->counts->distinct() - index->admitted_by_count);
-    c.output = any_tensor::scalar(waiting);
+    std::int64_t count = index->evicted;
+    if (waiting)
+      count = index->counts
+                  ? std::max<std::int64_t>(0, index->counts->distinct() - index->admitted_by_count)
+                  : 0;
+    c.output = any_tensor::scalar(count);
   }
 };
 
@@ -235,7 +426,7 @@ template <class T> struct hash_embedding_waiting_cpu {
 inline bool register_hash_embedding_kernels() {
   register_kernels<hash_embedding_rows_cpu>("hash_embedding_rows", floating_types{});
   register_kernels<hash_embedding_size_cpu>("hash_embedding_size", type_list<std::int64_t>{});
-  register_kernels<hash_embedding_waiting_cpu>("hash_embedding_waiting", type_list<std::int64_t>{});
+  register_kernels<hash_embedding_count_cpu>("hash_embedding_count", type_list<std::int64_t>{});
   return true;
 }
 
