@@ -165,9 +165,12 @@ private:
         std::int64_t capacity = rows / o.shards + rows / (4 * o.shards) + 64;
         if (o.max_rows_per_shard > 0)
           capacity = std::min(capacity, o.max_rows_per_shard);
+        // Admission's counts: 4 counters a row per id the shard may see, 4 KiB to 1 MiB.
+        const std::int64_t counters = std::clamp<std::int64_t>(16 * rows / o.shards, 4096, 1 << 20);
         const loom::hash_embedding_options table{.capacity_per_shard = capacity,
                                                  .num_shards = o.shards,
                                                  .admit_after = o.admit_after,
+                                                 .admission_counters = counters,
                                                  .steps_to_live = o.steps_to_live,
                                                  .evict_when_full = o.evict_when_full};
         auto deep = table;

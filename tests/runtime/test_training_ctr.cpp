@@ -127,16 +127,18 @@ TEST_CASE("examples/ctr from its click logs written as TFRecord and as TSV files
 // tested in process (test_sync), the hash tables' async one too (test_distributed).
 TEST_CASE("examples/ctr with hash-table embeddings and sync replicas, 1 ps + 2 workers: sparse "
           "accumulators, one global step per aggregated update, rows made at an id's second "
-          "lookup (admission), the teacher's AUC within 0.03" *
+          "lookup (admission), full shards evicting, the teacher's AUC within 0.03" *
           lt::needs_examples()) {
   require_ctr();
   cluster_flags cf(1, 2);
   temp_dir dir;
   lt::child ps(lt::example("ctr"), cf.task("ps", 0));
   lt::child w0(lt::example("ctr"), args(cf.task("worker", 0), ctr_flags(dir, "800"),
-                                        "--hash_embeddings", "--admit_after=2", "--sync_replicas"));
+                                        "--hash_embeddings", "--admit_after=2", "--sync_replicas",
+                                        "--max_rows_per_shard=3000", "--evict_when_full"));
   lt::child w1(lt::example("ctr"), args(cf.task("worker", 1), ctr_flags(dir, "800"),
-                                        "--hash_embeddings", "--admit_after=2", "--sync_replicas"));
+                                        "--hash_embeddings", "--admit_after=2", "--sync_replicas",
+                                        "--max_rows_per_shard=3000", "--evict_when_full"));
   expect_exit(w0, 0, 300s);
   expect_exit(w1, 0, 60s);
   expect_exit(ps, 0, 60s);
@@ -147,15 +149,19 @@ TEST_CASE("examples/ctr with hash-table embeddings and sync replicas, 1 ps + 2 w
     INFO(w->output());
     CHECK(model > 0.8);
     CHECK(model >= teacher - 0.03);
-    // Only ids seen twice have rows; those seen once wait. Together they are the ids seen:
-    // fewer than the 169 248 of the vocabularies.
+    // Only ids seen twice have rows; those seen once wait; the largest fields' shards (12 564
+    // rows for their vocabularies) hold 3 000 and evict. Held and waiting are fewer than the
+    // 169 248 ids of the vocabularies; with the evicted, most of them.
     const auto held = captured(w->output(), "hash-table embeddings hold ([0-9]+) rows");
     const auto waiting = captured(w->output(), "about ([0-9]+) more ids wait for admission");
+    const auto evicted = captured(w->output(), "; ([0-9]+) were evicted");
     REQUIRE(held.size() == 1);
     REQUIRE(waiting.size() == 1);
+    REQUIRE(evicted.size() == 1);
     CHECK(held[0] > 50000);
     CHECK(waiting[0] > 5000);
-    CHECK(held[0] + waiting[0] > 100000);
+    CHECK(evicted[0] > 10000);
+    CHECK(held[0] + waiting[0] + evicted[0] > 100000);
     CHECK(held[0] + waiting[0] < 169248);
   }
 }
