@@ -419,6 +419,9 @@ int main(int argc, char** argv) try {
   for (std::size_t k = 0; k < model.dnn_kernels.size(); ++k)
     loom::histogram_summary("dnn/layer_" + std::to_string(k) + "/kernel", model.dnn_kernels[k]);
   loom::histogram_summary("linear/dense_weights", *model.dense_weights);
+  // The deep hash tables' shards: rows held and made, ids waiting and evicted, hit rate, bytes.
+  for (const auto& t : model.deep_hashed)
+    t.add_summaries();
 
   // Without --checkpoint_dir the chief checkpoints into a directory of its own, as the seed's
   // mnist_replica does, and removes it when it ends: at the default vocabulary the tables and

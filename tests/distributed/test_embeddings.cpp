@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -726,4 +727,39 @@ TEST_CASE("hash embedding eviction by age: a row not looked up in steps_to_live 
   const std::string what = loom::testing::message_of<loom::invalid_argument_error>(
       [&] { loom::hash_embedding<float>(bad, "bad", 2, {.steps_to_live = -1}); });
   CHECK_MESSAGE(contains(what, "steps_to_live -1 must be 0 (never evict by age) or more"), what);
+}
+
+TEST_CASE("hash embedding summaries: each shard's rows, rows made, ids waiting and evicted, hit "
+          "rate and bytes, as scalar summaries") {
+  loom::graph g;
+  loom::placeholder<std::int64_t, 1> ids(g, shape{-1}, "ids");
+  loom::hash_embedding<float> emb(g, "t", 2, {.capacity_per_shard = 4, .evict_when_full = true});
+  auto rows = emb.lookup(ids);
+  auto train = loom::adam_optimizer{0.1}.minimize(loom::reduce_sum(rows));
+  emb.add_summaries();
+  auto merged = loom::merge_all_summaries(g);
+  REQUIRE(merged);
+  loom::session s(g);
+  s.run(loom::global_variables_initializer(g));
+  auto feed = [&](std::vector<std::int64_t> list) {
+    const auto n = static_cast<std::int64_t>(list.size());
+    return loom::feed_dict{{ids, tensor<std::int64_t, 1>(shape{n}, std::move(list))}};
+  };
+  s.run(train, feed({1, 2, 3, 4}));
+  s.run(train, feed({1, 5})); // one hit in 6 ids looked up; 5 evicts 2
+  const std::string summary = s.run(*merged).item();
+  // A Summary.Value: its tag (field 1) and its simple_value (field 2, a float).
+  auto value = [](const std::string& tag, float v) {
+    std::string bytes = "\x0a" + std::string(1, static_cast<char>(tag.size())) + tag + "\x15";
+    char f[4];
+    std::memcpy(f, &v, 4);
+    return bytes + std::string(f, 4);
+  };
+  CHECK(contains(summary, value("t/part_0_of_1/rows", 4)));
+  CHECK(contains(summary, value("t/part_0_of_1/made", 5)));
+  CHECK(contains(summary, value("t/part_0_of_1/waiting", 0)));
+  CHECK(contains(summary, value("t/part_0_of_1/evicted", 1)));
+  CHECK(contains(summary, value("t/part_0_of_1/hit_rate", static_cast<float>(1.0 / 6))));
+  // Rows, Adam's two slots (4 x 2 floats each) and the keys (4 int64).
+  CHECK(contains(summary, value("t/part_0_of_1/bytes", 3 * 4 * 2 * 4 + 4 * 8)));
 }

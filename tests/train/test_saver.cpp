@@ -1071,3 +1071,29 @@ TEST_CASE("loom-ckpt inspects TensorFlow's checkpoints and converts loom's into 
     });
   }
 }
+
+TEST_CASE("loom-ckpt says how many rows of each hash-table shard hold ids, in either format") {
+  const std::string tool = LOOM_CKPT_BIN;
+  if (tool.empty()) {
+    MESSAGE("LOOM_BUILD_TOOLS is off: loom-ckpt not built, skipped");
+    return;
+  }
+  loom::graph g;
+  loom::placeholder<std::int64_t, 1> ids(g, loom::shape{-1}, "ids");
+  loom::hash_embedding<float> emb(g, "t", 2, {.capacity_per_shard = 8, .num_shards = 2});
+  auto rows = emb.lookup(ids);
+  loom::session s(g, opts());
+  s.run(loom::global_variables_initializer(g));
+  s.run(rows, {{ids, loom::tensor<std::int64_t, 1>(loom::shape{5}, {0, 1, 2, 3, 5})}});
+  temp_dir dir;
+  for (const auto format : {loom_format, loom::checkpoint_format::tensorflow}) {
+    const auto path =
+        loom::saver(g, {.format = format}).save(s, dir / (format == loom_format ? "loom" : "tf"));
+    auto c = std::make_unique<loom::testing::child>(tool, std::vector<std::string>{path});
+    const auto st = c->wait(std::chrono::seconds(60));
+    REQUIRE_MESSAGE(st, c->report());
+    CHECK_MESSAGE(st->success(), c->output());
+    CHECK_MESSAGE(contains(c->output(), "t/part_0_of_2: 2 of 8\n"), c->output()); // 0 and 2
+    CHECK_MESSAGE(contains(c->output(), "t/part_1_of_2: 3 of 8\n"), c->output()); // 1, 3, 5
+  }
+}

@@ -3,7 +3,8 @@
 // bundle: PREFIX.index and PREFIX.data-*, core/tensor_bundle.hpp), whichever the path
 // names.
 //
-//   loom-ckpt /tmp/train/model-1000          name, dtype, shape, bytes, checksum
+//   loom-ckpt /tmp/train/model-1000          name, dtype, shape, bytes, checksum; and
+//                                            the rows of each hash-table shard holding ids
 //   loom-ckpt /tmp/train                     the directory's latest checkpoint
 //   loom-ckpt /tmp/train --print hid/w --limit 50
 //   loom-ckpt inspect /tmp/tf/model.ckpt-3   a TF checkpoint: also each partitioned
@@ -23,10 +24,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -139,6 +142,32 @@ void print_tensor(const std::string& name, const loom::any_tensor& t, std::int64
   std::cout << out.str();
 }
 
+// Hash-table embeddings' shards (graph/hash_embedding.hpp: "<shard>/keys", int64
+// [capacity], -1 where a row holds no id, beside "<shard>/rows"): the rows holding ids.
+void print_hash_tables(const std::vector<std::string>& names,
+                       const std::function<loom::any_tensor(const std::string&)>& read) {
+  const std::set<std::string> all(names.begin(), names.end());
+  bool first = true;
+  for (const std::string& name : names) {
+    const std::string suffix = "/keys";
+    if (!name.ends_with(suffix))
+      continue;
+    const std::string shard = name.substr(0, name.size() - suffix.size());
+    if (all.count(shard + "/rows") == 0)
+      continue;
+    const loom::any_tensor keys = read(name);
+    if (keys.type() != loom::dtype::i64 || keys.shape().rank() != 1)
+      continue;
+    const std::int64_t* k = keys.data<std::int64_t>();
+    const auto held =
+        std::count_if(k, k + keys.num_elements(), [](std::int64_t v) { return v >= 0; });
+    if (first)
+      std::cout << "hash-table shards: rows holding ids, of the capacity\n";
+    first = false;
+    std::cout << "  " << shard << ": " << held << " of " << keys.num_elements() << "\n";
+  }
+}
+
 // A TF checkpoint: its tensors (a partitioned one with its slices), each read to check
 // its checksum; exit 1 where one fails it.
 int inspect_tf(const std::string& prefix, const options& o) {
@@ -193,6 +222,12 @@ int inspect_tf(const std::string& prefix, const options& o) {
   }
   for (const std::string& b : bad)
     std::cerr << "loom-ckpt: " << b << "\n";
+  if (bad.empty()) {
+    std::vector<std::string> names;
+    for (const tb::entry* e : entries)
+      names.push_back(e->key);
+    print_hash_tables(names, [&](const std::string& n) { return reader.read_tensor(n); });
+  }
   if (!bad.empty()) {
     std::cerr << "loom-ckpt: checkpoint " << prefix << " is corrupt: " << bad.size() << " of "
               << entries.size() << " tensors fail to read\n";
@@ -347,6 +382,10 @@ int main(int argc, char** argv) try {
               << reader.entries().size() << " tensors fail their checksum\n";
     return 1;
   }
+  std::vector<std::string> names;
+  for (const auto& e : reader.entries())
+    names.push_back(e.name);
+  print_hash_tables(names, [&](const std::string& n) { return reader.read(*reader.find(n)); });
   return 0;
 } catch (const loom::error& e) {
   std::cerr << "loom-ckpt: " << e.what() << "\n";

@@ -55,6 +55,7 @@
 #include <loom/graph/op_registry.hpp>
 #include <loom/graph/ops/array.hpp>
 #include <loom/graph/ops/embedding_lookup.hpp>
+#include <loom/graph/ops/summary.hpp>
 #include <loom/graph/ops/sync.hpp> // attach_to_variable
 #include <loom/graph/variables.hpp>
 
@@ -150,19 +151,22 @@ inline bool register_hash_embedding_ops() {
          .stateful = true,
          .ref_inputs = 0b011u,
          .type_input = 1});
-  // Input (keys): what a shard's index counts, int64 scalar: attr "of" "waiting"
+  // Input (keys): what a shard's index counts, int64 scalar, by attr "of": "waiting"
   // (an estimate of the ids counted and not admitted: linear counting over the
-  // sketch's first row; 0 without admission) or "evicted" (since the process
-  // started).
+  // sketch's first row; 0 without admission); since the shard's process started,
+  // "evicted", "made" (rows made), "lookups" (ids looked up, a step's distinct ids
+  // once) and "hits" (those that had rows).
   r.add({.name = "hash_embedding_count",
          .num_inputs = 1,
          .infer =
              [](node_def& n, const std::vector<const node_def*>& in) {
                require_hash_keys(n, *in[0]);
                const auto of = n.attr_or<std::string>("of", "");
-               if (of != "waiting" && of != "evicted")
+               if (of != "waiting" && of != "evicted" && of != "made" && of != "lookups" &&
+                   of != "hits")
                  throw invalid_argument_error("node " + n.describe() + ": counts \"" + of +
-                                              "\"; it counts \"waiting\" or \"evicted\"");
+                                              "\"; it counts waiting, evicted, made, lookups "
+                                              "or hits");
                attach_to_variable(n, *in[0], "hash_index");
                n.type = dtype::i64;
                n.shape = {};
@@ -324,6 +328,40 @@ public:
 
   // The count of ids with rows, over every shard.
   output<std::int64_t, 0> size() const { return sum_over_shards("hash_embedding_size"); }
+
+  // Scalar summaries of each shard "<name>/part_<i>_of_<n>/...", in the summaries
+  // collection (so the chief's summary hook writes them to its event file): "rows"
+  // (ids held), "made" (rows made), "waiting", "evicted", "hit_rate" (the share of
+  // looked-up ids that had rows; these four since the shard's task started) and
+  // "bytes" (what its capacity allocates: rows, keys and the optimizer slots made so
+  // far). Call it after the optimizer made its slots.
+  void add_summaries() const {
+    graph g = g_;
+    for (const shard& s : shards_) {
+      const std::string& rows_name = s.rows.node().name;
+      const std::string part = rows_name.substr(0, rows_name.size() - std::string("/rows").size());
+      auto count = [&](const char* of) {
+        return output<std::int64_t, 0>{
+            g, g.add_node("hash_embedding_count", {s.keys.id()}, {{"of", std::string(of)}})};
+      };
+      scalar_summary(part + "/rows",
+                     output<std::int64_t, 0>{g, g.add_node("hash_embedding_size", {s.keys.id()})});
+      for (const char* of : {"made", "waiting", "evicted"})
+        scalar_summary(part + "/" + of, count(of));
+      const node_id hits = g.add_node("cast", {count("hits").id()}, {{"dst", dtype::f64}});
+      const node_id lookups = g.add_node("cast", {count("lookups").id()}, {{"dst", dtype::f64}});
+      const node_id one = detail::scalar_node(g, 1.0);
+      scalar_summary(
+          part + "/hit_rate",
+          output<double, 0>{g, g.add_node("div", {hits, g.add_node("maximum", {lookups, one})})});
+      const auto& rows_shape = s.rows.node().shape;
+      const auto slots = static_cast<std::int64_t>(detail::row_slots(s.rows.node()).size());
+      const std::int64_t bytes =
+          rows_shape[0] * (rows_shape[1] * static_cast<std::int64_t>(sizeof(T)) * (1 + slots) +
+                           static_cast<std::int64_t>(sizeof(std::int64_t)));
+      scalar_summary(part + "/bytes", output<std::int64_t, 0>{g, detail::scalar_node(g, bytes)});
+    }
+  }
 
 private:
   // The sum over the shards of a per-shard count (an op of the shard's keys; `of`: what

@@ -158,6 +158,9 @@ struct hash_index : resource_base {
   std::int64_t clock = 0;
   std::optional<row_recency> recency;
   std::int64_t evicted = 0;
+  // Since the process started: the ids looked up (a step's distinct ids of this
+  // shard), those that had rows, and the rows made.
+  std::int64_t lookups = 0, hits = 0, made = 0;
 
   // Makes row_of describe `keys` (held under its variable's lock); the first
   // `reserved` rows hold no id (admission's default row). With `evicting`, the
@@ -337,6 +340,8 @@ template <class T> struct hash_embedding_rows_cpu {
                                    " ids it holds that this step looks up"
                              : std::string()) +
           " (give it a larger capacity_per_shard, or more shards)");
+    index->lookups += n;
+    index->hits += found;
     // The buffers written are owned first, so a value read earlier (a save in
     // progress) keeps what it read; the index keeps the keys it describes.
     index->built_from = {};
@@ -373,6 +378,7 @@ template <class T> struct hash_embedding_rows_cpu {
         ++index->admitted_by_count;
       }
       const std::int64_t r = index->take_row();
+      ++index->made;
       index->row_of.emplace(id[k], r);
       keys[r] = id[k];
       for (std::int64_t j = 0; j < width; ++j)
@@ -405,18 +411,25 @@ template <class T> struct hash_embedding_size_cpu {
   }
 };
 
-// What a shard's index counts (attr "of"): the ids waiting for admission (an
-// estimate) or the ids evicted since the process started.
+// What a shard's index counts (attr "of"; graph/hash_embedding.hpp lists them).
 template <class T> struct hash_embedding_count_cpu {
   static void run(kernel_context& c) {
-    const bool waiting = c.node.attr<std::string>("of") == "waiting";
+    const std::string& of = c.node.attr<std::string>("of");
     auto index = attached_resource<hash_index>(c);
     std::lock_guard lock(index->mu);
-    std::int64_t count = index->evicted;
-    if (waiting)
+    std::int64_t count = 0;
+    if (of == "waiting")
       count = index->counts
                   ? std::max<std::int64_t>(0, index->counts->distinct() - index->admitted_by_count)
                   : 0;
+    else if (of == "evicted")
+      count = index->evicted;
+    else if (of == "made")
+      count = index->made;
+    else if (of == "lookups")
+      count = index->lookups;
+    else if (of == "hits")
+      count = index->hits;
     c.output = any_tensor::scalar(count);
   }
 };
