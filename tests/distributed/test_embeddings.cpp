@@ -763,3 +763,41 @@ TEST_CASE("hash embedding summaries: each shard's rows, rows made, ids waiting a
   // Rows, Adam's two slots (4 x 2 floats each) and the keys (4 int64).
   CHECK(contains(summary, value("t/part_0_of_1/bytes", 3 * 4 * 2 * 4 + 4 * 8)));
 }
+
+TEST_CASE("a read-only hash embedding lookup (an evaluation's) reads the rows there are, zeros "
+          "for the other ids, and changes nothing: no row made, counted or marked used") {
+  loom::graph g;
+  loom::placeholder<std::int64_t, 1> ids(g, shape{-1}, "ids");
+  loom::hash_embedding<float> lru(
+      g, "lru", 2, {.capacity_per_shard = 2, .init_stddev = 0.5, .evict_when_full = true});
+  loom::hash_embedding<float> admitting(
+      g, "adm", 2, {.capacity_per_shard = 4, .admit_after = 2, .admission_counters = 4096});
+  auto train = lru.lookup(ids);
+  auto read = lru.lookup(ids, loom::hash_lookup::read_only);
+  auto admit_train = admitting.lookup(ids);
+  auto admit_read = admitting.lookup(ids, loom::hash_lookup::read_only);
+  auto size = lru.size();
+  loom::session s(g);
+  s.run(loom::global_variables_initializer(g));
+  auto feed = [&](std::vector<std::int64_t> list) {
+    const auto n = static_cast<std::int64_t>(list.size());
+    return loom::feed_dict{{ids, tensor<std::int64_t, 1>(shape{n}, std::move(list))}};
+  };
+  const auto trained = s.run(train, feed({1, 2}));
+  const auto evaluated = s.run(read, feed({1, 3}));
+  for (std::int64_t k = 0; k < 2; ++k) {
+    CHECK(evaluated(0, k) == trained(0, k));
+    CHECK(evaluated(1, k) == 0.0f); // 3 has no row, and gets none
+  }
+  CHECK(s.run(size) == 2);
+  s.run(train, feed({3})); // 1 and 2 were last used by the same step: 1 goes first
+  const auto keys = s.run(lru.shards()[0].keys);
+  CHECK(keys(0) == 3); // the read of 1 did not mark it used
+  CHECK(keys(1) == 2);
+
+  s.run(admit_read, feed({7}));
+  s.run(admit_read, feed({7}));
+  CHECK(s.run(admit_train, feed({7}))(0, 0) == 0.0f); // its first counted lookup
+  CHECK(s.run(admit_train, feed({7}))(0, 0) != 0.0f); // its second: admitted
+  CHECK(s.run(admit_read, feed({7}))(0, 0) == s.run(admit_train, feed({7}))(0, 0));
+}

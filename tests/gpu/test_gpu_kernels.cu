@@ -107,6 +107,7 @@ const std::set<std::string>& cpu_only_ops() {
       // A hash table's index (and its admission's counts) lives on the host beside its
       // keys variable, as the ps tasks that hold such tables do.
       "hash_embedding_rows",
+      "hash_embedding_read",
       "hash_embedding_size",
       "hash_embedding_count",
       // An input pipeline's iterator: a host resource of the task that made the dataset;

@@ -117,36 +117,56 @@ inline void require_hash_keys(const node_def& n, const node_def& keys) {
                                  ": its input must be a hash embedding's keys");
 }
 
+// A lookup's inputs (keys, rows, ids), checked, and its node put beside them with its
+// index (a resource beside the keys, which sit beside the rows).
+inline void check_hash_lookup(node_def& n, const std::vector<const node_def*>& in) {
+  const node_def& keys = *in[0];
+  const node_def& rows = *in[1];
+  if (keys.op != "variable" || rows.op != "variable")
+    throw invalid_argument_error("node " + n.describe() + ": keys and rows must be variables");
+  if (keys.type != dtype::i64 || keys.shape.rank() != 1 || rows.shape.rank() != 2 ||
+      keys.shape[0] != rows.shape[0])
+    throw invalid_argument_error("node " + n.describe() + ": keys " + keys.describe() + " " +
+                                 keys.shape.to_string() + " and rows " + rows.describe() + " " +
+                                 rows.shape.to_string() +
+                                 " must be int64 [capacity] and [capacity, dim] of one capacity");
+  if (in[2]->type != dtype::i64)
+    throw invalid_argument_error("node " + n.describe() + ": the ids " + in[2]->describe() +
+                                 " must be int64");
+  attach_to_variable(n, keys, "hash_index");
+  n.attrs["_ref_name_1"] = rows.name;
+}
+
 inline bool register_hash_embedding_ops() {
   auto& r = op_registry::instance();
   // Inputs (keys, rows, ids): keys an int64 [capacity] variable, rows a
   // [capacity, dim] variable, ids int64 of any shape. Output: the row of each
   // id, int64 of ids' shape (0 for an id not admitted yet). Attrs: init_stddev,
-  // seed, admit_after (1: every id at once), admission_counters.
+  // seed, admit_after (1: every id at once), admission_counters, steps_to_live,
+  // evict_when_full, _row_slots.
   r.add({.name = "hash_embedding_rows",
          .num_inputs = 3,
          .infer =
              [](node_def& n, const std::vector<const node_def*>& in) {
-               const node_def& keys = *in[0];
-               const node_def& rows = *in[1];
-               if (keys.op != "variable" || rows.op != "variable")
-                 throw invalid_argument_error("node " + n.describe() +
-                                              ": keys and rows must be variables");
-               if (keys.type != dtype::i64 || keys.shape.rank() != 1 || rows.shape.rank() != 2 ||
-                   keys.shape[0] != rows.shape[0])
-                 throw invalid_argument_error(
-                     "node " + n.describe() + ": keys " + keys.describe() + " " +
-                     keys.shape.to_string() + " and rows " + rows.describe() + " " +
-                     rows.shape.to_string() +
-                     " must be int64 [capacity] and [capacity, dim] of one capacity");
-               if (in[2]->type != dtype::i64)
-                 throw invalid_argument_error("node " + n.describe() + ": the ids " +
-                                              in[2]->describe() + " must be int64");
-               // The index is a resource beside the keys (which sit beside the rows).
-               attach_to_variable(n, keys, "hash_index");
-               n.attrs["_ref_name_1"] = rows.name;
+               check_hash_lookup(n, in);
                n.type = dtype::i64;
                n.shape = in[2]->shape;
+             },
+         .stateful = true,
+         .ref_inputs = 0b011u,
+         .type_input = 1});
+  // The same inputs and attrs; output: the rows of the ids, ids' shape + [dim], zeros
+  // for an id without a row. It makes no row, counts nothing and ages no row (an
+  // evaluation's lookup); not differentiable.
+  r.add({.name = "hash_embedding_read",
+         .num_inputs = 3,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               check_hash_lookup(n, in);
+               n.type = in[1]->type;
+               std::vector<std::int64_t> dims = in[2]->shape.dims();
+               dims.push_back(in[1]->shape[1]);
+               n.shape = loom::shape(std::move(dims));
              },
          .stateful = true,
          .ref_inputs = 0b011u,
@@ -219,6 +239,11 @@ struct hash_embedding_options {
   bool evict_when_full = false;
 };
 
+// What a hash embedding's lookup does to the table: a training step's (counts the ids,
+// makes their rows, marks them used) or an evaluation's (reads the rows there are, zeros
+// for the others, and changes nothing).
+enum class hash_lookup { train, read_only };
+
 template <floating_type T> class hash_embedding {
 public:
   struct shard {
@@ -282,9 +307,11 @@ public:
   const std::vector<shard>& shards() const noexcept { return shards_; }
 
   // The rows of ids (non-negative int64, any shape): ids' shape + [dim]. Each
-  // shard gets its distinct ids once; ids it has not seen get new rows (with
-  // admission, once admitted; zeros until then).
-  template <expression I> output<T, rank_of<I> + 1> lookup(const I& ids) const {
+  // shard gets its distinct ids once. In training, ids it has not seen get new rows
+  // (with admission, once admitted; zeros until then); read_only (an evaluation),
+  // they are zeros, and the table does not change.
+  template <expression I>
+  output<T, rank_of<I> + 1> lookup(const I& ids, hash_lookup mode = hash_lookup::train) const {
     static_assert(std::is_same_v<value_type_of<I>, std::int64_t>,
                   "loom::hash_embedding::lookup: the ids must be int64");
     auto li = lower(ids);
@@ -298,16 +325,20 @@ public:
                    g, li.id(), route, dim_, "loom::hash_embedding::lookup",
                    [&](std::int64_t p, node_id distinct) {
                      const shard& s = shards_[static_cast<std::size_t>(p)];
-                     const node_id row_numbers = g.add_node(
-                         "hash_embedding_rows", {s.keys.id(), s.rows.id(), distinct},
-                         {{"init_stddev", o_.init_stddev},
-                          {"seed", o_.seed * 1000003 + p},
-                          {"admit_after", o_.admit_after},
-                          {"admission_counters", o_.admission_counters},
-                          {"steps_to_live", o_.steps_to_live},
-                          {"evict_when_full", o_.evict_when_full},
-                          {"_row_slots",
-                           s.rows.node().template attr_or<std::string>("_row_slots", "")}});
+                     attr_map attrs{{"init_stddev", o_.init_stddev},
+                                    {"seed", o_.seed * 1000003 + p},
+                                    {"admit_after", o_.admit_after},
+                                    {"admission_counters", o_.admission_counters},
+                                    {"steps_to_live", o_.steps_to_live},
+                                    {"evict_when_full", o_.evict_when_full}};
+                     if (mode == hash_lookup::read_only)
+                       return g.add_node("hash_embedding_read",
+                                         {s.keys.id(), s.rows.id(), distinct}, std::move(attrs));
+                     attrs["_row_slots"] =
+                         s.rows.node().template attr_or<std::string>("_row_slots", "");
+                     const node_id row_numbers =
+                         g.add_node("hash_embedding_rows", {s.keys.id(), s.rows.id(), distinct},
+                                    std::move(attrs));
                      const node_id rows = g.add_node("resource_gather", {s.rows.id(), row_numbers});
                      if (o_.admit_after == 1)
                        return rows;

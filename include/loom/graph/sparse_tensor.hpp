@@ -92,15 +92,15 @@ embedding_lookup_sparse(const std::vector<output<T, 2>>& params, const sparse_te
     return embedding_lookup(params, ids, strategy, max_norm);
   });
 }
-// The same over a hash-table embedding (its ids are int64).
+// The same over a hash-table embedding (its ids are int64; `mode`: hash_embedding::lookup's).
 template <class T>
 output<T, 2>
 embedding_lookup_sparse(const hash_embedding<T>& params, const sparse_tensor<std::int64_t>& sp_ids,
                         const std::type_identity_t<std::optional<sparse_tensor<T>>>& sp_weights,
-                        combiner how = combiner::mean) {
+                        combiner how = combiner::mean, hash_lookup mode = hash_lookup::train) {
   return detail::combine_sparse<T>(
       sp_ids, sp_weights, how,
-      [&](const output<std::int64_t, 1>& ids) { return params.lookup(ids); });
+      [&](const output<std::int64_t, 1>& ids) { return params.lookup(ids, mode); });
 }
 template <class T, element_type I>
 output<T, 2>

@@ -397,6 +397,40 @@ template <class T> struct hash_embedding_rows_cpu {
   }
 };
 
+// An evaluation's lookup: the rows of the ids there are, zeros for the others; it
+// makes, counts and ages nothing (no clock tick, no recency, no admission count).
+template <class T> struct hash_embedding_read_cpu {
+  static void run(kernel_context& c) {
+    const hash_rows_attrs& a = c.decoded<hash_rows_attrs>();
+    variable_resource& keys_var = *c.refs[0];
+    variable_resource& rows_var = *c.refs[1];
+    const any_tensor& ids = c.input(2);
+    auto index = attached_resource<hash_index>(c);
+    const address_ordered_locks lock({&keys_var.mu, &rows_var.mu, &index->mu});
+    if (!keys_var.initialized || !rows_var.initialized)
+      throw failed_precondition_error("node " + c.node.describe() + ": " + a.table +
+                                      " is not initialized (run its initializers, or "
+                                      "global_variables_initializer, first)");
+    index->sync(keys_var.value, a.admit_after > 1 ? 1 : 0, a.evicting());
+    const std::int64_t width = rows_var.value.shape()[1];
+    const std::int64_t* id = ids.data<std::int64_t>();
+    const std::int64_t n = ids.num_elements();
+    std::vector<std::int64_t> dims = ids.shape().dims();
+    dims.push_back(width);
+    any_tensor out(rows_var.value.type(), loom::shape(std::move(dims)));
+    T* to = out.data<T>();
+    const T* rows = rows_var.value.data<T>();
+    for (std::int64_t k = 0; k < n; ++k) {
+      const auto it = index->row_of.find(id[k]);
+      if (it == index->row_of.end())
+        std::fill_n(to + k * width, width, T(0));
+      else
+        std::copy_n(rows + it->second * width, width, to + k * width);
+    }
+    c.output = std::move(out);
+  }
+};
+
 template <class T> struct hash_embedding_size_cpu {
   static void run(kernel_context& c) {
     variable_resource& keys_var = *c.refs[0];
@@ -438,6 +472,7 @@ template <class T> struct hash_embedding_count_cpu {
 #ifndef LOOM_COMPILED_KERNELS
 inline bool register_hash_embedding_kernels() {
   register_kernels<hash_embedding_rows_cpu>("hash_embedding_rows", floating_types{});
+  register_kernels<hash_embedding_read_cpu>("hash_embedding_read", floating_types{});
   register_kernels<hash_embedding_size_cpu>("hash_embedding_size", type_list<std::int64_t>{});
   register_kernels<hash_embedding_count_cpu>("hash_embedding_count", type_list<std::int64_t>{});
   return true;
