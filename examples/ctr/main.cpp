@@ -88,7 +88,7 @@ std::pair<double, double> evaluate(loom::session& s, const ctr::wide_deep& model
     std::vector<ctr::example> batch;
     for (std::int64_t i = done; i < std::min(n, done + chunk); ++i)
       batch.push_back(test.next());
-    const auto p = s.run(model.probability, model.feeds(batch));
+    const auto p = s.run(model.eval_probability, model.feeds(batch));
     for (std::size_t i = 0; i < batch.size(); ++i) {
       scores.push_back(p(static_cast<std::int64_t>(i), 0));
       teacher.push_back(batch[i].teacher_probability);
@@ -120,7 +120,7 @@ std::pair<double, double> evaluate_files(loom::session& s, const ctr::wide_deep&
     feed_sparse(std::get<4>(in), std::get<4>(batch));
     f.emplace_back(std::get<5>(in), std::get<5>(batch));
     f.emplace_back(std::get<6>(in), std::get<6>(batch));
-    const auto p = s.run(model.probability, f);
+    const auto p = s.run(model.eval_probability, f);
     const auto& y = std::get<6>(batch);
     for (std::int64_t i = 0; i < p.dim(0); ++i) {
       scores.push_back(p(i, 0));

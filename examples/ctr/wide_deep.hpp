@@ -79,11 +79,17 @@ struct wide_deep {
   // Per field, what the batch looked up: its deep embedding [batch, dim] and its wide weight
   // [batch, 1] (a multi-hot field's combined: the mean, the sum); examples/ctr summarizes them.
   std::vector<loom::output<float, 2>> deep_embedded, wide_embedded;
-  std::vector<loom::variable<float, 2>> dnn_kernels;     // the deep part's layers, input first
+  std::vector<loom::variable<float, 2>> dnn_kernels; // the deep part's layers, input first
+  std::vector<loom::variable<float, 1>> dnn_biases;
   std::optional<loom::variable<float, 2>> dense_weights; // the wide part's dense features
+  std::optional<loom::variable<float, 1>> linear_bias;
+  // An evaluation's logit: with hash tables over read-only lookups (hash_lookup::read_only),
+  // so that evaluating changes no table; otherwise the logit.
+  std::optional<loom::output<float, 2>> eval_logit;
   loom::output<float, 2> logit;
   loom::output<float, 2> probability;
   loom::output<float, 0> loss; // the mean over the batch
+  loom::output<float, 2> eval_probability;
 
   wide_deep(loom::graph& g, const model_options& o) : wide_deep(g, o, placeholder_inputs(g)) {}
   wide_deep(loom::graph& g, const model_options& o, model_inputs in)
@@ -91,7 +97,8 @@ struct wide_deep {
         dense(std::move(in.dense)), label(std::move(in.label)), logit(build(g, o)),
         probability(loom::lower(loom::sigmoid(logit))),
         loss(loom::named(loom::reduce_mean(loom::sigmoid_cross_entropy_with_logits(label, logit)),
-                         "loss")) {}
+                         "loss")),
+        eval_probability(loom::lower(loom::sigmoid(*eval_logit))) {}
 
   // The feeds of a batch of examples (the inputs being placeholders or not: a fed node
   // takes the fed value).
@@ -156,7 +163,7 @@ private:
                                          std::to_string(ids.size()) + " single-hot and " +
                                          std::to_string(multi_ids.size()) + " multi-hot fields");
 
-    std::vector<loom::output<float, 2>> deep_in, wide_in;
+    std::vector<loom::output<float, 2>> deep_in, wide_in, deep_read, wide_read;
     for (int f = 0; f < num_fields; ++f) {
       const std::int64_t rows = o.vocab[static_cast<std::size_t>(f)];
       const std::string field = "field_" + std::to_string(f);
@@ -180,16 +187,20 @@ private:
         auto wide = table;
         wide.init_stddev = 0;
         wide_hashed.emplace_back(g, field + "/wide", 1, wide);
-        if (f < num_single_hot) {
-          const auto& at = ids[static_cast<std::size_t>(f)];
-          deep_in.push_back(deep_hashed.back().lookup(at));
-          wide_in.push_back(wide_hashed.back().lookup(at));
-        } else {
-          const auto& sp = multi_ids[static_cast<std::size_t>(f - num_single_hot)];
-          deep_in.push_back(loom::embedding_lookup_sparse(deep_hashed.back(), sp, std::nullopt,
-                                                          loom::combiner::mean));
-          wide_in.push_back(loom::embedding_lookup_sparse(wide_hashed.back(), sp, std::nullopt,
-                                                          loom::combiner::sum));
+        for (const auto mode : {loom::hash_lookup::train, loom::hash_lookup::read_only}) {
+          auto& deep_to = mode == loom::hash_lookup::train ? deep_in : deep_read;
+          auto& wide_to = mode == loom::hash_lookup::train ? wide_in : wide_read;
+          if (f < num_single_hot) {
+            const auto& at = ids[static_cast<std::size_t>(f)];
+            deep_to.push_back(deep_hashed.back().lookup(at, mode));
+            wide_to.push_back(wide_hashed.back().lookup(at, mode));
+          } else {
+            const auto& sp = multi_ids[static_cast<std::size_t>(f - num_single_hot)];
+            deep_to.push_back(loom::embedding_lookup_sparse(deep_hashed.back(), sp, std::nullopt,
+                                                            loom::combiner::mean, mode));
+            wide_to.push_back(loom::embedding_lookup_sparse(wide_hashed.back(), sp, std::nullopt,
+                                                            loom::combiner::sum, mode));
+          }
         }
         continue;
       }
@@ -216,33 +227,41 @@ private:
     }
     deep_embedded = deep_in;
     wide_embedded = wide_in;
-    deep_in.push_back(dense);
-    loom::output<float, 2> h = loom::concat(deep_in, 1);
     std::int64_t width = static_cast<std::int64_t>(num_fields) * o.embedding_dim + num_dense;
-    std::int64_t layer = 0;
-    auto dense_layer = [&](std::int64_t out, bool relu) {
-      const std::string name = "dnn/layer_" + std::to_string(layer);
-      loom::variable<float, 2> w(
-          g, name + "/kernel", loom::shape{width, out},
-          loom::glorot_uniform_initializer{.seed = o.seed * 1000 + 100 + layer});
-      loom::variable<float, 1> b(g, name + "/bias", loom::shape{out}, loom::zeros_initializer{});
-      dnn_kernels.push_back(w);
-      ++layer;
-      width = out;
-      return relu ? loom::lower(loom::relu(loom::xw_plus_b(h, w, b)))
-                  : loom::lower(loom::xw_plus_b(h, w, b));
-    };
-    for (std::int64_t units : o.hidden)
-      h = dense_layer(units, true);
-    const auto deep_logit = dense_layer(1, false);
-
+    std::vector<std::int64_t> units = o.hidden;
+    units.push_back(1); // the deep part's logit
+    for (std::size_t k = 0; k < units.size(); ++k) {
+      const std::string name = "dnn/layer_" + std::to_string(k);
+      dnn_kernels.emplace_back(g, name + "/kernel", loom::shape{width, units[k]},
+                               loom::glorot_uniform_initializer{
+                                   .seed = o.seed * 1000 + 100 + static_cast<std::int64_t>(k)});
+      dnn_biases.emplace_back(g, name + "/bias", loom::shape{units[k]}, loom::zeros_initializer{});
+      width = units[k];
+    }
     dense_weights.emplace(g, "linear/dense_weights", loom::shape{num_dense, 1},
                           loom::zeros_initializer{});
-    loom::variable<float, 1> bias(g, "linear/bias", loom::shape{1}, loom::zeros_initializer{});
-    wide_in.push_back(loom::lower(loom::xw_plus_b(dense, *dense_weights, bias)));
+    linear_bias.emplace(g, "linear/bias", loom::shape{1}, loom::zeros_initializer{});
+    const auto trained = network(deep_in, wide_in, "logit");
+    eval_logit = hash_tables ? network(deep_read, wide_read, "eval_logit") : trained;
+    return trained;
+  }
+
+  // The logit of the looked-up embeddings: the deep part's layers over them and the dense
+  // features, plus the wide part's weights.
+  loom::output<float, 2> network(std::vector<loom::output<float, 2>> deep_in,
+                                 std::vector<loom::output<float, 2>> wide_in,
+                                 const std::string& name) const {
+    deep_in.push_back(dense);
+    loom::output<float, 2> h = loom::concat(deep_in, 1);
+    for (std::size_t k = 0; k < dnn_kernels.size(); ++k) {
+      const bool relu = k + 1 < dnn_kernels.size();
+      h = relu ? loom::lower(loom::relu(loom::xw_plus_b(h, dnn_kernels[k], dnn_biases[k])))
+               : loom::lower(loom::xw_plus_b(h, dnn_kernels[k], dnn_biases[k]));
+    }
+    wide_in.push_back(loom::lower(loom::xw_plus_b(dense, *dense_weights, *linear_bias)));
     // One node for the sum, as TF's linear model has (tf.add_n), and no gradient
     // node for it: a chain of adds would reduce dy to each term's shape.
-    return loom::named(deep_logit + loom::add_n(wide_in), "logit");
+    return loom::named(h + loom::add_n(wide_in), name);
   }
 };
 
