@@ -26,6 +26,17 @@ using loom::tensor;
 using loom::testing::contains;
 using loom::testing::local_cluster;
 
+namespace {
+
+// A feed of these ids into a placeholder of ids.
+loom::feed_dict feed_ids(const loom::placeholder<std::int64_t, 1>& ids,
+                         std::vector<std::int64_t> list) {
+  const auto n = static_cast<std::int64_t>(list.size());
+  return loom::feed_dict{{ids, tensor<std::int64_t, 1>(shape{n}, std::move(list))}};
+}
+
+} // namespace
+
 TEST_CASE("an embedding table on the ps: lookups and sparse updates run there, only the touched "
           "rows change") {
   local_cluster cluster(1, 1);
@@ -519,10 +530,7 @@ TEST_CASE("hash embedding admission: an id gets its row in the step it is looked
   auto waiting = emb.waiting();
   loom::session s(g);
   s.run(loom::global_variables_initializer(g));
-  auto feed = [&](std::vector<std::int64_t> v) {
-    const auto n = static_cast<std::int64_t>(v.size());
-    return loom::feed_dict{{ids, tensor<std::int64_t, 1>(shape{n}, std::move(v))}};
-  };
+  auto feed = [&](std::vector<std::int64_t> list) { return feed_ids(ids, std::move(list)); };
   auto all_zero = [](const tensor<float, 2>& t) {
     for (std::int64_t i = 0; i < t.shape()[0]; ++i)
       for (std::int64_t k = 0; k < t.shape()[1]; ++k)
@@ -641,10 +649,7 @@ TEST_CASE("hash embedding eviction: a full shard gives a new id the row least re
   auto evicted = emb.evicted();
   loom::session s(g);
   s.run(loom::global_variables_initializer(g));
-  auto feed = [&](std::vector<std::int64_t> list) {
-    const auto n = static_cast<std::int64_t>(list.size());
-    return loom::feed_dict{{ids, tensor<std::int64_t, 1>(shape{n}, std::move(list))}};
-  };
+  auto feed = [&](std::vector<std::int64_t> list) { return feed_ids(ids, std::move(list)); };
   auto row_holding = [&](std::int64_t id) {
     const auto keys = s.run(shard.keys);
     for (std::int64_t r = 0; r < 3; ++r)
@@ -741,10 +746,7 @@ TEST_CASE("hash embedding summaries: each shard's rows, rows made, ids waiting a
   REQUIRE(merged);
   loom::session s(g);
   s.run(loom::global_variables_initializer(g));
-  auto feed = [&](std::vector<std::int64_t> list) {
-    const auto n = static_cast<std::int64_t>(list.size());
-    return loom::feed_dict{{ids, tensor<std::int64_t, 1>(shape{n}, std::move(list))}};
-  };
+  auto feed = [&](std::vector<std::int64_t> list) { return feed_ids(ids, std::move(list)); };
   s.run(train, feed({1, 2, 3, 4}));
   s.run(train, feed({1, 5})); // one hit in 6 ids looked up; 5 evicts 2
   const std::string summary = s.run(*merged).item();
@@ -779,10 +781,7 @@ TEST_CASE("a read-only hash embedding lookup (an evaluation's) reads the rows th
   auto size = lru.size();
   loom::session s(g);
   s.run(loom::global_variables_initializer(g));
-  auto feed = [&](std::vector<std::int64_t> list) {
-    const auto n = static_cast<std::int64_t>(list.size());
-    return loom::feed_dict{{ids, tensor<std::int64_t, 1>(shape{n}, std::move(list))}};
-  };
+  auto feed = [&](std::vector<std::int64_t> list) { return feed_ids(ids, std::move(list)); };
   const auto trained = s.run(train, feed({1, 2}));
   const auto evaluated = s.run(read, feed({1, 3}));
   for (std::int64_t k = 0; k < 2; ++k) {

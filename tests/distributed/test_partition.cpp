@@ -195,14 +195,24 @@ TEST_CASE("a failing partition aborts the step everywhere and its error names th
 
 TEST_CASE(
     "a session to a target nobody serves fails after its connect deadline, naming the address") {
-  const int port = free_ports(1)[0];
+  // A port bound and not listening, held for the test: connections to it are refused, and
+  // no other test's server can take it meanwhile (a port free_ports gave back could be).
+  const int held = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(held >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  REQUIRE(::bind(held, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::getsockname(held, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
   loom::cluster_session_options o = quiet();
   o.connect_timeout = std::chrono::milliseconds(300);
   loom::graph g;
-  const auto address = "127.0.0.1:" + std::to_string(port);
+  const auto address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
   const auto what =
       error_of([&] { loom::session(g, "loom://" + address, o); }, loom::error_code::unavailable);
-  CHECK(contains(what, address));
+  ::close(held);
+  CHECK_MESSAGE(contains(what, address), what);
 }
 
 TEST_CASE(

@@ -274,6 +274,17 @@ private:
   std::vector<std::unique_lock<std::mutex>> locks_;
 };
 
+// What both lookups do first, under their locks: check the table is initialized, and
+// make the index describe its keys.
+inline void sync_index(const kernel_context& c, const hash_rows_attrs& a, variable_resource& keys,
+                       const variable_resource& rows, hash_index& index) {
+  if (!keys.initialized || !rows.initialized)
+    throw failed_precondition_error("node " + c.node.describe() + ": " + a.table +
+                                    " is not initialized (run its initializers, or "
+                                    "global_variables_initializer, first)");
+  index.sync(keys.value, a.admit_after > 1 ? 1 : 0, a.evicting());
+}
+
 template <class T> struct hash_embedding_rows_cpu {
   static void run(kernel_context& c) {
     const hash_rows_attrs& a = c.decoded<hash_rows_attrs>();
@@ -290,12 +301,8 @@ template <class T> struct hash_embedding_rows_cpu {
         mus.push_back(&slots.back()->mu);
       }
     const address_ordered_locks lock(std::move(mus));
-    if (!keys_var.initialized || !rows_var.initialized)
-      throw failed_precondition_error("node " + c.node.describe() + ": " + a.table +
-                                      " is not initialized (run its initializers, or "
-                                      "global_variables_initializer, first)");
+    sync_index(c, a, keys_var, rows_var, *index);
     const std::int64_t reserved = a.admit_after > 1 ? 1 : 0;
-    index->sync(keys_var.value, reserved, a.evicting());
     if (a.admit_after > 1 && keys_var.value.data<std::int64_t>()[0] >= 0)
       throw failed_precondition_error(
           "node " + c.node.describe() + ": " + a.table + " holds id " +
@@ -407,11 +414,7 @@ template <class T> struct hash_embedding_read_cpu {
     const any_tensor& ids = c.input(2);
     auto index = attached_resource<hash_index>(c);
     const address_ordered_locks lock({&keys_var.mu, &rows_var.mu, &index->mu});
-    if (!keys_var.initialized || !rows_var.initialized)
-      throw failed_precondition_error("node " + c.node.describe() + ": " + a.table +
-                                      " is not initialized (run its initializers, or "
-                                      "global_variables_initializer, first)");
-    index->sync(keys_var.value, a.admit_after > 1 ? 1 : 0, a.evicting());
+    sync_index(c, a, keys_var, rows_var, *index);
     const std::int64_t width = rows_var.value.shape()[1];
     const std::int64_t* id = ids.data<std::int64_t>();
     const std::int64_t n = ids.num_elements();
