@@ -674,6 +674,7 @@ TEST_CASE("hash embedding eviction: a full shard gives a new id the row least re
   }
   CHECK(s.run(size) == 3);
   CHECK(s.run(evicted) == 1);
+  CHECK(s.run(emb.admitted()) == 4);
 
   // 2 new ids beside 2 held ids looked up in the same step: one row may go, not two.
   const std::string full = loom::testing::message_of<loom::resource_exhausted_error>([&] {

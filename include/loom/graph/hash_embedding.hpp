@@ -352,6 +352,12 @@ public:
     return sum_over_shards("hash_embedding_count", "waiting");
   }
 
+  // The rows made over every shard since their tasks started: the ids admitted (again,
+  // for an id evicted and admitted anew).
+  output<std::int64_t, 0> admitted() const {
+    return sum_over_shards("hash_embedding_count", "made");
+  }
+
   // The ids evicted over every shard since their tasks started.
   output<std::int64_t, 0> evicted() const {
     return sum_over_shards("hash_embedding_count", "evicted");
