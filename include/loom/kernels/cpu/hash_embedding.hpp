@@ -164,13 +164,15 @@ struct hash_index : resource_base {
 
   // Makes row_of describe `keys` (held under its variable's lock); the first
   // `reserved` rows hold no id (admission's default row). With `evicting`, the
-  // rows found count as looked up now, in row order.
+  // rows found count as looked up now, in row order (an index made by lookups that
+  // did not evict is rebuilt so).
   void sync(const any_tensor& keys, std::int64_t reserved, bool evicting) {
-    if (!built_from.empty() && built_from.shares_buffer_with(keys))
+    if (!built_from.empty() && built_from.shares_buffer_with(keys) && (recency || !evicting))
       return;
     row_of.clear();
     free_rows.clear();
     used = reserved;
+    recency.reset();
     if (evicting)
       recency.emplace(keys.num_elements());
     const std::int64_t* k = keys.data<std::int64_t>();
@@ -349,26 +351,31 @@ template <class T> struct hash_embedding_rows_cpu {
           " (give it a larger capacity_per_shard, or more shards)");
     index->lookups += n;
     index->hits += found;
-    // The buffers written are owned first, so a value read earlier (a save in
-    // progress) keeps what it read; the index keeps the keys it describes.
-    index->built_from = {};
-    for (variable_resource* v : {&keys_var, &rows_var})
-      if (!v->value.sole_owner())
-        v->value = v->value.clone();
-    for (variable_resource* v : slots)
-      if (v->initialized && !v->value.sole_owner())
-        v->value = v->value.clone();
-    index->built_from = keys_var.value;
-    std::int64_t* keys = keys_var.value.data<std::int64_t>();
     if (index->recency)
       for (std::int64_t k = 0; k < n; ++k)
         if (row_of[k] >= 0)
           index->recency->touch(row_of[k], now);
+    const auto expired = [&] {
+      const std::int64_t r = index->recency->oldest();
+      return r >= 0 && index->recency->last_lookup(r) <= now - a.steps_to_live;
+    };
+    // The buffers written (by a new row or an eviction) are owned first, so a value
+    // read earlier (a save in progress) keeps what it read; the index keeps the keys it
+    // describes.
+    if (fresh > 0 || (a.steps_to_live > 0 && expired())) {
+      index->built_from = {};
+      for (variable_resource* v : {&keys_var, &rows_var})
+        if (!v->value.sole_owner())
+          v->value = v->value.clone();
+      for (variable_resource* v : slots)
+        if (v->initialized && !v->value.sole_owner())
+          v->value = v->value.clone();
+      index->built_from = keys_var.value;
+    }
+    std::int64_t* keys = keys_var.value.data<std::int64_t>();
     if (a.steps_to_live > 0) // rows not looked up in the last steps_to_live lookups
-      for (std::int64_t r = index->recency->oldest();
-           r >= 0 && index->recency->last_lookup(r) <= now - a.steps_to_live;
-           r = index->recency->oldest())
-        index->evict(r, keys);
+      while (expired())
+        index->evict(index->recency->oldest(), keys);
     while (a.evict_when_full && capacity - reserved - index->holding() < fresh)
       index->evict(index->recency->oldest(), keys); // not looked up now: `most` says so
     const std::int64_t width = rows_var.value.shape()[1];
