@@ -9,15 +9,19 @@
 #include <loom/graph/node.hpp>
 #include <loom/kernels/cpu_device.hpp>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 
 namespace loom::kernels {
 
@@ -29,6 +33,44 @@ struct variable_resource {
   std::mutex mu;
   any_tensor value;
   bool initialized = false;
+};
+
+// Mutexes held together, taken in address order and each once: the one lock order
+// of the kernels that hold several (an update's variable and slots, a hash lookup's
+// keys, rows, index and slots), so that no two of them can deadlock. add() them,
+// then lock(); released when this goes. Fixed room: no allocation on a step's path.
+class ordered_locks {
+public:
+  static constexpr std::size_t capacity = 8;
+
+  ordered_locks() = default;
+  explicit ordered_locks(std::initializer_list<std::mutex*> mus) {
+    for (std::mutex* m : mus)
+      add(*m);
+  }
+
+  void add(std::mutex& m) {
+    if (std::find(mus_.begin(), mus_.begin() + static_cast<std::ptrdiff_t>(n_), &m) !=
+        mus_.begin() + static_cast<std::ptrdiff_t>(n_))
+      return;
+    if (n_ == capacity)
+      throw internal_error("ordered_locks: more than " + std::to_string(capacity) + " mutexes");
+    mus_[n_++] = &m;
+  }
+
+  void lock() {
+    // Insertion sort by address: n is small, and g++ 12's -Warray-bounds misreads std::sort.
+    for (std::size_t i = 1; i < n_; ++i)
+      for (std::size_t j = i; j > 0 && std::less<>{}(mus_[j], mus_[j - 1]); --j)
+        std::swap(mus_[j], mus_[j - 1]);
+    for (std::size_t k = 0; k < n_; ++k)
+      locks_[k] = std::unique_lock(*mus_[k]);
+  }
+
+private:
+  std::array<std::mutex*, capacity> mus_{};
+  std::size_t n_ = 0;
+  std::array<std::unique_lock<std::mutex>, capacity> locks_;
 };
 
 // Any other state a kernel keeps in a resource container (a gradient

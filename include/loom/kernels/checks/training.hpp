@@ -25,28 +25,13 @@ namespace loom::kernels {
 // address order so two updates sharing a slot cannot deadlock. A GPU update is
 // queued on its stream before they are released, so any later reader or
 // update of the variable is ordered after it.
-class apply_locks {
+class apply_locks : public ordered_locks {
 public:
   explicit apply_locks(std::span<variable_resource* const> refs) {
-    if (refs.size() > max_refs)
-      throw internal_error("apply_locks: " + std::to_string(refs.size()) + " refs");
-    std::array<std::mutex*, max_refs> mus{};
-    std::size_t n = 0;
     for (variable_resource* r : refs)
-      if (std::find(mus.begin(), mus.begin() + static_cast<std::ptrdiff_t>(n), &r->mu) ==
-          mus.begin() + static_cast<std::ptrdiff_t>(n))
-        mus[n++] = &r->mu;
-    // Insertion sort by address: n <= 3, and g++ 12's -Warray-bounds misreads std::sort here.
-    for (std::size_t i = 1; i < n; ++i)
-      for (std::size_t j = i; j > 0 && std::less<>{}(mus[j], mus[j - 1]); --j)
-        std::swap(mus[j], mus[j - 1]);
-    for (std::size_t k = 0; k < n; ++k)
-      locks_[k] = std::unique_lock(*mus[k]);
+      add(r->mu);
+    lock();
   }
-
-private:
-  static constexpr std::size_t max_refs = 3;
-  std::array<std::unique_lock<std::mutex>, max_refs> locks_;
 };
 
 // The name of an update's ref input k (its variable for k = 0, else a slot),

@@ -260,22 +260,6 @@ struct hash_rows_attrs {
   bool evicting() const noexcept { return steps_to_live > 0 || evict_when_full; }
 };
 
-// Locks mutexes in address order, as apply_locks does (kernels/checks/training.hpp),
-// so that a lookup and an update that share variables never deadlock.
-class address_ordered_locks {
-public:
-  explicit address_ordered_locks(std::vector<std::mutex*> mus) {
-    std::sort(mus.begin(), mus.end(), std::less<>{});
-    mus.erase(std::unique(mus.begin(), mus.end()), mus.end());
-    locks_.reserve(mus.size());
-    for (std::mutex* m : mus)
-      locks_.emplace_back(*m);
-  }
-
-private:
-  std::vector<std::unique_lock<std::mutex>> locks_;
-};
-
 // What both lookups do first, under their locks: check the table is initialized, and
 // make the index describe its keys.
 inline void sync_index(const kernel_context& c, const hash_rows_attrs& a, variable_resource& keys,
@@ -296,13 +280,13 @@ template <class T> struct hash_embedding_rows_cpu {
     auto index = attached_resource<hash_index>(c);
     // A row that eviction gives to a new id restarts its slots too.
     std::vector<variable_resource*> slots;
-    std::vector<std::mutex*> mus{&keys_var.mu, &rows_var.mu, &index->mu};
+    ordered_locks lock{&keys_var.mu, &rows_var.mu, &index->mu};
     if (a.evicting())
       for (const auto& [slot, initial] : a.slots) {
         slots.push_back(&c.resources.variable(slot));
-        mus.push_back(&slots.back()->mu);
+        lock.add(slots.back()->mu);
       }
-    const address_ordered_locks lock(std::move(mus));
+    lock.lock();
     sync_index(c, a, keys_var, rows_var, *index);
     const std::int64_t reserved = a.admit_after > 1 ? 1 : 0;
     if (a.admit_after > 1 && keys_var.value.data<std::int64_t>()[0] >= 0)
@@ -420,7 +404,8 @@ template <class T> struct hash_embedding_read_cpu {
     variable_resource& rows_var = *c.refs[1];
     const any_tensor& ids = c.input(2);
     auto index = attached_resource<hash_index>(c);
-    const address_ordered_locks lock({&keys_var.mu, &rows_var.mu, &index->mu});
+    ordered_locks lock{&keys_var.mu, &rows_var.mu, &index->mu};
+    lock.lock();
     sync_index(c, a, keys_var, rows_var, *index);
     const std::int64_t width = rows_var.value.shape()[1];
     const std::int64_t* id = ids.data<std::int64_t>();
