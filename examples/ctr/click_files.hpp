@@ -195,16 +195,20 @@ public:
       const int f = num_single_hot + k;
       const std::string* v =
           columns[static_cast<std::size_t>(1 + num_dense + f)].data<std::string>();
+      const std::int64_t buckets = vocab_[static_cast<std::size_t>(f)];
       std::vector<std::int64_t> at, values;
+      at.reserve(static_cast<std::size_t>(2 * max_ids_per_field * n)); // the most written
+      values.reserve(static_cast<std::size_t>(max_ids_per_field * n));
       std::int64_t longest = 0;
       for (std::int64_t i = 0; i < n; ++i) {
+        const std::string_view list = v[i];
         std::int64_t j = 0;
-        for (std::size_t begin = 0; begin < v[i].size(); ++j) {
-          const std::size_t end = std::min(v[i].find(',', begin), v[i].size());
-          at.insert(at.end(), {i, j});
+        for (std::size_t begin = 0; begin < list.size(); ++j) {
+          const std::size_t end = std::min(list.find(',', begin), list.size());
+          at.push_back(i);
+          at.push_back(j);
           values.push_back(
-              loom::string_to_hash_bucket_fast(std::string_view(v[i]).substr(begin, end - begin),
-                                               vocab_[static_cast<std::size_t>(f)]));
+              loom::string_to_hash_bucket_fast(list.substr(begin, end - begin), buckets));
           begin = end + 1;
         }
         longest = std::max(longest, j);

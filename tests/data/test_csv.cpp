@@ -236,4 +236,35 @@ TEST_CASE("decode_csv: a malformed record is one error naming its index in the b
   CHECK(raw[1].flat<std::int64_t>()[1] == 7);
 }
 
+TEST_CASE("decode_csv: fields at every offset of the 8-byte words the splitter scans") {
+  // Records without quotes are split a word at a time: fields of 0 to 19 bytes put
+  // each delimiter at every offset of a word and across words, with bytes >= 0x80
+  // beside it and a "\r" before the record's end.
+  for (const char delim : {',', '\t', '\xfe'}) {
+    for (const bool quotes : {false, true}) {
+      std::vector<std::string> records, fields;
+      for (int first = 0; first < 20; ++first) {
+        std::string record;
+        for (int f = 0; f < 6; ++f) {
+          std::string field;
+          for (int k = 0; k < (first + 7 * f) % 20; ++k)
+            field += static_cast<char>(k % 3 == 2 ? '\x80' + k : 'a' + (k + f) % 26);
+          fields.push_back(field);
+          record += (f ? std::string(1, delim) : std::string()) + field;
+        }
+        records.push_back(record + (first % 2 ? "\r" : ""));
+      }
+      std::vector<data::csv_column> columns(6, data::csv_default<std::string>("-"));
+      const auto n = static_cast<std::int64_t>(records.size());
+      const auto out = data::decode_csv(tensor<std::string, 1>(shape{n}, records), columns,
+                                        {.field_delim = delim, .use_quote_delim = quotes});
+      for (std::int64_t r = 0; r < n; ++r)
+        for (std::size_t f = 0; f < 6; ++f) {
+          const std::string& want = fields[static_cast<std::size_t>(r) * 6 + f];
+          CHECK(out[f].flat<std::string>()[r] == (want.empty() ? "-" : want));
+        }
+    }
+  }
+}
+
 } // namespace pipeline_tests
