@@ -1,4 +1,5 @@
-// Shared by the benchmarks: medians of repeated timings and a ratio table.
+// Shared by the benchmarks: medians of repeated timings, a ratio table, the bytes of a
+// checkpoint.
 // These machines are small and noisy, so every figure is a median over
 // repetitions, and results are read as ratios against a baseline measured in
 // the same run.
@@ -6,13 +7,22 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <stdio.h> // popen, pclose
 #include <string>
 #include <sys/wait.h>
 #include <vector>
 
 namespace loom::bench {
+
+// Seconds of one call of f (a phase timed once: a save, a restore).
+template <class F> double seconds_of(F&& f) {
+  const auto a = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+}
 
 // Median seconds per call of f, over `reps` repetitions of `inner` calls each.
 template <class F> double median_seconds(F&& f, int reps, int inner = 1) {
@@ -27,6 +37,21 @@ template <class F> double median_seconds(F&& f, int reps, int inner = 1) {
   }
   std::nth_element(t.begin(), t.begin() + static_cast<long>(t.size() / 2), t.end());
   return t[t.size() / 2];
+}
+
+// The bytes of a checkpoint's files: `prefix` and the files named "<prefix>.<anything>"
+// (TF's index and data files, a sharded checkpoint's shards).
+inline std::uint64_t checkpoint_bytes(const std::string& prefix) {
+  std::uint64_t total = 0;
+  const std::filesystem::path p(prefix);
+  const std::string stem = p.filename().string();
+  for (const auto& e : std::filesystem::directory_iterator(p.parent_path())) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && name.rfind(stem, 0) == 0 &&
+        (name.size() == stem.size() || name[stem.size()] == '.'))
+      total += e.file_size();
+  }
+  return total;
 }
 
 struct row {

@@ -11,6 +11,7 @@
 // checked: a probe of rows equals its value before the save.
 //
 //   checkpoint_formats [--rounds=N] [--big_rows=N] [--only=ctr|big] [--smoke]
+#include "../bench_util.hpp"
 #include "../raw_tcp.hpp"
 #include "click_data.hpp"
 #include "wide_deep.hpp"
@@ -20,11 +21,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -33,26 +32,11 @@
 namespace {
 
 namespace fs = std::filesystem;
-using clk = std::chrono::steady_clock;
-
-double seconds_of(const std::function<void()>& f) {
-  const auto t0 = clk::now();
-  f();
-  return std::chrono::duration<double>(clk::now() - t0).count();
-}
+using loom::bench::seconds_of;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
-
-std::uint64_t bytes_on_disk(const std::string& prefix) {
-  std::uint64_t total = 0;
-  const fs::path p(prefix);
-  for (const auto& e : fs::directory_iterator(p.parent_path()))
-    if (e.path().filename().string().rfind(p.filename().string(), 0) == 0 && e.is_regular_file())
-      total += e.file_size();
-  return total;
 }
 
 // 2 ps tasks and a worker in this process.
@@ -128,7 +112,7 @@ int ctr_model(int rounds, const fs::path& dir) {
             }));
       if (r == 0)
         std::printf("   %s checkpoint: %.1f MB\n", name_of(format),
-                    static_cast<double>(bytes_on_disk(path)) / 1e6);
+                    static_cast<double>(loom::bench::checkpoint_bytes(path)) / 1e6);
       f.add("restore", format, seconds_of([&] { saver.restore(s, path); }));
     }
   f.print({"save", "restore"});
@@ -197,7 +181,7 @@ int big_model(int rounds, std::int64_t table_rows, const fs::path& dir) {
             seconds_of([&] { path = sharded.save(s, prefix, r); }));
       if (r == 0)
         std::printf("   %s checkpoint: %.2f GB\n", name_of(format),
-                    static_cast<double>(bytes_on_disk(path)) / 1e9);
+                    static_cast<double>(loom::bench::checkpoint_bytes(path)) / 1e9);
       s.run(*train, {{ids, probe_ids}});
       f.add("restore (read and fed by the saver)", format,
             seconds_of([&] { sharded.restore(s, path); }));

@@ -171,6 +171,10 @@ int main(int argc, char** argv) try {
                      "The checkpoints' format: loom (its own) or tensorflow (TF's V2 checkpoint, "
                      "which TF's Saver restores)")
       .define_float("save_checkpoint_secs", 60, "Seconds between checkpoints (0: not by time)")
+      .define_int("save_increment_steps", 0,
+                  "With --hash_embeddings: between the full checkpoints, an incremental one "
+                  "(the tables' rows written since the last save) every this many global steps "
+                  "(0: none)")
       .define_string("logdir", "",
                      "Where the chief writes TensorBoard summaries (loss, the batch's AUC, "
                      "examples/s, histograms of the looked-up embeddings and of the weights; "
@@ -440,6 +444,7 @@ int main(int argc, char** argv) try {
       .num_workers = num_workers,
       .checkpoint_dir = checkpoint_dir,
       .save_checkpoint_secs = flags.get_float("save_checkpoint_secs"),
+      .save_increment_steps = flags.get_int("save_increment_steps"),
       .sharded_checkpoints = flags.get_bool("sharded_checkpoints"),
       .checkpoint_format = loom::checkpoint_format_from(flags.get_string("checkpoint_format")),
       .summary_dir = flags.get_string("logdir"),

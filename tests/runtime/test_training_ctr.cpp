@@ -1,8 +1,13 @@
 // examples/ctr as processes: the wide & deep click model's partitioned tables trained with
 // sparse updates, async and with sync replicas and hash-table embeddings, from its click logs
-// in memory, as TFRecord and as TSV files. A CTest entry of its own (training_ctr) in
+// in memory, as TFRecord and as TSV files; a ps killed and restarted from incremental
+// checkpoints. A CTest entry of its own (training_ctr) in
 // test_training_processes.
 #include "training_cluster.hpp"
+
+#include <loom/train/incremental_saver.hpp>
+
+#include <memory>
 
 using namespace loom::testing::training;
 
@@ -164,4 +169,62 @@ TEST_CASE("examples/ctr with hash-table embeddings and sync replicas, 1 ps + 2 w
     CHECK(held[0] + waiting[0] + evicted[0] > 100000);
     CHECK(held[0] + waiting[0] < 169248);
   }
+}
+
+TEST_CASE("examples/ctr, hash tables with incremental checkpoints: the ps killed after a full "
+          "checkpoint and 5 increments, restarted, resumes from the newest increment" *
+          lt::needs_examples()) {
+  require_ctr();
+  cluster_flags cf(1, 2);
+  temp_dir dir;
+  auto flags = [&](int task) {
+    return args(cf.task("worker", task), ctr_flags(dir, "1500"), "--hash_embeddings",
+                "--max_rows_per_shard=3000", "--evict_when_full", "--save_checkpoint_secs=0",
+                "--save_increment_steps=50");
+  };
+  auto ps = std::make_unique<lt::child>(lt::example("ctr"), cf.task("ps", 0));
+  lt::child w0(lt::example("ctr"), flags(0));
+  lt::child w1(lt::example("ctr"), flags(1));
+  const auto deadline = std::chrono::steady_clock::now() + 180s;
+  while (captured(w0.output(), "saved incremental checkpoint [^\n]*model.ckpt-([0-9]+)").size() <
+         5) {
+    REQUIRE_MESSAGE(w0.running(), w0.report());
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, w0.report());
+    std::this_thread::sleep_for(10ms);
+  }
+  ps->kill();
+  const auto killed = std::chrono::steady_clock::now();
+  const std::size_t restored_before = captured(w0.output(), "restored [^\n]*ckpt-([0-9]+)").size();
+  ps = std::make_unique<lt::child>(lt::example("ctr"), cf.task("ps", 0));
+  while (captured(w0.output(), "restored [^\n]*ckpt-([0-9]+)").size() == restored_before) {
+    REQUIRE_MESSAGE(w0.running(), w0.report());
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline + 60s, w0.report());
+    std::this_thread::sleep_for(10ms);
+  }
+  const double resumed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  expect_exit(w0, 0, 300s);
+  expect_exit(w1, 0, 60s);
+  expect_exit(*ps, 0, 60s);
+  // The chief restored the newest increment it had saved, whose chain is a full checkpoint
+  // and the increments after it.
+  std::smatch m;
+  const std::string out = w0.output();
+  REQUIRE_MESSAGE(std::regex_search(out, m, std::regex("restored ([^\n]*model.ckpt-[0-9]+)")), out);
+  const std::string restored = m[1].str();
+  CHECK_MESSAGE(loom::incremental_saver::is_increment(restored), restored);
+  const auto saved = captured(out.substr(0, out.find("restored " + restored)),
+                              "saved incremental checkpoint [^\n]*model.ckpt-([0-9]+)");
+  REQUIRE(saved.size() >= 5);
+  CHECK(restored.ends_with("model.ckpt-" + std::to_string(saved.back())));
+  MESSAGE("the ps killed after " << saved.size() << " increments; the chief restored " << restored
+                                 << " " << resumed << " s after the kill");
+  for (const lt::child* w : {&w0, &w1}) {
+    const auto [model, teacher] = aucs(w->output());
+    INFO(w->output());
+    CHECK(model > 0.75);
+  }
+  for (const auto& f : loom::detail::checkpoint_files_in(dir.path.string()))
+    if (loom::incremental_saver::is_increment(f))
+      CHECK_MESSAGE(loom::checkpoint_reader(f).all_ok(), f);
 }

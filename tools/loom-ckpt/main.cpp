@@ -5,6 +5,7 @@
 //
 //   loom-ckpt /tmp/train/model-1000          name, dtype, shape, bytes, checksum; and
 //                                            the rows of each hash-table shard holding ids
+//                                            (of an increment: its link and rows written)
 //   loom-ckpt /tmp/train                     the directory's latest checkpoint
 //   loom-ckpt /tmp/train --print hid/w --limit 50
 //   loom-ckpt inspect /tmp/tf/model.ckpt-3   a TF checkpoint: also each partitioned
@@ -17,6 +18,7 @@
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/core/tensor_bundle.hpp>
+#include <loom/train/incremental_saver.hpp>
 #include <loom/train/saver.hpp>
 
 #include <algorithm>
@@ -165,6 +167,28 @@ void print_hash_tables(const std::vector<std::string>& names,
       std::cout << "hash-table shards: rows holding ids, of the capacity\n";
     first = false;
     std::cout << "  " << shard << ": " << held << " of " << keys.num_elements() << "\n";
+  }
+}
+
+// An incremental checkpoint (train/incremental_saver.hpp): its place in its chain, and
+// the rows of each hash-table shard it holds.
+void print_increment(const loom::checkpoint_reader& r) {
+  auto text = [&](const char* key) { return r.read_tensor(key).data<std::string>()[0]; };
+  std::cout << "incremental checkpoint: link "
+            << r.read_tensor(loom::detail::increment_sequence_key).data<std::int64_t>()[0]
+            << " of the chain based on " << text(loom::detail::increment_base_key)
+            << " (previous: " << text(loom::detail::increment_previous_key) << ")\n";
+  const std::string suffix = "/.changed_rows";
+  bool first = true;
+  for (const auto& e : r.entries()) {
+    if (!e.name.ends_with(suffix))
+      continue;
+    if (first)
+      std::cout << "hash-table shards: rows written since the previous save\n";
+    first = false;
+    const std::string rows = e.name.substr(0, e.name.size() - suffix.size());
+    std::cout << "  " << rows.substr(0, rows.size() - std::string("/rows").size()) << ": "
+              << e.shape.num_elements() << "\n";
   }
 }
 
@@ -381,6 +405,10 @@ int main(int argc, char** argv) try {
     std::cerr << "loom-ckpt: checkpoint " << path << " is corrupt: " << bad << " of "
               << reader.entries().size() << " tensors fail their checksum\n";
     return 1;
+  }
+  if (reader.has_tensor(loom::detail::increment_sequence_key)) {
+    print_increment(reader);
+    return 0;
   }
   std::vector<std::string> names;
   for (const auto& e : reader.entries())

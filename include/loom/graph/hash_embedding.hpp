@@ -193,6 +193,41 @@ inline bool register_hash_embedding_ops() {
              },
          .stateful = true,
          .type_input = -1});
+  // Inputs (keys, rows, since, next; int64 scalars): an incremental checkpoint's
+  // question (train/incremental_saver.hpp). since < 0: epoch `next` begins, and no rows
+  // (a full save's start, or a restore's end). Otherwise the rows written since epoch
+  // `since` began, and epoch `next` begins; every row where the shard cannot tell (its
+  // task restarted, or its rows were assigned whole). Output: int64 row numbers [n].
+  r.add({.name = "hash_embedding_changes",
+         .num_inputs = 4,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               check_hash_lookup(n, in);
+               require_int64_scalar(n, *in[2], "since");
+               require_int64_scalar(n, *in[3], "next");
+               n.type = dtype::i64;
+               n.shape = loom::shape{-1};
+             },
+         .stateful = true,
+         .ref_inputs = 0b011u,
+         .type_input = -1});
+  // Inputs (keys, rows, row numbers [n], their keys [n], their rows [n, dim]): an
+  // increment restored into a shard (its slots by scatter_update). Output: int64 n.
+  r.add({.name = "hash_embedding_patch",
+         .num_inputs = 5,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               check_hash_lookup(n, in);
+               if (in[3]->type != dtype::i64 || in[4]->type != in[1]->type)
+                 throw invalid_argument_error("node " + n.describe() + ": the keys " +
+                                              in[3]->describe() + " must be int64 and the rows " +
+                                              in[4]->describe() + " of the table's dtype");
+               n.type = dtype::i64;
+               n.shape = {};
+             },
+         .stateful = true,
+         .ref_inputs = 0b011u,
+         .type_input = 1});
   // Input (keys): the count of ids a shard holds, int64 scalar.
   r.add({.name = "hash_embedding_size",
          .num_inputs = 1,

@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace loom::kernels {
 
@@ -29,10 +30,26 @@ namespace loom::kernels {
 // place only when nothing else holds it, and otherwise writes another buffer
 // and swaps it in (assign: kernels/cpu/state.hpp; the optimizers' apply ops:
 // unshare_refs), so a tensor read earlier in a step keeps its value.
+//
+// `changes`, where an incremental checkpoint follows the variable (a hash table's
+// rows: train/incremental_saver.hpp), says which rows changed since it last asked.
+struct row_changes;
 struct variable_resource {
   std::mutex mu;
   any_tensor value;
   bool initialized = false;
+  std::shared_ptr<row_changes> changes; // under mu
+};
+
+// Which rows of a variable changed, by epoch: an incremental save begins the next
+// epoch and takes the rows stamped with the one that ended (hash_embedding_changes).
+// Every kernel that writes rows in place stamps them (mark); one that replaces the
+// whole value drops this, so the next save knows it must take every row. 4 bytes a row.
+struct row_changes {
+  explicit row_changes(std::int64_t rows) : epoch_of(static_cast<std::size_t>(rows), 0) {}
+  void mark(std::int64_t row) { epoch_of[static_cast<std::size_t>(row)] = epoch; }
+  std::vector<std::uint32_t> epoch_of;
+  std::uint32_t epoch = 0; // 0: not begun by a save yet
 };
 
 // Mutexes held together, taken in address order and each once: the one lock order

@@ -7,6 +7,7 @@
 #include <loom/core/compiled_once.hpp>
 #include <loom/core/log.hpp>
 #include <loom/runtime/session.hpp>
+#include <loom/train/incremental_saver.hpp>
 #include <loom/train/saver.hpp>
 
 #include <algorithm>
@@ -112,30 +113,44 @@ struct checkpoint_options {
   std::string dir;
   double secs = 600;      // 0: not by time
   std::int64_t steps = 0; // 0: not by steps
+  // With an incremental_saver, between the full checkpoints: an increment when this
+  // many seconds have passed, or the global step has advanced this many, since the last
+  // save of either kind (0: not by time, not by steps).
+  double increment_secs = 0;
+  std::int64_t increment_steps = 0;
 };
 
+// Saves checkpoints by time and steps (TF's CheckpointSaverHook): at the session's start,
+// then as the options say, and at the end. With an incremental_saver, where a chain is
+// begun, the start and the end save increments (a restarted task resumes without writing
+// its tables whole), and between the full checkpoints increments as the options say.
 class checkpoint_saver_hook final : public session_run_hook {
 public:
-  checkpoint_saver_hook(saver& s, checkpoint_options o) : saver_(s), o_(std::move(o)) {}
+  checkpoint_saver_hook(saver& s, checkpoint_options o) : saver_(&s), o_(std::move(o)) {}
+  checkpoint_saver_hook(incremental_saver& s, checkpoint_options o)
+      : incremental_(&s), o_(std::move(o)) {}
   void after_create_session(session& s, std::int64_t step) override {
     session_ = &s;
-    save(s, step);
+    save(s, step, !(incremental_ && incremental_->has_chain()));
+    last_full_time_ = last_time_; // the full checkpoints' period counts from here
+    last_full_step_ = step;
   }
   void after_run(run_context& c, std::span<const any_tensor>) override;
   void end(session& s, std::int64_t step) override {
     if (step != last_step_)
-      save(s, step);
+      save(s, step, !(incremental_ && incremental_->has_chain()));
   }
 
 private:
   using clock = std::chrono::steady_clock;
-  void save(session& s, std::int64_t step);
+  void save(session& s, std::int64_t step, bool full);
 
-  saver& saver_;
+  saver* saver_ = nullptr;
+  incremental_saver* incremental_ = nullptr;
   checkpoint_options o_;
   session* session_ = nullptr;
-  clock::time_point last_time_ = clock::now();
-  std::int64_t last_step_ = -1;
+  clock::time_point last_time_ = clock::now(), last_full_time_ = last_time_;
+  std::int64_t last_step_ = -1, last_full_step_ = -1;
 };
 
 } // namespace loom
@@ -199,18 +214,34 @@ LOOM_COMPILED_ONCE std::string logging_hook::progress(std::int64_t global_step, 
 
 LOOM_COMPILED_ONCE void checkpoint_saver_hook::after_run(run_context& c,
                                                          std::span<const any_tensor>) {
-  const bool by_time =
-      o_.secs > 0 && std::chrono::duration<double>(clock::now() - last_time_).count() >= o_.secs;
-  const bool by_steps = o_.steps > 0 && c.global_step - last_step_ >= o_.steps;
-  if ((by_time || by_steps) && session_)
-    save(*session_, c.global_step);
+  if (!session_)
+    return;
+  const auto now = clock::now();
+  auto due = [&](double secs, std::int64_t steps, clock::time_point since_time,
+                 std::int64_t since_step) {
+    return (secs > 0 && std::chrono::duration<double>(now - since_time).count() >= secs) ||
+           (steps > 0 && c.global_step - since_step >= steps);
+  };
+  if (due(o_.secs, o_.steps, last_full_time_, last_full_step_))
+    save(*session_, c.global_step, true);
+  else if (incremental_ && incremental_->has_chain() &&
+           due(o_.increment_secs, o_.increment_steps, last_time_, last_step_))
+    save(*session_, c.global_step, false);
 }
 
-LOOM_COMPILED_ONCE void checkpoint_saver_hook::save(session& s, std::int64_t step) {
-  const std::string path = saver_.save(s, o_.dir + "/model.ckpt", step);
-  logging::info("saved checkpoint " + path + " (global step " + std::to_string(step) + ")");
+LOOM_COMPILED_ONCE void checkpoint_saver_hook::save(session& s, std::int64_t step, bool full) {
+  const std::string prefix = o_.dir + "/model.ckpt";
+  const std::string path = !incremental_ ? saver_->save(s, prefix, step)
+                           : full        ? incremental_->save(s, prefix, step)
+                                         : incremental_->save_increment(s, prefix, step);
+  logging::info(std::string(full ? "saved checkpoint " : "saved incremental checkpoint ") + path +
+                " (global step " + std::to_string(step) + ")");
   last_time_ = clock::now();
   last_step_ = step;
+  if (full) {
+    last_full_time_ = last_time_;
+    last_full_step_ = step;
+  }
 }
 
 } // namespace loom

@@ -44,6 +44,7 @@
 #include <loom/runtime/session.hpp>
 #include <loom/train/global_step.hpp>
 #include <loom/train/hooks.hpp>
+#include <loom/train/incremental_saver.hpp>
 #include <loom/train/monitored_session_options.hpp>
 #include <loom/train/saver.hpp>
 #include <loom/train/summary_saver_hook.hpp>
@@ -232,7 +233,12 @@ private:
   graph graph_;
   monitored_session_options o_;
   std::vector<std::shared_ptr<session_run_hook>> hooks_;
+  // The chief's checkpoints: a saver, or with increments an incremental_saver.
   std::optional<saver> saver_;
+  std::optional<incremental_saver> incremental_saver_;
+  saver* full_saver() {
+    return incremental_saver_ ? &incremental_saver_->full() : saver_ ? &*saver_ : nullptr;
+  }
   node_id global_step_ = no_node, init_ = no_node, local_init_ = no_node, done_ = no_node,
           done_count_ = no_node, all_done_ = no_node;
   std::vector<node_id> ready_vars_, ready_checks_;
@@ -269,13 +275,19 @@ monitored_training_session::monitored_training_session(graph& g, monitored_sessi
         throw failed_precondition_error("monitored_training_session: cannot create the "
                                         "checkpoint directory " +
                                         o_.checkpoint_dir + ": " + ec.message());
-      saver_.emplace(g, saver_options{.max_to_keep = o_.max_checkpoints_to_keep,
-                                      .sharded = o_.sharded_checkpoints,
-                                      .format = o_.checkpoint_format});
-      hooks_.push_back(std::make_shared<checkpoint_saver_hook>(
-          *saver_, checkpoint_options{.dir = o_.checkpoint_dir,
-                                      .secs = o_.save_checkpoint_secs,
-                                      .steps = o_.save_checkpoint_steps}));
+      const saver_options so{.max_to_keep = o_.max_checkpoints_to_keep,
+                             .sharded = o_.sharded_checkpoints,
+                             .format = o_.checkpoint_format};
+      const checkpoint_options co{.dir = o_.checkpoint_dir,
+                                  .secs = o_.save_checkpoint_secs,
+                                  .steps = o_.save_checkpoint_steps,
+                                  .increment_secs = o_.save_increment_secs,
+                                  .increment_steps = o_.save_increment_steps};
+      if (o_.save_increment_secs > 0 || o_.save_increment_steps > 0)
+        hooks_.push_back(
+            std::make_shared<checkpoint_saver_hook>(incremental_saver_.emplace(g, so), co));
+      else
+        hooks_.push_back(std::make_shared<checkpoint_saver_hook>(saver_.emplace(g, so), co));
     }
     const std::string& summary_dir = o_.summary_dir.empty() ? o_.checkpoint_dir : o_.summary_dir;
     if (!summary_dir.empty() && !g.collection(collection::summaries).empty() &&
@@ -532,24 +544,30 @@ LOOM_COMPILED_ONCE void monitored_training_session::prepare() {
             *session_->run_nodes({global_step_}, {}).front().data<std::int64_t>()));
     // The chief's own input, though, restarts with it: it goes on from the latest
     // checkpoint's position (train/iterator_checkpoint.hpp).
-    if (const auto latest = saver_ && !graph_.collection(collection::iterators).empty()
+    if (const auto latest = full_saver() && !graph_.collection(collection::iterators).empty()
                                 ? latest_checkpoint(o_.checkpoint_dir)
                                 : std::nullopt) {
-      saver_->restore_iterators(*session_, *latest);
+      full_saver()->restore_iterators(*session_, *latest); // an increment holds them too
       say(logging::level::info, "the input goes on from %s", latest->c_str());
     }
     return;
   }
-  if (saver_) {
+  if (full_saver()) {
     const checkpoint_to_restore found =
         find_checkpoint_to_restore(o_.checkpoint_dir, o_.initialize_over_damaged_checkpoints);
     if (!found.note.empty()) {
       say(logging::level::warn, "%s", found.note.c_str());
     }
     if (!found.path.empty()) {
-      saver_->restore(*session_, found.path);
+      if (incremental_saver_)
+        incremental_saver_->restore(*session_, found.path);
+      else
+        saver_->restore(*session_, found.path);
       if (!found.intact.empty()) { // max_to_keep goes on from them
-        saver_->recover_last_checkpoints(found.intact);
+        if (incremental_saver_)
+          incremental_saver_->recover_last_checkpoints(found.intact);
+        else
+          saver_->recover_last_checkpoints(found.intact);
         write_checkpoint_state(o_.checkpoint_dir, found.intact);
       }
       say(logging::level::info, "restored %s", found.path.c_str());

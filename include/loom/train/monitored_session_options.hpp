@@ -24,6 +24,12 @@ struct monitored_session_options {
   std::string checkpoint_dir{};
   double save_checkpoint_secs = 600; // 0: not by time
   std::int64_t save_checkpoint_steps = 0;
+  // Incremental checkpoints (train/incremental_saver.hpp): between the full ones, an
+  // increment of the hash tables' rows written since the last save, when this many
+  // seconds have passed or the global step has advanced this many (0: not by time, not
+  // by steps; both 0: no increments). A restore follows the newest increment's chain.
+  double save_increment_secs = 0;
+  std::int64_t save_increment_steps = 0;
   int max_checkpoints_to_keep = 5;
   // Where checkpoint_dir holds checkpoints but none is intact (and its state
   // file names none that exists), the chief refuses to initialize over them

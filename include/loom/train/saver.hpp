@@ -76,6 +76,12 @@
 
 namespace loom {
 
+namespace detail {
+// The tensor of an incremental checkpoint (train/incremental_saver.hpp) that says
+// which link of its chain it is; a saver restores no increment.
+inline constexpr const char* increment_sequence_key = "_increment/sequence";
+} // namespace detail
+
 class saver {
 public:
   // What the saver saves, and the nodes that restore it (train/checkpoint_relayout.hpp).
@@ -549,6 +555,10 @@ LOOM_COMPILED_ONCE void saver::feed_in_groups(session& s, const std::string& pat
 
 LOOM_COMPILED_ONCE void saver::restore_loom(session& s, const std::string& path) {
   checkpoint_reader reader(path);
+  if (reader.has_tensor(detail::increment_sequence_key))
+    throw invalid_argument_error("checkpoint " + path +
+                                 " is an increment of a chain: restore it with "
+                                 "loom::incremental_saver, which restores its base first");
   for (const auto& e : reader.entries())
     if (!e.crc_ok)
       reader.read(e); // throws, naming the tensor

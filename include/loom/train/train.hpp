@@ -9,6 +9,7 @@
 #include <loom/train/global_step.hpp>
 #include <loom/train/gradient_descent.hpp>
 #include <loom/train/hooks.hpp>
+#include <loom/train/incremental_saver.hpp>
 #include <loom/train/init_from_checkpoint.hpp>
 #include <loom/train/learning_rate_decay.hpp>
 #include <loom/train/momentum.hpp>

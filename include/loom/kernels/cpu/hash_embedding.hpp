@@ -357,11 +357,18 @@ template <class T> struct hash_embedding_rows_cpu {
       index->built_from = keys_var.value;
     }
     std::int64_t* keys = keys_var.value.data<std::int64_t>();
+    row_changes* changed = rows_var.changes.get(); // an incremental checkpoint's, if any
+    const auto evict_oldest = [&] {
+      const std::int64_t r = index->recency->oldest();
+      index->evict(r, keys);
+      if (changed)
+        changed->mark(r);
+    };
     if (a.steps_to_live > 0) // rows not looked up in the last steps_to_live lookups
       while (expired())
-        index->evict(index->recency->oldest(), keys);
+        evict_oldest();
     while (a.evict_when_full && capacity - reserved - index->holding() < fresh)
-      index->evict(index->recency->oldest(), keys); // not looked up now: `most` says so
+      evict_oldest(); // not looked up now: `most` says so
     const std::int64_t width = rows_var.value.shape()[1];
     T* rows = rows_var.value.data<T>();
     for (std::int64_t k = 0; k < n; ++k) {
@@ -389,6 +396,8 @@ template <class T> struct hash_embedding_rows_cpu {
                       static_cast<T>(a.slots[s].second));
       if (index->recency)
         index->recency->touch(r, now);
+      if (changed)
+        changed->mark(r);
       row_of[k] = r;
     }
     c.output = std::move(out);
@@ -423,6 +432,97 @@ template <class T> struct hash_embedding_read_cpu {
         std::copy_n(rows + it->second * width, width, to + k * width);
     }
     c.output = std::move(out);
+  }
+};
+
+// An incremental checkpoint's question (graph/hash_embedding.hpp): under the shard's
+// keys and rows locks, which every writer of its rows holds, so that a row is either
+// in this epoch's answer or stamped with the next one.
+template <class T> struct hash_embedding_changes_cpu {
+  static void run(kernel_context& c) {
+    variable_resource& keys_var = *c.refs[0];
+    variable_resource& rows_var = *c.refs[1];
+    const std::int64_t since = *c.input(2).data<std::int64_t>();
+    const std::int64_t next = *c.input(3).data<std::int64_t>();
+    if (next < 1 || next > std::int64_t{UINT32_MAX} || (since >= 0 && next <= since))
+      throw invalid_argument_error("node " + c.node.describe() + ": epochs since " +
+                                   std::to_string(since) + " and next " + std::to_string(next) +
+                                   " (next must be in [1, 2^32) and after since)");
+    ordered_locks lock{&keys_var.mu, &rows_var.mu};
+    lock.lock();
+    if (!keys_var.initialized || !rows_var.initialized)
+      throw failed_precondition_error("node " + c.node.describe() + ": hash embedding shard '" +
+                                      c.node.attr_or<std::string>("_ref_name_1", "?") +
+                                      "' is not initialized");
+    const std::int64_t capacity = rows_var.value.shape()[0];
+    std::vector<std::int64_t> rows;
+    // The shard can tell what changed since `since` only where it has stamped every
+    // write since then: its stamps exist and have been in epoch `since` or later.
+    row_changes* changed = rows_var.changes.get();
+    if (since >= 0) {
+      if (changed == nullptr || changed->epoch < since) {
+        rows.resize(static_cast<std::size_t>(capacity));
+        for (std::int64_t r = 0; r < capacity; ++r)
+          rows[static_cast<std::size_t>(r)] = r;
+      } else {
+        const auto from = static_cast<std::uint32_t>(since);
+        for (std::int64_t r = 0; r < capacity; ++r)
+          if (changed->epoch_of[static_cast<std::size_t>(r)] >= from)
+            rows.push_back(r);
+      }
+    }
+    if (changed == nullptr) {
+      rows_var.changes = std::make_shared<row_changes>(capacity);
+      changed = rows_var.changes.get();
+    }
+    changed->epoch = static_cast<std::uint32_t>(next);
+    const auto n = static_cast<std::int64_t>(rows.size());
+    c.output = any_tensor(dtype::i64, loom::shape{n});
+    std::copy(rows.begin(), rows.end(), c.output.data<std::int64_t>());
+  }
+};
+
+// An increment restored into a shard: its rows and keys written at their row numbers,
+// into buffers of the shard's own (so the index, which holds the keys' buffer, is
+// rebuilt at the next lookup).
+template <class T> struct hash_embedding_patch_cpu {
+  static void run(kernel_context& c) {
+    variable_resource& keys_var = *c.refs[0];
+    variable_resource& rows_var = *c.refs[1];
+    const any_tensor& at = c.input(2);
+    const any_tensor& keys = c.input(3);
+    const any_tensor& values = c.input(4);
+    ordered_locks lock{&keys_var.mu, &rows_var.mu};
+    lock.lock();
+    if (!keys_var.initialized || !rows_var.initialized)
+      throw failed_precondition_error("node " + c.node.describe() +
+                                      ": the shard is not initialized (restore its base first)");
+    const std::int64_t capacity = rows_var.value.shape()[0];
+    const std::int64_t width = rows_var.value.shape()[1];
+    const std::int64_t n = at.num_elements();
+    if (at.rank() != 1 || keys.rank() != 1 || keys.num_elements() != n || values.rank() != 2 ||
+        values.shape()[0] != n || values.shape()[1] != width)
+      throw invalid_argument_error("node " + c.node.describe() + ": row numbers " +
+                                   at.shape().to_string() + ", keys " + keys.shape().to_string() +
+                                   " and rows " + values.shape().to_string() +
+                                   " do not fit a shard of " + rows_var.value.shape().to_string());
+    const std::int64_t* row = at.data<std::int64_t>();
+    for (std::int64_t k = 0; k < n; ++k)
+      if (row[k] < 0 || row[k] >= capacity)
+        throw invalid_argument_error("node " + c.node.describe() + ": row " +
+                                     std::to_string(row[k]) + " is outside the shard's " +
+                                     std::to_string(capacity) + " rows");
+    for (variable_resource* v : {&keys_var, &rows_var})
+      if (!v->value.sole_owner())
+        v->value = v->value.clone();
+    std::int64_t* to_keys = keys_var.value.data<std::int64_t>();
+    T* to_rows = rows_var.value.data<T>();
+    for (std::int64_t k = 0; k < n; ++k) {
+      to_keys[row[k]] = keys.data<std::int64_t>()[k];
+      std::copy_n(values.data<T>() + k * width, width, to_rows + row[k] * width);
+    }
+    rows_var.changes.reset(); // a restore: the saver begins the next epoch after it
+    c.output = any_tensor::scalar(n);
   }
 };
 
@@ -469,6 +569,8 @@ inline bool register_hash_embedding_kernels() {
   register_kernels<hash_embedding_rows_cpu>("hash_embedding_rows", floating_types{});
   register_kernels<hash_embedding_read_cpu>("hash_embedding_read", floating_types{});
   register_kernels<hash_embedding_size_cpu>("hash_embedding_size", type_list<std::int64_t>{});
+  register_kernels<hash_embedding_changes_cpu>("hash_embedding_changes", type_list<std::int64_t>{});
+  register_kernels<hash_embedding_patch_cpu>("hash_embedding_patch", floating_types{});
   register_kernels<hash_embedding_count_cpu>("hash_embedding_count", type_list<std::int64_t>{});
   return true;
 }

@@ -31,6 +31,9 @@ template <class T> struct scatter_cpu {
     const std::string& op = c.node.op;
     with_ids(indices, [&](const auto* id) {
       check_id_range(c.node, id, n, rows, false, var);
+      if (v.changes)
+        for (std::int64_t k = 0; k < n; ++k)
+          v.changes->mark(static_cast<std::int64_t>(id[k]));
       for (std::int64_t k = 0; k < n; ++k) {
         T* to = dst + static_cast<std::int64_t>(id[k]) * row;
         const T* from = src + k * row;

@@ -43,6 +43,7 @@ template <class T> struct assign_cpu {
       // then never copied. Otherwise a copy, so the variable owns its state.
       v.value = c.may_forward(1) ? value : value.clone();
       v.initialized = true;
+      v.changes.reset(); // every row changed: the next incremental save takes them all
     } else {
       check_assign_update(n, v, value);
       if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, bool>) {
@@ -66,6 +67,7 @@ template <class T> struct assign_cpu {
                             out = old - d;
                         });
         v.value = std::move(next);
+        v.changes.reset();
       }
     }
     c.output = v.value;

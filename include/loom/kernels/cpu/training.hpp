@@ -97,6 +97,7 @@ void run_update(kernel_context& c, std::size_t grad_input, int tensors, Rule&& r
   variable_resource& var = *c.refs[0];
   if (c.node.op.rfind("sparse_", 0) != 0) {
     const apply_locks lock = begin_update(c, grad);
+    var.changes.reset(); // every row changes
     const update_targets<T> targets(c);
     update_chunks<T>(c, tensors, [&](Eigen::DenseIndex f, Eigen::DenseIndex len) {
       rule(targets, f, grad.data<T>(), f, len);
@@ -129,6 +130,9 @@ void run_update(kernel_context& c, std::size_t grad_input, int tensors, Rule&& r
                   width_constant);
       });
     }
+    if (var.changes) // an incremental checkpoint follows this variable
+      for (const I r : distinct)
+        var.changes->mark(static_cast<std::int64_t>(r));
     const update_targets<T> targets(c);
     const T* summed_rows = summed.data<T>();
     with_row_width<T>(row, [&](auto width) {
