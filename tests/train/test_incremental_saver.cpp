@@ -47,8 +47,9 @@ struct model {
   loom::hash_embedding<float> emb{
       g, "emb", 3, {.capacity_per_shard = 4, .num_shards = 2, .evict_when_full = true}};
   loom::variable<float, 1> w{g, "w", loom::shape{3}, loom::constant_initializer{0.5}};
+  loom::output<float, 2> looked_up = emb.lookup(ids);
   loom::operation train =
-      loom::adagrad_optimizer{0.5}.minimize(loom::lower(loom::reduce_sum(emb.lookup(ids) * w)));
+      loom::adagrad_optimizer{0.5}.minimize(loom::lower(loom::reduce_sum(looked_up * w)));
   loom::output<float, 2> read = emb.lookup(ids, loom::hash_lookup::read_only);
 
   void step(loom::session& s, std::vector<std::int64_t> v) const {
@@ -112,15 +113,19 @@ TEST_CASE_FIXTURE(
   m.step(s, {9, 11}); // shard 1 is full (1, 3, 5, 7): 9 and 11 evict 1 and 3
   const std::string second = saver.save_increment(s, dir / "model", 3);
   CHECK(rows_in(second) == 2); // the rows 9 and 11 took
+  // A lookup without an update: 13 evicts 5 and takes its row (its slot restarted).
+  s.run(m.looked_up, {{m.ids, loom::tensor<std::int64_t, 1>(loom::shape{1}, {13})}});
   const std::string third = saver.save_increment(s, dir / "model", 4);
-  CHECK(rows_in(third) == 0); // nothing written since
-  CHECK(loom::latest_checkpoint(dir.path) == third);
-  CHECK(loom::incremental_saver::is_increment(third));
+  CHECK(rows_in(third) == 1);
+  const std::string fourth = saver.save_increment(s, dir / "model", 5);
+  CHECK(rows_in(fourth) == 0); // nothing written since
+  CHECK(loom::latest_checkpoint(dir.path) == fourth);
+  CHECK(loom::incremental_saver::is_increment(fourth));
   CHECK_FALSE(loom::incremental_saver::is_increment(base));
   const auto want = m.values(s);
 
   loom::session fresh(m.g, opts());
-  saver.restore(fresh, third);
+  saver.restore(fresh, fourth);
   const auto got = m.values(fresh);
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i)
@@ -131,12 +136,12 @@ TEST_CASE_FIXTURE(
   CHECK(rows(0, 0) != 0.0f);
   CHECK(rows(1, 0) == 0.0f);
 
-  // The restored chain goes on: the next increment follows the third.
+  // The restored chain goes on: the next increment follows the fourth.
   m.step(fresh, {4});
-  const std::string fourth = saver.save_increment(fresh, dir / "model", 5);
-  CHECK(rows_in(fourth) == 1);
-  CHECK(loom::checkpoint_reader(fourth).read_tensor("_increment/previous").data<std::string>()[0] ==
-        "model-4");
+  const std::string fifth = saver.save_increment(fresh, dir / "model", 6);
+  CHECK(rows_in(fifth) == 1);
+  CHECK(loom::checkpoint_reader(fifth).read_tensor("_increment/previous").data<std::string>()[0] ==
+        "model-5");
 }
 
 TEST_CASE_FIXTURE(chain, "a chain with a missing or damaged link is refused, naming the file") {
