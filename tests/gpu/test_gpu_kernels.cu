@@ -111,6 +111,7 @@ const std::set<std::string>& cpu_only_ops() {
       "hash_embedding_size",
       "hash_embedding_count",
       "hash_embedding_changes",
+      "hash_embedding_changed_values",
       "hash_embedding_patch",
       // An input pipeline's iterator: a host resource of the task that made the dataset;
       // its elements are host tensors (TF's IteratorGetNext runs on the CPU too), and a

@@ -198,6 +198,9 @@ inline bool register_hash_embedding_ops() {
   // (a full save's start, or a restore's end). Otherwise the rows written since epoch
   // `since` began, and epoch `next` begins; every row where the shard cannot tell (its
   // task restarted, or its rows were assigned whole). Output: int64 row numbers [n].
+  // Their keys, values and slots (attr _row_slots) are copied under the same locks, for
+  // hash_embedding_changed_values to hand out: one consistent snapshot, while training
+  // goes on.
   r.add({.name = "hash_embedding_changes",
          .num_inputs = 4,
          .infer =
@@ -205,8 +208,28 @@ inline bool register_hash_embedding_ops() {
                check_hash_lookup(n, in);
                require_int64_scalar(n, *in[2], "since");
                require_int64_scalar(n, *in[3], "next");
+               attach_to_variable(n, *in[0], "hash_increment");
                n.type = dtype::i64;
                n.shape = loom::shape{-1};
+             },
+         .stateful = true,
+         .ref_inputs = 0b011u,
+         .type_input = -1});
+  // Inputs (keys, rows, the row numbers hash_embedding_changes gave): part `part` of its
+  // snapshot: 0 the keys [n], 1 the rows [n, dim], 2 + k slot k's rows [n, dim].
+  r.add({.name = "hash_embedding_changed_values",
+         .num_inputs = 3,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               check_hash_lookup(n, in);
+               attach_to_variable(n, *in[0], "hash_increment");
+               const auto part = n.attr_or<std::int64_t>("part", -1);
+               if (part < 0 || part >= 2 + static_cast<std::int64_t>(row_slots(n).size()))
+                 throw invalid_argument_error("node " + n.describe() + ": part " +
+                                              std::to_string(part) +
+                                              " of the keys, the rows and the slots in _row_slots");
+               n.type = part == 0 ? dtype::i64 : in[1]->type;
+               n.shape = part == 0 ? loom::shape{-1} : loom::shape{-1, in[1]->shape[1]};
              },
          .stateful = true,
          .ref_inputs = 0b011u,

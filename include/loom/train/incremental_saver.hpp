@@ -23,8 +23,11 @@
 // an epoch on every shard (hash_embedding_changes) under the shard's locks, and every
 // write of a row in place (a lookup's new row or eviction, a sparse update, a
 // scatter) stamps it with the running epoch, so a row written during a save is in
-// this increment or in the next, never in neither. A shard that cannot tell (its
-// task restarted, or its rows were assigned whole) answers with every row.
+// this increment or in the next, never in neither. The changed rows' keys, values and
+// slots are copied under the same locks (hash_embedding_changed_values hands them
+// out), so an increment taken while other workers train pairs each key with its row.
+// A shard that cannot tell (its task restarted, or its rows were assigned whole)
+// answers with every row.
 #pragma once
 
 #include <loom/core/checkpoint_format.hpp>
@@ -94,10 +97,10 @@ private:
     std::string keys_name, rows_name;
     std::vector<std::string> slot_names;
     node_id since = no_node, next = no_node, changed = no_node; // changed: row numbers
-    std::vector<node_id> gathers;                               // keys, rows, slots at them
-    node_id at = no_node;                                       // restore: row numbers
-    std::vector<node_id> values;  // restore: keys, rows, slots at them
-    std::vector<node_id> patches; // restore: the patch, then a scatter_update per slot
+    std::vector<node_id> snapshot_parts; // their keys, rows and slots, copied with them
+    node_id at = no_node;                // restore: row numbers
+    std::vector<node_id> values;         // restore: keys, rows, slots at them
+    std::vector<node_id> patches;        // restore: the patch, then a scatter_update per slot
   };
 
   static saver_options without_renames(saver_options o) {
@@ -182,12 +185,17 @@ LOOM_COMPILED_ONCE incremental_saver::incremental_saver(graph& g, saver_options 
                                    "' are saved without their keys '" + sh.keys_name + "'");
     in_table[i] = in_table[*keys_at] = true;
     std::vector<std::size_t> slot_at;
-    for (const auto& [slot, initial] : detail::row_slots(rows))
-      if (auto k = index_of(slot)) {
+    std::vector<std::int64_t> parts{0, 1}; // of the snapshot: keys, rows, then each slot's
+    std::int64_t part = 2;
+    for (const auto& [slot, initial] : detail::row_slots(rows)) {
+      if (auto k = index_of(slot)) { // a slot the saver does not save is skipped
         sh.slot_names.push_back(slot);
         slot_at.push_back(*k);
+        parts.push_back(part);
         in_table[*k] = true;
       }
+      ++part;
+    }
     const node_id keys = g.find(sh.keys_name);
     const node_id rows_id = vars[i].variable;
     auto scalar = [&](const std::string& what) {
@@ -196,13 +204,16 @@ LOOM_COMPILED_ONCE incremental_saver::incremental_saver(graph& g, saver_options 
     };
     sh.since = scalar("since");
     sh.next = scalar("next");
-    sh.changed = g.add_node("hash_embedding_changes", {keys, rows_id, sh.since, sh.next}, {},
-                            rows.name + "/changes");
+    const std::string slots_list = rows.attr_or<std::string>("_row_slots", "");
+    sh.changed = g.add_node("hash_embedding_changes", {keys, rows_id, sh.since, sh.next},
+                            {{"_row_slots", slots_list}}, rows.name + "/changes");
     std::vector<node_id> targets{keys, rows_id};
     for (std::size_t k : slot_at)
       targets.push_back(vars[k].variable);
-    for (node_id t : targets)
-      sh.gathers.push_back(g.add_node("resource_gather", {t, sh.changed}));
+    for (std::int64_t p : parts)
+      sh.snapshot_parts.push_back(g.add_node("hash_embedding_changed_values",
+                                             {keys, rows_id, sh.changed},
+                                             {{"part", p}, {"_row_slots", slots_list}}));
     sh.at = g.add_node("placeholder", {}, {{"dtype", dtype::i64}, {"shape", loom::shape{-1}}},
                        rows.name + "/restore_rows");
     for (node_id t : targets) {
@@ -218,7 +229,7 @@ LOOM_COMPILED_ONCE incremental_saver::incremental_saver(graph& g, saver_options 
     // Everything of a shard runs on its task: the row numbers never travel.
     for (node_id id : {sh.since, sh.next, sh.changed, sh.at})
       g.mutable_node(id).colocation_group = rows.colocation();
-    for (const auto& ids : {sh.gathers, sh.values, sh.patches})
+    for (const auto& ids : {sh.snapshot_parts, sh.values, sh.patches})
       for (node_id id : ids)
         g.mutable_node(id).colocation_group = rows.colocation();
     shards_.push_back(std::move(sh));
@@ -297,7 +308,7 @@ incremental_saver::save_increment(session& s, const std::string& prefix,
     feeds.emplace_back(sh.since, any_tensor::scalar(epoch_));
     feeds.emplace_back(sh.next, any_tensor::scalar(next));
     fetch.push_back(sh.changed);
-    fetch.insert(fetch.end(), sh.gathers.begin(), sh.gathers.end());
+    fetch.insert(fetch.end(), sh.snapshot_parts.begin(), sh.snapshot_parts.end());
   }
   const auto& vars = full_.variables();
   for (std::size_t i : whole_)

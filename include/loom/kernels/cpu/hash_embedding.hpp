@@ -12,6 +12,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -435,9 +436,17 @@ template <class T> struct hash_embedding_read_cpu {
   }
 };
 
+// What an incremental save takes of a shard: the changed rows' keys, values and slots,
+// copied by hash_embedding_changes and handed out by hash_embedding_changed_values.
+struct hash_increment : resource_base {
+  std::mutex mu;
+  std::vector<any_tensor> parts; // keys [n], rows [n, dim], each slot's [n, dim]
+};
+
 // An incremental checkpoint's question (graph/hash_embedding.hpp): under the shard's
-// keys and rows locks, which every writer of its rows holds, so that a row is either
-// in this epoch's answer or stamped with the next one.
+// keys, rows and slots locks (every writer of its rows holds the first two), so that a
+// row is either in this epoch's answer, its keys, values and slots copied together, or
+// stamped with the next one.
 template <class T> struct hash_embedding_changes_cpu {
   static void run(kernel_context& c) {
     variable_resource& keys_var = *c.refs[0];
@@ -448,7 +457,18 @@ template <class T> struct hash_embedding_changes_cpu {
       throw invalid_argument_error("node " + c.node.describe() + ": epochs since " +
                                    std::to_string(since) + " and next " + std::to_string(next) +
                                    " (next must be in [1, 2^32) and after since)");
-    ordered_locks lock{&keys_var.mu, &rows_var.mu};
+    std::vector<variable_resource*> slots;
+    for (const auto& [name, initial] : detail::row_slots(c.node)) {
+      node_def v;
+      v.op = "variable";
+      v.name = name;
+      v.attrs["container"] = c.node.attr_or<std::string>("resource_container", "");
+      slots.push_back(&c.resources.variable(v));
+    }
+    auto snapshot = attached_resource<hash_increment>(c);
+    ordered_locks lock{&keys_var.mu, &rows_var.mu, &snapshot->mu};
+    for (variable_resource* v : slots)
+      lock.add(v->mu);
     lock.lock();
     if (!keys_var.initialized || !rows_var.initialized)
       throw failed_precondition_error("node " + c.node.describe() + ": hash embedding shard '" +
@@ -479,6 +499,42 @@ template <class T> struct hash_embedding_changes_cpu {
     const auto n = static_cast<std::int64_t>(rows.size());
     c.output = any_tensor(dtype::i64, loom::shape{n});
     std::copy(rows.begin(), rows.end(), c.output.data<std::int64_t>());
+    // The rows' keys, values and slots, copied row by row as bytes (any float dtype).
+    snapshot->parts.clear();
+    std::vector<variable_resource*> sources{&keys_var, &rows_var};
+    sources.insert(sources.end(), slots.begin(), slots.end());
+    for (variable_resource* v : sources) {
+      if (!v->initialized)
+        throw failed_precondition_error("node " + c.node.describe() +
+                                        ": a variable of the shard is not initialized");
+      const any_tensor& from = v->value;
+      const std::int64_t width = from.rank() == 1 ? 1 : from.shape()[1];
+      const std::size_t row_bytes = static_cast<std::size_t>(width) * size_of(from.type());
+      any_tensor part(from.type(), from.rank() == 1 ? loom::shape{n} : loom::shape{n, width});
+      auto* to = static_cast<unsigned char*>(part.raw_data());
+      const auto* base = static_cast<const unsigned char*>(from.raw_data());
+      for (std::int64_t k = 0; k < n; ++k)
+        std::memcpy(to + static_cast<std::size_t>(k) * row_bytes,
+                    base + static_cast<std::size_t>(rows[static_cast<std::size_t>(k)]) * row_bytes,
+                    row_bytes);
+      snapshot->parts.push_back(std::move(part));
+    }
+  }
+};
+
+// A part of the snapshot hash_embedding_changes took (its row numbers, an input, order
+// this after it).
+template <class T> struct hash_embedding_changed_values_cpu {
+  static void run(kernel_context& c) {
+    auto snapshot = attached_resource<hash_increment>(c);
+    std::lock_guard lock(snapshot->mu);
+    const auto part = static_cast<std::size_t>(c.node.attr<std::int64_t>("part"));
+    if (part >= snapshot->parts.size() ||
+        snapshot->parts[part].shape()[0] != c.input(2).num_elements())
+      throw failed_precondition_error("node " + c.node.describe() +
+                                      ": no snapshot of these rows (hash_embedding_changes "
+                                      "runs first, in the same step)");
+    c.output = snapshot->parts[part];
   }
 };
 
@@ -571,6 +627,8 @@ inline bool register_hash_embedding_kernels() {
   register_kernels<hash_embedding_size_cpu>("hash_embedding_size", type_list<std::int64_t>{});
   register_kernels<hash_embedding_changes_cpu>("hash_embedding_changes", type_list<std::int64_t>{});
   register_kernels<hash_embedding_patch_cpu>("hash_embedding_patch", floating_types{});
+  register_kernels<hash_embedding_changed_values_cpu>("hash_embedding_changed_values",
+                                                      type_list<std::int64_t, float, double>{});
   register_kernels<hash_embedding_count_cpu>("hash_embedding_count", type_list<std::int64_t>{});
   return true;
 }
