@@ -168,11 +168,12 @@ private:
 };
 
 // Criteo TSV lines to a file_batch: decoded a batch at a time (decode_csv, TF's
-// vectorized CSV parsing), the hex strings hashed.
+// vectorized CSV parsing), the hex strings hashed (the single-hot ones as they are
+// decoded, csv_hash_bucket).
 class parse_tsv_batch {
 public:
   explicit parse_tsv_batch(std::vector<std::int64_t> vocab)
-      : vocab_(std::move(vocab)), columns_(tsv_columns()) {}
+      : vocab_(std::move(vocab)), columns_(tsv_columns(vocab_)) {}
   file_batch operator()(const loom::tensor<std::string, 1>& lines) const {
     const std::vector<loom::any_tensor> columns =
         data::decode_csv(lines, columns_, {.field_delim = '\t', .use_quote_delim = false});
@@ -186,10 +187,8 @@ public:
       };
     });
     auto ids = columns_to_matrix<std::int64_t>(n, num_single_hot, [&](int f) {
-      return [v = columns[static_cast<std::size_t>(1 + num_dense + f)].data<std::string>(),
-              buckets = vocab_[static_cast<std::size_t>(f)]](std::int64_t i) {
-        return loom::string_to_hash_bucket_fast(v[i], buckets);
-      };
+      return [v = columns[static_cast<std::size_t>(1 + num_dense + f)].data<std::int64_t>()](
+                 std::int64_t i) { return v[i]; };
     });
     auto multi = [&](int k) {
       const int f = num_single_hot + k;
@@ -223,12 +222,15 @@ public:
             multi(3),       std::move(dense), std::move(label)};
   }
 
-  static std::vector<data::csv_column> tsv_columns() {
+  // The label, the integer columns, the single-hot fields hashed as they are decoded
+  // (the bucket of "" where empty) and the multi-hot fields' lists as strings.
+  static std::vector<data::csv_column> tsv_columns(const std::vector<std::int64_t>& vocab) {
     std::vector<data::csv_column> c{data::csv_required<std::int64_t>()};
     for (int d = 0; d < num_dense; ++d)
       c.push_back(data::csv_default<std::int64_t>(0));
     for (int f = 0; f < num_fields; ++f)
-      c.push_back(data::csv_default<std::string>(""));
+      c.push_back(f < num_single_hot ? data::csv_hash_bucket(vocab[static_cast<std::size_t>(f)])
+                                     : data::csv_default<std::string>(""));
     return c;
   }
 

@@ -10,8 +10,11 @@
 #include <support/data_files.hpp>
 #include <support/messages.hpp>
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -265,6 +268,61 @@ TEST_CASE("decode_csv: fields at every offset of the 8-byte words the splitter s
         }
     }
   }
+}
+
+TEST_CASE("csv_hash_bucket: a string column hashed as string_to_hash_bucket_fast hashes it") {
+  const std::vector<std::string> records{"00a1\t7", "\t8", "ffff0000\t9"};
+  const tensor<std::string, 1> batch(shape{3}, records);
+  const auto strings = data::decode_csv(
+      batch, {data::csv_default<std::string>("none"), data::csv_required<std::int64_t>()},
+      {.field_delim = '\t'});
+  const auto hashed = data::decode_csv(
+      batch, {data::csv_hash_bucket(1000, "none"), data::csv_required<std::int64_t>()},
+      {.field_delim = '\t'});
+  CHECK(hashed[0].type() == dtype::i64);
+  CHECK(hashed[0].shape() == shape{3});
+  const any_tensor want = string_to_hash_bucket_fast(strings[0], 1000);
+  for (std::int64_t i = 0; i < 3; ++i)
+    CHECK(hashed[0].flat<std::int64_t>()[i] == want.flat<std::int64_t>()[i]);
+  CHECK(hashed[0].flat<std::int64_t>()[1] == string_to_hash_bucket_fast("none", 1000));
+  // csv_dataset's rows decode the same.
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("loom_hashed_" + std::to_string(::getpid()) + ".tsv"))
+                               .string();
+  {
+    std::ofstream out(path);
+    for (const auto& r : records)
+      out << r << "\n";
+  }
+  auto rows = data::csv_dataset(
+                  {path}, {data::csv_hash_bucket(1000, "none"), data::csv_required<std::int64_t>()},
+                  {.field_delim = '\t'}) |
+              data::batch(3);
+  const auto batched = *rows.make_iterator().next();
+  std::filesystem::remove(path);
+  for (std::int64_t i = 0; i < 3; ++i)
+    CHECK(batched[0].flat<std::int64_t>()[i] == want.flat<std::int64_t>()[i]);
+  // A missing field without a default, a bad bucket count, a default of another type.
+  CHECK(contains(message_of<invalid_argument_error>([&] {
+                   data::decode_csv(batch,
+                                    {data::csv_hash_bucket(10, std::nullopt),
+                                     data::csv_required<std::int64_t>()},
+                                    {.field_delim = '\t'});
+                 }),
+                 "record 1: field 0 is empty and its column has no default"));
+  CHECK(contains(message_of<invalid_argument_error>([&] {
+                   data::decode_csv(batch,
+                                    {data::csv_hash_bucket(-3), data::csv_required<std::int64_t>()},
+                                    {.field_delim = '\t'});
+                 }),
+                 "a column hashed into -3 buckets of int64"));
+  data::csv_column wrong = data::csv_hash_bucket(10);
+  wrong.default_value = any_tensor::scalar<std::int64_t>(0);
+  CHECK(contains(
+      message_of<invalid_argument_error>([&] {
+        data::decode_csv(batch, {wrong, data::csv_required<std::int64_t>()}, {.field_delim = '\t'});
+      }),
+      "a column of int64 hashed from strings has the default"));
 }
 
 } // namespace pipeline_tests

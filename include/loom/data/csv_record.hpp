@@ -12,6 +12,7 @@
 
 #include <loom/core/compiled_once.hpp>
 #include <loom/core/error.hpp>
+#include <loom/core/fingerprint.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/data/file_io.hpp>
 
@@ -35,6 +36,11 @@ namespace loom::data {
 struct csv_column {
   dtype type;
   std::optional<any_tensor> default_value;
+  // Above 0: an int64 column of the field's text hashed into this many buckets as
+  // string_to_hash_bucket_fast hashes it (TF's decode_csv of a string column, then
+  // categorical_column_with_hash_bucket's hash), without making a string of each field;
+  // its default_value is the string a missing field stands for.
+  std::int64_t hash_buckets = 0;
 };
 
 template <element_type T> csv_column csv_default(T value) {
@@ -42,6 +48,15 @@ template <element_type T> csv_column csv_default(T value) {
 }
 template <element_type T> csv_column csv_required() {
   return {dtype_of<T>, std::nullopt};
+}
+// A string column hashed to `num_buckets` ids (above); a missing field is `missing`'s
+// bucket, or an error where it is nullopt.
+inline csv_column csv_hash_bucket(std::int64_t num_buckets,
+                                  std::optional<std::string> missing = std::string()) {
+  return {dtype::i64,
+          missing ? std::optional<any_tensor>(any_tensor::scalar<std::string>(std::move(*missing)))
+                  : std::nullopt,
+          num_buckets};
 }
 
 // header and file_compression are the files' (csv_dataset); decode_csv, given
@@ -127,6 +142,17 @@ private:
   // has none or does not parse.
   template <class T>
   bool decode_field(const csv_field& f, const csv_column& col, void* out, std::int64_t row) const;
+  // A hashed column's field (csv_hash_bucket): its text's bucket, or its default's.
+  bool decode_hashed(const csv_field& f, const csv_column& col, void* out, std::int64_t row) const {
+    std::string_view text = f.text;
+    if (missing(f)) {
+      if (!col.default_value)
+        return false;
+      text = *static_cast<const std::string*>(col.default_value->raw_data());
+    }
+    static_cast<std::int64_t*>(out)[row] = string_to_hash_bucket_fast(text, col.hash_buckets);
+    return true;
+  }
   // Empty, or equal to na_value: the column's default is the value.
   bool missing(const csv_field& f) const {
     return f.text.empty() || (!f.quoted && !options_.na_value.empty() &&
@@ -314,14 +340,17 @@ std::string csv_decoder::decode(std::span<const csv_field> fields,
     const csv_field& f = fields[at];
     const csv_column& col = columns_[i];
     bool ok = false;
-    switch (col.type) { // a switch, not visit_dtype: this runs per field
-    case dtype::i64: ok = decode_field<std::int64_t>(f, col, outputs[i], row); break;
-    case dtype::string: ok = decode_field<std::string>(f, col, outputs[i], row); break;
-    case dtype::f32: ok = decode_field<float>(f, col, outputs[i], row); break;
-    case dtype::i32: ok = decode_field<std::int32_t>(f, col, outputs[i], row); break;
-    case dtype::f64: ok = decode_field<double>(f, col, outputs[i], row); break;
-    case dtype::boolean: break; // refused by the constructor
-    }
+    if (col.hash_buckets > 0) // fails only where missing without a default
+      ok = decode_hashed(f, col, outputs[i], row);
+    else
+      switch (col.type) { // a switch, not visit_dtype: this runs per field
+      case dtype::i64: ok = decode_field<std::int64_t>(f, col, outputs[i], row); break;
+      case dtype::string: ok = decode_field<std::string>(f, col, outputs[i], row); break;
+      case dtype::f32: ok = decode_field<float>(f, col, outputs[i], row); break;
+      case dtype::i32: ok = decode_field<std::int32_t>(f, col, outputs[i], row); break;
+      case dtype::f64: ok = decode_field<double>(f, col, outputs[i], row); break;
+      case dtype::boolean: break; // refused by the constructor
+      }
     if (ok)
       continue;
     if (missing(f))
@@ -340,8 +369,15 @@ LOOM_COMPILED_ONCE csv_decoder::csv_decoder(std::vector<csv_column> columns, csv
     if (c.type == dtype::boolean)
       throw invalid_argument_error(w + ": a column of bool (TF reads int32, int64, float32, "
                                        "float64 and string)");
-    if (c.default_value && (c.default_value->type() != c.type || c.default_value->rank() != 0))
+    if (c.hash_buckets < 0 || (c.hash_buckets > 0 && c.type != dtype::i64))
+      throw invalid_argument_error(w + ": a column hashed into " + std::to_string(c.hash_buckets) +
+                                   " buckets of " + std::string(to_string(c.type)) +
+                                   " (csv_hash_bucket: int64 ids, 1 bucket or more)");
+    const dtype default_type = c.hash_buckets > 0 ? dtype::string : c.type;
+    if (c.default_value &&
+        (c.default_value->type() != default_type || c.default_value->rank() != 0))
       throw invalid_argument_error(w + ": a column of " + std::string(to_string(c.type)) +
+                                   (c.hash_buckets > 0 ? " hashed from strings" : "") +
                                    " has the default " + c.default_value->describe());
   }
   const auto& sel = options_.select_cols;
