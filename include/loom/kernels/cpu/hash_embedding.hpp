@@ -441,6 +441,7 @@ template <class T> struct hash_embedding_read_cpu {
 struct hash_increment : resource_base {
   std::mutex mu;
   std::vector<any_tensor> parts; // keys [n], rows [n, dim], each slot's [n, dim]
+  std::vector<bool> given;       // each part is handed out once, then let go
 };
 
 // An incremental checkpoint's question (graph/hash_embedding.hpp): under the shard's
@@ -470,10 +471,13 @@ template <class T> struct hash_embedding_changes_cpu {
     for (variable_resource* v : slots)
       lock.add(v->mu);
     lock.lock();
-    if (!keys_var.initialized || !rows_var.initialized)
-      throw failed_precondition_error("node " + c.node.describe() + ": hash embedding shard '" +
-                                      c.node.attr_or<std::string>("_ref_name_1", "?") +
-                                      "' is not initialized");
+    std::vector<variable_resource*> sources{&keys_var, &rows_var};
+    sources.insert(sources.end(), slots.begin(), slots.end());
+    for (const variable_resource* v : sources)
+      if (!v->initialized)
+        throw failed_precondition_error("node " + c.node.describe() + ": hash embedding shard '" +
+                                        c.node.attr_or<std::string>("_ref_name_1", "?") +
+                                        "' or one of its slots is not initialized");
     const std::int64_t capacity = rows_var.value.shape()[0];
     std::vector<std::int64_t> rows;
     // The shard can tell what changed since `since` only where it has stamped every
@@ -501,12 +505,8 @@ template <class T> struct hash_embedding_changes_cpu {
     std::copy(rows.begin(), rows.end(), c.output.data<std::int64_t>());
     // The rows' keys, values and slots, copied row by row as bytes (any float dtype).
     snapshot->parts.clear();
-    std::vector<variable_resource*> sources{&keys_var, &rows_var};
-    sources.insert(sources.end(), slots.begin(), slots.end());
-    for (variable_resource* v : sources) {
-      if (!v->initialized)
-        throw failed_precondition_error("node " + c.node.describe() +
-                                        ": a variable of the shard is not initialized");
+    snapshot->given.assign(sources.size(), false);
+    for (const variable_resource* v : sources) {
       const any_tensor& from = v->value;
       const std::int64_t width = from.rank() == 1 ? 1 : from.shape()[1];
       const std::size_t row_bytes = static_cast<std::size_t>(width) * size_of(from.type());
@@ -523,18 +523,21 @@ template <class T> struct hash_embedding_changes_cpu {
 };
 
 // A part of the snapshot hash_embedding_changes took (its row numbers, an input, order
-// this after it).
+// this after it), handed out once: the snapshot holds no memory between saves.
 template <class T> struct hash_embedding_changed_values_cpu {
   static void run(kernel_context& c) {
     auto snapshot = attached_resource<hash_increment>(c);
     std::lock_guard lock(snapshot->mu);
     const auto part = static_cast<std::size_t>(c.node.attr<std::int64_t>("part"));
-    if (part >= snapshot->parts.size() ||
+    if (part >= snapshot->parts.size() || snapshot->given[part] ||
         snapshot->parts[part].shape()[0] != c.input(2).num_elements())
       throw failed_precondition_error("node " + c.node.describe() +
                                       ": no snapshot of these rows (hash_embedding_changes "
                                       "runs first, in the same step)");
-    c.output = snapshot->parts[part];
+    c.output = std::move(snapshot->parts[part]);
+    snapshot->given[part] = true;
+    if (std::all_of(snapshot->given.begin(), snapshot->given.end(), [](bool g) { return g; }))
+      snapshot->parts.clear();
   }
 };
 
