@@ -10,6 +10,7 @@
 #include <loom/core/tfrecord.hpp>
 
 #include <support/messages.hpp>
+#include <support/scratch_dir.hpp>
 
 #include <doctest/doctest.h>
 
@@ -34,6 +35,7 @@ namespace fs = std::filesystem;
 namespace tb = loom::tensor_bundle;
 using loom::testing::contains;
 using loom::testing::message_of;
+using loom::testing::scratch_dir;
 
 std::string fixture(const std::string& relative) {
   return std::string(LOOM_TEST_SOURCE_DIR) + "/tests/data/tf_checkpoints/" + relative;
@@ -48,23 +50,6 @@ void write_bytes(const std::string& path, std::string_view bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
-
-// A directory of its own, removed with everything in it.
-struct scratch_dir {
-  fs::path path;
-  scratch_dir() {
-    std::string name = (fs::temp_directory_path() / "loom_bundle_XXXXXX").string();
-    REQUIRE(::mkdtemp(name.data()) != nullptr);
-    path = name;
-  }
-  scratch_dir(const scratch_dir&) = delete;
-  scratch_dir& operator=(const scratch_dir&) = delete;
-  ~scratch_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 // Copies checkpoint `prefix`'s files into `dir` under `name`; returns the new prefix.
 std::string copy_checkpoint(const std::string& prefix, const scratch_dir& dir,

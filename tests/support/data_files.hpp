@@ -1,32 +1,13 @@
-// Files for the input pipeline's tests: a scratch directory removed with
-// everything in it when the test ends, and the TF-written fixtures' directory.
+// Files for the input pipeline's tests: a scratch directory (scratch_dir.hpp), and the
+// TF-written fixtures' directory.
 #pragma once
 
-#include <chrono>
-#include <filesystem>
+#include "scratch_dir.hpp"
+
 #include <fstream>
-#include <random>
 #include <string>
 
 namespace loom::testing {
-
-struct scratch_dir {
-  std::filesystem::path path;
-  scratch_dir() {
-    std::random_device rd;
-    const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
-    path = std::filesystem::temp_directory_path() /
-           ("loom_pipeline_test_" + std::to_string(stamp) + "_" + std::to_string(rd()));
-    std::filesystem::create_directories(path);
-  }
-  scratch_dir(const scratch_dir&) = delete;
-  scratch_dir& operator=(const scratch_dir&) = delete;
-  ~scratch_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 inline void write_text_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 #include <support/messages.hpp>
 #include <support/process.hpp>
+#include <support/scratch_dir.hpp>
 
 #include <unistd.h>
 
@@ -24,20 +25,7 @@ namespace incremental_saver_tests {
 namespace fs = std::filesystem;
 using loom::testing::contains;
 using loom::testing::message_of;
-
-struct scratch_dir {
-  std::string path;
-  scratch_dir() {
-    std::string tmpl = (fs::temp_directory_path() / "loom_increment_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~scratch_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
+using loom::testing::scratch_dir;
 
 // A hash table of 2 shards of 4 rows that evicts when full, trained by Adagrad (a slot),
 // beside a dense variable.

@@ -11,6 +11,7 @@
 #include <support/cluster.hpp>
 #include <support/messages.hpp>
 #include <support/process.hpp>
+#include <support/scratch_dir.hpp>
 #include <support/stderr_capture.hpp>
 
 #include <signal.h>
@@ -32,26 +33,9 @@ namespace fs = std::filesystem;
 using loom::shape;
 using loom::tensor;
 using loom::testing::contains;
+using loom::testing::scratch_dir;
 
 namespace {
-
-// A fresh directory, removed with everything in it at the end of the test.
-struct temp_dir {
-  std::string path;
-  temp_dir() {
-    std::string tmpl = (fs::temp_directory_path() / "loom_saver_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  ~temp_dir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -138,7 +122,7 @@ struct model {
 } // namespace
 
 TEST_CASE("save and restore round-trip every dtype in a local session") {
-  temp_dir dir;
+  scratch_dir dir;
   model m;
   loom::saver saver(m.g, {.format = loom_format});
   CHECK(saver.variables().size() == 6);
@@ -182,7 +166,7 @@ TEST_CASE("save and restore round-trip every dtype in a local session") {
 }
 
 TEST_CASE("saving an uninitialised variable fails and writes nothing") {
-  temp_dir dir;
+  scratch_dir dir;
   model m;
   loom::saver saver(m.g);
   loom::session s(m.g, opts());
@@ -193,7 +177,7 @@ TEST_CASE("saving an uninitialised variable fails and writes nothing") {
 }
 
 TEST_CASE("var_list saves only the given variables; a node that is not a variable is refused") {
-  temp_dir dir;
+  scratch_dir dir;
   model m;
   loom::saver some(m.g, {.var_list = {m.w.id(), m.step.id()}, .format = loom_format});
   CHECK(some.variables().size() == 2);
@@ -220,7 +204,7 @@ TEST_CASE("var_list saves only the given variables; a node that is not a variabl
 }
 
 TEST_CASE("max_to_keep deletes the oldest checkpoints and the state file lists the kept ones") {
-  temp_dir dir;
+  scratch_dir dir;
   model m;
   loom::saver saver(m.g, {.max_to_keep = 2, .format = loom_format});
   loom::session s(m.g, opts());
@@ -250,7 +234,7 @@ TEST_CASE("max_to_keep deletes the oldest checkpoints and the state file lists t
   CHECK(files_in(dir.path) == std::vector<std::string>{"checkpoint", "model-3", "model-5"});
 
   // max_to_keep 0 keeps every file and lists only the newest.
-  temp_dir all;
+  scratch_dir all;
   loom::saver keep_all(m.g, {.max_to_keep = 0, .format = loom_format});
   for (int step = 1; step <= 3; ++step)
     keep_all.save(s, all / "m", step);
@@ -260,7 +244,7 @@ TEST_CASE("max_to_keep deletes the oldest checkpoints and the state file lists t
 }
 
 TEST_CASE("latest_checkpoint reads the state file and falls back to nothing") {
-  temp_dir dir;
+  scratch_dir dir;
   CHECK(!loom::latest_checkpoint(dir.path));
   CHECK(!loom::latest_checkpoint(dir / "no_such_dir"));
   model m;
@@ -283,7 +267,7 @@ TEST_CASE("latest_checkpoint reads the state file and falls back to nothing") {
 }
 
 TEST_CASE("a corrupt byte fails the checksum of its tensor, naming the file and the tensor") {
-  temp_dir dir;
+  scratch_dir dir;
   model m;
   loom::saver saver(m.g, {.format = loom_format});
   loom::session s(m.g, opts());
@@ -315,7 +299,7 @@ TEST_CASE("a corrupt byte fails the checksum of its tensor, naming the file and 
 }
 
 TEST_CASE("a truncated or malformed file is a clear error, never a crash or a huge allocation") {
-  temp_dir dir;
+  scratch_dir dir;
   model m;
   loom::saver saver(m.g, {.format = loom_format});
   loom::session s(m.g, opts());
@@ -379,7 +363,7 @@ TEST_CASE("a truncated or malformed file is a clear error, never a crash or a hu
 }
 
 TEST_CASE("a checkpoint with another shape, dtype or without a variable is a clear error") {
-  temp_dir dir;
+  scratch_dir dir;
   model m;
   loom::saver saver(m.g, {.format = loom_format});
   loom::session s(m.g, opts());
@@ -432,7 +416,7 @@ TEST_CASE("a checkpoint with another shape, dtype or without a variable is a cle
 }
 
 TEST_CASE("a failed save never leaves a torn file; the previous checkpoint still restores") {
-  temp_dir dir;
+  scratch_dir dir;
   model m;
   loom::saver saver(m.g, {.format = loom_format});
   loom::session s(m.g, opts());
@@ -480,7 +464,7 @@ TEST_CASE("a failed save never leaves a torn file; the previous checkpoint still
     unchanged();
   }
   SUBCASE("the rename fails") {
-    temp_dir other;
+    scratch_dir other;
     fs::create_directory(other / "model-5"); // a directory where the file would go
     fs::create_directory(other / "model-5/x");
     CHECK(contains(error_of([&] { saver.save(s, other / "model", 5); }, loom::error_code::unknown),
@@ -538,7 +522,7 @@ struct cluster_model {
 } // namespace
 
 TEST_CASE("a checkpoint saved on a cluster of 2 ps tasks restores into a cluster of 1") {
-  temp_dir dir;
+  scratch_dir dir;
   std::string path;
   {
     local_cluster cluster(2, 1);
@@ -591,7 +575,7 @@ TEST_CASE("loom-ckpt lists a checkpoint, prints a tensor, and exits 1 on a bad f
     MESSAGE("LOOM_BUILD_TOOLS is off: loom-ckpt not built, skipped");
     return;
   }
-  temp_dir dir;
+  scratch_dir dir;
   model m;
   loom::saver saver(m.g, {.format = loom_format});
   loom::session s(m.g, opts());
@@ -750,7 +734,7 @@ TEST_CASE("a partitioned embedding saved in N shards restores into M shards, eve
         const std::int64_t from = counts.first, to = counts.second;
         INFO((format == loom::checkpoint_format::loom ? "loom's format, " : "TF's format, ")
              << (div ? "div" : "mod") << ": " << from << " -> " << to << " shards");
-        temp_dir dir;
+        scratch_dir dir;
         {
           embedding_model saved(rows, from, strategy);
           loom::session s(saved.g);
@@ -777,7 +761,7 @@ TEST_CASE("a partitioned embedding saved in N shards restores into M shards, eve
 
 TEST_CASE("restoring a partitioned embedding with another strategy is one clear error") {
   for (const auto format : {loom::checkpoint_format::loom, loom::checkpoint_format::tensorflow}) {
-    temp_dir dir;
+    scratch_dir dir;
     {
       embedding_model saved(10, 2, loom::partition_strategy::mod);
       loom::session s(saved.g);
@@ -800,7 +784,7 @@ TEST_CASE("restoring a partitioned embedding with another strategy is one clear 
 
 TEST_CASE("a partitioned variable no lookup reads restores a \"mod\" checkpoint of the same "
           "shard count as saved") {
-  temp_dir dir;
+  scratch_dir dir;
   tensor<float, 2> part0;
   {
     embedding_model saved(10, 2, loom::partition_strategy::mod);
@@ -835,7 +819,7 @@ TEST_CASE("one partitioned variable looked up with two strategies is refused") {
 
 TEST_CASE("a sharded save: each ps writes its own variables, the manifest comes last, and it "
           "restores into another count of ps tasks") {
-  temp_dir dir;
+  scratch_dir dir;
   std::string path;
   {
     local_cluster cluster(2, 1);
@@ -903,7 +887,7 @@ TEST_CASE("a sharded save: each ps writes its own variables, the manifest comes 
 
 TEST_CASE("a save or restore of progress_every_bytes or more says its progress in the log; a "
           "smaller one says nothing") {
-  temp_dir dir;
+  scratch_dir dir;
   loom::graph g;
   std::vector<loom::variable<float, 1>> vars;
   for (const char* name : {"a", "b", "c"}) // 4 kB each
@@ -937,7 +921,7 @@ TEST_CASE("a save or restore of progress_every_bytes or more says its progress i
 }
 
 TEST_CASE("a sharded save says each shard's progress in the log of the task that writes it") {
-  temp_dir dir;
+  scratch_dir dir;
   local_cluster cluster(2, 1);
   cluster_model m(cluster.spec);
   loom::saver saver(
@@ -957,7 +941,7 @@ TEST_CASE("a sharded save says each shard's progress in the log of the task that
 
 TEST_CASE("a sharded save in TF's format: each ps writes its own data file, the index comes "
           "last, and it restores into another count of ps tasks") {
-  temp_dir dir;
+  scratch_dir dir;
   std::string path;
   {
     local_cluster cluster(2, 1);
@@ -1028,7 +1012,7 @@ TEST_CASE("loom-ckpt inspects TensorFlow's checkpoints and converts loom's into 
     CHECK(contains(ran.second, "has no tensor 'b/i6' (nearest: 'b/i64'"));
   }
 
-  temp_dir dir;
+  scratch_dir dir;
   model m;
   loom::saver saver(m.g, {.format = loom_format});
   loom::session s(m.g, opts());
@@ -1085,7 +1069,7 @@ TEST_CASE("loom-ckpt says how many rows of each hash-table shard hold ids, in ei
   loom::session s(g, opts());
   s.run(loom::global_variables_initializer(g));
   s.run(rows, {{ids, loom::tensor<std::int64_t, 1>(loom::shape{5}, {0, 1, 2, 3, 5})}});
-  temp_dir dir;
+  scratch_dir dir;
   for (const auto format : {loom_format, loom::checkpoint_format::tensorflow}) {
     const auto path =
         loom::saver(g, {.format = format}).save(s, dir / (format == loom_format ? "loom" : "tf"));

@@ -11,6 +11,7 @@
 
 #include <doctest/doctest.h>
 #include <support/messages.hpp>
+#include <support/scratch_dir.hpp>
 
 #include <unistd.h>
 
@@ -29,25 +30,9 @@ namespace tf_checkpoints {
 namespace fs = std::filesystem;
 using loom::shape;
 using loom::testing::contains;
+using loom::testing::scratch_dir;
 
 const std::string fixtures = std::string(LOOM_TEST_SOURCE_DIR) + "/tests/data/tf_checkpoints/";
-
-// A fresh directory, removed with everything in it at the end of the test.
-struct scratch {
-  std::string path;
-  scratch() {
-    std::string tmpl = (fs::temp_directory_path() / "loom_tf_ckpt_XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  scratch(const scratch&) = delete;
-  scratch& operator=(const scratch&) = delete;
-  ~scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
 
 // What TF read back from a fixture (PREFIX.expected.txt): each tensor's values as
 // the file writes them (floats as the hex of their bits), by name.
@@ -194,7 +179,7 @@ TEST_CASE("TF's 3-way partitioned embedding restores into 2 and 5 shards bit for
 // The saver's TF format, read back by the bundle reader (as TF reads it): TF's names,
 // a partitioned variable as one tensor with its parts' slices.
 TEST_CASE("the saver writes TF's format under TF's names, restored by either reader") {
-  scratch dir;
+  scratch_dir dir;
   embedding e(3, loom::partition_strategy::div);
   loom::saver saver(e.g, {.max_to_keep = 2, .format = loom::checkpoint_format::tensorflow});
   loom::session s(e.g);
@@ -237,7 +222,7 @@ TEST_CASE("the saver writes TF's format under TF's names, restored by either rea
 }
 
 TEST_CASE("var_names saves variables under other names, and restores them from those") {
-  scratch dir;
+  scratch_dir dir;
   loom::graph g;
   loom::variable<float, 1> w(g, "w", shape{3}, loom::constant_initializer{2.5});
   auto emb = loom::get_variable<float, 2>(g, "emb", shape{5, 2}, loom::constant_initializer{1.0},
@@ -271,7 +256,7 @@ TEST_CASE("var_names saves variables under other names, and restores them from t
 }
 
 TEST_CASE("an evaluation graph restores the moving averages into its variables (TF's way)") {
-  scratch dir;
+  scratch_dir dir;
   std::string path;
   {
     // Training: w moves to 10, its average to 4 + 0.5 (10 - 4) = 7.
@@ -358,7 +343,7 @@ TEST_CASE("init_from_checkpoint: a map entry matching nothing, a missing tensor,
 TEST_CASE("restoring TF's format: a missing name lists the nearest, a shape or dtype mismatch "
           "names both, a corrupt byte the file and the tensor; a failed save leaves the "
           "checkpoint of its name as it was") {
-  scratch dir;
+  scratch_dir dir;
   seed_mlp m;
   loom::saver saver(m.g, {.format = loom::checkpoint_format::tensorflow});
   loom::session s(m.g);
