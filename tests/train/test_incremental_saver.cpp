@@ -229,4 +229,22 @@ TEST_CASE_FIXTURE(
   CHECK_MESSAGE(contains(c.output(), "emb/part_1_of_2: 1\n"), c.output()); // id 5
 }
 
+TEST_CASE("a restarted chief's saver, counting its epochs from 1 again, is answered with the "
+          "rows written since its own full save") {
+  model m;
+  loom::incremental_saver saver(m.g);
+  loom::incremental_saver restarted(m.g); // a restarted chief's, on a ps that kept running
+  scratch_dir dir;
+  loom::session s(m.g, opts());
+  s.run(loom::global_variables_initializer(m.g));
+  saver.save(s, dir / "model", 1);
+  for (std::int64_t step = 2; step <= 4; ++step) { // the first saver's epochs go to 4
+    m.step(s, {step});
+    saver.save_increment(s, dir / "model", step);
+  }
+  restarted.save(s, dir / "model", 5); // its epoch 1
+  m.step(s, {6});
+  CHECK(rows_in(restarted.save_increment(s, dir / "model", 6)) == 1);
+}
+
 } // namespace incremental_saver_tests

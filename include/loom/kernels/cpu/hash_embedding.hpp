@@ -498,6 +498,11 @@ template <class T> struct hash_embedding_changes_cpu {
     if (changed == nullptr) {
       rows_var.changes = std::make_shared<row_changes>(capacity);
       changed = rows_var.changes.get();
+    } else if (since < 0) {
+      // A full save's or a restore's start: what was written before is in it, so the
+      // stamps start over, and a saver whose epochs count from 1 again (a restarted
+      // chief) is not answered with rows an earlier one's epochs stamped.
+      std::fill(changed->epoch_of.begin(), changed->epoch_of.end(), 0u);
     }
     changed->epoch = static_cast<std::uint32_t>(next);
     const auto n = static_cast<std::int64_t>(rows.size());
