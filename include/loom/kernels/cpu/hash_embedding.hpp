@@ -231,6 +231,16 @@ inline double hashed_normal(std::uint64_t seed, std::uint64_t id, std::uint64_t 
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
+// The variable node of slot `name` in node n's _row_slots, in n's resource container:
+// what resource_access::variable finds it by.
+inline node_def row_slot_variable(const node_def& n, const std::string& name) {
+  node_def v;
+  v.op = "variable";
+  v.name = name;
+  v.attrs["container"] = n.attr_or<std::string>("resource_container", "");
+  return v;
+}
+
 // A lookup's attributes, decoded once per plan item.
 struct hash_rows_attrs {
   std::string table;
@@ -250,13 +260,8 @@ struct hash_rows_attrs {
         evict_when_full(n.attr_or<bool>("evict_when_full", false)),
         seed(static_cast<std::uint64_t>(n.attr_or<std::int64_t>("seed", 0))),
         init_stddev(n.attr_or<double>("init_stddev", 0.05)) {
-    for (const auto& [name, initial] : detail::row_slots(n)) {
-      node_def v;
-      v.op = "variable";
-      v.name = name;
-      v.attrs["container"] = n.attr_or<std::string>("resource_container", "");
-      slots.emplace_back(std::move(v), initial);
-    }
+    for (const auto& [name, initial] : detail::row_slots(n))
+      slots.emplace_back(row_slot_variable(n, name), initial);
   }
   bool evicting() const noexcept { return steps_to_live > 0 || evict_when_full; }
 };
@@ -459,13 +464,8 @@ template <class T> struct hash_embedding_changes_cpu {
                                    std::to_string(since) + " and next " + std::to_string(next) +
                                    " (next must be in [1, 2^32) and after since)");
     std::vector<variable_resource*> slots;
-    for (const auto& [name, initial] : detail::row_slots(c.node)) {
-      node_def v;
-      v.op = "variable";
-      v.name = name;
-      v.attrs["container"] = c.node.attr_or<std::string>("resource_container", "");
-      slots.push_back(&c.resources.variable(v));
-    }
+    for (const auto& [name, initial] : detail::row_slots(c.node))
+      slots.push_back(&c.resources.variable(row_slot_variable(c.node, name)));
     auto snapshot = attached_resource<hash_increment>(c);
     ordered_locks lock{&keys_var.mu, &rows_var.mu, &snapshot->mu};
     for (variable_resource* v : slots)
