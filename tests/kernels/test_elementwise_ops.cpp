@@ -256,6 +256,27 @@ TEST_CASE("relu_grad: dy where x > 0, +0 elsewhere, in the packets and the tail"
   }
 }
 
+// elu below zero is exp(x) - 1, which cancels near zero: one last bit of exp(x) is a 2e-5
+// relative error at x = -0.003. Both forms must keep expm1's accuracy there, or the CPU
+// and GPU kernels (two exp()s) differ beyond the GPU kernel test's bound.
+TEST_CASE("elu: both forms accurate to a few ulps near zero, where exp(x) - 1 cancels") {
+  std::vector<float> x(37);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = -0.01f * static_cast<float>(i + 1) / 37.f;
+  const any_tensor t = tensor_of(x);
+  const any_tensor* p = &t;
+  node_def n;
+  n.op = "elu";
+  n.name = "elu";
+  const any_tensor out = run_registered(n, dtype::f32, std::span<const any_tensor* const>(&p, 1));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = std::expm1(static_cast<double>(x[i]));
+    INFO("x " << x[i]);
+    CHECK(std::abs(out.data<float>()[i] - want) <= 4e-7 * std::abs(want));
+    CHECK(std::abs(ops::elu::apply(x[i]) - want) <= 4e-7 * std::abs(want));
+  }
+}
+
 TEST_CASE("elementwise ops: result dtypes come from the op (comparisons are bool)") {
   static_assert(std::is_same_v<ops::result_for_t<ops::less, float>, bool>);
   static_assert(std::is_same_v<ops::result_for_t<ops::not_equal, std::int64_t>, bool>);
