@@ -211,6 +211,12 @@ int main(int argc, char** argv) try {
       .define_bool("evict_when_full", false,
                    "With --hash_embeddings: a full shard gives a new id the row least recently "
                    "looked up")
+      .define_string("disk_tier_dir", "",
+                     "With --hash_embeddings: a directory on each ps task's local disk where a "
+                     "full shard moves its least recently looked-up rows, and from which a "
+                     "lookup moves them back (tiered storage; max_rows_per_shard is then the "
+                     "rows in memory). Checkpoints do not hold it yet: the run saves none, and "
+                     "refuses a --checkpoint_dir")
       .define_int("test_examples", 50000, "Examples of the test set")
       .define_int("shutdown_wait_secs", 120,
                   "How long the chief waits, at most, for the other workers to finish")
@@ -341,7 +347,8 @@ int main(int argc, char** argv) try {
       .admit_after = flags.get_int("admit_after"),
       .max_rows_per_shard = flags.get_int("max_rows_per_shard"),
       .steps_to_live = flags.get_int("steps_to_live"),
-      .evict_when_full = flags.get_bool("evict_when_full")};
+      .evict_when_full = flags.get_bool("evict_when_full"),
+      .disk_tier_dir = flags.get_string("disk_tier_dir")};
   // From files: the model reads what the iterator gives each step, on this worker.
   const std::string train_files = flags.get_string("train_files");
   const std::string format = flags.get_string("format");
@@ -381,11 +388,12 @@ int main(int argc, char** argv) try {
                 model_options.hash_tables ? ", hash tables" : ", a row each", table_bytes / 1e6,
                 static_cast<long long>(flags.get_int("shards")), cluster.num_tasks("ps"));
 
-  // With hash tables: the rows the deep tables hold (a size a user can read), the ids
-  // waiting for admission and the ids evicted.
-  std::optional<loom::output<std::int64_t, 0>> hashed_rows, waiting_ids, evicted_ids;
+  // With hash tables: the rows the deep tables hold (a size a user can read), those on
+  // disk, the ids waiting for admission and the ids evicted.
+  std::optional<loom::output<std::int64_t, 0>> hashed_rows, disk_rows, waiting_ids, evicted_ids;
   for (const auto& t : model.deep_hashed) {
     hashed_rows = hashed_rows ? loom::lower(*hashed_rows + t.size()) : t.size();
+    disk_rows = disk_rows ? loom::lower(*disk_rows + t.on_disk()) : t.on_disk();
     waiting_ids = waiting_ids ? loom::lower(*waiting_ids + t.waiting()) : t.waiting();
     evicted_ids = evicted_ids ? loom::lower(*evicted_ids + t.evicted()) : t.evicted();
   }
@@ -430,9 +438,11 @@ int main(int argc, char** argv) try {
   // Without --checkpoint_dir the chief checkpoints into a directory of its own, as the seed's
   // mnist_replica does, and removes it when it ends: at the default vocabulary the tables and
   // their Adagrad slots make each checkpoint about half a gigabyte, too much to leave behind.
+  // Tables with a disk tier are not checkpointed yet: then none (a --checkpoint_dir given
+  // is refused by the saver, saying why).
   std::string checkpoint_dir = flags.get_string("checkpoint_dir");
   std::optional<removed_at_exit> scratch_checkpoints;
-  if (checkpoint_dir.empty() && is_chief) {
+  if (checkpoint_dir.empty() && is_chief && model_options.disk_tier_dir.empty()) {
     scratch_checkpoints.emplace(std::filesystem::temp_directory_path() /
                                 ("ctr-" + std::to_string(::getpid())));
     checkpoint_dir = scratch_checkpoints->path.string();
@@ -516,9 +526,10 @@ int main(int argc, char** argv) try {
   std::printf("%s: test AUC = %.4f (the teacher's AUC, the best possible: %.4f)\n", label.c_str(),
               test_auc, teacher_auc);
   if (hashed_rows)
-    std::printf("%s: the hash-table embeddings hold %lld rows; about %lld more ids wait for "
-                "admission; %lld were evicted\n",
+    std::printf("%s: the hash-table embeddings hold %lld rows (%lld of them on disk); about "
+                "%lld more ids wait for admission; %lld were evicted\n",
                 label.c_str(), static_cast<long long>(sess.raw_session().run(*hashed_rows)),
+                static_cast<long long>(sess.raw_session().run(*disk_rows)),
                 static_cast<long long>(sess.raw_session().run(*waiting_ids)),
                 static_cast<long long>(sess.raw_session().run(*evicted_ids)));
   std::fflush(stdout);

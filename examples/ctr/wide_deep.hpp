@@ -43,6 +43,9 @@ struct model_options {
   std::int64_t max_rows_per_shard = 0;
   std::int64_t steps_to_live = 0;
   bool evict_when_full = false;
+  // With hash_tables: a directory on the ps tasks' disks for the rows max_rows_per_shard
+  // leaves no room for in memory (tiered storage; "": none).
+  std::string disk_tier_dir{};
 };
 
 // What the model reads: placeholders fed a batch of examples (feeds()), or the
@@ -179,7 +182,8 @@ private:
                                                  .admit_after = o.admit_after,
                                                  .admission_counters = counters,
                                                  .steps_to_live = o.steps_to_live,
-                                                 .evict_when_full = o.evict_when_full};
+                                                 .evict_when_full = o.evict_when_full,
+                                                 .disk_tier_dir = o.disk_tier_dir};
         auto deep = table;
         deep.init_stddev = 1.0 / std::sqrt(static_cast<double>(o.embedding_dim));
         deep.seed = o.seed * 1000 + 2 * f;

@@ -48,6 +48,15 @@
 // counters with conservative updates (an id's count errs only upwards: it may
 // be admitted early, never late), admission_counters bytes per shard. They
 // live in the ps's memory, not in checkpoints: a restarted ps counts anew.
+//
+// A disk tier (disk_tier_dir): capacity_per_shard becomes the memory tier's rows, and a
+// full shard moves the row least recently looked up, with its optimizer slots, to a
+// file of fixed-size records on its task's local disk (kernels/cpu/row_file.hpp says why
+// not RocksDB) instead of dropping it; a lookup of an id held there moves it back into
+// memory (making room the same way) before the step's gather, so lookups and sparse
+// applies see one table, and a row's values and slots are those it would have had in
+// memory. Rows age out on disk as in memory (steps_to_live). The tier is the process's:
+// it starts empty, and checkpoints do not hold it yet, so a saver refuses such a table.
 #pragma once
 
 #include <loom/graph/builder.hpp>
@@ -175,7 +184,9 @@ inline bool register_hash_embedding_ops() {
   // (an estimate of the ids counted and not admitted: linear counting over the
   // sketch's first row; 0 without admission); since the shard's process started,
   // "evicted", "made" (rows made), "lookups" (ids looked up, a step's distinct ids
-  // once) and "hits" (those that had rows).
+  // once), "hits" (those that had rows in memory), "spilled" and "promoted" (rows moved
+  // to the disk tier and back); and the disk tier's "on_disk" (rows) and "disk_bytes"
+  // (its file's size).
   r.add({.name = "hash_embedding_count",
          .num_inputs = 1,
          .infer =
@@ -183,10 +194,11 @@ inline bool register_hash_embedding_ops() {
                require_hash_keys(n, *in[0]);
                const auto of = n.attr_or<std::string>("of", "");
                if (of != "waiting" && of != "evicted" && of != "made" && of != "lookups" &&
-                   of != "hits")
+                   of != "hits" && of != "on_disk" && of != "disk_bytes" && of != "spilled" &&
+                   of != "promoted")
                  throw invalid_argument_error("node " + n.describe() + ": counts \"" + of +
-                                              "\"; it counts waiting, evicted, made, lookups "
-                                              "or hits");
+                                              "\"; it counts waiting, evicted, made, lookups, "
+                                              "hits, on_disk, disk_bytes, spilled or promoted");
                attach_to_variable(n, *in[0], "hash_index");
                n.type = dtype::i64;
                n.shape = {};
@@ -295,6 +307,11 @@ struct hash_embedding_options {
   // ... and a full shard gives a new id the row least recently looked up, instead of
   // failing the step.
   bool evict_when_full = false;
+  // Tiered storage: a directory on each shard's task's local disk (made if missing). A
+  // full shard moves the row least recently looked up there instead of dropping it
+  // (evict_when_full is implied), and a lookup moves it back: capacity_per_shard is then
+  // the rows each shard keeps in memory, and the table is as large as the disk. "": none.
+  std::string disk_tier_dir{};
 };
 
 // What a hash embedding's lookup does to the table: a training step's (counts the ids,
@@ -330,6 +347,8 @@ public:
       throw invalid_argument_error("hash_embedding '" + name + "': steps_to_live " +
                                    std::to_string(o.steps_to_live) +
                                    " must be 0 (never evict by age) or more");
+    if (!o.disk_tier_dir.empty())
+      o_.evict_when_full = o.evict_when_full = true;
     if ((o.steps_to_live > 0 || o.evict_when_full) &&
         o.capacity_per_shard > std::numeric_limits<std::int32_t>::max())
       throw invalid_argument_error("hash_embedding '" + name +
@@ -341,6 +360,8 @@ public:
           name + "/part_" + std::to_string(p) + "_of_" + std::to_string(o.num_shards);
       variable<T, 2> rows(g, part + "/rows", shape{o.capacity_per_shard, dim}, zeros_initializer{});
       g.mutable_node(rows.id()).attrs["_row_slots"] = std::string(); // its optimizers' slots
+      if (!o.disk_tier_dir.empty()) // what the savers refuse (saver.hpp)
+        g.mutable_node(rows.id()).attrs["_disk_tier"] = o.disk_tier_dir;
       // The keys live where their rows do: made outside the device scope (a
       // device function such as replica_device_setter deals out rows, not
       // keys) and put beside the rows.
@@ -389,6 +410,8 @@ public:
                                     {"admission_counters", o_.admission_counters},
                                     {"steps_to_live", o_.steps_to_live},
                                     {"evict_when_full", o_.evict_when_full}};
+                     if (!o_.disk_tier_dir.empty())
+                       attrs["disk_tier_dir"] = o_.disk_tier_dir;
                      if (mode == hash_lookup::read_only)
                        return g.add_node("hash_embedding_read",
                                          {s.keys.id(), s.rows.id(), distinct}, std::move(attrs));
@@ -421,15 +444,27 @@ public:
     return sum_over_shards("hash_embedding_count", "evicted");
   }
 
-  // The count of ids with rows, over every shard.
-  output<std::int64_t, 0> size() const { return sum_over_shards("hash_embedding_size"); }
+  // The count of ids with rows, over every shard (in memory and on disk).
+  output<std::int64_t, 0> size() const {
+    if (o_.disk_tier_dir.empty())
+      return sum_over_shards("hash_embedding_size");
+    graph g = g_;
+    return {g, g.add_node("add", {sum_over_shards("hash_embedding_size").id(), on_disk().id()})};
+  }
+
+  // The rows in the disk tiers of every shard (0 without one).
+  output<std::int64_t, 0> on_disk() const {
+    return sum_over_shards("hash_embedding_count", "on_disk");
+  }
 
   // Scalar summaries of each shard "<name>/part_<i>_of_<n>/...", in the summaries
   // collection (so the chief's summary hook writes them to its event file): "rows"
-  // (ids held), "made" (rows made), "waiting", "evicted", "hit_rate" (the share of
-  // looked-up ids that had rows; these four since the shard's task started) and
-  // "bytes" (what its capacity allocates: rows, keys and the optimizer slots made so
-  // far). Call it after the optimizer made its slots.
+  // (ids held in memory), "made" (rows made), "waiting", "evicted", "hit_rate" (the
+  // share of looked-up ids that had rows in memory; these four since the shard's task
+  // started) and "bytes" (what its capacity allocates: rows, keys and the optimizer
+  // slots made so far); with a disk tier, "on_disk" (its rows), "disk_bytes" (its
+  // file's size), "spilled" and "promoted" (rows moved out and back in since the task
+  // started). Call it after the optimizer made its slots.
   void add_summaries() const {
     graph g = g_;
     for (const shard& s : shards_) {
@@ -443,6 +478,9 @@ public:
                      output<std::int64_t, 0>{g, g.add_node("hash_embedding_size", {s.keys.id()})});
       for (const char* of : {"made", "waiting", "evicted"})
         scalar_summary(part + "/" + of, count(of));
+      if (!o_.disk_tier_dir.empty())
+        for (const char* of : {"on_disk", "disk_bytes", "spilled", "promoted"})
+          scalar_summary(part + "/" + of, count(of));
       const node_id hits = g.add_node("cast", {count("hits").id()}, {{"dst", dtype::f64}});
       const node_id lookups = g.add_node("cast", {count("lookups").id()}, {{"dst", dtype::f64}});
       const node_id one = detail::scalar_node(g, 1.0);

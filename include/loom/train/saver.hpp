@@ -229,9 +229,17 @@ LOOM_COMPILED_ONCE saver::saver(graph& g, saver_options o)
       named.emplace_back("", id); // "": by its own name
   if (named.empty())
     throw invalid_argument_error("saver: no variables to save");
-  for (const auto& [name, id] : named) // every id checked before the graph changes
+  for (const auto& [name, id] : named) { // every id checked before the graph changes
     if (g.node(id).op != "variable")
       throw invalid_argument_error("saver: node " + g.node(id).describe() + " is not a variable");
+    // A hash embedding's disk tier (graph/hash_embedding.hpp) is not in the variable: a
+    // checkpoint of it would silently lose the rows on disk.
+    if (const auto tier = g.node(id).attr_or<std::string>("_disk_tier", ""); !tier.empty())
+      throw unimplemented_error("saver: '" + g.node(id).name + "' keeps rows in a disk tier (" +
+                                tier +
+                                "), which checkpoints do not hold yet: save no table "
+                                "with a disk tier (leave it out of var_list)");
+  }
   std::vector<saved_variable> vars;
   for (const auto& entry : named) {
     const std::string& name = entry.first;

@@ -1,10 +1,12 @@
 // CPU kernels of hash-table embeddings (graph/hash_embedding.hpp): the
 // ids -> row index of a shard, kept beside its keys variable and rebuilt from
 // the keys whenever their buffer changes (an initializer, a restore), the
-// admission's counts of the ids not admitted yet, and eviction's order.
+// admission's counts of the ids not admitted yet, eviction's order, and the
+// disk tier's file.
 #pragma once
 
 #include <loom/graph/hash_embedding.hpp>
+#include <loom/kernels/cpu/row_file.hpp>
 #include <loom/kernels/cpu/sync.hpp> // attached_resource
 #include <loom/kernels/registry.hpp>
 
@@ -13,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -160,8 +163,12 @@ struct hash_index : resource_base {
   std::optional<row_recency> recency;
   std::int64_t evicted = 0;
   // Since the process started: the ids looked up (a step's distinct ids of this
-  // shard), those that had rows, and the rows made.
+  // shard), those that had rows in memory, and the rows made.
   std::int64_t lookups = 0, hits = 0, made = 0;
+  // With a disk tier: its file (opened at the first lookup), and the rows moved out to
+  // it and back in since the process started.
+  std::optional<row_file> disk;
+  std::int64_t spilled = 0, promoted = 0;
 
   // Makes row_of describe `keys` (held under its variable's lock); the first
   // `reserved` rows hold no id (admission's default row). With `evicting`, the
@@ -174,6 +181,8 @@ struct hash_index : resource_base {
     free_rows.clear();
     used = reserved;
     recency.reset();
+    if (disk) // the table was replaced whole (an initializer, a restore): so is its tier
+      disk->clear();
     if (evicting)
       recency.emplace(keys.num_elements());
     const std::int64_t* k = keys.data<std::int64_t>();
@@ -192,15 +201,18 @@ struct hash_index : resource_base {
 
   // Frees row r (its id to keys[r] = -1); the id's counts start over.
   void evict(std::int64_t r, std::int64_t* keys) {
-    row_of.erase(keys[r]);
     if (counts) {
       counts->forget(keys[r]);
       admitted_by_count = std::max<std::int64_t>(0, admitted_by_count - 1);
     }
-    keys[r] = -1;
-    recency->remove(r);
-    free_rows.push_back(r);
+    free_row(r, keys);
     ++evicted;
+  }
+
+  // Frees row r, whose id the disk tier now holds (still admitted).
+  void spill(std::int64_t r, std::int64_t* keys) {
+    free_row(r, keys);
+    ++spilled;
   }
 
   // A row for a new id: one eviction freed, else the next never used.
@@ -213,6 +225,14 @@ struct hash_index : resource_base {
   }
 
   std::int64_t holding() const noexcept { return static_cast<std::int64_t>(row_of.size()); }
+
+private:
+  void free_row(std::int64_t r, std::int64_t* keys) {
+    row_of.erase(keys[r]);
+    keys[r] = -1;
+    recency->remove(r);
+    free_rows.push_back(r);
+  }
 };
 
 // A normal(0, stddev) number that depends on (seed, id, k) alone, so a row's
@@ -246,6 +266,7 @@ struct hash_rows_attrs {
   std::string table;
   std::int64_t admit_after, admission_counters, steps_to_live;
   bool evict_when_full;
+  std::string disk_tier_dir; // "": none
   std::uint64_t seed;
   double init_stddev;
   // The optimizer slots of the rows (graph/hash_embedding.hpp's _row_slots): each
@@ -258,6 +279,7 @@ struct hash_rows_attrs {
         admission_counters(n.attr_or<std::int64_t>("admission_counters", 1 << 22)),
         steps_to_live(n.attr_or<std::int64_t>("steps_to_live", 0)),
         evict_when_full(n.attr_or<bool>("evict_when_full", false)),
+        disk_tier_dir(n.attr_or<std::string>("disk_tier_dir", "")),
         seed(static_cast<std::uint64_t>(n.attr_or<std::int64_t>("seed", 0))),
         init_stddev(n.attr_or<double>("init_stddev", 0.05)) {
     for (const auto& [name, initial] : detail::row_slots(n))
@@ -275,6 +297,29 @@ inline void sync_index(const kernel_context& c, const hash_rows_attrs& a, variab
                                     " is not initialized (run its initializers, or "
                                     "global_variables_initializer, first)");
   index.sync(keys.value, a.admit_after > 1 ? 1 : 0, a.evicting());
+}
+
+// The shard's disk tier, opened at its first lookup: "<disk_tier_dir>/<rows variable's name,
+// '/' as '.'>.rows", its records a row's values and then each slot's (payload_bytes).
+inline row_file& disk_tier(const kernel_context& c, const hash_rows_attrs& a, hash_index& index,
+                           std::size_t payload_bytes) {
+  if (!index.disk) {
+    std::error_code failed;
+    std::filesystem::create_directories(a.disk_tier_dir, failed);
+    if (failed)
+      throw failed_precondition_error("node " + c.node.describe() + ": " + a.table +
+                                      ": cannot make its disk tier's directory " + a.disk_tier_dir +
+                                      " (" + failed.message() + ")");
+    std::string file = c.node.attr_or<std::string>("_ref_name_1", "rows");
+    std::replace(file.begin(), file.end(), '/', '.');
+    index.disk.emplace(a.disk_tier_dir + "/" + file, payload_bytes);
+  }
+  if (index.disk->payload_bytes() != payload_bytes)
+    throw failed_precondition_error(
+        "node " + c.node.describe() + ": " + a.table + ": its disk tier's rows hold " +
+        std::to_string(index.disk->payload_bytes()) + " bytes each, this lookup's " +
+        std::to_string(payload_bytes) + " (an optimizer's slots added after rows moved to disk)");
+  return *index.disk;
 }
 
 template <class T> struct hash_embedding_rows_cpu {
@@ -305,14 +350,21 @@ template <class T> struct hash_embedding_rows_cpu {
       index->counts.emplace(a.admission_counters);
     const std::int64_t now = ++index->clock;
     const std::int64_t capacity = keys_var.value.num_elements();
+    const std::int64_t width = rows_var.value.shape()[1];
+    const std::size_t row_bytes = static_cast<std::size_t>(width) * sizeof(T);
+    row_file* disk = a.disk_tier_dir.empty()
+                         ? nullptr
+                         : &disk_tier(c, a, *index, row_bytes * (1 + slots.size()));
     const std::int64_t* id = ids.data<std::int64_t>();
     const std::int64_t n = ids.num_elements();
     any_tensor out(dtype::i64, ids.shape());
     std::int64_t* row_of = out.data<std::int64_t>();
-    // The ids with rows get them; the others are -1 here. Room for every id admitted in this step
-    // is counted before anything changes. The ids are distinct (each shard gets a step's distinct
-    // ids), so an id's count after this step is its count now + 1.
+    // The ids with rows get them; the others are -1 here. Room for every id admitted in this
+    // step, or moved back in from the disk tier, is counted before anything changes. The ids
+    // are distinct (each shard gets a step's distinct ids), so an id's count after this step
+    // is its count now + 1.
     std::vector<char> admit(static_cast<std::size_t>(n), 0);
+    std::vector<std::int64_t> from_disk; // positions k of the ids the disk tier holds
     std::int64_t fresh = 0;
     for (std::int64_t k = 0; k < n; ++k) {
       if (id[k] < 0)
@@ -323,6 +375,22 @@ template <class T> struct hash_embedding_rows_cpu {
         continue;
       }
       row_of[k] = -1;
+      if (const row_file::entry* e = disk ? disk->find(id[k]) : nullptr) {
+        if (a.steps_to_live > 0 && e->last_lookup <= now - a.steps_to_live) {
+          // Aged out while on disk: removed as a row in memory would have been.
+          disk->erase(id[k]);
+          if (index->counts) {
+            index->counts->forget(id[k]);
+            index->admitted_by_count = std::max<std::int64_t>(0, index->admitted_by_count - 1);
+          }
+          ++index->evicted;
+        } else {
+          from_disk.push_back(k);
+          admit[static_cast<std::size_t>(k)] = 1;
+          ++fresh;
+          continue;
+        }
+      }
       admit[static_cast<std::size_t>(k)] =
           a.admit_after == 1 || index->counts->count(id[k]) + 1 >= a.admit_after;
       fresh += admit[static_cast<std::size_t>(k)];
@@ -339,6 +407,10 @@ template <class T> struct hash_embedding_rows_cpu {
                                    " ids it holds that this step looks up"
                              : std::string()) +
           " (give it a larger capacity_per_shard, or more shards)");
+    // The rows coming back from disk, read before anything changes.
+    std::vector<unsigned char> back(from_disk.size() * (disk ? disk->payload_bytes() : 0));
+    for (std::size_t j = 0; j < from_disk.size(); ++j)
+      disk->get(*disk->find(id[from_disk[j]]), back.data() + j * disk->payload_bytes());
     index->lookups += n;
     index->hits += found;
     if (index->recency)
@@ -364,9 +436,28 @@ template <class T> struct hash_embedding_rows_cpu {
     }
     std::int64_t* keys = keys_var.value.data<std::int64_t>();
     row_changes* changed = rows_var.changes.get(); // an incremental checkpoint's, if any
+    T* rows = rows_var.value.data<T>();
     const auto evict_oldest = [&] {
       const std::int64_t r = index->recency->oldest();
       index->evict(r, keys);
+      if (changed)
+        changed->mark(r);
+    };
+    // Moves the least recently looked-up row to the disk tier: its record is written
+    // first, so a full disk fails the step with the row still in memory.
+    std::vector<unsigned char> record(disk ? disk->payload_bytes() : 0);
+    const auto spill_oldest = [&] {
+      const std::int64_t r = index->recency->oldest();
+      std::memcpy(record.data(), rows + r * width, row_bytes);
+      for (std::size_t s = 0; s < slots.size(); ++s) {
+        T* to = reinterpret_cast<T*>(record.data() + (1 + s) * row_bytes);
+        if (slots[s]->initialized)
+          std::copy_n(slots[s]->value.data<T>() + r * width, width, to);
+        else
+          std::fill_n(to, width, static_cast<T>(a.slots[s].second));
+      }
+      disk->put(keys[r], index->recency->last_lookup(r), record.data());
+      index->spill(r, keys);
       if (changed)
         changed->mark(r);
     };
@@ -374,9 +465,25 @@ template <class T> struct hash_embedding_rows_cpu {
       while (expired())
         evict_oldest();
     while (a.evict_when_full && capacity - reserved - index->holding() < fresh)
-      evict_oldest(); // not looked up now: `most` says so
-    const std::int64_t width = rows_var.value.shape()[1];
-    T* rows = rows_var.value.data<T>();
+      disk ? spill_oldest() : evict_oldest(); // not looked up now: `most` says so
+    // The rows back from disk, with their slots.
+    for (std::size_t j = 0; j < from_disk.size(); ++j) {
+      const std::int64_t k = from_disk[j];
+      const unsigned char* from = back.data() + j * disk->payload_bytes();
+      const std::int64_t r = index->take_row();
+      index->row_of.emplace(id[k], r);
+      keys[r] = id[k];
+      std::memcpy(rows + r * width, from, row_bytes);
+      for (std::size_t s = 0; s < slots.size(); ++s)
+        if (slots[s]->initialized)
+          std::memcpy(slots[s]->value.data<T>() + r * width, from + (1 + s) * row_bytes, row_bytes);
+      disk->erase(id[k]);
+      ++index->promoted;
+      index->recency->touch(r, now);
+      if (changed)
+        changed->mark(r);
+      row_of[k] = r;
+    }
     for (std::int64_t k = 0; k < n; ++k) {
       if (row_of[k] >= 0)
         continue;
@@ -410,8 +517,9 @@ template <class T> struct hash_embedding_rows_cpu {
   }
 };
 
-// An evaluation's lookup: the rows of the ids there are, zeros for the others; it
-// makes, counts and ages nothing (no clock tick, no recency, no admission count).
+// An evaluation's lookup: the rows of the ids there are (in memory or on disk), zeros for
+// the others; it makes, counts, moves and ages nothing (no clock tick, no recency, no
+// admission count).
 template <class T> struct hash_embedding_read_cpu {
   static void run(kernel_context& c) {
     const hash_rows_attrs& a = c.decoded<hash_rows_attrs>();
@@ -430,12 +538,18 @@ template <class T> struct hash_embedding_read_cpu {
     any_tensor out(rows_var.value.type(), loom::shape(std::move(dims)));
     T* to = out.data<T>();
     const T* rows = rows_var.value.data<T>();
+    const row_file* disk = index->disk ? &*index->disk : nullptr;
+    std::vector<unsigned char> record(disk ? disk->payload_bytes() : 0);
     for (std::int64_t k = 0; k < n; ++k) {
       const auto it = index->row_of.find(id[k]);
-      if (it == index->row_of.end())
-        std::fill_n(to + k * width, width, T(0));
-      else
+      if (it != index->row_of.end()) {
         std::copy_n(rows + it->second * width, width, to + k * width);
+      } else if (const row_file::entry* e = disk ? disk->find(id[k]) : nullptr) {
+        disk->get(*e, record.data());
+        std::memcpy(to + k * width, record.data(), static_cast<std::size_t>(width) * sizeof(T));
+      } else {
+        std::fill_n(to + k * width, width, T(0));
+      }
     }
     c.output = std::move(out);
   }
@@ -623,6 +737,14 @@ template <class T> struct hash_embedding_count_cpu {
       count = index->lookups;
     else if (of == "hits")
       count = index->hits;
+    else if (of == "on_disk")
+      count = index->disk ? index->disk->rows() : 0;
+    else if (of == "disk_bytes")
+      count = index->disk ? index->disk->bytes() : 0;
+    else if (of == "spilled")
+      count = index->spilled;
+    else if (of == "promoted")
+      count = index->promoted;
     c.output = any_tensor::scalar(count);
   }
 };

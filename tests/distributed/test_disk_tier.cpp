@@ -1,0 +1,189 @@
+// A hash embedding with a disk tier (graph/hash_embedding.hpp, disk_tier_dir): rows a full
+// memory tier moves out are on disk, come back when looked up, and the table trains as
+// the same table all in memory does, value for value; its bad inputs are one error each.
+#include <loom/api.hpp>
+#include <loom/train/saver.hpp>
+
+#include <doctest/doctest.h>
+#include <support/messages.hpp>
+#include <support/scratch_dir.hpp>
+
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+using loom::shape;
+using loom::tensor;
+using loom::testing::contains;
+
+namespace {
+
+loom::feed_dict feed_tier_ids(const loom::placeholder<std::int64_t, 1>& ids,
+                              std::vector<std::int64_t> list) {
+  const auto n = static_cast<std::int64_t>(list.size());
+  return loom::feed_dict{{ids, tensor<std::int64_t, 1>(shape{n}, std::move(list))}};
+}
+
+// `count` distinct ids of [0, range), drawn from `random`.
+std::vector<std::int64_t> distinct_ids(std::mt19937_64& random, int count, std::int64_t range) {
+  std::set<std::int64_t> drawn;
+  std::uniform_int_distribution<std::int64_t> id(0, range - 1);
+  while (static_cast<int>(drawn.size()) < count)
+    drawn.insert(id(random));
+  return {drawn.begin(), drawn.end()};
+}
+
+// Two tables of one seed: "tiered" keeps 8 rows in memory and the rest in `dir`, "memory"
+// holds every row in memory. Each step trains both on the same ids with Adam (whose slots
+// must move with their rows), a loss whose gradient differs from row to row.
+struct two_tables {
+  loom::graph g;
+  loom::placeholder<std::int64_t, 1> ids{g, shape{-1}, "ids"};
+  loom::hash_embedding<float> tiered, memory;
+  loom::output<float, 2> tiered_rows, memory_rows, tiered_read, memory_read;
+  loom::operation train;
+
+  explicit two_tables(const std::string& dir)
+      : tiered(g, "tiered", 3,
+               {.capacity_per_shard = 8, .init_stddev = 0.5, .seed = 7, .disk_tier_dir = dir}),
+        memory(g, "memory", 3, {.capacity_per_shard = 256, .init_stddev = 0.5, .seed = 7}),
+        tiered_rows(tiered.lookup(ids)), memory_rows(memory.lookup(ids)),
+        tiered_read(tiered.lookup(ids, loom::hash_lookup::read_only)),
+        memory_read(memory.lookup(ids, loom::hash_lookup::read_only)),
+        train(loom::adam_optimizer{0.05}.minimize(
+            loom::reduce_sum(loom::square(tiered_rows - 0.3f)) +
+            loom::reduce_sum(loom::square(memory_rows - 0.3f)))) {}
+};
+
+// The rows of every id of [0, range) in both tables, read without changing either.
+void check_same_rows(loom::session& s, two_tables& t, std::int64_t range) {
+  std::vector<std::int64_t> all(static_cast<std::size_t>(range));
+  for (std::int64_t i = 0; i < range; ++i)
+    all[static_cast<std::size_t>(i)] = i;
+  const auto tiered = s.run(t.tiered_read, feed_tier_ids(t.ids, all));
+  const auto memory = s.run(t.memory_read, feed_tier_ids(t.ids, all));
+  for (std::int64_t i = 0; i < range; ++i)
+    for (std::int64_t k = 0; k < 3; ++k) {
+      INFO("id " << i << ", column " << k);
+      REQUIRE(tiered(i, k) == memory(i, k));
+    }
+}
+
+} // namespace
+
+TEST_CASE("a disk tier: rows moved out of a full memory tier and back train as the same table "
+          "all in memory does, value for value, slots included") {
+  loom::testing::scratch_dir dir;
+  two_tables t(dir / "tier");
+  auto on_disk = t.tiered.on_disk();
+  auto size = t.tiered.size();
+  auto memory_size = t.memory.size();
+  const auto& shard = t.tiered.shards()[0];
+  loom::session s(t.g);
+  s.run(loom::global_variables_initializer(t.g));
+  std::mt19937_64 random(11);
+  for (int step = 0; step < 60; ++step) // 40 ids through 8 rows: most steps move rows
+    s.run(t.train, feed_tier_ids(t.ids, distinct_ids(random, 1 + step % 8, 40)));
+  CHECK(s.run(on_disk) > 20);
+  CHECK(s.run(size) == s.run(memory_size));
+  std::int64_t in_memory = 0;
+  const auto keys = s.run(shard.keys);
+  for (std::int64_t r = 0; r < 8; ++r)
+    in_memory += keys(r) >= 0;
+  CHECK(in_memory + s.run(on_disk) == s.run(size));
+  check_same_rows(s, t, 40);
+
+  // Its file: one record (id, last lookup, values and Adam's m and v) per row it made.
+  const std::string file = dir / "tier/tiered.part_0_of_1.rows";
+  REQUIRE(std::filesystem::exists(file));
+  const auto record = 16 + 3 * 4 * 3;
+  CHECK(std::filesystem::file_size(file) % record == 0);
+  CHECK(static_cast<std::int64_t>(std::filesystem::file_size(file) / record) >= s.run(on_disk));
+  CHECK(s.run(loom::output<std::int64_t, 0>{t.g,
+                                            t.g.add_node("hash_embedding_count", {shard.keys.id()},
+                                                         {{"of", std::string("promoted")}})}) > 0);
+}
+
+TEST_CASE("a disk tier: a step that needs more room than the disk has fails with one clear error, "
+          "nothing is lost, and training goes on once there is room") {
+  loom::testing::scratch_dir dir;
+  two_tables t(dir / "tier");
+  loom::session s(t.g);
+  s.run(loom::global_variables_initializer(t.g));
+  std::mt19937_64 random(5);
+  for (int step = 0; step < 10; ++step)
+    s.run(t.train, feed_tier_ids(t.ids, distinct_ids(random, 6, 200)));
+  // The process's file size limit stands in for a full disk: writes past it fail (EFBIG;
+  // SIGXFSZ ignored), as ENOSPC does.
+  const std::string file = dir / "tier/tiered.part_0_of_1.rows";
+  rlimit before{};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
+  const auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = before;
+  small.rlim_cur = std::filesystem::file_size(file);
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+  // New ids need records past the file's end: a step fails within a few.
+  std::string message = "<no exception>";
+  for (int step = 0; step < 20 && message == "<no exception>"; ++step)
+    message = loom::testing::message_of<loom::resource_exhausted_error>(
+        [&] { s.run(t.train, feed_tier_ids(t.ids, distinct_ids(random, 8, 200))); });
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &before) == 0);
+  ::signal(SIGXFSZ, old_handler);
+  CHECK_MESSAGE(contains(message, "the disk tier's file " + file + ": no room for another row"),
+                message);
+  check_same_rows(s, t, 200); // every row in memory or on disk, as before the failed step
+  for (int step = 0; step < 10; ++step)
+    s.run(t.train, feed_tier_ids(t.ids, distinct_ids(random, 8, 200)));
+  check_same_rows(s, t, 200);
+}
+
+TEST_CASE("a disk tier: a directory that cannot be made, another process's file, and a saver are "
+          "each one clear error") {
+  loom::testing::scratch_dir dir;
+  {
+    std::ofstream(dir / "a_file") << "x";
+    loom::graph g;
+    loom::placeholder<std::int64_t, 1> ids(g, shape{-1}, "ids");
+    loom::hash_embedding<float> emb(
+        g, "t", 2, {.capacity_per_shard = 4, .disk_tier_dir = dir / "a_file/tier"});
+    auto rows = emb.lookup(ids);
+    loom::session s(g);
+    s.run(loom::global_variables_initializer(g));
+    const std::string message = loom::testing::message_of<loom::failed_precondition_error>(
+        [&] { s.run(rows, feed_tier_ids(ids, {1})); });
+    CHECK_MESSAGE(contains(message, "cannot make its disk tier's directory " + dir / "a_file/tier"),
+                  message);
+  }
+  {
+    // Two sessions (two tasks) given one directory and table: the second cannot take the file.
+    loom::graph g;
+    loom::placeholder<std::int64_t, 1> ids(g, shape{-1}, "ids");
+    loom::hash_embedding<float> emb(g, "t", 2,
+                                    {.capacity_per_shard = 4, .disk_tier_dir = dir / "shared"});
+    auto rows = emb.lookup(ids);
+    loom::session first(g), second(g);
+    first.run(loom::global_variables_initializer(g));
+    second.run(loom::global_variables_initializer(g));
+    first.run(rows, feed_tier_ids(ids, {1}));
+    const std::string message = loom::testing::message_of<loom::failed_precondition_error>(
+        [&] { second.run(rows, feed_tier_ids(ids, {1})); });
+    CHECK_MESSAGE(contains(message, "another process uses it"), message);
+    CHECK_MESSAGE(contains(message, dir / "shared/t.part_0_of_1.rows"), message);
+  }
+  {
+    loom::graph g;
+    loom::placeholder<std::int64_t, 1> ids(g, shape{-1}, "ids");
+    loom::hash_embedding<float> emb(g, "t", 2,
+                                    {.capacity_per_shard = 4, .disk_tier_dir = dir / "saved"});
+    const std::string message =
+        loom::testing::message_of<loom::unimplemented_error>([&] { loom::saver saver(g); });
+    CHECK_MESSAGE(contains(message, "'t/part_0_of_1/rows' keeps rows in a disk tier"), message);
+  }
+}
