@@ -215,8 +215,7 @@ int main(int argc, char** argv) try {
                      "With --hash_embeddings: a directory on each ps task's local disk where a "
                      "full shard moves its least recently looked-up rows, and from which a "
                      "lookup moves them back (tiered storage; max_rows_per_shard is then the "
-                     "rows in memory). Checkpoints do not hold it yet: the run saves none, and "
-                     "refuses a --checkpoint_dir")
+                     "rows in memory); checkpoints hold it, increments do not yet")
       .define_int("test_examples", 50000, "Examples of the test set")
       .define_int("shutdown_wait_secs", 120,
                   "How long the chief waits, at most, for the other workers to finish")
@@ -438,11 +437,9 @@ int main(int argc, char** argv) try {
   // Without --checkpoint_dir the chief checkpoints into a directory of its own, as the seed's
   // mnist_replica does, and removes it when it ends: at the default vocabulary the tables and
   // their Adagrad slots make each checkpoint about half a gigabyte, too much to leave behind.
-  // Tables with a disk tier are not checkpointed yet: then none (a --checkpoint_dir given
-  // is refused by the saver, saying why).
   std::string checkpoint_dir = flags.get_string("checkpoint_dir");
   std::optional<removed_at_exit> scratch_checkpoints;
-  if (checkpoint_dir.empty() && is_chief && model_options.disk_tier_dir.empty()) {
+  if (checkpoint_dir.empty() && is_chief) {
     scratch_checkpoints.emplace(std::filesystem::temp_directory_path() /
                                 ("ctr-" + std::to_string(::getpid())));
     checkpoint_dir = scratch_checkpoints->path.string();

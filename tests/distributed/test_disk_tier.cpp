@@ -2,6 +2,8 @@
 // memory tier moves out are on disk, come back when looked up, and the table trains as
 // the same table all in memory does, value for value; its bad inputs are one error each.
 #include <loom/api.hpp>
+#include <loom/train/disk_tier_checkpoint.hpp>
+#include <loom/train/incremental_saver.hpp>
 #include <loom/train/saver.hpp>
 
 #include <doctest/doctest.h>
@@ -144,8 +146,8 @@ TEST_CASE("a disk tier: a step that needs more room than the disk has fails with
   check_same_rows(s, t, 200);
 }
 
-TEST_CASE("a disk tier: a directory that cannot be made, another process's file, and a saver are "
-          "each one clear error") {
+TEST_CASE("a disk tier: a directory that cannot be made, another process's file, and an "
+          "incremental saver are each one clear error") {
   loom::testing::scratch_dir dir;
   {
     std::ofstream(dir / "a_file") << "x";
@@ -182,8 +184,68 @@ TEST_CASE("a disk tier: a directory that cannot be made, another process's file,
     loom::placeholder<std::int64_t, 1> ids(g, shape{-1}, "ids");
     loom::hash_embedding<float> emb(g, "t", 2,
                                     {.capacity_per_shard = 4, .disk_tier_dir = dir / "saved"});
-    const std::string message =
-        loom::testing::message_of<loom::unimplemented_error>([&] { loom::saver saver(g); });
+    const std::string message = loom::testing::message_of<loom::unimplemented_error>(
+        [&] { loom::incremental_saver saver(g); });
     CHECK_MESSAGE(contains(message, "'t/part_0_of_1/rows' keeps rows in a disk tier"), message);
   }
+}
+
+TEST_CASE("a disk tier in checkpoints: saved beside the variables in either format, sharded or "
+          "not, and restored into a fresh process's tier; training goes on value for value") {
+  for (const auto format : {loom::checkpoint_format::loom, loom::checkpoint_format::tensorflow})
+    for (const bool sharded : {false, true}) {
+      CAPTURE(static_cast<int>(format));
+      CAPTURE(sharded);
+      loom::testing::scratch_dir dir;
+      std::string path;
+      std::mt19937_64 random(3);
+      {
+        two_tables t(dir / "tier_a");
+        loom::saver saver(t.g, {.sharded = sharded, .format = format});
+        loom::session s(t.g);
+        s.run(loom::global_variables_initializer(t.g));
+        for (int step = 0; step < 30; ++step)
+          s.run(t.train, feed_tier_ids(t.ids, distinct_ids(random, 8, 200)));
+        REQUIRE(s.run(t.tiered.on_disk()) > 50);
+        path = saver.save(s, dir / "model.ckpt", 30);
+      }
+      // Another process's table: its tier's directory empty; the checkpoint refills it.
+      two_tables t(dir / "tier_b");
+      loom::saver saver(t.g, {.sharded = sharded, .format = format});
+      loom::session s(t.g);
+      saver.restore(s, path);
+      CHECK(s.run(t.tiered.size()) == s.run(t.memory.size()));
+      CHECK(s.run(t.tiered.on_disk()) > 50);
+      check_same_rows(s, t, 200);
+      for (int step = 0; step < 20; ++step) // the slots came back too
+        s.run(t.train, feed_tier_ids(t.ids, distinct_ids(random, 8, 200)));
+      check_same_rows(s, t, 200);
+    }
+}
+
+TEST_CASE("a disk tier in checkpoints: a row that moves back into memory after a save read the "
+          "variables is in the save's tier") {
+  loom::testing::scratch_dir dir;
+  two_tables t(dir / "tier");
+  const auto& shard = t.tiered.shards()[0];
+  loom::saver saver(t.g);
+  loom::session s(t.g);
+  s.run(loom::global_variables_initializer(t.g));
+  s.run(t.train, feed_tier_ids(t.ids, {1, 2, 3, 4, 5, 6, 7, 8}));
+  s.run(t.train, feed_tier_ids(t.ids, {9, 10, 11, 12})); // 1-4 go to disk
+  // What a save does, with a step between its reading of the variables and of the tiers.
+  loom::detail::disk_tier_checkpoint tiers(t.g, saver.variables());
+  tiers.begin(s);
+  const auto keys = s.run(shard.keys);          // the variables read: 1-4 are not among them
+  s.run(t.train, feed_tier_ids(t.ids, {1, 2})); // 1 and 2 back into memory, 5 and 6 out
+  std::set<std::int64_t> held;
+  for (std::int64_t r = 0; r < 8; ++r)
+    if (keys(r) >= 0)
+      held.insert(keys(r));
+  for (const auto& [name, tensor] : tiers.save(s))
+    if (name == "tiered/part_0_of_1/rows/.disk_tier/keys")
+      for (std::int64_t k = 0; k < tensor.num_elements(); ++k)
+        held.insert(tensor.data<std::int64_t>()[k]);
+  for (std::int64_t id = 1; id <= 12; ++id)
+    CHECK_MESSAGE(held.count(id) == 1, "id " << id << " is in neither tier of the save");
 }

@@ -113,6 +113,9 @@ const std::set<std::string>& cpu_only_ops() {
       "hash_embedding_changes",
       "hash_embedding_changed_values",
       "hash_embedding_patch",
+      "hash_embedding_tier_begin",
+      "hash_embedding_tier_export",
+      "hash_embedding_tier_import",
       // An input pipeline's iterator: a host resource of the task that made the dataset;
       // its elements are host tensors (TF's IteratorGetNext runs on the CPU too), and a
       // step on a GPU receives them there like a feed.

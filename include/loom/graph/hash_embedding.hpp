@@ -55,8 +55,9 @@
 // not RocksDB) instead of dropping it; a lookup of an id held there moves it back into
 // memory (making room the same way) before the step's gather, so lookups and sparse
 // applies see one table, and a row's values and slots are those it would have had in
-// memory. Rows age out on disk as in memory (steps_to_live). The tier is the process's:
-// it starts empty, and checkpoints do not hold it yet, so a saver refuses such a table.
+// memory. Rows age out on disk as in memory (steps_to_live). The tier is the process's (it
+// starts empty); a saver saves it beside the table's variables and a restore refills it
+// (train/disk_tier_checkpoint.hpp).
 #pragma once
 
 #include <loom/graph/builder.hpp>
@@ -228,13 +229,18 @@ inline bool register_hash_embedding_ops() {
          .ref_inputs = 0b011u,
          .type_input = -1});
   // Inputs (keys, rows, the row numbers hash_embedding_changes gave): part `part` of its
-  // snapshot: 0 the keys [n], 1 the rows [n, dim], 2 + k slot k's rows [n, dim].
+  // snapshot: 0 the keys [n], 1 the rows [n, dim], 2 + k slot k's rows [n, dim]. With attr
+  // snapshot "hash_tier_export", of hash_embedding_tier_export's (input 2 its ids).
   r.add({.name = "hash_embedding_changed_values",
          .num_inputs = 3,
          .infer =
              [](node_def& n, const std::vector<const node_def*>& in) {
                check_hash_lookup(n, in);
-               attach_to_variable(n, *in[0], "hash_increment");
+               const auto snapshot = n.attr_or<std::string>("snapshot", "hash_increment");
+               if (snapshot != "hash_increment" && snapshot != "hash_tier_export")
+                 throw invalid_argument_error("node " + n.describe() + ": snapshot \"" + snapshot +
+                                              "\": hash_increment or hash_tier_export");
+               attach_to_variable(n, *in[0], snapshot);
                const auto part = n.attr_or<std::int64_t>("part", -1);
                if (part < 0 || part >= 2 + static_cast<std::int64_t>(row_slots(n).size()))
                  throw invalid_argument_error("node " + n.describe() + ": part " +
@@ -257,6 +263,59 @@ inline bool register_hash_embedding_ops() {
                  throw invalid_argument_error("node " + n.describe() + ": the keys " +
                                               in[3]->describe() + " must be int64 and the rows " +
                                               in[4]->describe() + " of the table's dtype");
+               n.type = dtype::i64;
+               n.shape = {};
+             },
+         .stateful = true,
+         .ref_inputs = 0b011u,
+         .type_input = 1});
+  // A disk tier in checkpoints (train/disk_tier_checkpoint.hpp). Input (keys): a save's
+  // start; from here the records of ids moving back into memory are kept for the save.
+  // Output: int64 0.
+  r.add({.name = "hash_embedding_tier_begin",
+         .num_inputs = 1,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               require_hash_keys(n, *in[0]);
+               attach_to_variable(n, *in[0], "hash_index");
+               n.type = dtype::i64;
+               n.shape = {};
+             },
+         .stateful = true,
+         .type_input = -1});
+  // Inputs (keys, rows): the ids of the tier and those kept since the save's start, int64
+  // [n]; their keys, rows and slots (_row_slots) for hash_embedding_changed_values with
+  // attr snapshot "hash_tier_export". Ends the save's keeping.
+  r.add({.name = "hash_embedding_tier_export",
+         .num_inputs = 2,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               require_hash_keys(n, *in[0]);
+               if (in[1]->op != "variable" || in[1]->shape.rank() != 2)
+                 throw invalid_argument_error("node " + n.describe() + ": rows " +
+                                              in[1]->describe() +
+                                              " must be a [capacity, dim] variable");
+               attach_to_variable(n, *in[0], "hash_index");
+               n.attrs["_ref_name_1"] = in[1]->name;
+               n.type = dtype::i64;
+               n.shape = loom::shape{-1};
+             },
+         .stateful = true,
+         .ref_inputs = 0b011u,
+         .type_input = 1});
+  // Inputs (keys, rows, ids [n], records [n, (1 + slots) x dim]: each id's row, then each
+  // slot's): a restore's disk tier, after its variables; the ids the memory tier holds are
+  // skipped. Attrs as a lookup's. Output: int64, the records written.
+  r.add({.name = "hash_embedding_tier_import",
+         .num_inputs = 4,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               check_hash_lookup(n, in);
+               if (in[3]->type != in[1]->type || in[3]->shape.rank() != 2)
+                 throw invalid_argument_error("node " + n.describe() + ": the records " +
+                                              in[3]->describe() +
+                                              " must be [n, width] of the "
+                                              "table's dtype");
                n.type = dtype::i64;
                n.shape = {};
              },
@@ -360,8 +419,10 @@ public:
           name + "/part_" + std::to_string(p) + "_of_" + std::to_string(o.num_shards);
       variable<T, 2> rows(g, part + "/rows", shape{o.capacity_per_shard, dim}, zeros_initializer{});
       g.mutable_node(rows.id()).attrs["_row_slots"] = std::string(); // its optimizers' slots
-      if (!o.disk_tier_dir.empty()) // what the savers refuse (saver.hpp)
+      if (!o.disk_tier_dir.empty()) { // what a saver saves the tier by (disk_tier_checkpoint)
         g.mutable_node(rows.id()).attrs["_disk_tier"] = o.disk_tier_dir;
+        g.mutable_node(rows.id()).attrs["_admit_after"] = o.admit_after;
+      }
       // The keys live where their rows do: made outside the device scope (a
       // device function such as replica_device_setter deals out rows, not
       // keys) and put beside the rows.

@@ -176,6 +176,11 @@ LOOM_COMPILED_ONCE incremental_saver::incremental_saver(graph& g, saver_options 
     const node_def& rows = g.node(vars[i].variable);
     if (!rows.attrs.contains("_row_slots")) // a hash table's rows carry their slots' list
       continue;
+    if (const auto tier = rows.attr_or<std::string>("_disk_tier", ""); !tier.empty())
+      throw unimplemented_error("incremental_saver: '" + rows.name +
+                                "' keeps rows in a disk tier (" + tier +
+                                "), which increments do not hold yet: save it in full "
+                                "checkpoints (loom::saver; no save_increment_secs or _steps)");
     shard sh;
     sh.rows_name = rows.name;
     sh.keys_name = rows.name.substr(0, rows.name.size() - std::string("rows").size()) + "keys";

@@ -52,6 +52,7 @@
 #include <loom/runtime/session.hpp>
 #include <loom/train/checkpoint_relayout.hpp>
 #include <loom/train/checkpoint_state.hpp>
+#include <loom/train/disk_tier_checkpoint.hpp>
 #include <loom/train/iterator_checkpoint.hpp>
 #include <loom/train/saver_options.hpp>
 
@@ -107,6 +108,13 @@ private:
   // The progress of a save or restore of every variable, in the log where it is large.
   detail::byte_progress progress(const char* doing, const char* done,
                                  const std::string& path) const;
+
+  // Appends the disk tiers' tensors to `records`: once the variables are read.
+  void take_tiers(session& s, std::vector<std::pair<std::string, any_tensor>>& records) {
+    tiers_taken_ = true;
+    for (auto& tier : tiers_.save(s))
+      records.push_back(std::move(tier));
+  }
 
   void save_one_file(session& s, const std::string& path,
                      std::vector<std::pair<std::string, any_tensor>> records);
@@ -205,10 +213,12 @@ private:
   checkpoint_format format_;
   std::uint64_t progress_every_;
   detail::iterator_checkpoint iterators_;
+  detail::disk_tier_checkpoint tiers_; // hash embeddings' disk tiers, taken after vars_
   std::vector<saved_variable> vars_;
   node_id filename_ = no_node;         // sharded: the path fed to every shard writer
   std::vector<node_id> shard_writers_; // sharded: one save_shard per task
   bool has_records_ = false;           // sharded, TF's format: the saver writes a data file too
+  bool tiers_taken_ = false;           // in save(): the disk tiers were taken
   std::vector<std::string> last_checkpoints_;
 };
 
@@ -229,17 +239,9 @@ LOOM_COMPILED_ONCE saver::saver(graph& g, saver_options o)
       named.emplace_back("", id); // "": by its own name
   if (named.empty())
     throw invalid_argument_error("saver: no variables to save");
-  for (const auto& [name, id] : named) { // every id checked before the graph changes
+  for (const auto& [name, id] : named) // every id checked before the graph changes
     if (g.node(id).op != "variable")
       throw invalid_argument_error("saver: node " + g.node(id).describe() + " is not a variable");
-    // A hash embedding's disk tier (graph/hash_embedding.hpp) is not in the variable: a
-    // checkpoint of it would silently lose the rows on disk.
-    if (const auto tier = g.node(id).attr_or<std::string>("_disk_tier", ""); !tier.empty())
-      throw unimplemented_error("saver: '" + g.node(id).name + "' keeps rows in a disk tier (" +
-                                tier +
-                                "), which checkpoints do not hold yet: save no table "
-                                "with a disk tier (leave it out of var_list)");
-  }
   std::vector<saved_variable> vars;
   for (const auto& entry : named) {
     const std::string& name = entry.first;
@@ -272,6 +274,7 @@ LOOM_COMPILED_ONCE saver::saver(graph& g, saver_options o)
     v.assign = g.add_node("assign", {id, v.value}, {}, v.name + "/assign");
   }
   vars_ = std::move(vars);
+  tiers_ = detail::disk_tier_checkpoint(g, vars_);
   if (o.sharded)
     add_shard_writers(g);
 }
@@ -291,12 +294,27 @@ LOOM_COMPILED_ONCE std::string saver::save(session& s, const std::string& prefix
     records.emplace_back(detail::partition_layout::key(whole), layout.to_tensor());
   for (auto& position : iterators_.save(s))
     records.push_back(std::move(position));
-  if (format_ == checkpoint_format::tensorflow)
-    save_tensorflow(s, path, std::move(records));
-  else if (!shard_writers_.empty())
-    save_sharded(s, path, std::move(records));
-  else
-    save_one_file(s, path, std::move(records));
+  // The disk tiers are taken after the variables are read (disk_tier_checkpoint.hpp): each
+  // path calls take_tiers(records) then. A save that fails in between still takes them,
+  // so that no shard keeps records for a save that will not come.
+  tiers_taken_ = false;
+  tiers_.begin(s);
+  try {
+    if (format_ == checkpoint_format::tensorflow)
+      save_tensorflow(s, path, std::move(records));
+    else if (!shard_writers_.empty())
+      save_sharded(s, path, std::move(records));
+    else
+      save_one_file(s, path, std::move(records));
+  } catch (...) {
+    if (!tiers_taken_) {
+      try {
+        tiers_.save(s);
+      } catch (...) { // the save's own error is the one to report
+      }
+    }
+    throw;
+  }
   record_saved(path);
   return path;
 }
@@ -344,7 +362,10 @@ saver::save_one_file(session& s, const std::string& path,
                      std::vector<std::pair<std::string, any_tensor>> records) {
   auto value = fetch_in_groups(s);
   auto said = progress("saving", "saved", path);
-  write_checkpoint_file(path, vars_.size() + records.size(), [&](std::size_t i) {
+  const std::size_t count = vars_.size() + records.size() + tiers_.record_count();
+  write_checkpoint_file(path, count, [&](std::size_t i) {
+    if (i == vars_.size())
+      take_tiers(s, records); // every variable was read by now
     if (i >= vars_.size())
       return std::move(records[i - vars_.size()]);
     said.add(bytes_of(vars_[i]));
@@ -358,6 +379,7 @@ saver::save_sharded(session& s, const std::string& path,
                     std::vector<std::pair<std::string, any_tensor>> records) {
   remove_shard_files(path); // what an interrupted save with this name left
   s.run_nodes({}, shard_writers_, {{filename_, any_tensor::scalar<std::string>(path)}});
+  take_tiers(s, records);
   std::vector<std::string> names;
   for (std::size_t i = 0; i < shard_writers_.size(); ++i)
     names.push_back(std::filesystem::path(detail::checkpoint_shard_path(
@@ -385,7 +407,10 @@ saver::save_tensorflow(session& s, const std::string& path,
     if (shard_writers_.empty()) {
       auto value = fetch_in_groups(s);
       auto said = progress("saving", "saved", path);
-      entries = tb::write_shard(staging, 0, 1, vars_.size() + records.size(), [&](std::size_t i) {
+      const std::size_t count = vars_.size() + records.size() + tiers_.record_count();
+      entries = tb::write_shard(staging, 0, 1, count, [&](std::size_t i) {
+        if (i == vars_.size())
+          take_tiers(s, records); // every variable was read by now
         if (i >= vars_.size()) {
           auto& [name, tensor] = records[i - vars_.size()];
           return tb::tensor_to_save{name, std::move(tensor), {}, {}};
@@ -397,6 +422,7 @@ saver::save_tensorflow(session& s, const std::string& path,
     } else {
       const auto written =
           s.run_nodes(shard_writers_, {}, {{filename_, any_tensor::scalar<std::string>(staging)}});
+      take_tiers(s, records);
       for (std::size_t w = 0; w < written.size(); ++w) {
         const std::string* out = written[w].data<std::string>();
         for (std::int64_t k = 0; k + 1 < written[w].num_elements(); k += 2)
@@ -448,9 +474,9 @@ LOOM_COMPILED_ONCE void saver::add_shard_writers(graph& g) {
   }
   // TF's format: the saver writes the partitioning records and the iterators'
   // positions to a data file of its own, after the tasks' files.
-  has_records_ =
-      format_ == checkpoint_format::tensorflow &&
-      (!detail::checkpoint_relayout(g).partitioned_layouts(vars_).empty() || !iterators_.empty());
+  has_records_ = format_ == checkpoint_format::tensorflow &&
+                 (!detail::checkpoint_relayout(g).partitioned_layouts(vars_).empty() ||
+                  !iterators_.empty() || !tiers_.empty());
   const auto num_shards = static_cast<std::int64_t>(groups.size() + (has_records_ ? 1 : 0));
   filename_ = g.add_node("placeholder", {}, {{"dtype", dtype::string}, {"shape", loom::shape{}}},
                          "filename");
@@ -610,6 +636,9 @@ LOOM_COMPILED_ONCE void saver::restore_loom(session& s, const std::string& path)
     return value;
   });
   iterators_.restore(s, [&](const std::string& key) { return reader.read_tensor(key); });
+  tiers_.restore(
+      s, [&](const std::string& key) { return reader.has_tensor(key); },
+      [&](const std::string& key) { return reader.read_tensor(key); });
 }
 
 LOOM_COMPILED_ONCE void saver::restore_tensorflow(session& s, const std::string& path) {
@@ -646,6 +675,9 @@ LOOM_COMPILED_ONCE void saver::restore_tensorflow(session& s, const std::string&
     return v.slice ? reader.read_slice(v.whole, *v.slice) : reader.read_tensor(v.whole);
   });
   iterators_.restore(s, [&](const std::string& key) { return reader.read_tensor(key); });
+  tiers_.restore(
+      s, [&](const std::string& key) { return reader.has_tensor(key); },
+      [&](const std::string& key) { return reader.read_tensor(key); });
 }
 
 LOOM_COMPILED_ONCE std::size_t saver::bytes_of(const saved_variable& v) {

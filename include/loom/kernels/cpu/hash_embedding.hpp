@@ -169,6 +169,12 @@ struct hash_index : resource_base {
   // it and back in since the process started.
   std::optional<row_file> disk;
   std::int64_t spilled = 0, promoted = 0;
+  // While a save reads the table (from hash_embedding_tier_begin to _export): the records
+  // of the ids moved back into memory, kept for the save, which may have read the memory
+  // tier before they came back.
+  bool saving = false;
+  std::vector<std::int64_t> kept_ids;
+  std::vector<unsigned char> kept_records;
 
   // Makes row_of describe `keys` (held under its variable's lock); the first
   // `reserved` rows hold no id (admission's default row). With `evicting`, the
@@ -478,6 +484,10 @@ template <class T> struct hash_embedding_rows_cpu {
         if (slots[s]->initialized)
           std::memcpy(slots[s]->value.data<T>() + r * width, from + (1 + s) * row_bytes, row_bytes);
       disk->erase(id[k]);
+      if (index->saving) {
+        index->kept_ids.push_back(id[k]);
+        index->kept_records.insert(index->kept_records.end(), from, from + disk->payload_bytes());
+      }
       ++index->promoted;
       index->recency->touch(r, now);
       if (changed)
@@ -651,8 +661,8 @@ template <class T> struct hash_embedding_changed_values_cpu {
     if (part >= snapshot->parts.size() || snapshot->given[part] ||
         snapshot->parts[part].shape()[0] != c.input(2).num_elements())
       throw failed_precondition_error("node " + c.node.describe() +
-                                      ": no snapshot of these rows (hash_embedding_changes "
-                                      "runs first, in the same step)");
+                                      ": no snapshot of these rows (hash_embedding_changes or "
+                                      "hash_embedding_tier_export runs first, in the same step)");
     c.output = std::move(snapshot->parts[part]);
     snapshot->given[part] = true;
     if (std::all_of(snapshot->given.begin(), snapshot->given.end(), [](bool g) { return g; }))
@@ -701,6 +711,122 @@ template <class T> struct hash_embedding_patch_cpu {
     }
     rows_var.changes.reset(); // a restore: the saver begins the next epoch after it
     c.output = any_tensor::scalar(n);
+  }
+};
+
+// A save's start on a shard with a disk tier: the records of ids that move back into
+// memory from now on are kept until the save takes the tier (hash_embedding_tier_export).
+template <class T> struct hash_embedding_tier_begin_cpu {
+  static void run(kernel_context& c) {
+    auto index = attached_resource<hash_index>(c);
+    std::lock_guard lock(index->mu);
+    index->saving = true;
+    index->kept_ids.clear();
+    index->kept_records.clear();
+    c.output = any_tensor::scalar(std::int64_t{0});
+  }
+};
+
+// A save's copy of a shard's disk tier, after the save read its variables: the ids on disk
+// and those kept since hash_embedding_tier_begin (output, int64 [n]), and their keys, rows
+// and slots as the parts of a snapshot that hash_embedding_changed_values hands out
+// (resource "hash_tier_export"). A row is then in the variables read, or here, or both
+// (a restore takes the memory tier's).
+template <class T> struct hash_embedding_tier_export_cpu {
+  static void run(kernel_context& c) {
+    variable_resource& keys_var = *c.refs[0];
+    variable_resource& rows_var = *c.refs[1];
+    auto index = attached_resource<hash_index>(c);
+    // Beside the index, under the name the snapshot's readers attach to.
+    const std::string& index_name = c.node.attr<std::string>("resource_name");
+    auto snapshot = c.resources.resource<hash_increment>(
+        c.node.attr<std::string>("resource_container"),
+        index_name.substr(0, index_name.size() - std::string("hash_index").size()) +
+            "hash_tier_export");
+    ordered_locks lock{&keys_var.mu, &rows_var.mu, &index->mu, &snapshot->mu};
+    lock.lock();
+    const std::int64_t width = rows_var.value.shape()[1];
+    const std::size_t row_bytes = static_cast<std::size_t>(width) * sizeof(T);
+    const std::size_t slots = detail::row_slots(c.node).size();
+    const std::size_t record = row_bytes * (1 + slots);
+    if (index->disk && index->disk->payload_bytes() != record)
+      throw failed_precondition_error("node " + c.node.describe() + ": the disk tier's rows hold " +
+                                      std::to_string(index->disk->payload_bytes()) +
+                                      " bytes each, the table's " + std::to_string(record));
+    std::vector<std::int64_t> ids;
+    std::vector<unsigned char> records;
+    if (index->disk) {
+      records.resize(static_cast<std::size_t>(index->disk->rows()) * record);
+      index->disk->for_each([&](std::int64_t id, const row_file::entry& e) {
+        index->disk->get(e, records.data() + ids.size() * record);
+        ids.push_back(id);
+      });
+    }
+    for (std::size_t k = 0; k < index->kept_ids.size(); ++k)
+      if (!index->disk || !index->disk->find(index->kept_ids[k])) {
+        ids.push_back(index->kept_ids[k]);
+        records.insert(records.end(),
+                       index->kept_records.begin() + static_cast<std::ptrdiff_t>(k * record),
+                       index->kept_records.begin() + static_cast<std::ptrdiff_t>((k + 1) * record));
+      }
+    index->saving = false;
+    index->kept_ids.clear();
+    index->kept_records.clear();
+    const auto n = static_cast<std::int64_t>(ids.size());
+    snapshot->parts.clear();
+    snapshot->parts.push_back(any_tensor(dtype::i64, loom::shape{n}));
+    std::copy(ids.begin(), ids.end(), snapshot->parts[0].data<std::int64_t>());
+    for (std::size_t p = 0; p <= slots; ++p) {
+      any_tensor part(rows_var.value.type(), loom::shape{n, width});
+      for (std::int64_t k = 0; k < n; ++k)
+        std::memcpy(part.data<T>() + k * width,
+                    records.data() + static_cast<std::size_t>(k) * record + p * row_bytes,
+                    row_bytes);
+      snapshot->parts.push_back(std::move(part));
+    }
+    snapshot->given.assign(snapshot->parts.size(), false);
+    c.output = snapshot->parts[0].clone();
+  }
+};
+
+// A restore's disk tier (the ids, and their rows then each slot's, as one [n, (1 + slots) x
+// dim] tensor), after the restore assigned the variables: the index is rebuilt from the keys
+// restored, which empties the tier, and every id the memory tier does not hold gets its
+// record. Output: the records written, int64.
+template <class T> struct hash_embedding_tier_import_cpu {
+  static void run(kernel_context& c) {
+    const hash_rows_attrs& a = c.decoded<hash_rows_attrs>();
+    variable_resource& keys_var = *c.refs[0];
+    variable_resource& rows_var = *c.refs[1];
+    const any_tensor& ids = c.input(2);
+    const any_tensor& records = c.input(3);
+    auto index = attached_resource<hash_index>(c);
+    ordered_locks lock{&keys_var.mu, &rows_var.mu, &index->mu};
+    lock.lock();
+    sync_index(c, a, keys_var, rows_var, *index);
+    const std::int64_t width = rows_var.value.shape()[1];
+    const std::int64_t n = ids.num_elements();
+    const auto per_row = width * static_cast<std::int64_t>(1 + a.slots.size());
+    if (ids.rank() != 1 || records.rank() != 2 || records.shape()[0] != n ||
+        records.shape()[1] != per_row)
+      throw invalid_argument_error(
+          "node " + c.node.describe() + ": ids " + ids.shape().to_string() + " and records " +
+          records.shape().to_string() + " do not fit " + a.table + " (records of " +
+          std::to_string(per_row) + ": its rows, then each of its " +
+          std::to_string(a.slots.size()) + " slots')");
+    row_file& disk = disk_tier(c, a, *index, static_cast<std::size_t>(per_row) * sizeof(T));
+    const std::int64_t* id = ids.data<std::int64_t>();
+    std::int64_t written = 0;
+    for (std::int64_t k = 0; k < n; ++k) {
+      if (id[k] < 0)
+        throw invalid_argument_error("node " + c.node.describe() + ": id " + std::to_string(id[k]) +
+                                     " of " + a.table + "'s disk tier is negative");
+      if (index->row_of.count(id[k]) || disk.find(id[k]))
+        continue; // the memory tier's row is the save's (it was read with the variables)
+      disk.put(id[k], index->clock, records.data<T>() + k * per_row);
+      ++written;
+    }
+    c.output = any_tensor::scalar(written);
   }
 };
 
@@ -760,6 +886,10 @@ inline bool register_hash_embedding_kernels() {
   register_kernels<hash_embedding_changed_values_cpu>("hash_embedding_changed_values",
                                                       type_list<std::int64_t, float, double>{});
   register_kernels<hash_embedding_count_cpu>("hash_embedding_count", type_list<std::int64_t>{});
+  register_kernels<hash_embedding_tier_begin_cpu>("hash_embedding_tier_begin",
+                                                  type_list<std::int64_t>{});
+  register_kernels<hash_embedding_tier_export_cpu>("hash_embedding_tier_export", floating_types{});
+  register_kernels<hash_embedding_tier_import_cpu>("hash_embedding_tier_import", floating_types{});
   return true;
 }
 

@@ -79,6 +79,12 @@ public:
     return it == where_.end() ? nullptr : &it->second;
   }
 
+  // Calls f(id, entry) for every id held, in no particular order.
+  template <class F> void for_each(F&& f) const {
+    for (const auto& [id, e] : where_)
+      f(id, e);
+  }
+
   // Writes the id's record (a new one; the id must not be held), its payload from
   // `payload`. On an error (the disk full, the file size limit) the tier is as before.
   void put(std::int64_t id, std::int64_t last_lookup, const void* payload) {
