@@ -215,7 +215,7 @@ int main(int argc, char** argv) try {
                      "With --hash_embeddings: a directory on each ps task's local disk where a "
                      "full shard moves its least recently looked-up rows, and from which a "
                      "lookup moves them back (tiered storage; max_rows_per_shard is then the "
-                     "rows in memory); checkpoints hold it, increments do not yet")
+                     "rows in memory); checkpoints and increments hold it")
       .define_int("test_examples", 50000, "Examples of the test set")
       .define_int("shutdown_wait_secs", 120,
                   "How long the chief waits, at most, for the other workers to finish")

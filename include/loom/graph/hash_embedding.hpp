@@ -207,8 +207,9 @@ inline bool register_hash_embedding_ops() {
          .stateful = true,
          .type_input = -1});
   // Inputs (keys, rows, since, next; int64 scalars): an incremental checkpoint's
-  // question (train/incremental_saver.hpp). since < 0: epoch `next` begins, and no rows
-  // (a full save's start, or a restore's end). Otherwise the rows written since epoch
+  // question (train/incremental_saver.hpp). With attr disk_tier_dir, its snapshot also
+  // holds what the shard's disk tier took and let go since `since`. since < 0: epoch `next` begins,
+  // and no rows (a full save's start, or a restore's end). Otherwise the rows written since epoch
   // `since` began, and epoch `next` begins; every row where the shard cannot tell (its
   // task restarted, or its rows were assigned whole). Output: int64 row numbers [n].
   // Their keys, values and slots (attr _row_slots) are copied under the same locks, for
@@ -242,12 +243,19 @@ inline bool register_hash_embedding_ops() {
                                               "\": hash_increment or hash_tier_export");
                attach_to_variable(n, *in[0], snapshot);
                const auto part = n.attr_or<std::int64_t>("part", -1);
-               if (part < 0 || part >= 2 + static_cast<std::int64_t>(row_slots(n).size()))
-                 throw invalid_argument_error("node " + n.describe() + ": part " +
-                                              std::to_string(part) +
-                                              " of the keys, the rows and the slots in _row_slots");
-               n.type = part == 0 ? dtype::i64 : in[1]->type;
-               n.shape = part == 0 ? loom::shape{-1} : loom::shape{-1, in[1]->shape[1]};
+               const auto slots = static_cast<std::int64_t>(row_slots(n).size());
+               // With attr tier (an increment's of a table with a disk tier), the tier's
+               // parts follow: its ids, rows, each slot's rows, and the ids it let go.
+               const bool tier = n.attr_or<bool>("tier", false);
+               if (part < 0 || part >= 2 + slots + (tier ? 3 + slots : 0))
+                 throw invalid_argument_error(
+                     "node " + n.describe() + ": part " + std::to_string(part) +
+                     " of the keys, the rows and the slots in _row_slots" +
+                     (tier ? ", then the tier's ids, rows, slots and removed ids" : ""));
+               const std::int64_t q = part - (2 + slots); // within the tier's parts
+               const bool ids = part == 0 || q == 0 || q == 2 + slots;
+               n.type = ids ? dtype::i64 : in[1]->type;
+               n.shape = ids ? loom::shape{-1} : loom::shape{-1, in[1]->shape[1]};
              },
          .stateful = true,
          .ref_inputs = 0b011u,
@@ -304,13 +312,18 @@ inline bool register_hash_embedding_ops() {
          .ref_inputs = 0b011u,
          .type_input = 1});
   // Inputs (keys, rows, ids [n], records [n, (1 + slots) x dim]: each id's row, then each
-  // slot's): a restore's disk tier, after its variables; the ids the memory tier holds are
-  // skipped. Attrs as a lookup's. Output: int64, the records written.
+  // slot's, removed [r]): a restore's disk tier, after its variables (a full checkpoint's,
+  // into the tier the assigns emptied; an increment's, after its memory patch): the removed
+  // ids leave the tier, the others are written, and the ids the memory tier holds leave it.
+  // Attrs as a lookup's. Output: int64, the records written.
   r.add({.name = "hash_embedding_tier_import",
-         .num_inputs = 4,
+         .num_inputs = 5,
          .infer =
              [](node_def& n, const std::vector<const node_def*>& in) {
                check_hash_lookup(n, in);
+               if (in[4]->type != dtype::i64 || in[4]->shape.rank() != 1)
+                 throw invalid_argument_error("node " + n.describe() + ": the removed ids " +
+                                              in[4]->describe() + " must be int64 [r]");
                if (in[3]->type != in[1]->type || in[3]->shape.rank() != 2)
                  throw invalid_argument_error("node " + n.describe() + ": the records " +
                                               in[3]->describe() +

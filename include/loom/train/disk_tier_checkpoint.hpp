@@ -40,6 +40,11 @@ public:
   // made under the caller's scopes (the saver clears them).
   disk_tier_checkpoint(graph& g, const std::vector<saved_variable>& vars);
 
+  // What hash_embedding_tier_import takes: n ids' rows then each slot's, [n, parts x dim],
+  // from the checkpoint's [n, dim] parts (checked; `path` and `rows` name them in errors).
+  static any_tensor records_of(const std::string& path, const std::string& rows, std::int64_t n,
+                               std::int64_t dim, dtype type, const std::vector<any_tensor>& parts);
+
   bool empty() const noexcept { return tiers_.empty(); }
   // The tensors save() gives.
   std::size_t record_count() const noexcept;
@@ -61,7 +66,7 @@ private:
     std::int64_t dim = 0;
     node_id begin = no_node;
     std::vector<node_id> exported; // the snapshot's parts, in `parts` order
-    node_id ids = no_node, records = no_node, import = no_node;
+    node_id ids = no_node, records = no_node, removed = no_node, import = no_node;
   };
   std::vector<tier> tiers_;
 };
@@ -103,23 +108,48 @@ disk_tier_checkpoint::disk_tier_checkpoint(graph& g, const std::vector<saved_var
                                        {"snapshot", std::string("hash_tier_export")}}));
     t.ids = g.add_node("placeholder", {}, {{"dtype", dtype::i64}, {"shape", loom::shape{-1}}},
                        rows.name + "/tier_restore_ids");
+    t.removed = g.add_node("placeholder", {}, {{"dtype", dtype::i64}, {"shape", loom::shape{-1}}},
+                           rows.name + "/tier_restore_removed");
     const auto width = t.dim * static_cast<std::int64_t>(t.parts.size() - 1);
     t.records =
         g.add_node("placeholder", {}, {{"dtype", t.type}, {"shape", loom::shape{-1, width}}},
                    rows.name + "/tier_restore_records");
-    t.import = g.add_node("hash_embedding_tier_import", {*keys, v.variable, t.ids, t.records},
-                          {{"disk_tier_dir", dir},
-                           {"evict_when_full", true},
-                           {"admit_after", rows.attr_or<std::int64_t>("_admit_after", 1)},
-                           {"_row_slots", slots}},
-                          rows.name + "/tier_import");
+    t.import =
+        g.add_node("hash_embedding_tier_import", {*keys, v.variable, t.ids, t.records, t.removed},
+                   {{"disk_tier_dir", dir},
+                    {"evict_when_full", true},
+                    {"admit_after", rows.attr_or<std::int64_t>("_admit_after", 1)},
+                    {"_row_slots", slots}},
+                   rows.name + "/tier_import");
     // All on the shard's task: only the tier's tensors travel, once.
-    for (node_id id : {t.begin, exported, t.ids, t.records, t.import})
+    for (node_id id : {t.begin, exported, t.ids, t.records, t.removed, t.import})
       g.mutable_node(id).colocation_group = rows.colocation();
     for (node_id id : t.exported)
       g.mutable_node(id).colocation_group = rows.colocation();
     tiers_.push_back(std::move(t));
   }
+}
+
+LOOM_COMPILED_ONCE any_tensor disk_tier_checkpoint::records_of(
+    const std::string& path, const std::string& rows, std::int64_t n, std::int64_t dim, dtype type,
+    const std::vector<any_tensor>& parts) {
+  const auto count = static_cast<std::int64_t>(parts.size());
+  any_tensor records(type, loom::shape{n, count * dim});
+  const std::size_t row_bytes = static_cast<std::size_t>(dim) * size_of(type);
+  for (std::int64_t p = 0; p < count; ++p) {
+    const any_tensor& part = parts[static_cast<std::size_t>(p)];
+    if (part.type() != type || !(part.shape() == loom::shape{n, dim}))
+      throw data_loss_error("checkpoint " + path + ": the disk tier of '" + rows + "': part " +
+                            std::to_string(p) + " is " + part.describe() + ", not " +
+                            std::to_string(n) + " rows of " + std::to_string(dim) + " " +
+                            std::string(to_string(type)));
+    auto* to = static_cast<unsigned char*>(records.raw_data());
+    const auto* from = static_cast<const unsigned char*>(part.raw_data());
+    for (std::int64_t k = 0; k < n; ++k)
+      std::memcpy(to + static_cast<std::size_t>(k * count + p) * row_bytes,
+                  from + static_cast<std::size_t>(k) * row_bytes, row_bytes);
+  }
+  return records;
 }
 
 LOOM_COMPILED_ONCE std::size_t disk_tier_checkpoint::record_count() const noexcept {
@@ -165,28 +195,17 @@ disk_tier_checkpoint::restore(session& s, const std::function<bool(const std::st
     if (ids.type() != dtype::i64 || ids.rank() != 1)
       throw data_loss_error("checkpoint: tensor '" + key(t.rows, "keys") + "' is " +
                             ids.describe() + ", not a disk tier's ids (int64 [n])");
-    const std::int64_t n = ids.num_elements();
-    const auto parts = static_cast<std::int64_t>(t.parts.size() - 1);
-    any_tensor records(t.type, loom::shape{n, parts * t.dim});
-    const std::size_t row_bytes = static_cast<std::size_t>(t.dim) * size_of(t.type);
-    for (std::int64_t p = 0; p < parts; ++p) {
-      const std::string name = key(t.rows, t.parts[static_cast<std::size_t>(p + 1)]);
+    std::vector<any_tensor> parts;
+    for (std::size_t p = 1; p < t.parts.size(); ++p) {
+      const std::string name = key(t.rows, t.parts[p]);
       if (!has(name))
         throw not_found_error("checkpoint: the disk tier of '" + t.rows + "' lacks '" + name +
                               "' (saved with other optimizer slots?)");
-      const any_tensor part = read(name);
-      if (part.type() != t.type || !(part.shape() == loom::shape{n, t.dim}))
-        throw data_loss_error("checkpoint: tensor '" + name + "' is " + part.describe() + ", not " +
-                              std::to_string(n) + " rows of " + std::to_string(t.dim) + " " +
-                              std::string(to_string(t.type)));
-      auto* to = static_cast<unsigned char*>(records.raw_data());
-      const auto* from = static_cast<const unsigned char*>(part.raw_data());
-      for (std::int64_t k = 0; k < n; ++k)
-        std::memcpy(to + (static_cast<std::size_t>(k * parts + p)) * row_bytes,
-                    from + static_cast<std::size_t>(k) * row_bytes, row_bytes);
+      parts.push_back(read(name));
     }
+    feeds.emplace_back(t.records, records_of("", t.rows, ids.num_elements(), t.dim, t.type, parts));
     feeds.emplace_back(t.ids, std::move(ids));
-    feeds.emplace_back(t.records, std::move(records));
+    feeds.emplace_back(t.removed, any_tensor(dtype::i64, loom::shape{0}));
     targets.push_back(t.import);
   }
   if (!targets.empty())

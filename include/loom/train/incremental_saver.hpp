@@ -38,6 +38,7 @@
 #include <loom/graph/hash_embedding.hpp>
 #include <loom/runtime/session.hpp>
 #include <loom/train/checkpoint_state.hpp>
+#include <loom/train/disk_tier_checkpoint.hpp>
 #include <loom/train/iterator_checkpoint.hpp>
 #include <loom/train/saver.hpp>
 #include <loom/train/saver_options.hpp>
@@ -46,6 +47,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -101,6 +103,15 @@ private:
     node_id at = no_node;                // restore: row numbers
     std::vector<node_id> values;         // restore: keys, rows, slots at them
     std::vector<node_id> patches;        // restore: the patch, then a scatter_update per slot
+    // With a disk tier (the rows' _disk_tier): the snapshot's parts after the memory's are
+    // the ids the tier took since the last save, their rows and every slot's, and the ids
+    // it let go; restored by a tier import after the memory's patches (names as
+    // disk_tier_checkpoint.hpp's, and "removed").
+    std::vector<std::string> tier_parts; // "keys", "rows", each slot variable, "removed"
+    std::int64_t dim = 0;
+    dtype type = dtype::f32;
+    node_id tier_ids = no_node, tier_records = no_node, tier_removed = no_node,
+            tier_patch = no_node;
   };
 
   static saver_options without_renames(saver_options o) {
@@ -176,11 +187,6 @@ LOOM_COMPILED_ONCE incremental_saver::incremental_saver(graph& g, saver_options 
     const node_def& rows = g.node(vars[i].variable);
     if (!rows.attrs.contains("_row_slots")) // a hash table's rows carry their slots' list
       continue;
-    if (const auto tier = rows.attr_or<std::string>("_disk_tier", ""); !tier.empty())
-      throw unimplemented_error("incremental_saver: '" + rows.name +
-                                "' keeps rows in a disk tier (" + tier +
-                                "), which increments do not hold yet: save it in full "
-                                "checkpoints (loom::saver; no save_increment_secs or _steps)");
     shard sh;
     sh.rows_name = rows.name;
     sh.keys_name = rows.name.substr(0, rows.name.size() - std::string("rows").size()) + "keys";
@@ -210,15 +216,48 @@ LOOM_COMPILED_ONCE incremental_saver::incremental_saver(graph& g, saver_options 
     sh.since = scalar("since");
     sh.next = scalar("next");
     const std::string slots_list = rows.attr_or<std::string>("_row_slots", "");
+    const auto tier_dir = rows.attr_or<std::string>("_disk_tier", "");
+    attr_map changes_attrs{{"_row_slots", slots_list}};
+    if (!tier_dir.empty())
+      changes_attrs["disk_tier_dir"] = tier_dir;
     sh.changed = g.add_node("hash_embedding_changes", {keys, rows_id, sh.since, sh.next},
-                            {{"_row_slots", slots_list}}, rows.name + "/changes");
+                            std::move(changes_attrs), rows.name + "/changes");
     std::vector<node_id> targets{keys, rows_id};
     for (std::size_t k : slot_at)
       targets.push_back(vars[k].variable);
+    if (!tier_dir.empty()) { // the tier's parts: keys, rows, every slot, removed
+      sh.tier_parts = {"keys", "rows"};
+      for (const auto& [slot, initial] : detail::row_slots(rows))
+        sh.tier_parts.push_back(slot);
+      sh.tier_parts.push_back("removed");
+      for (std::size_t k = 0; k < sh.tier_parts.size(); ++k)
+        parts.push_back(part++);
+      sh.dim = rows.shape[1];
+      sh.type = rows.type;
+      const auto width = sh.dim * static_cast<std::int64_t>(sh.tier_parts.size() - 2);
+      auto ids = [&](const char* what) {
+        return g.add_node("placeholder", {}, {{"dtype", dtype::i64}, {"shape", loom::shape{-1}}},
+                          rows.name + "/" + what);
+      };
+      sh.tier_ids = ids("tier_patch_ids");
+      sh.tier_removed = ids("tier_patch_removed");
+      sh.tier_records =
+          g.add_node("placeholder", {}, {{"dtype", sh.type}, {"shape", loom::shape{-1, width}}},
+                     rows.name + "/tier_patch_records");
+      sh.tier_patch = g.add_node("hash_embedding_tier_import",
+                                 {keys, rows_id, sh.tier_ids, sh.tier_records, sh.tier_removed},
+                                 {{"disk_tier_dir", tier_dir},
+                                  {"evict_when_full", true},
+                                  {"admit_after", rows.attr_or<std::int64_t>("_admit_after", 1)},
+                                  {"_row_slots", slots_list}},
+                                 rows.name + "/tier_patch");
+      for (node_id id : {sh.tier_ids, sh.tier_records, sh.tier_removed, sh.tier_patch})
+        g.mutable_node(id).colocation_group = rows.colocation();
+    }
     for (std::int64_t p : parts)
-      sh.snapshot_parts.push_back(g.add_node("hash_embedding_changed_values",
-                                             {keys, rows_id, sh.changed},
-                                             {{"part", p}, {"_row_slots", slots_list}}));
+      sh.snapshot_parts.push_back(
+          g.add_node("hash_embedding_changed_values", {keys, rows_id, sh.changed},
+                     {{"part", p}, {"_row_slots", slots_list}, {"tier", !tier_dir.empty()}}));
     sh.at = g.add_node("placeholder", {}, {{"dtype", dtype::i64}, {"shape", loom::shape{-1}}},
                        rows.name + "/restore_rows");
     for (node_id t : targets) {
@@ -335,6 +374,9 @@ incremental_saver::save_increment(session& s, const std::string& prefix,
     records.emplace_back(sh.rows_name, std::move(values[at++]));
     for (const std::string& slot : sh.slot_names)
       records.emplace_back(slot, std::move(values[at++]));
+    for (const std::string& part : sh.tier_parts)
+      records.emplace_back(detail::disk_tier_checkpoint::key(sh.rows_name, part),
+                           std::move(values[at++]));
   }
   for (std::size_t i : whole_)
     records.emplace_back(name_of(i), std::move(values[at++]));
@@ -457,6 +499,27 @@ LOOM_COMPILED_ONCE void incremental_saver::apply_increment(session& s, const che
     run.push_back(vars[i].assign);
   }
   s.run_nodes({}, run, feeds);
+  // The tiers after the memory's patches, which they read (an id back in memory leaves
+  // its tier).
+  feeds.clear();
+  run.clear();
+  for (const shard& sh : shards_) {
+    if (sh.tier_parts.empty())
+      continue;
+    std::vector<any_tensor> parts;
+    for (std::size_t p = 1; p + 1 < sh.tier_parts.size(); ++p)
+      parts.push_back(read(detail::disk_tier_checkpoint::key(sh.rows_name, sh.tier_parts[p])));
+    any_tensor ids = read(detail::disk_tier_checkpoint::key(sh.rows_name, "keys"));
+    feeds.emplace_back(sh.tier_records,
+                       detail::disk_tier_checkpoint::records_of(
+                           r.path(), sh.rows_name, ids.num_elements(), sh.dim, sh.type, parts));
+    feeds.emplace_back(sh.tier_ids, std::move(ids));
+    feeds.emplace_back(sh.tier_removed,
+                       read(detail::disk_tier_checkpoint::key(sh.rows_name, "removed")));
+    run.push_back(sh.tier_patch);
+  }
+  if (!run.empty())
+    s.run_nodes({}, run, feeds);
 }
 
 } // namespace loom

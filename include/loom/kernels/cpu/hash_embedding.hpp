@@ -175,6 +175,25 @@ struct hash_index : resource_base {
   bool saving = false;
   std::vector<std::int64_t> kept_ids;
   std::vector<unsigned char> kept_records;
+  // Where increments are taken (the rows' row_changes exist): the ids the tier took and
+  // those it let go (back into memory, or aged out), each in one map, with the epoch it
+  // happened in, as the rows' stamps are: an increment answers those of its epoch or later.
+  std::unordered_map<std::int64_t, std::uint32_t> tier_took, tier_let_go;
+  // The next rebuild keeps the tier: the keys were patched by an increment, not replaced.
+  bool keep_tier_at_rebuild = false;
+
+  void took(std::int64_t id, const row_changes* changed) {
+    if (changed) {
+      tier_took[id] = changed->epoch;
+      tier_let_go.erase(id);
+    }
+  }
+  void let_go(std::int64_t id, const row_changes* changed) {
+    if (changed) {
+      tier_let_go[id] = changed->epoch;
+      tier_took.erase(id);
+    }
+  }
 
   // Makes row_of describe `keys` (held under its variable's lock); the first
   // `reserved` rows hold no id (admission's default row). With `evicting`, the
@@ -187,8 +206,11 @@ struct hash_index : resource_base {
     free_rows.clear();
     used = reserved;
     recency.reset();
-    if (disk) // the table was replaced whole (an initializer, a restore): so is its tier
+    // The table was replaced whole (an initializer, a restore), and so is its tier; unless
+    // an increment patched the keys, whose tier patch follows.
+    if (disk && !keep_tier_at_rebuild)
       disk->clear();
+    keep_tier_at_rebuild = false;
     if (evicting)
       recency.emplace(keys.num_elements());
     const std::int64_t* k = keys.data<std::int64_t>();
@@ -385,6 +407,7 @@ template <class T> struct hash_embedding_rows_cpu {
         if (a.steps_to_live > 0 && e->last_lookup <= now - a.steps_to_live) {
           // Aged out while on disk: removed as a row in memory would have been.
           disk->erase(id[k]);
+          index->let_go(id[k], rows_var.changes.get());
           if (index->counts) {
             index->counts->forget(id[k]);
             index->admitted_by_count = std::max<std::int64_t>(0, index->admitted_by_count - 1);
@@ -463,6 +486,7 @@ template <class T> struct hash_embedding_rows_cpu {
           std::fill_n(to, width, static_cast<T>(a.slots[s].second));
       }
       disk->put(keys[r], index->recency->last_lookup(r), record.data());
+      index->took(keys[r], changed);
       index->spill(r, keys);
       if (changed)
         changed->mark(r);
@@ -484,6 +508,7 @@ template <class T> struct hash_embedding_rows_cpu {
         if (slots[s]->initialized)
           std::memcpy(slots[s]->value.data<T>() + r * width, from + (1 + s) * row_bytes, row_bytes);
       disk->erase(id[k]);
+      index->let_go(id[k], changed);
       if (index->saving) {
         index->kept_ids.push_back(id[k]);
         index->kept_records.insert(index->kept_records.end(), from, from + disk->payload_bytes());
@@ -591,7 +616,14 @@ template <class T> struct hash_embedding_changes_cpu {
     for (const auto& [name, initial] : detail::row_slots(c.node))
       slots.push_back(&c.resources.variable(row_slot_variable(c.node, name)));
     auto snapshot = attached_resource<hash_increment>(c);
-    ordered_locks lock{&keys_var.mu, &rows_var.mu, &snapshot->mu};
+    // The shard's index (beside the snapshot), for what its disk tier took and let go.
+    const std::string& snapshot_name = c.node.attr<std::string>("resource_name");
+    auto index = c.resources.resource<hash_index>(
+        c.node.attr<std::string>("resource_container"),
+        snapshot_name.substr(0, snapshot_name.size() - std::string("hash_increment").size()) +
+            "hash_index");
+    const bool tier = !c.node.attr_or<std::string>("disk_tier_dir", "").empty();
+    ordered_locks lock{&keys_var.mu, &rows_var.mu, &snapshot->mu, &index->mu};
     for (variable_resource* v : slots)
       lock.add(v->mu);
     lock.lock();
@@ -648,6 +680,54 @@ template <class T> struct hash_embedding_changes_cpu {
                     row_bytes);
       snapshot->parts.push_back(std::move(part));
     }
+    // The disk tier's part: the ids it took since `since` and holds, their rows and slots
+    // (its records), and the ids it let go; then its sets start over with the epoch.
+    // What an earlier epoch did is in a save already (a failed increment asks the same
+    // `since` again, so nothing after it goes).
+    const auto forget_before = [&](std::unordered_map<std::int64_t, std::uint32_t>& m) {
+      for (auto it = m.begin(); it != m.end();)
+        it = since < 0 || it->second < static_cast<std::uint32_t>(since) ? m.erase(it)
+                                                                         : std::next(it);
+    };
+    forget_before(index->tier_took);
+    forget_before(index->tier_let_go);
+    if (tier) {
+      std::vector<std::int64_t> took, let_go;
+      for (const auto& [id, epoch] : index->tier_let_go)
+        let_go.push_back(id);
+      std::vector<unsigned char> records;
+      const row_file* disk = index->disk ? &*index->disk : nullptr;
+      if (disk)
+        for (const auto& [id, epoch] : index->tier_took)
+          if (const row_file::entry* e = disk->find(id)) {
+            records.resize((took.size() + 1) * disk->payload_bytes());
+            disk->get(*e, records.data() + took.size() * disk->payload_bytes());
+            took.push_back(id);
+          }
+      const std::int64_t width = rows_var.value.shape()[1];
+      const std::size_t row_bytes =
+          static_cast<std::size_t>(width) * size_of(rows_var.value.type());
+      const auto m = static_cast<std::int64_t>(took.size());
+      auto ids_part = [](const std::vector<std::int64_t>& ids) {
+        any_tensor t(dtype::i64, loom::shape{static_cast<std::int64_t>(ids.size())});
+        std::copy(ids.begin(), ids.end(), t.data<std::int64_t>());
+        return t;
+      };
+      snapshot->parts.push_back(ids_part(took));
+      for (std::size_t p = 0; p <= slots.size(); ++p) {
+        any_tensor part(rows_var.value.type(), loom::shape{m, width});
+        for (std::int64_t k = 0; k < m; ++k)
+          std::memcpy(static_cast<unsigned char*>(part.raw_data()) +
+                          static_cast<std::size_t>(k) * row_bytes,
+                      records.data() +
+                          static_cast<std::size_t>(k) * row_bytes * (1 + slots.size()) +
+                          p * row_bytes,
+                      row_bytes);
+        snapshot->parts.push_back(std::move(part));
+      }
+      snapshot->parts.push_back(ids_part(let_go));
+      snapshot->given.assign(snapshot->parts.size(), false);
+    }
   }
 };
 
@@ -658,8 +738,10 @@ template <class T> struct hash_embedding_changed_values_cpu {
     auto snapshot = attached_resource<hash_increment>(c);
     std::lock_guard lock(snapshot->mu);
     const auto part = static_cast<std::size_t>(c.node.attr<std::int64_t>("part"));
+    // The parts of the rows given (a disk tier's, after them, have rows of their own).
+    const bool of_rows = part < 2 + detail::row_slots(c.node).size();
     if (part >= snapshot->parts.size() || snapshot->given[part] ||
-        snapshot->parts[part].shape()[0] != c.input(2).num_elements())
+        (of_rows && snapshot->parts[part].shape()[0] != c.input(2).num_elements()))
       throw failed_precondition_error("node " + c.node.describe() +
                                       ": no snapshot of these rows (hash_embedding_changes or "
                                       "hash_embedding_tier_export runs first, in the same step)");
@@ -680,7 +762,8 @@ template <class T> struct hash_embedding_patch_cpu {
     const any_tensor& at = c.input(2);
     const any_tensor& keys = c.input(3);
     const any_tensor& values = c.input(4);
-    ordered_locks lock{&keys_var.mu, &rows_var.mu};
+    auto index = attached_resource<hash_index>(c);
+    ordered_locks lock{&keys_var.mu, &rows_var.mu, &index->mu};
     lock.lock();
     if (!keys_var.initialized || !rows_var.initialized)
       throw failed_precondition_error("node " + c.node.describe() +
@@ -703,6 +786,10 @@ template <class T> struct hash_embedding_patch_cpu {
     for (variable_resource* v : {&keys_var, &rows_var})
       if (!v->value.sole_owner())
         v->value = v->value.clone();
+    // Written in place or not, the keys changed: the index is rebuilt, keeping the disk
+    // tier, which the increment's tier patch updates next.
+    index->built_from = {};
+    index->keep_tier_at_rebuild = true;
     std::int64_t* to_keys = keys_var.value.data<std::int64_t>();
     T* to_rows = rows_var.value.data<T>();
     for (std::int64_t k = 0; k < n; ++k) {
@@ -790,9 +877,10 @@ template <class T> struct hash_embedding_tier_export_cpu {
 };
 
 // A restore's disk tier (the ids, and their rows then each slot's, as one [n, (1 + slots) x
-// dim] tensor), after the restore assigned the variables: the index is rebuilt from the keys
-// restored, which empties the tier, and every id the memory tier does not hold gets its
-// record. Output: the records written, int64.
+// dim] tensor, and ids removed), after the restore wrote the variables: the index is rebuilt
+// from the keys restored (a full checkpoint's assigns empty the tier; an increment's patch
+// keeps it), the removed ids leave the tier, every id given is written, and the ids the
+// memory tier holds leave it. Output: the records written, int64.
 template <class T> struct hash_embedding_tier_import_cpu {
   static void run(kernel_context& c) {
     const hash_rows_attrs& a = c.decoded<hash_rows_attrs>();
@@ -800,6 +888,7 @@ template <class T> struct hash_embedding_tier_import_cpu {
     variable_resource& rows_var = *c.refs[1];
     const any_tensor& ids = c.input(2);
     const any_tensor& records = c.input(3);
+    const any_tensor& removed = c.input(4);
     auto index = attached_resource<hash_index>(c);
     ordered_locks lock{&keys_var.mu, &rows_var.mu, &index->mu};
     lock.lock();
@@ -816,16 +905,22 @@ template <class T> struct hash_embedding_tier_import_cpu {
           std::to_string(a.slots.size()) + " slots')");
     row_file& disk = disk_tier(c, a, *index, static_cast<std::size_t>(per_row) * sizeof(T));
     const std::int64_t* id = ids.data<std::int64_t>();
-    std::int64_t written = 0;
-    for (std::int64_t k = 0; k < n; ++k) {
+    for (std::int64_t k = 0; k < n; ++k)
       if (id[k] < 0)
         throw invalid_argument_error("node " + c.node.describe() + ": id " + std::to_string(id[k]) +
                                      " of " + a.table + "'s disk tier is negative");
-      if (index->row_of.count(id[k]) || disk.find(id[k]))
+    for (std::int64_t k = 0, r = removed.num_elements(); k < r; ++k)
+      disk.erase(removed.data<std::int64_t>()[k]);
+    std::int64_t written = 0;
+    for (std::int64_t k = 0; k < n; ++k) {
+      if (index->row_of.count(id[k]))
         continue; // the memory tier's row is the save's (it was read with the variables)
+      disk.erase(id[k]);
       disk.put(id[k], index->clock, records.data<T>() + k * per_row);
       ++written;
     }
+    for (const auto& [held, row] : index->row_of) // an id moved back into memory
+      disk.erase(held);
     c.output = any_tensor::scalar(written);
   }
 };
