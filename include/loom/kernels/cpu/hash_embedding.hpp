@@ -552,6 +552,23 @@ template <class T> struct hash_embedding_rows_cpu {
   }
 };
 
+// A disk tier's records (each a row, then every slot's: `parts` rows of `width` values of
+// `type`), m of them, as `parts` tensors [m, width]: what a snapshot hands out.
+inline std::vector<any_tensor> split_records(const unsigned char* records, std::int64_t m,
+                                             std::int64_t width, dtype type, std::size_t parts) {
+  const std::size_t row_bytes = static_cast<std::size_t>(width) * size_of(type);
+  std::vector<any_tensor> out;
+  for (std::size_t p = 0; p < parts; ++p) {
+    any_tensor part(type, loom::shape{m, width});
+    auto* to = static_cast<unsigned char*>(part.raw_data());
+    for (std::int64_t k = 0; k < m; ++k)
+      std::memcpy(to + static_cast<std::size_t>(k) * row_bytes,
+                  records + (static_cast<std::size_t>(k) * parts + p) * row_bytes, row_bytes);
+    out.push_back(std::move(part));
+  }
+  return out;
+}
+
 // An evaluation's lookup: the rows of the ids there are (in memory or on disk), zeros for
 // the others; it makes, counts, moves and ages nothing (no clock tick, no recency, no
 // admission count).
@@ -705,8 +722,6 @@ template <class T> struct hash_embedding_changes_cpu {
             took.push_back(id);
           }
       const std::int64_t width = rows_var.value.shape()[1];
-      const std::size_t row_bytes =
-          static_cast<std::size_t>(width) * size_of(rows_var.value.type());
       const auto m = static_cast<std::int64_t>(took.size());
       auto ids_part = [](const std::vector<std::int64_t>& ids) {
         any_tensor t(dtype::i64, loom::shape{static_cast<std::int64_t>(ids.size())});
@@ -714,17 +729,9 @@ template <class T> struct hash_embedding_changes_cpu {
         return t;
       };
       snapshot->parts.push_back(ids_part(took));
-      for (std::size_t p = 0; p <= slots.size(); ++p) {
-        any_tensor part(rows_var.value.type(), loom::shape{m, width});
-        for (std::int64_t k = 0; k < m; ++k)
-          std::memcpy(static_cast<unsigned char*>(part.raw_data()) +
-                          static_cast<std::size_t>(k) * row_bytes,
-                      records.data() +
-                          static_cast<std::size_t>(k) * row_bytes * (1 + slots.size()) +
-                          p * row_bytes,
-                      row_bytes);
+      for (any_tensor& part :
+           split_records(records.data(), m, width, rows_var.value.type(), 1 + slots.size()))
         snapshot->parts.push_back(std::move(part));
-      }
       snapshot->parts.push_back(ids_part(let_go));
       snapshot->given.assign(snapshot->parts.size(), false);
     }
@@ -863,14 +870,9 @@ template <class T> struct hash_embedding_tier_export_cpu {
     snapshot->parts.clear();
     snapshot->parts.push_back(any_tensor(dtype::i64, loom::shape{n}));
     std::copy(ids.begin(), ids.end(), snapshot->parts[0].data<std::int64_t>());
-    for (std::size_t p = 0; p <= slots; ++p) {
-      any_tensor part(rows_var.value.type(), loom::shape{n, width});
-      for (std::int64_t k = 0; k < n; ++k)
-        std::memcpy(part.data<T>() + k * width,
-                    records.data() + static_cast<std::size_t>(k) * record + p * row_bytes,
-                    row_bytes);
+    for (any_tensor& part :
+         split_records(records.data(), n, width, rows_var.value.type(), 1 + slots))
       snapshot->parts.push_back(std::move(part));
-    }
     snapshot->given.assign(snapshot->parts.size(), false);
     c.output = snapshot->parts[0].clone();
   }
