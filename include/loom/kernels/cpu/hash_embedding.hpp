@@ -591,14 +591,12 @@ template <class T> struct hash_embedding_read_cpu {
     T* to = out.data<T>();
     const T* rows = rows_var.value.data<T>();
     const row_file* disk = index->disk ? &*index->disk : nullptr;
-    std::vector<unsigned char> record(disk ? disk->payload_bytes() : 0);
     for (std::int64_t k = 0; k < n; ++k) {
       const auto it = index->row_of.find(id[k]);
       if (it != index->row_of.end()) {
         std::copy_n(rows + it->second * width, width, to + k * width);
       } else if (const row_file::entry* e = disk ? disk->find(id[k]) : nullptr) {
-        disk->get(*e, record.data());
-        std::memcpy(to + k * width, record.data(), static_cast<std::size_t>(width) * sizeof(T));
+        disk->get(*e, to + k * width, static_cast<std::size_t>(width) * sizeof(T)); // its row
       } else {
         std::fill_n(to + k * width, width, T(0));
       }
@@ -634,11 +632,7 @@ template <class T> struct hash_embedding_changes_cpu {
       slots.push_back(&c.resources.variable(row_slot_variable(c.node, name)));
     auto snapshot = attached_resource<hash_increment>(c);
     // The shard's index (beside the snapshot), for what its disk tier took and let go.
-    const std::string& snapshot_name = c.node.attr<std::string>("resource_name");
-    auto index = c.resources.resource<hash_index>(
-        c.node.attr<std::string>("resource_container"),
-        snapshot_name.substr(0, snapshot_name.size() - std::string("hash_increment").size()) +
-            "hash_index");
+    auto index = sibling_resource<hash_index>(c, "hash_increment", "hash_index");
     const bool tier = !c.node.attr_or<std::string>("disk_tier_dir", "").empty();
     ordered_locks lock{&keys_var.mu, &rows_var.mu, &snapshot->mu, &index->mu};
     for (variable_resource* v : slots)
@@ -832,11 +826,7 @@ template <class T> struct hash_embedding_tier_export_cpu {
     variable_resource& rows_var = *c.refs[1];
     auto index = attached_resource<hash_index>(c);
     // Beside the index, under the name the snapshot's readers attach to.
-    const std::string& index_name = c.node.attr<std::string>("resource_name");
-    auto snapshot = c.resources.resource<hash_increment>(
-        c.node.attr<std::string>("resource_container"),
-        index_name.substr(0, index_name.size() - std::string("hash_index").size()) +
-            "hash_tier_export");
+    auto snapshot = sibling_resource<hash_increment>(c, "hash_index", "hash_tier_export");
     ordered_locks lock{&keys_var.mu, &rows_var.mu, &index->mu, &snapshot->mu};
     lock.lock();
     const std::int64_t width = rows_var.value.shape()[1];

@@ -1,6 +1,7 @@
 // A hash-table shard's disk tier (graph/hash_embedding.hpp, disk_tier_dir): the rows a
 // full memory tier moved out, each a fixed-size record in one file on the shard's task's
-// local disk, found through an index in memory (id -> record, 24 bytes an id).
+// local disk, found through an index in memory (an unordered_map node per id: its id,
+// record number and last lookup, and the map's own pointers).
 //
 // Why a file of records and not RocksDB: a row's record has one size for the table's
 // life, so freed records are reused in place and nothing ever needs compacting; an LSM
@@ -106,9 +107,10 @@ public:
     where_.emplace(id, entry{r, last_lookup});
   }
 
-  // Reads the payload of the id's record (`e`, from find) into `payload`.
-  void get(const entry& e, void* payload) const {
-    read_all(payload, payload_bytes(), offset(e.record) + static_cast<off_t>(header_bytes));
+  // Reads the payload of the id's record (`e`, from find), or its first `bytes`, into `payload`.
+  void get(const entry& e, void* payload, std::size_t bytes = 0) const {
+    read_all(payload, bytes ? bytes : payload_bytes(),
+             offset(e.record) + static_cast<off_t>(header_bytes));
   }
 
   // Holds no record again (the table was replaced whole).

@@ -169,6 +169,19 @@ template <class R> std::shared_ptr<R> attached_resource(kernel_context& c) {
                                  c.node.attr<std::string>("resource_name"));
 }
 
+// Another resource beside the same variable: the node's attached one is named
+// "<variable>/<attached>" (attach_to_variable), this one "<variable>/<suffix>".
+template <class R>
+std::shared_ptr<R> sibling_resource(kernel_context& c, const std::string& attached,
+                                    const std::string& suffix) {
+  const std::string& name = c.node.attr<std::string>("resource_name");
+  if (!name.ends_with("/" + attached))
+    throw internal_error("node " + c.node.describe() + ": resource " + name + " is not a '" +
+                         attached + "'");
+  return c.resources.resource<R>(c.node.attr<std::string>("resource_container"),
+                                 name.substr(0, name.size() - attached.size()) + suffix);
+}
+
 // Waits under `lock` until `acc` holds the node's num_required gradients;
 // throws cancelled if the accumulator is closed first (and as wait_for does).
 inline void await_gradients(kernel_context& c, const abort_watch& watch,
