@@ -272,3 +272,35 @@ TEST_CASE("a disk tier in incremental checkpoints: a full checkpoint and 3 incre
     s.run(t.train, feed_tier_ids(t.ids, distinct_ids(random, 8, 200)));
   check_same_rows(s, t, 200);
 }
+
+TEST_CASE("a hash table saved in one count of shards is refused by a table of another count, "
+          "in either format, with one error naming both counts") {
+  loom::testing::scratch_dir dir;
+  auto tiered_table = [&](loom::graph& g, std::int64_t shards) {
+    return loom::hash_embedding<float>(
+        g, "t", 2, {.capacity_per_shard = 2, .num_shards = shards, .disk_tier_dir = dir / "tier"});
+  };
+  for (const auto format : {loom::checkpoint_format::loom, loom::checkpoint_format::tensorflow}) {
+    CAPTURE(static_cast<int>(format));
+    {
+      loom::graph g;
+      loom::placeholder<std::int64_t, 1> ids(g, shape{-1}, "ids");
+      auto t = tiered_table(g, 2);
+      auto rows = t.lookup(ids);
+      loom::session s(g);
+      s.run(loom::global_variables_initializer(g));
+      for (std::int64_t id = 1; id <= 8; id += 2) // 4 of them end on disk
+        s.run(rows, feed_tier_ids(ids, {id, id + 1}));
+      loom::saver(g, {.format = format}).save(s, dir / "model");
+    }
+    loom::graph g;
+    auto t = tiered_table(g, 3);
+    loom::session s(g);
+    s.run(loom::global_variables_initializer(g));
+    const std::string what = loom::testing::message_of<loom::invalid_argument_error>(
+        [&] { loom::saver(g).restore(s, dir / "model"); });
+    CHECK_MESSAGE(contains(what, "hash embedding 't' was saved in 2 shards and has 3 here: a hash "
+                                 "table restores only into the shard count it was saved with"),
+                  what);
+  }
+}

@@ -630,6 +630,68 @@ TEST_CASE("hash embedding admission: the counts are a count-min sketch that errs
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("hash embedding admission: the counts are saved and restored with the table, in "
+          "either format and in increments, so a restored table admits an id when the one that "
+          "saved it would have") {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("loom-counts-" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::create_directories(dir);
+  struct table {
+    loom::graph g;
+    loom::placeholder<std::int64_t, 1> ids{g, shape{-1}, "ids"};
+    loom::hash_embedding<float> emb;
+    loom::output<float, 2> rows;
+    loom::output<std::int64_t, 0> size, waiting;
+    loom::session s{g};
+    explicit table(std::int64_t counters)
+        : emb(g, "adm", 2,
+              {.capacity_per_shard = 8,
+               .num_shards = 2,
+               .admit_after = 3,
+               .admission_counters = counters}),
+          rows(emb.lookup(ids)), size(emb.size()), waiting(emb.waiting()) {
+      s.run(loom::global_variables_initializer(g));
+    }
+    void look_up(std::vector<std::int64_t> list) { s.run(rows, feed_ids(ids, std::move(list))); }
+  };
+  for (const auto format : {loom::checkpoint_format::loom, loom::checkpoint_format::tensorflow}) {
+    CAPTURE(static_cast<int>(format));
+    {
+      table saved(4096);
+      saved.look_up({5, 6, 9});
+      saved.look_up({5, 6}); // 5 and 6 seen twice, 9 once
+      loom::saver(saved.g, {.format = format}).save(saved.s, dir + "/model");
+    }
+    table restored(4096);
+    loom::saver(restored.g).restore(restored.s, dir + "/model");
+    CHECK(restored.s.run(restored.waiting) == 3);
+    restored.look_up({5, 6, 9}); // a third time for 5 and 6: admitted; 9 waits
+    CHECK(restored.s.run(restored.size) == 2);
+    CHECK(restored.s.run(restored.waiting) == 1);
+
+    table other(8192); // another sketch: one clear error
+    const std::string what = loom::testing::message_of<loom::invalid_argument_error>(
+        [&] { loom::saver(other.g).restore(other.s, dir + "/model"); });
+    CHECK_MESSAGE(contains(what, "the admission counts saved are 4096 counters, the table's "
+                                 "sketch has 8192 (admission_counters)"),
+                  what);
+  }
+  { // An increment holds the counts as they were at its save.
+    table saved(4096);
+    loom::incremental_saver chain(saved.g);
+    chain.save(saved.s, dir + "/chain");
+    saved.look_up({7});
+    saved.look_up({7, 8});
+    chain.save_increment(saved.s, dir + "/chain", 1);
+  }
+  table restored(4096);
+  loom::incremental_saver(restored.g).restore(restored.s, dir + "/chain-1");
+  restored.look_up({7, 8});
+  CHECK(restored.s.run(restored.size) == 1); // 7, seen 3 times; 8 twice
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("hash embedding eviction: a full shard gives a new id the row least recently looked "
           "up, with its optimizer slots restarted; a step that needs more rows than it may take "
           "is an error that changes nothing") {

@@ -116,6 +116,8 @@ const std::set<std::string>& cpu_only_ops() {
       "hash_embedding_tier_begin",
       "hash_embedding_tier_export",
       "hash_embedding_tier_import",
+      "hash_embedding_admission_save",
+      "hash_embedding_admission_restore",
       // An input pipeline's iterator: a host resource of the task that made the dataset;
       // its elements are host tensors (TF's IteratorGetNext runs on the CPU too), and a
       // step on a GPU receives them there like a feed.

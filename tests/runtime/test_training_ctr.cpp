@@ -171,15 +171,17 @@ TEST_CASE("examples/ctr with hash-table embeddings and sync replicas, 1 ps + 2 w
   }
 }
 
-TEST_CASE("examples/ctr, hash tables with incremental checkpoints: the ps killed after a full "
-          "checkpoint and 5 increments, restarted, resumes from the newest increment" *
+TEST_CASE("examples/ctr, hash tables with a disk tier, admission and incremental checkpoints: "
+          "the ps killed after a full checkpoint and 5 increments, restarted, resumes from the "
+          "newest increment" *
           lt::needs_examples()) {
   require_ctr();
   cluster_flags cf(1, 2);
   temp_dir dir;
   auto flags = [&](int task) {
     return args(cf.task("worker", task), ctr_flags(dir, "1500"), "--hash_embeddings",
-                "--max_rows_per_shard=3000", "--evict_when_full", "--save_checkpoint_secs=0",
+                "--max_rows_per_shard=3000", "--admit_after=2",
+                "--disk_tier_dir=" + (dir.path / "tier").string(), "--save_checkpoint_secs=0",
                 "--save_increment_steps=50");
   };
   auto ps = std::make_unique<lt::child>(lt::example("ctr"), cf.task("ps", 0));
@@ -227,4 +229,8 @@ TEST_CASE("examples/ctr, hash tables with incremental checkpoints: the ps killed
   for (const auto& f : loom::detail::checkpoint_files_in(dir.path.string()))
     if (loom::incremental_saver::is_increment(f))
       CHECK_MESSAGE(loom::checkpoint_reader(f).all_ok(), f);
+  // The restarted ps's tables kept rows on disk (its tiers restored, then trained on).
+  const auto on_disk = captured(out, "rows \\(([0-9]+) of them on disk\\)");
+  REQUIRE_MESSAGE(on_disk.size() == 1, out);
+  CHECK(on_disk[0] > 0);
 }

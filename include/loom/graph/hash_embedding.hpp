@@ -46,8 +46,9 @@
 // under every optimizer's update: its slots stay at their start). The counts
 // are a count-min sketch per shard beside the index, 4 rows of one-byte
 // counters with conservative updates (an id's count errs only upwards: it may
-// be admitted early, never late), admission_counters bytes per shard. They
-// live in the ps's memory, not in checkpoints: a restarted ps counts anew.
+// be admitted early, never late), admission_counters bytes per shard, in the
+// ps's memory; a saver saves each shard's beside its variables and a restore puts
+// them back (train/state_checkpoint.hpp), so a restarted ps counts on.
 //
 // A disk tier (disk_tier_dir): capacity_per_shard becomes the memory tier's rows, and a
 // full shard moves the row least recently looked up, with its optimizer slots, to a
@@ -335,6 +336,40 @@ inline bool register_hash_embedding_ops() {
          .stateful = true,
          .ref_inputs = 0b011u,
          .type_input = 1});
+  // Admission counts in checkpoints (train/state_checkpoint.hpp). Input (keys): the
+  // shard's counts, a string scalar ("" before its first lookup).
+  r.add({.name = "hash_embedding_admission_save",
+         .num_inputs = 1,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               require_hash_keys(n, *in[0]);
+               attach_to_variable(n, *in[0], "hash_index");
+               n.type = dtype::string;
+               n.shape = {};
+             },
+         .stateful = true,
+         .type_input = -1});
+  // Inputs (keys, counts: what hash_embedding_admission_save gave); attr admission_counters
+  // (the table's). The shard's counts replaced. Output: int64, the counters restored.
+  r.add({.name = "hash_embedding_admission_restore",
+         .num_inputs = 2,
+         .infer =
+             [](node_def& n, const std::vector<const node_def*>& in) {
+               require_hash_keys(n, *in[0]);
+               if (in[1]->type != dtype::string || in[1]->shape.rank() != 0)
+                 throw invalid_argument_error("node " + n.describe() +
+                                              ": restores from a string "
+                                              "scalar, not " +
+                                              in[1]->describe());
+               if (n.attr_or<std::int64_t>("admission_counters", 0) < 4)
+                 throw invalid_argument_error("node " + n.describe() +
+                                              ": needs admission_counters of 4 or more");
+               attach_to_variable(n, *in[0], "hash_index");
+               n.type = dtype::i64;
+               n.shape = {};
+             },
+         .stateful = true,
+         .type_input = -1});
   // Input (keys): the count of ids a shard holds, int64 scalar.
   r.add({.name = "hash_embedding_size",
          .num_inputs = 1,
@@ -432,10 +467,14 @@ public:
           name + "/part_" + std::to_string(p) + "_of_" + std::to_string(o.num_shards);
       variable<T, 2> rows(g, part + "/rows", shape{o.capacity_per_shard, dim}, zeros_initializer{});
       g.mutable_node(rows.id()).attrs["_row_slots"] = std::string(); // its optimizers' slots
-      if (!o.disk_tier_dir.empty()) { // what a saver saves the tier by (disk_tier_checkpoint)
+      // What a saver saves the tier and the admission counts by (train/disk_tier_checkpoint.hpp,
+      // train/state_checkpoint.hpp).
+      if (!o.disk_tier_dir.empty())
         g.mutable_node(rows.id()).attrs["_disk_tier"] = o.disk_tier_dir;
+      if (!o.disk_tier_dir.empty() || o.admit_after > 1)
         g.mutable_node(rows.id()).attrs["_admit_after"] = o.admit_after;
-      }
+      if (o.admit_after > 1)
+        g.mutable_node(rows.id()).attrs["_admission_counters"] = o.admission_counters;
       // The keys live where their rows do: made outside the device scope (a
       // device function such as replica_device_setter deals out rows, not
       // keys) and put beside the rows.

@@ -95,6 +95,13 @@ LOOM_COMPILED_ONCE saved_variable saved_variable_of(const node_def& n, const std
 // distance, for an error about a name that is not there.
 LOOM_COMPILED_ONCE std::string nearest_of(std::string_view name, std::vector<std::string> names);
 
+// Where a checkpoint lacks `name`, a hash table's shard variable ("<table>/part_<i>_of_<n>/..."),
+// and holds the same table in another count of shards (among `names`): the error that says
+// so, else "". A hash table's ids are routed to shards by the count, so its rows cannot be
+// moved by position as a partitioned variable's are.
+LOOM_COMPILED_ONCE std::string other_shard_count(const std::string& path, const std::string& name,
+                                                 const std::vector<std::string>& names);
+
 // The relayouts of one graph's variables (above): planned for each variable before
 // anything is restored, so that every one is checked first, then carried out.
 class checkpoint_relayout {
@@ -268,6 +275,30 @@ LOOM_COMPILED_ONCE std::string nearest_of(std::string_view name, std::vector<std
   for (std::size_t i = 0; i < names.size() && i < 3; ++i)
     out += (i ? ", '" : " (nearest: '") + names[i] + "'";
   return out.empty() ? " (there are none)" : out + ")";
+}
+
+LOOM_COMPILED_ONCE std::string other_shard_count(const std::string& path, const std::string& name,
+                                                 const std::vector<std::string>& names) {
+  // "<table>/part_<i>_of_<n>/<rest>": its table and its count.
+  auto parse = [](const std::string& s) -> std::optional<std::pair<std::string, std::string>> {
+    const std::size_t part = s.find("/part_");
+    const std::size_t of = part == std::string::npos ? part : s.find("_of_", part);
+    const std::size_t end = of == std::string::npos ? of : s.find('/', of);
+    if (end == std::string::npos)
+      return std::nullopt;
+    return std::pair(s.substr(0, part), s.substr(of + 4, end - of - 4));
+  };
+  const auto wanted = parse(name);
+  if (!wanted)
+    return "";
+  for (const std::string& other : names)
+    if (const auto saved = parse(other);
+        saved && saved->first == wanted->first && saved->second != wanted->second)
+      return "checkpoint " + path + ": hash embedding '" + wanted->first + "' was saved in " +
+             saved->second + " shards and has " + wanted->second +
+             " here: a hash table restores only into the shard count it was saved with (its "
+             "ids are routed to shards by the count)";
+  return "";
 }
 
 LOOM_COMPILED_ONCE auto checkpoint_relayout::layout_in_graph(const node_def& n) const

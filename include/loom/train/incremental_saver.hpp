@@ -14,10 +14,11 @@
 // numbers written since the last save (rows an eviction emptied included: their
 // key is -1) with their keys, rows and optimizer slots; every other variable
 // whole (they are the small ones where tables are large); the iterators'
-// positions; and its link: the base's file name, the previous link's and its
-// place in the chain. A restore walks the links back to the base, refusing a
-// chain with a missing link (naming it) or a damaged one (a checksum), restores
-// the base and applies each increment in order.
+// positions and the admission counts, whole (train/state_checkpoint.hpp: each shard's
+// count-min sketch, admission_counters bytes); and its link: the base's file name, the previous
+// link's and its place in the chain. A restore walks the links back to the base, refusing a chain
+// with a missing link (naming it) or a damaged one (a checksum), restores the base and applies each
+// increment in order.
 //
 // How a shard knows what changed (kernels/context.hpp's row_changes): a save begins
 // an epoch on every shard (hash_embedding_changes) under the shard's locks, and every
@@ -39,9 +40,9 @@
 #include <loom/runtime/session.hpp>
 #include <loom/train/checkpoint_state.hpp>
 #include <loom/train/disk_tier_checkpoint.hpp>
-#include <loom/train/iterator_checkpoint.hpp>
 #include <loom/train/saver.hpp>
 #include <loom/train/saver_options.hpp>
+#include <loom/train/state_checkpoint.hpp>
 
 #include <unistd.h>
 
@@ -143,7 +144,7 @@ private:
 
   graph graph_;
   saver full_;
-  detail::iterator_checkpoint iterators_;
+  detail::state_checkpoint state_; // iterators' positions, admission counts: whole
   std::vector<shard> shards_;
   std::vector<std::size_t> whole_; // indices into full_.variables(): saved whole
   // The chain being written: its base, its links so far, and the epoch its shards
@@ -174,8 +175,8 @@ LOOM_COMPILED_ONCE incremental_saver::incremental_saver(graph& g, saver_options 
   auto no_deps = g.control_dependencies(nullptr);
   auto no_device = g.device(nullptr);
   auto names = g.name_scope("save_increment");
-  iterators_ = detail::iterator_checkpoint(g);
   const auto& vars = full_.variables();
+  state_ = detail::state_checkpoint(g, vars);
   std::vector<bool> in_table(vars.size(), false);
   auto index_of = [&](const std::string& name) -> std::optional<std::size_t> {
     for (std::size_t i = 0; i < vars.size(); ++i)
@@ -380,8 +381,8 @@ incremental_saver::save_increment(session& s, const std::string& prefix,
   }
   for (std::size_t i : whole_)
     records.emplace_back(name_of(i), std::move(values[at++]));
-  for (auto& position : iterators_.save(s))
-    records.push_back(std::move(position));
+  for (auto& piece : state_.save(s))
+    records.push_back(std::move(piece));
   write_checkpoint_file(path, records.size(), [&](std::size_t i) { return records[i]; });
   epoch_ = next; // only once the increment is on disk: a failed one is taken again
   links_.push_back(path);
@@ -458,9 +459,11 @@ LOOM_COMPILED_ONCE void incremental_saver::restore(session& s, const std::string
   full_.restore(s, at);
   for (auto it = links.rbegin(); it != links.rend(); ++it)
     apply_increment(s, **it);
-  if (!links.empty() && !iterators_.empty()) {
+  if (!links.empty() && !state_.empty()) {
     const checkpoint_reader& last = *links.front();
-    iterators_.restore(s, [&](const std::string& key) { return last.read_tensor(key); });
+    state_.restore(
+        s, [&](const std::string& key) { return last.has_tensor(key); },
+        [&](const std::string& key) { return last.read_tensor(key); });
   }
   // The chain continues from what was restored.
   begin_epochs(s, ++epoch_counter_);

@@ -543,7 +543,7 @@ LOOM_COMPILED_ONCE void monitored_training_session::prepare() {
         static_cast<long long>(
             *session_->run_nodes({global_step_}, {}).front().data<std::int64_t>()));
     // The chief's own input, though, restarts with it: it goes on from the latest
-    // checkpoint's position (train/iterator_checkpoint.hpp).
+    // checkpoint's position (train/state_checkpoint.hpp).
     if (const auto latest = full_saver() && !graph_.collection(collection::iterators).empty()
                                 ? latest_checkpoint(o_.checkpoint_dir)
                                 : std::nullopt) {

@@ -28,9 +28,9 @@
 // or absent. The tasks and the saver must see one filesystem at the same path
 // (TF's assumption too: a shared or network filesystem across hosts).
 //
-// Beside the variables, the position of each iterator of the graph
-// (train/iterator_checkpoint.hpp), in either format: save() writes it,
-// restore() puts it back.
+// Beside the variables, what stateful nodes hold outside them (train/state_checkpoint.hpp):
+// the position of each iterator of the graph and the admission counts of each hash table
+// shard, in either format: save() writes them, restore() puts them back.
 //
 // The directory's state file: train/checkpoint_state.hpp; every file written
 // durably (durable_file.hpp).
@@ -53,8 +53,8 @@
 #include <loom/train/checkpoint_relayout.hpp>
 #include <loom/train/checkpoint_state.hpp>
 #include <loom/train/disk_tier_checkpoint.hpp>
-#include <loom/train/iterator_checkpoint.hpp>
 #include <loom/train/saver_options.hpp>
+#include <loom/train/state_checkpoint.hpp>
 
 #include <stdio.h>
 #include <unistd.h>
@@ -161,8 +161,8 @@ public:
   }
 
   // Puts the graph's iterators back where the checkpoint at `path` (either
-  // format) left them, the variables untouched (a chief restarted while the ps
-  // tasks kept its variables).
+  // format) left them, the variables and admission counts untouched (a chief
+  // restarted while the ps tasks kept them).
   void restore_iterators(session& s, const std::string& path);
 
 private:
@@ -212,7 +212,7 @@ private:
   int max_to_keep_;
   checkpoint_format format_;
   std::uint64_t progress_every_;
-  detail::iterator_checkpoint iterators_;
+  detail::state_checkpoint state_;     // iterators' positions, admission counts
   detail::disk_tier_checkpoint tiers_; // hash embeddings' disk tiers, taken after vars_
   std::vector<saved_variable> vars_;
   node_id filename_ = no_node;         // sharded: the path fed to every shard writer
@@ -263,7 +263,7 @@ LOOM_COMPILED_ONCE saver::saver(graph& g, saver_options o)
   auto no_names = g.name_scope("");
   auto no_deps = g.control_dependencies(nullptr);
   auto no_device = g.device(nullptr);
-  iterators_ = detail::iterator_checkpoint(g);
+  state_ = detail::state_checkpoint(g, vars);
   auto names = g.name_scope("save");
   for (saved_variable& v : vars) {
     const node_id id = v.variable;
@@ -292,8 +292,8 @@ LOOM_COMPILED_ONCE std::string saver::save(session& s, const std::string& prefix
   std::vector<std::pair<std::string, any_tensor>> records;
   for (const auto& [whole, layout] : detail::checkpoint_relayout(graph_).partitioned_layouts(vars_))
     records.emplace_back(detail::partition_layout::key(whole), layout.to_tensor());
-  for (auto& position : iterators_.save(s))
-    records.push_back(std::move(position));
+  for (auto& piece : state_.save(s))
+    records.push_back(std::move(piece));
   // The disk tiers are taken after the variables are read (disk_tier_checkpoint.hpp): each
   // path calls take_tiers(records) then. A save that fails in between still takes them,
   // so that no shard keeps records for a save that will not come.
@@ -476,7 +476,7 @@ LOOM_COMPILED_ONCE void saver::add_shard_writers(graph& g) {
   // positions to a data file of its own, after the tasks' files.
   has_records_ = format_ == checkpoint_format::tensorflow &&
                  (!detail::checkpoint_relayout(g).partitioned_layouts(vars_).empty() ||
-                  !iterators_.empty() || !tiers_.empty());
+                  !state_.empty() || !tiers_.empty());
   const auto num_shards = static_cast<std::int64_t>(groups.size() + (has_records_ ? 1 : 0));
   filename_ = g.add_node("placeholder", {}, {{"dtype", dtype::string}, {"shape", loom::shape{}}},
                          "filename");
@@ -550,14 +550,19 @@ LOOM_COMPILED_ONCE void saver::record_saved(const std::string& path) {
 
 LOOM_COMPILED_ONCE void saver::restore_iterators(session& s, const std::string& path) {
   check_session(s);
-  if (iterators_.empty())
+  using kind = detail::state_checkpoint::kind;
+  if (!state_.holds(kind::iterator))
     return;
   if (is_tensorflow(path)) {
     const tensor_bundle::reader reader(path);
-    iterators_.restore(s, [&](const std::string& key) { return reader.read_tensor(key); });
+    state_.restore(
+        s, [&](const std::string& key) { return reader.has_tensor(key); },
+        [&](const std::string& key) { return reader.read_tensor(key); }, kind::iterator);
   } else {
     checkpoint_reader reader(path);
-    iterators_.restore(s, [&](const std::string& key) { return reader.read_tensor(key); });
+    state_.restore(
+        s, [&](const std::string& key) { return reader.has_tensor(key); },
+        [&](const std::string& key) { return reader.read_tensor(key); }, kind::iterator);
   }
 }
 
@@ -611,6 +616,8 @@ LOOM_COMPILED_ONCE void saver::restore_loom(session& s, const std::string& path)
       std::vector<std::string> names;
       for (const auto& entry : reader.entries())
         names.push_back(entry.name);
+      if (auto other = detail::other_shard_count(path, v.name, names); !other.empty())
+        throw invalid_argument_error(std::move(other));
       throw not_found_error("checkpoint " + path + ": no tensor '" + v.name +
                             "' for the variable of that name" +
                             detail::nearest_of(v.name, std::move(names)));
@@ -635,7 +642,9 @@ LOOM_COMPILED_ONCE void saver::restore_loom(session& s, const std::string& path)
       saved.erase(plan->whole);
     return value;
   });
-  iterators_.restore(s, [&](const std::string& key) { return reader.read_tensor(key); });
+  state_.restore(
+      s, [&](const std::string& key) { return reader.has_tensor(key); },
+      [&](const std::string& key) { return reader.read_tensor(key); });
   tiers_.restore(
       s, [&](const std::string& key) { return reader.has_tensor(key); },
       [&](const std::string& key) { return reader.read_tensor(key); });
@@ -652,6 +661,13 @@ LOOM_COMPILED_ONCE void saver::restore_tensorflow(session& s, const std::string&
         v.slice ? "the partitioned variable '" +
                       graph_.node(v.variable).attr<std::string>("_partition_of") + "'"
                 : "the variable '" + graph_.node(v.variable).name + "'";
+    if (!e) {
+      std::vector<std::string> names;
+      for (const tensor_bundle::entry* entry : reader.entries())
+        names.push_back(entry->key);
+      if (auto other = detail::other_shard_count(path, v.whole, names); !other.empty())
+        throw invalid_argument_error(std::move(other));
+    }
     if (!e)
       throw not_found_error("checkpoint " + path + ": no tensor '" + v.whole + "' for " + variable +
                             detail::nearest_of(v.whole, reader.nearest_names(v.whole)));
@@ -674,7 +690,9 @@ LOOM_COMPILED_ONCE void saver::restore_tensorflow(session& s, const std::string&
     }
     return v.slice ? reader.read_slice(v.whole, *v.slice) : reader.read_tensor(v.whole);
   });
-  iterators_.restore(s, [&](const std::string& key) { return reader.read_tensor(key); });
+  state_.restore(
+      s, [&](const std::string& key) { return reader.has_tensor(key); },
+      [&](const std::string& key) { return reader.read_tensor(key); });
   tiers_.restore(
       s, [&](const std::string& key) { return reader.has_tensor(key); },
       [&](const std::string& key) { return reader.read_tensor(key); });

@@ -39,6 +39,12 @@ public:
 
   std::int64_t bytes() const noexcept { return width_ * depth; }
 
+  // Its counters as a checkpoint holds them (train/state_checkpoint.hpp), and back.
+  const std::vector<std::uint8_t>& counters() const noexcept { return counters_; }
+  void set_counters(const unsigned char* from) {
+    std::memcpy(counters_.data(), from, counters_.size());
+  }
+
   // The id's count as it stands.
   int count(std::int64_t id) const {
     int least = 255;
@@ -917,6 +923,57 @@ template <class T> struct hash_embedding_tier_import_cpu {
   }
 };
 
+// A save's copy of a shard's admission counts: the ids admitted by count (8 bytes,
+// little-endian), then the sketch's counters, as a string scalar; "" where the shard has
+// counted nothing (its first lookup makes the sketch).
+template <class T> struct hash_embedding_admission_save_cpu {
+  static void run(kernel_context& c) {
+    auto index = attached_resource<hash_index>(c);
+    std::lock_guard lock(index->mu);
+    std::string saved;
+    if (index->counts) {
+      const auto& counters = index->counts->counters();
+      saved.resize(8 + counters.size());
+      auto admitted = static_cast<std::uint64_t>(index->admitted_by_count);
+      for (std::size_t b = 0; b < 8; ++b, admitted >>= 8)
+        saved[b] = static_cast<char>(admitted & 0xff);
+      std::memcpy(saved.data() + 8, counters.data(), counters.size());
+    }
+    c.output = any_tensor::scalar(std::move(saved));
+  }
+};
+
+// A restore's admission counts (input 1, what hash_embedding_admission_save gave), into
+// a sketch of the table's admission_counters bytes. Output: int64, the counters restored.
+template <class T> struct hash_embedding_admission_restore_cpu {
+  static void run(kernel_context& c) {
+    const std::string& saved = c.input(1).data<std::string>()[0];
+    auto index = attached_resource<hash_index>(c);
+    std::lock_guard lock(index->mu);
+    index->counts.reset();
+    index->admitted_by_count = 0;
+    if (saved.empty()) { // saved before the shard counted anything
+      c.output = any_tensor::scalar(std::int64_t{0});
+      return;
+    }
+    count_min_sketch sketch(c.node.attr<std::int64_t>("admission_counters"));
+    if (saved.size() != 8 + static_cast<std::size_t>(sketch.bytes()))
+      throw invalid_argument_error(
+          "node " + c.node.describe() + ": the admission counts saved are " +
+          std::to_string(static_cast<std::int64_t>(saved.size()) - 8) +
+          " counters, the table's sketch has " + std::to_string(sketch.bytes()) +
+          " (admission_counters): restore into a table made with the admission_counters it was "
+          "saved with");
+    std::uint64_t admitted = 0;
+    for (std::size_t b = 8; b-- > 0;)
+      admitted = admitted << 8 | static_cast<unsigned char>(saved[b]);
+    sketch.set_counters(reinterpret_cast<const unsigned char*>(saved.data()) + 8);
+    index->counts.emplace(std::move(sketch));
+    index->admitted_by_count = static_cast<std::int64_t>(admitted);
+    c.output = any_tensor::scalar(index->counts->bytes());
+  }
+};
+
 template <class T> struct hash_embedding_size_cpu {
   static void run(kernel_context& c) {
     variable_resource& keys_var = *c.refs[0];
@@ -977,6 +1034,10 @@ inline bool register_hash_embedding_kernels() {
                                                   type_list<std::int64_t>{});
   register_kernels<hash_embedding_tier_export_cpu>("hash_embedding_tier_export", floating_types{});
   register_kernels<hash_embedding_tier_import_cpu>("hash_embedding_tier_import", floating_types{});
+  register_kernels<hash_embedding_admission_save_cpu>("hash_embedding_admission_save",
+                                                      type_list<std::string>{});
+  register_kernels<hash_embedding_admission_restore_cpu>("hash_embedding_admission_restore",
+                                                         type_list<std::int64_t>{});
   return true;
 }
 
