@@ -304,3 +304,34 @@ TEST_CASE("a hash table saved in one count of shards is refused by a table of an
                   what);
   }
 }
+
+TEST_CASE("a disk tier ages its rows out as memory does: swept as training runs, never in a "
+          "checkpoint once aged") {
+  loom::testing::scratch_dir dir;
+  loom::graph g;
+  loom::placeholder<std::int64_t, 1> ids(g, shape{-1}, "ids");
+  loom::hash_embedding<float> t(
+      g, "t", 2, {.capacity_per_shard = 2, .steps_to_live = 6, .disk_tier_dir = dir / "tier"});
+  auto rows = t.lookup(ids);
+  auto on_disk = t.on_disk();
+  auto evicted = t.evicted();
+  loom::session s(g);
+  s.run(loom::global_variables_initializer(g));
+  // Lookups 1-4 (the shard's clock): ids 1 and 2 move to disk; then id 100 alone, so no
+  // lookup brings them back. The tier is swept every 3 lookups (steps_to_live / 2).
+  for (std::int64_t id : {1, 2, 3, 4, 100, 100, 100, 100})
+    s.run(rows, feed_tier_ids(ids, {id}));
+  // Lookup 7 swept id 1 (last looked up at 1); id 2 (at 2) aged at 8, before the next sweep:
+  // the save takes it out. Id 3 moved out at lookup 5 and is live.
+  CHECK(s.run(on_disk) == 2);
+  loom::saver(g, {.format = loom::checkpoint_format::loom}).save(s, dir / "model");
+  const loom::any_tensor saved =
+      loom::checkpoint_reader(dir / "model").read_tensor("t/part_0_of_1/rows/.disk_tier/keys");
+  REQUIRE(saved.num_elements() == 1);
+  CHECK(saved.data<std::int64_t>()[0] == 3);
+  CHECK(s.run(on_disk) == 1);
+  for (int step = 0; step < 8; ++step) // lookup 10's sweep takes id 3, memory id 4
+    s.run(rows, feed_tier_ids(ids, {100}));
+  CHECK(s.run(on_disk) == 0);
+  CHECK(s.run(evicted) == 4);
+}

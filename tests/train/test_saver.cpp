@@ -1056,7 +1056,8 @@ TEST_CASE("loom-ckpt inspects TensorFlow's checkpoints and converts loom's into 
   }
 }
 
-TEST_CASE("loom-ckpt says how many rows of each hash-table shard hold ids, in either format") {
+TEST_CASE("loom-ckpt says how many rows of each hash-table shard hold ids, on disk too, and how "
+          "many ids wait for admission, in either format") {
   const std::string tool = LOOM_CKPT_BIN;
   if (tool.empty()) {
     MESSAGE("LOOM_BUILD_TOOLS is off: loom-ckpt not built, skipped");
@@ -1066,10 +1067,20 @@ TEST_CASE("loom-ckpt says how many rows of each hash-table shard hold ids, in ei
   loom::placeholder<std::int64_t, 1> ids(g, loom::shape{-1}, "ids");
   loom::hash_embedding<float> emb(g, "t", 2, {.capacity_per_shard = 8, .num_shards = 2});
   auto rows = emb.lookup(ids);
+  scratch_dir dir;
+  // Two rows in memory (row 0 is admission's), the rest on disk.
+  loom::hash_embedding<float> tiered(g, "d", 2,
+                                     {.capacity_per_shard = 3,
+                                      .admit_after = 2,
+                                      .admission_counters = 4096,
+                                      .disk_tier_dir = dir / "tier"});
+  auto tiered_rows = tiered.lookup(ids);
   loom::session s(g, opts());
   s.run(loom::global_variables_initializer(g));
   s.run(rows, {{ids, loom::tensor<std::int64_t, 1>(loom::shape{5}, {0, 1, 2, 3, 5})}});
-  scratch_dir dir;
+  s.run(tiered_rows, {{ids, loom::tensor<std::int64_t, 1>(loom::shape{4}, {10, 11, 12, 13})}});
+  for (std::int64_t id : {10, 11, 12}) // admitted one a step: 10 ends on disk, 13 waits
+    s.run(tiered_rows, {{ids, loom::tensor<std::int64_t, 1>(loom::shape{1}, {id})}});
   for (const auto format : {loom_format, loom::checkpoint_format::tensorflow}) {
     const auto path =
         loom::saver(g, {.format = format}).save(s, dir / (format == loom_format ? "loom" : "tf"));
@@ -1079,5 +1090,9 @@ TEST_CASE("loom-ckpt says how many rows of each hash-table shard hold ids, in ei
     CHECK_MESSAGE(st->success(), c->output());
     CHECK_MESSAGE(contains(c->output(), "t/part_0_of_2: 2 of 8\n"), c->output()); // 0 and 2
     CHECK_MESSAGE(contains(c->output(), "t/part_1_of_2: 3 of 8\n"), c->output()); // 1, 3, 5
+    CHECK_MESSAGE(
+        contains(c->output(), "d/part_0_of_1: 2 of 3, 1 on disk, about 1 waiting for admission\n"),
+        c->output());
+    CHECK_MESSAGE(!contains(c->output(), ".disk_tier:"), c->output()); // not a shard
   }
 }

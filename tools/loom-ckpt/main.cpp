@@ -18,6 +18,7 @@
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/core/tensor_bundle.hpp>
+#include <loom/kernels/cpu/hash_embedding.hpp> // saved_admission_counts
 #include <loom/train/incremental_saver.hpp>
 #include <loom/train/saver.hpp>
 
@@ -145,7 +146,10 @@ void print_tensor(const std::string& name, const loom::any_tensor& t, std::int64
 }
 
 // Hash-table embeddings' shards (graph/hash_embedding.hpp: "<shard>/keys", int64
-// [capacity], -1 where a row holds no id, beside "<shard>/rows"): the rows holding ids.
+// [capacity], -1 where a row holds no id, beside "<shard>/rows"): the rows holding ids, and
+// where the checkpoint holds them, the rows of the shard's disk tier
+// (train/disk_tier_checkpoint.hpp) and the ids its admission counts say wait
+// (train/state_checkpoint.hpp).
 void print_hash_tables(const std::vector<std::string>& names,
                        const std::function<loom::any_tensor(const std::string&)>& read) {
   const std::set<std::string> all(names.begin(), names.end());
@@ -155,18 +159,28 @@ void print_hash_tables(const std::vector<std::string>& names,
     if (!name.ends_with(suffix))
       continue;
     const std::string shard = name.substr(0, name.size() - suffix.size());
-    if (all.count(shard + "/rows") == 0)
-      continue;
+    if (all.count(shard + "/rows") == 0 || shard.find("/.") != std::string::npos)
+      continue; // not a shard (a disk tier's ids are "<rows>/.disk_tier/keys")
     const loom::any_tensor keys = read(name);
     if (keys.type() != loom::dtype::i64 || keys.shape().rank() != 1)
       continue;
     const std::int64_t* k = keys.data<std::int64_t>();
     const auto held =
         std::count_if(k, k + keys.num_elements(), [](std::int64_t v) { return v >= 0; });
+    std::string more;
+    if (const std::string tier = loom::detail::disk_tier_checkpoint::key(shard + "/rows", "keys");
+        all.count(tier))
+      more += ", " + std::to_string(read(tier).num_elements()) + " on disk";
+    if (const std::string counts = loom::detail::state_checkpoint::admission_key(name);
+        all.count(counts))
+      if (const auto saved =
+              loom::kernels::saved_admission_counts::decode(read(counts).data<std::string>()[0]))
+        more += ", about " + std::to_string(saved->first.waiting(saved->second)) +
+                " waiting for admission";
     if (first)
       std::cout << "hash-table shards: rows holding ids, of the capacity\n";
     first = false;
-    std::cout << "  " << shard << ": " << held << " of " << keys.num_elements() << "\n";
+    std::cout << "  " << shard << ": " << held << " of " << keys.num_elements() << more << "\n";
   }
 }
 

@@ -37,6 +37,11 @@ public:
       : width_(std::max<std::int64_t>(1, bytes / depth)),
         counters_(static_cast<std::size_t>(width_ * depth), 0) {}
 
+  // The bytes of a sketch made with `bytes`.
+  static std::int64_t bytes_for(std::int64_t bytes) {
+    return std::max<std::int64_t>(1, bytes / depth) * depth;
+  }
+
   std::int64_t bytes() const noexcept { return width_ * depth; }
 
   // Its counters as a checkpoint holds them (train/state_checkpoint.hpp), and back.
@@ -85,6 +90,11 @@ public:
     const double w = static_cast<double>(width_);
     return static_cast<std::int64_t>(
         std::llround(-w * std::log(static_cast<double>(std::max<std::int64_t>(empty, 1)) / w)));
+  }
+
+  // The ids counted and not admitted, estimated, where `admitted` were admitted.
+  std::int64_t waiting(std::int64_t admitted) const {
+    return std::max<std::int64_t>(0, distinct() - admitted);
   }
 
 private:
@@ -175,6 +185,9 @@ struct hash_index : resource_base {
   // it and back in since the process started.
   std::optional<row_file> disk;
   std::int64_t spilled = 0, promoted = 0;
+  // With steps_to_live too: the lookups' steps_to_live (a save's export ages the tier by
+  // it), and the clock at which a lookup next sweeps the tier for rows aged out there.
+  std::int64_t disk_steps_to_live = 0, next_disk_sweep = 0;
   // While a save reads the table (from hash_embedding_tier_begin to _export): the records
   // of the ids moved back into memory, kept for the save, which may have read the memory
   // tier before they came back.
@@ -241,6 +254,29 @@ struct hash_index : resource_base {
     }
     free_row(r, keys);
     ++evicted;
+  }
+
+  // The id's row on disk, not looked up in the last steps_to_live lookups: removed as a row
+  // in memory would have been (evicted; its counts start over).
+  void age_out_of_disk(std::int64_t id, const row_changes* changed) {
+    disk->erase(id);
+    let_go(id, changed);
+    if (counts) {
+      counts->forget(id);
+      admitted_by_count = std::max<std::int64_t>(0, admitted_by_count - 1);
+    }
+    ++evicted;
+  }
+
+  // Every row on disk aged out by `now` (disk_steps_to_live > 0), as above.
+  void age_disk(std::int64_t now, const row_changes* changed) {
+    std::vector<std::int64_t> aged;
+    disk->for_each([&](std::int64_t id, const row_file::entry& e) {
+      if (e.last_lookup <= now - disk_steps_to_live)
+        aged.push_back(id);
+    });
+    for (std::int64_t id : aged)
+      age_out_of_disk(id, changed);
   }
 
   // Frees row r, whose id the disk tier now holds (still admitted).
@@ -411,14 +447,7 @@ template <class T> struct hash_embedding_rows_cpu {
       row_of[k] = -1;
       if (const row_file::entry* e = disk ? disk->find(id[k]) : nullptr) {
         if (a.steps_to_live > 0 && e->last_lookup <= now - a.steps_to_live) {
-          // Aged out while on disk: removed as a row in memory would have been.
-          disk->erase(id[k]);
-          index->let_go(id[k], rows_var.changes.get());
-          if (index->counts) {
-            index->counts->forget(id[k]);
-            index->admitted_by_count = std::max<std::int64_t>(0, index->admitted_by_count - 1);
-          }
-          ++index->evicted;
+          index->age_out_of_disk(id[k], rows_var.changes.get());
         } else {
           from_disk.push_back(k);
           admit[static_cast<std::size_t>(k)] = 1;
@@ -446,6 +475,16 @@ template <class T> struct hash_embedding_rows_cpu {
     std::vector<unsigned char> back(from_disk.size() * (disk ? disk->payload_bytes() : 0));
     for (std::size_t j = 0; j < from_disk.size(); ++j)
       disk->get(*disk->find(id[from_disk[j]]), back.data() + j * disk->payload_bytes());
+    // Rows on disk that no lookup brings back age out there too: the tier is swept every
+    // steps_to_live / 2 lookups (a pass over its index in memory, no I/O), so none stays
+    // there much past its age. The ids this step brings back are not aged (checked above).
+    if (disk && a.steps_to_live > 0) {
+      index->disk_steps_to_live = a.steps_to_live;
+      if (now >= index->next_disk_sweep) {
+        index->age_disk(now, rows_var.changes.get());
+        index->next_disk_sweep = now + std::max<std::int64_t>(1, a.steps_to_live / 2);
+      }
+    }
     index->lookups += n;
     index->hits += found;
     if (index->recency)
@@ -843,6 +882,9 @@ template <class T> struct hash_embedding_tier_export_cpu {
       throw failed_precondition_error("node " + c.node.describe() + ": the disk tier's rows hold " +
                                       std::to_string(index->disk->payload_bytes()) +
                                       " bytes each, the table's " + std::to_string(record));
+    // A checkpoint holds no row aged out (as in memory, where each lookup removes them).
+    if (index->disk && index->disk_steps_to_live > 0)
+      index->age_disk(index->clock, rows_var.changes.get());
     std::vector<std::int64_t> ids;
     std::vector<unsigned char> records;
     if (index->disk) {
@@ -923,23 +965,44 @@ template <class T> struct hash_embedding_tier_import_cpu {
   }
 };
 
-// A save's copy of a shard's admission counts: the ids admitted by count (8 bytes,
-// little-endian), then the sketch's counters, as a string scalar; "" where the shard has
-// counted nothing (its first lookup makes the sketch).
+// A shard's admission counts as a checkpoint holds them (train/state_checkpoint.hpp): the
+// ids admitted by count (8 bytes, little-endian), then the sketch's counters; "" where the
+// shard has counted nothing (its first lookup makes the sketch).
+struct saved_admission_counts {
+  static std::string encode(const count_min_sketch& sketch, std::int64_t admitted) {
+    const auto& counters = sketch.counters();
+    std::string saved(8 + counters.size(), '\0');
+    auto n = static_cast<std::uint64_t>(admitted);
+    for (std::size_t b = 0; b < 8; ++b, n >>= 8)
+      saved[b] = static_cast<char>(n & 0xff);
+    std::memcpy(saved.data() + 8, counters.data(), counters.size());
+    return saved;
+  }
+  // The sketch's counters (of `saved`'s size, or nullopt where that is not `bytes`, when
+  // given) and the ids admitted; nullopt for "" too.
+  static std::optional<std::pair<count_min_sketch, std::int64_t>>
+  decode(const std::string& saved, std::optional<std::int64_t> bytes = std::nullopt) {
+    if (saved.size() <= 8 || (saved.size() - 8) % count_min_sketch::depth != 0)
+      return std::nullopt;
+    count_min_sketch sketch(static_cast<std::int64_t>(saved.size() - 8));
+    if (bytes && *bytes != sketch.bytes())
+      return std::nullopt;
+    std::uint64_t admitted = 0;
+    for (std::size_t b = 8; b-- > 0;)
+      admitted = admitted << 8 | static_cast<unsigned char>(saved[b]);
+    sketch.set_counters(reinterpret_cast<const unsigned char*>(saved.data()) + 8);
+    return std::pair(std::move(sketch), static_cast<std::int64_t>(admitted));
+  }
+};
+
+// A save's copy of a shard's admission counts, as above.
 template <class T> struct hash_embedding_admission_save_cpu {
   static void run(kernel_context& c) {
     auto index = attached_resource<hash_index>(c);
     std::lock_guard lock(index->mu);
-    std::string saved;
-    if (index->counts) {
-      const auto& counters = index->counts->counters();
-      saved.resize(8 + counters.size());
-      auto admitted = static_cast<std::uint64_t>(index->admitted_by_count);
-      for (std::size_t b = 0; b < 8; ++b, admitted >>= 8)
-        saved[b] = static_cast<char>(admitted & 0xff);
-      std::memcpy(saved.data() + 8, counters.data(), counters.size());
-    }
-    c.output = any_tensor::scalar(std::move(saved));
+    c.output = any_tensor::scalar(
+        index->counts ? saved_admission_counts::encode(*index->counts, index->admitted_by_count)
+                      : std::string());
   }
 };
 
@@ -956,21 +1019,19 @@ template <class T> struct hash_embedding_admission_restore_cpu {
       c.output = any_tensor::scalar(std::int64_t{0});
       return;
     }
-    count_min_sketch sketch(c.node.attr<std::int64_t>("admission_counters"));
-    if (saved.size() != 8 + static_cast<std::size_t>(sketch.bytes()))
+    const std::int64_t bytes =
+        count_min_sketch::bytes_for(c.node.attr<std::int64_t>("admission_counters"));
+    auto decoded = saved_admission_counts::decode(saved, bytes);
+    if (!decoded)
       throw invalid_argument_error(
           "node " + c.node.describe() + ": the admission counts saved are " +
           std::to_string(static_cast<std::int64_t>(saved.size()) - 8) +
-          " counters, the table's sketch has " + std::to_string(sketch.bytes()) +
+          " counters, the table's sketch has " + std::to_string(bytes) +
           " (admission_counters): restore into a table made with the admission_counters it was "
           "saved with");
-    std::uint64_t admitted = 0;
-    for (std::size_t b = 8; b-- > 0;)
-      admitted = admitted << 8 | static_cast<unsigned char>(saved[b]);
-    sketch.set_counters(reinterpret_cast<const unsigned char*>(saved.data()) + 8);
-    index->counts.emplace(std::move(sketch));
-    index->admitted_by_count = static_cast<std::int64_t>(admitted);
-    c.output = any_tensor::scalar(index->counts->bytes());
+    index->counts.emplace(std::move(decoded->first));
+    index->admitted_by_count = decoded->second;
+    c.output = any_tensor::scalar(bytes);
   }
 };
 
@@ -996,9 +1057,7 @@ template <class T> struct hash_embedding_count_cpu {
     std::lock_guard lock(index->mu);
     std::int64_t count = 0;
     if (of == "waiting")
-      count = index->counts
-                  ? std::max<std::int64_t>(0, index->counts->distinct() - index->admitted_by_count)
-                  : 0;
+      count = index->counts ? index->counts->waiting(index->admitted_by_count) : 0;
     else if (of == "evicted")
       count = index->evicted;
     else if (of == "made")
