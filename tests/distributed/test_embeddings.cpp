@@ -2,7 +2,7 @@
 // the lookup and the update run on the ps (the placement log says so), so a
 // step moves ids and rows, never the table; only the looked-up rows change.
 #include <loom/api.hpp>
-#include <loom/kernels/cpu/hash_embedding.hpp> // count_min_sketch
+#include <loom/kernels/cpu/count_min_sketch.hpp>
 #include <loom/train/saver.hpp>
 
 #include <doctest/doctest.h>

@@ -18,7 +18,7 @@
 #include <loom/core/error.hpp>
 #include <loom/core/tensor.hpp>
 #include <loom/core/tensor_bundle.hpp>
-#include <loom/kernels/cpu/hash_embedding.hpp> // saved_admission_counts
+#include <loom/kernels/cpu/count_min_sketch.hpp>
 #include <loom/train/incremental_saver.hpp>
 #include <loom/train/saver.hpp>
 
