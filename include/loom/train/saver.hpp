@@ -166,6 +166,19 @@ public:
   void restore_iterators(session& s, const std::string& path);
 
 private:
+  // What a checkpoint holds beside the variables, restored after them from `reader` (either
+  // format's): the stateful nodes' pieces (those of kind `only`, where given; then nothing
+  // else) and the disk tiers.
+  template <class Reader>
+  void restore_beside_variables(session& s, const Reader& reader,
+                                std::optional<detail::state_checkpoint::kind> only = std::nullopt) {
+    const auto has = [&](const std::string& key) { return reader.has_tensor(key); };
+    const auto read = [&](const std::string& key) { return reader.read_tensor(key); };
+    state_.restore(s, has, read, only);
+    if (!only)
+      tiers_.restore(s, has, read);
+  }
+
   static bool is_tensorflow(const std::string& path) {
     std::error_code ec;
     return std::filesystem::is_regular_file(tensor_bundle::index_path(path), ec);
@@ -550,20 +563,13 @@ LOOM_COMPILED_ONCE void saver::record_saved(const std::string& path) {
 
 LOOM_COMPILED_ONCE void saver::restore_iterators(session& s, const std::string& path) {
   check_session(s);
-  using kind = detail::state_checkpoint::kind;
-  if (!state_.holds(kind::iterator))
+  if (!state_.holds(detail::state_checkpoint::kind::iterator))
     return;
-  if (is_tensorflow(path)) {
-    const tensor_bundle::reader reader(path);
-    state_.restore(
-        s, [&](const std::string& key) { return reader.has_tensor(key); },
-        [&](const std::string& key) { return reader.read_tensor(key); }, kind::iterator);
-  } else {
-    checkpoint_reader reader(path);
-    state_.restore(
-        s, [&](const std::string& key) { return reader.has_tensor(key); },
-        [&](const std::string& key) { return reader.read_tensor(key); }, kind::iterator);
-  }
+  if (is_tensorflow(path))
+    restore_beside_variables(s, tensor_bundle::reader(path),
+                             detail::state_checkpoint::kind::iterator);
+  else
+    restore_beside_variables(s, checkpoint_reader(path), detail::state_checkpoint::kind::iterator);
 }
 
 LOOM_COMPILED_ONCE void saver::feed_in_groups(session& s, const std::string& path,
@@ -642,12 +648,7 @@ LOOM_COMPILED_ONCE void saver::restore_loom(session& s, const std::string& path)
       saved.erase(plan->whole);
     return value;
   });
-  state_.restore(
-      s, [&](const std::string& key) { return reader.has_tensor(key); },
-      [&](const std::string& key) { return reader.read_tensor(key); });
-  tiers_.restore(
-      s, [&](const std::string& key) { return reader.has_tensor(key); },
-      [&](const std::string& key) { return reader.read_tensor(key); });
+  restore_beside_variables(s, reader);
 }
 
 LOOM_COMPILED_ONCE void saver::restore_tensorflow(session& s, const std::string& path) {
@@ -667,10 +668,9 @@ LOOM_COMPILED_ONCE void saver::restore_tensorflow(session& s, const std::string&
         names.push_back(entry->key);
       if (auto other = detail::other_shard_count(path, v.whole, names); !other.empty())
         throw invalid_argument_error(std::move(other));
-    }
-    if (!e)
       throw not_found_error("checkpoint " + path + ": no tensor '" + v.whole + "' for " + variable +
                             detail::nearest_of(v.whole, reader.nearest_names(v.whole)));
+    }
     if (e->tf_dtype != tensor_bundle::tf_dtype_of(v.type))
       throw invalid_argument_error(what + " is " + e->dtype_name() + ", " + variable + " is " +
                                    std::string(to_string(v.type)));
@@ -690,12 +690,7 @@ LOOM_COMPILED_ONCE void saver::restore_tensorflow(session& s, const std::string&
     }
     return v.slice ? reader.read_slice(v.whole, *v.slice) : reader.read_tensor(v.whole);
   });
-  state_.restore(
-      s, [&](const std::string& key) { return reader.has_tensor(key); },
-      [&](const std::string& key) { return reader.read_tensor(key); });
-  tiers_.restore(
-      s, [&](const std::string& key) { return reader.has_tensor(key); },
-      [&](const std::string& key) { return reader.read_tensor(key); });
+  restore_beside_variables(s, reader);
 }
 
 LOOM_COMPILED_ONCE std::size_t saver::bytes_of(const saved_variable& v) {
