@@ -224,6 +224,48 @@ TEST_CASE("example_builder's bytes parse back, and through a TFRecord file") {
   CHECK(v(1) == 6);
 }
 
+TEST_CASE("a batch whose examples list their features in another order, lack some or carry "
+          "ones the spec lacks: every value lands in its feature's column") {
+  // The parser follows the order the first example taught it (label, a, b, c, d) and skips
+  // ahead over missing features; each example here breaks that order another way. Written
+  // field by field (example_builder sorts its features by name).
+  const auto example = [](std::int64_t label, const std::vector<std::string>& present) {
+    loom::detail::protobuf::writer features;
+    for (const std::string& name : present) {
+      loom::detail::protobuf::writer list, feature, entry;
+      list.varint(1, name == "label" ? label : label * 10 + (name[0] - 'a'));
+      feature.message(3, list);
+      entry.bytes(1, name).message(2, feature);
+      features.message(1, entry);
+    }
+    loom::detail::protobuf::writer e;
+    e.message(1, features);
+    return e.bytes();
+  };
+  const std::vector<std::string> serialized{
+      example(1, {"label", "a", "b", "c", "d"}),      // the order learned
+      example(2, {"label", "a", "d"}),                // two missing after a
+      example(3, {"label", "a", "b", "x", "c", "d"}), // one the spec lacks
+      example(4, {"d", "c", "b", "a", "label"}),      // reversed
+      example(5, {"label", "b", "c"}),                // the first and last missing
+      example(6, {"label", "a", "b", "c", "d"})};     // the order again
+  data::example_spec spec;
+  spec.fixed_len("label", dtype::i64, shape{});
+  for (const char* name : {"a", "b", "c", "d"})
+    spec.fixed_len<std::int64_t>(name, shape{}, {-1});
+  const data::features f = data::parse_example(spec, serialized);
+  const std::map<std::string, std::vector<std::int64_t>> want{{"label", {1, 2, 3, 4, 5, 6}},
+                                                              {"a", {10, 20, 30, 40, -1, 60}},
+                                                              {"b", {11, -1, 31, 41, 51, 61}},
+                                                              {"c", {12, -1, 32, 42, 52, 62}},
+                                                              {"d", {13, 23, 33, 43, -1, 63}}};
+  for (const auto& [name, values] : want) {
+    const auto column = f.dense<std::int64_t, 1>(name);
+    CAPTURE(name);
+    CHECK(std::vector<std::int64_t>(column.data(), column.data() + 6) == values);
+  }
+}
+
 TEST_CASE("string_to_hash_bucket_fast gives TF's buckets") {
   // TF's documented example: tf.strings.to_hash_bucket_fast(["Hello", "TensorFlow",
   // "2.x"], 3) == [0, 2, 2].
