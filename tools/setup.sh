@@ -23,7 +23,6 @@ packages=(
   libssl-dev
   libfarmhash-dev
   libjemalloc-dev
-  libboost-dev
   libsnappy-dev
   # oneDNN 2.6: the CPU's float convolutions (kernels/cpu/dnnl.hpp); without it they are
   # im2col plus GEMM, 6-7x slower on examples/cnn's shapes

@@ -3,8 +3,9 @@
 // checksum of them and then its strings (core/tensor_bundle.hpp). With SSE4.2 (loom's
 // builds target x86-64-v3, which has it) the CPU's crc32 instruction does the work, at
 // several GB/s, since a checkpoint's every byte is checksummed on save and on restore;
-// elsewhere a byte-wise table. core/tfrecord.hpp's crc32c (Boost.CRC) is the reference
-// the tests compare with.
+// elsewhere a byte-wise table (extend_bytewise, also the tests' reference for the
+// instruction's). Every checksum of loom's files uses it: TFRecord and event files
+// (core/tfrecord.hpp), TF's checkpoints and their LevelDB tables.
 #pragma once
 
 #include <loom/core/compiled_once.hpp>
@@ -37,6 +38,15 @@ constexpr std::array<std::uint32_t, 256> make_table() {
 inline constexpr std::array<std::uint32_t, 256> table = make_table();
 } // namespace detail
 
+// extend() a byte at a time through the table, whatever the CPU.
+inline std::uint32_t extend_bytewise(std::uint32_t crc, const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::uint32_t state = ~crc;
+  for (; n > 0; --n, ++p)
+    state = detail::table[(state ^ *p) & 0xff] ^ (state >> 8);
+  return ~state;
+}
+
 // The CRC-32C of (the bytes `crc` is the CRC of) followed by data[0, n).
 LOOM_COMPILED_ONCE std::uint32_t extend(std::uint32_t crc, const void* data, std::size_t n);
 
@@ -54,23 +64,21 @@ inline std::uint32_t value(std::string_view bytes) {
 namespace loom::detail::crc32c {
 
 LOOM_COMPILED_ONCE std::uint32_t extend(std::uint32_t crc, const void* data, std::size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  std::uint32_t state = ~crc;
 #if defined(__SSE4_2__)
-  std::uint64_t state64 = state;
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::uint64_t state64 = ~crc;
   for (; n >= 8; n -= 8, p += 8) {
     std::uint64_t word;
     std::memcpy(&word, p, 8);
     state64 = _mm_crc32_u64(state64, word);
   }
-  state = static_cast<std::uint32_t>(state64);
+  auto state = static_cast<std::uint32_t>(state64);
   for (; n > 0; --n, ++p)
     state = _mm_crc32_u8(state, *p);
-#else
-  for (; n > 0; --n, ++p)
-    state = detail::table[(state ^ *p) & 0xff] ^ (state >> 8);
-#endif
   return ~state;
+#else
+  return extend_bytewise(crc, data, n);
+#endif
 }
 
 } // namespace loom::detail::crc32c

@@ -6,16 +6,15 @@
 //   bytes   data
 //   uint32  masked CRC-32C of the data
 //
-// CRC-32C (Castagnoli, the iSCSI polynomial 0x1EDC6F41, reflected) comes from
-// Boost.CRC (Debian's libboost-dev), header-only as loom is. The mask is TF's
+// The CRC-32C (Castagnoli) is core/crc32c.hpp's, the one every checksum of loom's
+// files uses (the CPU's crc32 instruction where there is one). The mask is TF's
 // (core/lib/hash/crc32c.h): a CRC of data that holds CRCs is weak, so the
 // stored value is rotated right by 15 bits plus a constant.
 #pragma once
 
 #include <loom/core/compiled_once.hpp>
+#include <loom/core/crc32c.hpp>
 #include <loom/core/error.hpp>
-
-#include <boost/crc.hpp>
 
 #include <cstdint>
 #include <string>
@@ -23,8 +22,6 @@
 #include <vector>
 
 namespace loom::tfrecord {
-
-LOOM_COMPILED_ONCE std::uint32_t crc32c(std::string_view bytes);
 
 inline constexpr std::uint32_t crc_mask_delta = 0xa282ead8u;
 
@@ -37,7 +34,7 @@ inline std::uint32_t unmask(std::uint32_t masked) noexcept {
 }
 
 inline std::uint32_t masked_crc32c(std::string_view bytes) {
-  return mask(crc32c(bytes));
+  return mask(loom::detail::crc32c::value(bytes));
 }
 
 namespace detail {
@@ -70,12 +67,6 @@ LOOM_COMPILED_ONCE std::vector<std::string> read_all(std::string_view bytes,
 #if LOOM_COMPILED_ONCE_DEFINITIONS
 
 namespace loom::tfrecord {
-
-LOOM_COMPILED_ONCE std::uint32_t crc32c(std::string_view bytes) {
-  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
-  crc.process_bytes(bytes.data(), bytes.size());
-  return crc.checksum();
-}
 
 LOOM_COMPILED_ONCE std::string frame(std::string_view data) {
   std::string out;

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <loom/core/compiled_once.hpp>
-#include <loom/core/crc32c.hpp>
 #include <loom/core/error.hpp>
 #include <loom/core/tfrecord.hpp>
 #include <loom/data/dataset.hpp>
@@ -59,13 +58,6 @@ public:
     void next_file() {
       file_.reset();
       ++file_index_;
-    }
-
-    // TFRecord's masked CRC-32C, by the CPU's crc32 instruction where there is
-    // one (core/crc32c.hpp): every byte read is checksummed, and the table-driven
-    // CRC cost a third of a parse's time.
-    static std::uint32_t masked_crc(std::string_view bytes) {
-      return tfrecord::mask(loom::detail::crc32c::value(bytes));
     }
 
     // The file's next record; nullopt at its end.
@@ -150,7 +142,8 @@ LOOM_COMPILED_ONCE auto tfrecord_dataset::iterator::read_record() -> std::option
     throw corrupt_record_error(path, where() + ": the file ends inside the record's header");
   }
   const std::string_view h(header_);
-  if (masked_crc(h.substr(0, 8)) != tfrecord::detail::read_le<std::uint32_t>(h.substr(8))) {
+  if (tfrecord::masked_crc32c(h.substr(0, 8)) !=
+      tfrecord::detail::read_le<std::uint32_t>(h.substr(8))) {
     next_file();
     throw corrupt_record_error(path, where() + ": the length's CRC does not match");
   }
@@ -167,7 +160,7 @@ LOOM_COMPILED_ONCE auto tfrecord_dataset::iterator::read_record() -> std::option
                                          std::to_string(length) + " bytes declared)");
   }
   ++record_;
-  if (masked_crc(data) != tfrecord::detail::read_le<std::uint32_t>(footer_))
+  if (tfrecord::masked_crc32c(data) != tfrecord::detail::read_le<std::uint32_t>(footer_))
     throw corrupt_record_error(path, where() + ": the data's CRC does not match");
   return data;
 }
