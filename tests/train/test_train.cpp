@@ -214,6 +214,61 @@ TEST_CASE("an update copies the buffers something else holds, and only those") {
   CHECK(c.output.shares_buffer_with(w.value));
 }
 
+// A dense update runs its rule over blocks of the pool's chunks (kernels/cpu/training.hpp's
+// dense_rule_block): 5 003 elements over 2 threads are chunks of several blocks, the last
+// of each partial; every element must be updated once, from its own gradient.
+TEST_CASE("a dense update of many rule blocks updates every element once, from its gradient") {
+  constexpr std::int64_t n = 5003;
+  loom::detail::resource_manager resources;
+  Eigen::ThreadPool pool(2);
+  loom::kernels::cpu_device device(&pool, 2);
+  auto filled = [](auto element) {
+    loom::any_tensor t(loom::dtype::f64, shape{n});
+    for (std::int64_t i = 0; i < n; ++i)
+      t.data<double>()[i] = element(static_cast<double>(i));
+    return t;
+  };
+  loom::kernels::variable_resource w, slot_m, slot_v;
+  w.value = filled([](double i) { return std::sin(i); });
+  slot_m.value = filled([](double) { return 0.5; });
+  slot_v.value = filled([](double) { return 0.25; });
+  w.initialized = slot_m.initialized = slot_v.initialized = true;
+  const loom::any_tensor grad = filled([](double i) { return std::cos(3 * i); });
+
+  loom::node_def node;
+  node.op = "apply_adam";
+  node.name = "w/Adam/update";
+  node.type = loom::dtype::f64;
+  const double b1p = 0.9, b2p = 0.999, lr = 0.1, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  const loom::any_tensor hyper[] = {loom::any_tensor::scalar(b1p), loom::any_tensor::scalar(b2p),
+                                    loom::any_tensor::scalar(lr),  loom::any_tensor::scalar(b1),
+                                    loom::any_tensor::scalar(b2),  loom::any_tensor::scalar(eps)};
+  const loom::any_tensor* inputs[] = {nullptr,   nullptr,   nullptr,   &hyper[0], &hyper[1],
+                                      &hyper[2], &hyper[3], &hyper[4], &hyper[5], &grad};
+  loom::kernels::variable_resource* refs[] = {&w, &slot_m, &slot_v};
+  loom::kernels::kernel_context c{node, inputs, refs, device, resources, {}, 0, nullptr, nullptr};
+  const loom::kernels::kernel_fn kernel = loom::kernels::kernel_registry::instance().find(
+      "apply_adam", loom::dtype::f64, loom::kernels::device_cpu);
+  REQUIRE(static_cast<bool>(kernel));
+  kernel(c);
+
+  const double alpha = lr * std::sqrt(1 - b2p) / (1 - b1p);
+  std::int64_t wrong = 0, first_wrong = -1;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double g = std::cos(3 * static_cast<double>(i));
+    const double m = 0.5 + (g - 0.5) * (1 - b1), v = 0.25 + (g * g - 0.25) * (1 - b2);
+    const double want = std::sin(static_cast<double>(i)) - alpha * m / (std::sqrt(v) + eps);
+    if (std::abs(w.value.data<double>()[i] - want) > 1e-12 ||
+        std::abs(slot_m.value.data<double>()[i] - m) > 1e-12 ||
+        std::abs(slot_v.value.data<double>()[i] - v) > 1e-12) {
+      first_wrong = first_wrong < 0 ? i : first_wrong;
+      ++wrong;
+    }
+  }
+  CAPTURE(first_wrong);
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("a learning rate fed through a placeholder") {
   quadratic m;
   loom::placeholder<double, 0> lr(m.g, shape{}, "lr");
