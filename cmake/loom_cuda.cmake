@@ -43,7 +43,10 @@ endfunction()
 # without it places nothing on a GPU. A program that links it links loom::kernels too (the
 # CPU's kernels, every op's fallback), so its unit is compiled as a program's
 # (LOOM_COMPILED_KERNELS): the graph code and op registrations it includes are compiled
-# once, in loom::kernels' unit, not again by nvcc's host pass at -O3 (48 -> 37 CPU-s).
+# once, in loom::kernels' unit, not again by nvcc's host pass (48 -> 37 CPU-s at -O3).
+# loom's presets give that pass -O2, as the C++ units (CMAKE_CUDA_FLAGS_RELEASE): nvcc's -O is
+# the host compiler's level only (the device code's is ptxas's own), and -O3 took the unit's
+# host pass from 34 to 46 CPU-s (docs/benchmarks.md, "Compiler and allocator settings").
 function(loom_add_cuda_kernels source)
   if(TARGET loom_cuda_kernels)
     return()
