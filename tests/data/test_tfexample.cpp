@@ -224,8 +224,8 @@ TEST_CASE("example_builder's bytes parse back, and through a TFRecord file") {
   CHECK(v(1) == 6);
 }
 
-TEST_CASE("a batch whose examples list their features in another order, lack some or carry "
-          "ones the spec lacks: every value lands in its feature's column") {
+TEST_CASE("a batch whose examples list their features in another order, lack some, give one "
+          "twice or carry ones the spec lacks: every value lands in its feature's column") {
   // The parser follows the order the first example taught it (label, a, b, c, d) and skips
   // ahead over missing features; each example here breaks that order another way. Written
   // field by field (example_builder sorts its features by name).
@@ -248,21 +248,22 @@ TEST_CASE("a batch whose examples list their features in another order, lack som
       example(3, {"label", "a", "b", "x", "c", "d"}), // one the spec lacks
       example(4, {"d", "c", "b", "a", "label"}),      // reversed
       example(5, {"label", "b", "c"}),                // the first and last missing
-      example(6, {"label", "a", "b", "c", "d"})};     // the order again
+      example(6, {"label", "a", "b", "c", "d"}),      // the order again
+      example(7, {"label", "a", "a", "b", "c"})};     // one twice (the last wins), one missing
   data::example_spec spec;
   spec.fixed_len("label", dtype::i64, shape{});
   for (const char* name : {"a", "b", "c", "d"})
     spec.fixed_len<std::int64_t>(name, shape{}, {-1});
   const data::features f = data::parse_example(spec, serialized);
-  const std::map<std::string, std::vector<std::int64_t>> want{{"label", {1, 2, 3, 4, 5, 6}},
-                                                              {"a", {10, 20, 30, 40, -1, 60}},
-                                                              {"b", {11, -1, 31, 41, 51, 61}},
-                                                              {"c", {12, -1, 32, 42, 52, 62}},
-                                                              {"d", {13, 23, 33, 43, -1, 63}}};
+  const std::map<std::string, std::vector<std::int64_t>> want{{"label", {1, 2, 3, 4, 5, 6, 7}},
+                                                              {"a", {10, 20, 30, 40, -1, 60, 70}},
+                                                              {"b", {11, -1, 31, 41, 51, 61, 71}},
+                                                              {"c", {12, -1, 32, 42, 52, 62, 72}},
+                                                              {"d", {13, 23, 33, 43, -1, 63, -1}}};
   for (const auto& [name, values] : want) {
     const auto column = f.dense<std::int64_t, 1>(name);
     CAPTURE(name);
-    CHECK(std::vector<std::int64_t>(column.data(), column.data() + 6) == values);
+    CHECK(std::vector<std::int64_t>(column.data(), column.data() + 7) == values);
   }
 }
 

@@ -207,12 +207,13 @@ LOOM_COMPILED_ONCE std::vector<std::string> summary_tags(std::string_view summar
                                                          const std::string& what) {
   std::vector<std::string> tags;
   protobuf::reader r(summary, what);
+  const std::string value_name = what + " value";
   while (!r.done()) {
     const protobuf::field f = r.next();
     if (f.number != summary_value_field || f.type != protobuf::wire_type::length_delimited)
       throw data_loss_error("malformed " + what + ": field " + std::to_string(f.number) +
                             " is not a Summary's value");
-    protobuf::reader value(f.bytes, what + " value");
+    protobuf::reader value(f.bytes, value_name);
     std::string tag;
     while (!value.done()) {
       const protobuf::field g = value.next();

@@ -268,7 +268,8 @@ LOOM_COMPILED_ONCE std::string encode_header(int num_shards) {
 
 LOOM_COMPILED_ONCE header decode_header(std::string_view bytes, const std::string& what) {
   header h;
-  loom::detail::protobuf::reader r(bytes, what + "'s header (BundleHeaderProto)");
+  const std::string header_name = what + "'s header (BundleHeaderProto)";
+  loom::detail::protobuf::reader r(bytes, header_name);
   while (!r.done()) {
     const loom::detail::protobuf::field f = r.next();
     if (f.number == 1 && f.type == loom::detail::protobuf::wire_type::varint)
@@ -276,7 +277,8 @@ LOOM_COMPILED_ONCE header decode_header(std::string_view bytes, const std::strin
     else if (f.number == 2 && f.type == loom::detail::protobuf::wire_type::varint)
       h.big_endian = f.number_value == 1;
     else if (f.number == 3 && f.type == loom::detail::protobuf::wire_type::length_delimited) {
-      loom::detail::protobuf::reader v(f.bytes, what + "'s format version (VersionDef)");
+      const std::string version_name = what + "'s format version (VersionDef)";
+      loom::detail::protobuf::reader v(f.bytes, version_name);
       while (!v.done()) {
         const loom::detail::protobuf::field g = v.next();
         if (g.type != loom::detail::protobuf::wire_type::varint)
@@ -295,7 +297,9 @@ LOOM_COMPILED_ONCE header decode_header(std::string_view bytes, const std::strin
 
 LOOM_COMPILED_ONCE loom::shape decode_shape(std::string_view bytes, const std::string& what) {
   std::vector<std::int64_t> dims;
-  loom::detail::protobuf::reader r(bytes, what + "'s shape (TensorShapeProto)");
+  const std::string shape_name = what + "'s shape (TensorShapeProto)";
+  const std::string dim_name = what + "'s shape (TensorShapeProto.Dim)";
+  loom::detail::protobuf::reader r(bytes, shape_name);
   while (!r.done()) {
     const loom::detail::protobuf::field f = r.next();
     if (f.number == 3 && f.type == loom::detail::protobuf::wire_type::varint && f.number_value != 0)
@@ -303,7 +307,7 @@ LOOM_COMPILED_ONCE loom::shape decode_shape(std::string_view bytes, const std::s
     if (f.number != 2 || f.type != loom::detail::protobuf::wire_type::length_delimited)
       continue;
     std::int64_t size = 0;
-    loom::detail::protobuf::reader d(f.bytes, what + "'s shape (TensorShapeProto.Dim)");
+    loom::detail::protobuf::reader d(f.bytes, dim_name);
     while (!d.done()) {
       const loom::detail::protobuf::field g = d.next();
       if (g.number == 1 && g.type == loom::detail::protobuf::wire_type::varint)
@@ -326,13 +330,15 @@ LOOM_COMPILED_ONCE loom::shape decode_shape(std::string_view bytes, const std::s
 
 LOOM_COMPILED_ONCE tensor_slice decode_slice(std::string_view bytes, const std::string& what) {
   std::vector<std::int64_t> starts, lengths;
-  loom::detail::protobuf::reader r(bytes, what + "'s slice (TensorSliceProto)");
+  const std::string slice_name = what + "'s slice (TensorSliceProto)";
+  const std::string extent_name = what + "'s slice extent";
+  loom::detail::protobuf::reader r(bytes, slice_name);
   while (!r.done()) {
     const loom::detail::protobuf::field f = r.next();
     if (f.number != 1 || f.type != loom::detail::protobuf::wire_type::length_delimited)
       continue;
     std::int64_t start = 0, length = tensor_slice::whole;
-    loom::detail::protobuf::reader x(f.bytes, what + "'s slice extent");
+    loom::detail::protobuf::reader x(f.bytes, extent_name);
     while (!x.done()) {
       const loom::detail::protobuf::field g = x.next();
       if (g.number == 1 && g.type == loom::detail::protobuf::wire_type::varint)

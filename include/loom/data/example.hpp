@@ -15,9 +15,8 @@
 //
 // Parsed a batch at a time, straight into the batch's tensors, as TF's
 // fast parser does: `tfrecord_dataset(files) | batch(256) | map(example_parser(spec))`.
-// The wire format is read with core/protobuf_wire.hpp's reader (each reader's
-// name is kept within std::string's short-string buffer: four readers a feature,
-// none allocates).
+// The wire format is read with core/protobuf_wire.hpp's reader (a view of the
+// bytes and of its name: three readers a feature, none allocates).
 #pragma once
 
 #include <loom/core/compiled_once.hpp>
@@ -35,6 +34,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -118,16 +118,27 @@ private:
     std::vector<float> floats;
     std::vector<std::string> strings;
     std::size_t start = 0; // var_len: where this example's values begin
-    bool seen = false;
   };
 
-  [[noreturn]] void fail(const std::string& name, const std::string& why) const {
+  // Out of line and cold: the error's message is built only when it is thrown.
+  [[noreturn, gnu::cold, gnu::noinline]] void fail(const std::string& name,
+                                                   const std::string& why) const {
     throw invalid_argument_error("parse_example: example " + std::to_string(example_) +
                                  ": feature \"" + name + "\": " + why);
   }
+  [[noreturn, gnu::cold]] void fail_kind(int c, dtype kind) const;
+  [[noreturn, gnu::cold]] void fail_too_many(int c) const;
+  [[noreturn, gnu::cold]] void fail_count(int c, std::int64_t count) const;
 
   // A Features map entry: key (1) and Feature (2).
   inline void parse_entry(std::string_view entry_bytes);
+  // A Feature's list of values into column c: a fixed one's slot of the example, a
+  // var_len one's values. One function a dtype, so that no per-value branch on it
+  // remains.
+  template <class T> inline void read_values(int c, std::string_view list);
+  // The values of a list (its field 1, packed or not), each given to put.
+  template <class T, class Put>
+  [[gnu::always_inline]] inline void for_each_value(std::string_view list, int c, Put&& put);
 
   // The spec's column of a key, or -1. Examples of one dataset list their
   // features in one order, so the order is learned as each column's successor
@@ -151,12 +162,19 @@ private:
 
   // A varint of a packed list (whose values have no keys, so the field reader
   // does not apply).
-  inline std::uint64_t packed_varint(std::string_view& p, const std::string& name) const;
+  inline std::uint64_t packed_varint(std::string_view& p, int c) const;
 
   const example_spec& spec_;
   std::size_t batch_;
   std::vector<column> columns_;
   std::size_t example_ = 0;
+  // By column: the number of the last example that held it (examples are numbered from
+  // 1 as parsed), so that a new example clears nothing; and how many fixed columns the
+  // example held, so that defaults are looked for only where one was missing.
+  std::vector<std::size_t> seen_in_;
+  std::size_t parsed_ = 0;
+  std::size_t fixed_columns_ = 0;
+  std::size_t fixed_seen_ = 0;
   int previous_ = -1;                   // the column of the example's last known entry
   std::vector<int> successor_;          // by column + 1: the column that came after it
   std::vector<std::string_view> names_; // by column: the spec's names
@@ -249,13 +267,14 @@ inline dtype feature_kind(std::uint32_t field) {
 
 LOOM_COMPILED_ONCE example_batch_parser::example_batch_parser(const example_spec& spec,
                                                               std::size_t batch)
-    : spec_(spec), batch_(batch), columns_(spec.all().size()),
+    : spec_(spec), batch_(batch), columns_(spec.all().size()), seen_in_(spec.all().size(), 0),
       successor_(spec.all().size() + 1, -1) {
   for (std::size_t c = 0; c < columns_.size(); ++c) {
     const auto& f = spec.all()[c];
     names_.push_back(f.name);
     column& col = columns_[c];
     if (f.fixed) {
+      ++fixed_columns_;
       col.per_example = f.shape.num_elements();
       std::vector<std::int64_t> dims{static_cast<std::int64_t>(batch)};
       dims.insert(dims.end(), f.shape.dims().begin(), f.shape.dims().end());
@@ -270,8 +289,8 @@ LOOM_COMPILED_ONCE example_batch_parser::example_batch_parser(const example_spec
 inline void example_batch_parser::parse(std::size_t e, std::string_view serialized) {
   example_ = e;
   previous_ = -1;
-  for (auto& col : columns_)
-    col.seen = false;
+  ++parsed_;
+  fixed_seen_ = 0;
   loom::detail::protobuf::reader example(serialized, "tf.Example");
   while (!example.done()) {
     const loom::detail::protobuf::field f = example.next();
@@ -284,10 +303,12 @@ inline void example_batch_parser::parse(std::size_t e, std::string_view serializ
         parse_entry(entry.bytes);
     }
   }
+  if (fixed_seen_ == fixed_columns_)
+    return;
   for (std::size_t c = 0; c < columns_.size(); ++c) {
     column& col = columns_[c];
     const auto& spec = spec_.all()[c];
-    if (col.seen || !spec.fixed)
+    if (seen_in_[c] == parsed_ || !spec.fixed)
       continue;
     if (spec.default_value.empty())
       throw invalid_argument_error("parse_example: example " + std::to_string(e) + ": feature \"" +
@@ -351,10 +372,14 @@ inline void example_batch_parser::parse_entry(std::string_view entry_bytes) {
   if (c < 0)
     return;
   const auto& spec = spec_.all()[static_cast<std::size_t>(c)];
-  column& col = columns_[static_cast<std::size_t>(c)];
-  // A key given twice: the last wins, as for any protobuf map.
-  if (!spec.fixed) {
-    if (!col.seen)
+  const bool first = seen_in_[static_cast<std::size_t>(c)] != parsed_;
+  seen_in_[static_cast<std::size_t>(c)] = parsed_;
+  if (spec.fixed) {
+    fixed_seen_ += first;
+  } else {
+    // A key given twice: the last wins, as for any protobuf map.
+    column& col = columns_[static_cast<std::size_t>(c)];
+    if (first)
       col.start = spec.type == dtype::i64   ? col.ints.size()
                   : spec.type == dtype::f32 ? col.floats.size()
                                             : col.strings.size();
@@ -362,7 +387,6 @@ inline void example_batch_parser::parse_entry(std::string_view entry_bytes) {
     col.floats.resize(spec.type == dtype::f32 ? col.start : col.floats.size());
     col.strings.resize(spec.type == dtype::string ? col.start : col.strings.size());
   }
-  col.seen = true;
 
   // The Feature: its one kind's list, whose field 1 holds the values.
   loom::detail::protobuf::reader feature(value, "tf.Feature");
@@ -377,60 +401,66 @@ inline void example_batch_parser::parse_entry(std::string_view entry_bytes) {
     list = f.bytes;
   }
   if (kind != spec.type)
-    fail(spec.name, "the spec says " + std::string(to_string(spec.type)) + ", the example holds " +
-                        std::string(to_string(kind)));
+    fail_kind(c, kind);
+  switch (spec.type) {
+  case dtype::i64: read_values<std::int64_t>(c, list); break;
+  case dtype::f32: read_values<float>(c, list); break;
+  default: read_values<std::string>(c, list); break;
+  }
+}
 
+template <class T> inline void example_batch_parser::read_values(int c, std::string_view list) {
+  const auto& spec = spec_.all()[static_cast<std::size_t>(c)];
+  column& col = columns_[static_cast<std::size_t>(c)];
   std::int64_t count = 0;
-  const auto e = static_cast<std::int64_t>(example_);
-  const auto too_many = [&] {
-    fail(spec.name, "more values than the " + std::to_string(col.per_example) +
-                        " of the spec's shape " + spec.shape.to_string());
-  };
+  if (spec.fixed) {
+    T* slot =
+        static_cast<T*>(col.dense_data) + static_cast<std::int64_t>(example_) * col.per_example;
+    for_each_value<T>(list, c, [&](auto&& v) {
+      if (count == col.per_example)
+        fail_too_many(c);
+      slot[count++] = std::forward<decltype(v)>(v);
+    });
+    if (count != col.per_example)
+      fail_count(c, count);
+    return;
+  }
+  auto& values = [&]() -> std::vector<T>& {
+    if constexpr (std::is_same_v<T, std::int64_t>)
+      return col.ints;
+    else if constexpr (std::is_same_v<T, float>)
+      return col.floats;
+    else
+      return col.strings;
+  }();
+  for_each_value<T>(list, c, [&](auto&& v) {
+    values.emplace_back(std::forward<decltype(v)>(v));
+    ++count;
+  });
+  col.lengths[example_] = count;
+}
+
+template <class T, class Put>
+inline void example_batch_parser::for_each_value(std::string_view list, int c, Put&& put) {
   loom::detail::protobuf::reader values(list, "tf.Feature list");
   while (!values.done()) {
     const loom::detail::protobuf::field f = values.next();
     if (f.number != 1)
       continue;
-    if (spec.type == dtype::string) {
-      if (spec.fixed) {
-        if (count >= col.per_example)
-          too_many();
-        static_cast<std::string*>(col.dense_data)[e * col.per_example + count].assign(f.bytes);
-      } else {
-        col.strings.emplace_back(f.bytes);
-      }
-      ++count;
-    } else if (spec.type == dtype::i64) {
-      const auto put = [&](std::int64_t v) {
-        if (spec.fixed) {
-          if (count >= col.per_example)
-            too_many();
-          static_cast<std::int64_t*>(col.dense_data)[e * col.per_example + count] = v;
-        } else {
-          col.ints.push_back(v);
-        }
-        ++count;
-      };
+    if constexpr (std::is_same_v<T, std::string>) {
+      put(f.bytes);
+    } else if constexpr (std::is_same_v<T, std::int64_t>) {
       if (f.type == loom::detail::protobuf::wire_type::length_delimited) { // packed
         for (std::string_view p = f.bytes; !p.empty();)
-          put(static_cast<std::int64_t>(packed_varint(p, spec.name)));
+          put(static_cast<std::int64_t>(packed_varint(p, c)));
       } else {
         put(f.as_int64());
       }
     } else {
-      const auto put = [&](float v) {
-        if (spec.fixed) {
-          if (count >= col.per_example)
-            too_many();
-          static_cast<float*>(col.dense_data)[e * col.per_example + count] = v;
-        } else {
-          col.floats.push_back(v);
-        }
-        ++count;
-      };
       if (f.type == loom::detail::protobuf::wire_type::length_delimited) { // packed
         if (f.bytes.size() % 4 != 0)
-          fail(spec.name, "a packed float list of " + std::to_string(f.bytes.size()) + " bytes");
+          fail(spec_.all()[static_cast<std::size_t>(c)].name,
+               "a packed float list of " + std::to_string(f.bytes.size()) + " bytes");
         for (std::size_t i = 0; i < f.bytes.size(); i += 4) {
           std::uint32_t bits = 0;
           for (std::size_t b = 0; b < 4; ++b)
@@ -442,11 +472,26 @@ inline void example_batch_parser::parse_entry(std::string_view entry_bytes) {
       }
     }
   }
-  if (spec.fixed && count != col.per_example)
-    fail(spec.name, std::to_string(count) + " values, the spec's shape " + spec.shape.to_string() +
-                        " needs " + std::to_string(col.per_example));
-  if (!spec.fixed)
-    col.lengths[example_] = count;
+}
+
+LOOM_COMPILED_ONCE void example_batch_parser::fail_kind(int c, dtype kind) const {
+  const auto& spec = spec_.all()[static_cast<std::size_t>(c)];
+  fail(spec.name, "the spec says " + std::string(to_string(spec.type)) + ", the example holds " +
+                      std::string(to_string(kind)));
+}
+
+LOOM_COMPILED_ONCE void example_batch_parser::fail_too_many(int c) const {
+  const auto& spec = spec_.all()[static_cast<std::size_t>(c)];
+  fail(spec.name, "more values than the " +
+                      std::to_string(columns_[static_cast<std::size_t>(c)].per_example) +
+                      " of the spec's shape " + spec.shape.to_string());
+}
+
+LOOM_COMPILED_ONCE void example_batch_parser::fail_count(int c, std::int64_t count) const {
+  const auto& spec = spec_.all()[static_cast<std::size_t>(c)];
+  fail(spec.name, std::to_string(count) + " values, the spec's shape " + spec.shape.to_string() +
+                      " needs " +
+                      std::to_string(columns_[static_cast<std::size_t>(c)].per_example));
 }
 
 inline int example_batch_parser::column_of(std::string_view key) {
@@ -463,8 +508,7 @@ inline int example_batch_parser::column_of(std::string_view key) {
   return c;
 }
 
-inline std::uint64_t example_batch_parser::packed_varint(std::string_view& p,
-                                                         const std::string& name) const {
+inline std::uint64_t example_batch_parser::packed_varint(std::string_view& p, int c) const {
   std::uint64_t v = 0;
   for (int shift = 0; shift < 64 && !p.empty(); shift += 7) {
     const auto b = static_cast<std::uint8_t>(p.front());
@@ -473,7 +517,7 @@ inline std::uint64_t example_batch_parser::packed_varint(std::string_view& p,
     if (!(b & 0x80))
       return v;
   }
-  fail(name, "a packed int64 list ends inside a varint");
+  fail(spec_.all()[static_cast<std::size_t>(c)].name, "a packed int64 list ends inside a varint");
 }
 } // namespace loom::data::detail
 
