@@ -290,6 +290,60 @@ TEST_CASE("max_pool and its gradient, which goes to each window's first largest 
   }
 }
 
+TEST_CASE("max_pool's gradient over examples/cnn's windows (2x2, stride 2) that tile the input, "
+          "leave a row and a column out, or are padded: each element its window's dy where it "
+          "is the first largest, else 0") {
+  struct input_size {
+    std::int64_t h, w;
+    const char* padding;
+  };
+  // 4x6 VALID: the windows tile the input; 5x5 VALID: the last row and column are in no
+  // window; 5x5 SAME: the last windows padded.
+  for (const input_size in :
+       {input_size{4, 6, "VALID"}, input_size{5, 5, "VALID"}, input_size{5, 5, "SAME"}})
+    for (const std::int64_t channels : {3, 8, 11}) {
+      CAPTURE(in.h);
+      CAPTURE(in.padding);
+      CAPTURE(channels);
+      const bool same = std::string(in.padding) == "SAME";
+      const auto h = along(in.h, 2, 2, 1, same), w = along(in.w, 2, 2, 1, same);
+      const shape xs{2, in.h, in.w, channels}, ys{2, h.out, w.out, channels};
+      graph g;
+      loom::placeholder<float, 4> x(g, xs, "x");
+      loom::placeholder<float, 4> dy(g, ys, "dy");
+      auto y = loom::max_pool(x, {2, 2}, {.strides = {2, 2}, .padding = in.padding});
+      const auto grads = loom::gradients(g, {y.id()}, {x.id()}, {dy.id()});
+      std::mt19937_64 rng(11);
+      std::vector<float> xv(static_cast<std::size_t>(xs.num_elements()));
+      for (float& v : xv)
+        v = static_cast<float>(rng() % 3); // ties in most windows
+      std::vector<float> dv(static_cast<std::size_t>(ys.num_elements()));
+      for (std::size_t i = 0; i < dv.size(); ++i)
+        dv[i] = static_cast<float>(i % 7 + 1);
+      loom::session s(g);
+      const loom::feed_dict feeds{{x, tensor<float, 4>(xs, xv)}, {dy, tensor<float, 4>(ys, dv)}};
+      const auto got = s.run(loom::output<float, 4>(g, grads[0]), feeds);
+      std::vector<float> want(xv.size(), 0.0f);
+      const auto at = [&](std::int64_t n, std::int64_t r, std::int64_t q, std::int64_t c) {
+        return static_cast<std::size_t>(((n * in.h + r) * in.w + q) * channels + c);
+      };
+      std::size_t e = 0;
+      for (std::int64_t n = 0; n < 2; ++n)
+        for (std::int64_t i = 0; i < h.out; ++i)
+          for (std::int64_t j = 0; j < w.out; ++j)
+            for (std::int64_t c = 0; c < channels; ++c, ++e) {
+              std::size_t first = xv.size();
+              for (std::int64_t r = i * 2 - h.pad; r < i * 2 - h.pad + 2; ++r)
+                for (std::int64_t q = j * 2 - w.pad; q < j * 2 - w.pad + 2; ++q)
+                  if (r >= 0 && r < in.h && q >= 0 && q < in.w &&
+                      (first == xv.size() || xv[at(n, r, q, c)] > xv[first]))
+                    first = at(n, r, q, c);
+              want[first] += dv[e];
+            }
+      CHECK(std::vector<float>(got.flat().begin(), got.flat().end()) == want);
+    }
+}
+
 TEST_CASE("bias_add adds along the channels; conv shapes that do not fit are one error") {
   graph g;
   loom::placeholder<float, 4> x(g, shape{-1, 28, 28, 3}, "x");
