@@ -279,6 +279,71 @@ TEST_CASE("string_to_hash_bucket_fast gives TF's buckets") {
   CHECK(string_to_hash_bucket_fast(std::string_view("Hello"), 3) == 0);
 }
 
+TEST_CASE("a tf.Example parses to the same values however the wire format encodes it") {
+  // example_builder writes as TF does: each field once, in order, lists packed, lengths in one
+  // byte where they fit. The parser reads that encoding on a path of its own; each other
+  // encoding below takes the general one and must give the same values.
+  namespace pb = loom::detail::protobuf;
+  const std::vector<std::int64_t> a{3, 300, -70000};
+  const std::vector<float> b{0.5f, -2.0f};
+  const std::vector<std::string> tags{"x", "yz"};
+  std::vector<std::int64_t> many; // 100 two-byte varints: lists and entries of 2-byte lengths
+  for (std::int64_t i = 0; i < 100; ++i)
+    many.push_back(200 + i);
+  const std::string canonical = data::example_builder()
+                                    .add_int64("a", a)
+                                    .add_float("b", b)
+                                    .add_bytes("tags", tags)
+                                    .add_int64("many", many)
+                                    .serialize();
+
+  // Lists not packed (one field a value), a Feature that sets another kind before its own
+  // (the last wins), a map entry with its value before its key and a field it does not know.
+  const auto unpacked_ints = [](const std::vector<std::int64_t>& v) {
+    pb::writer list;
+    for (const auto x : v)
+      list.int64(1, x);
+    return list;
+  };
+  pb::writer floats;
+  for (const float x : b)
+    floats.float32(1, x);
+  pb::writer bytes_list;
+  for (const auto& t : tags)
+    bytes_list.bytes(1, t);
+  const auto entry = [](std::string_view key, const pb::writer& feature) {
+    return pb::writer().varint(3, 7).message(2, feature).bytes(1, key);
+  };
+  pb::writer features;
+  features
+      .message(1, entry("a", pb::writer().message(2, pb::writer()).message(3, unpacked_ints(a))))
+      .message(1, entry("b", pb::writer().message(2, floats)))
+      .message(1, entry("tags", pb::writer().message(1, bytes_list)))
+      .message(1, entry("many", pb::writer().message(3, unpacked_ints(many))))
+      .varint(2, 1); // a field Features does not have
+  const std::string general = std::move(pb::writer().message(1, features)).bytes();
+  REQUIRE(general != canonical);
+
+  data::example_spec spec;
+  spec.fixed_len("a", dtype::i64, shape{3})
+      .var_len("b", dtype::f32)
+      .var_len("tags", dtype::string)
+      .var_len("many", dtype::i64);
+  for (const auto& serialized : {canonical, general}) {
+    CAPTURE(serialized == canonical);
+    const data::features f = data::parse_example(spec, std::vector<std::string>{serialized});
+    CHECK(std::vector<std::int64_t>(f.dense<std::int64_t, 2>("a").flat().begin(),
+                                    f.dense<std::int64_t, 2>("a").flat().end()) == a);
+    const auto values = [&]<class T>(const std::string& name) {
+      const any_tensor& v = f.sparse_any(name).values;
+      return std::vector<T>(v.data<T>(), v.data<T>() + v.num_elements());
+    };
+    CHECK(values.operator()<float>("b") == b);
+    CHECK(values.operator()<std::string>("tags") == tags);
+    CHECK(values.operator()<std::int64_t>("many") == many);
+  }
+}
+
 TEST_CASE("a bad tf.Example: one error naming the feature and the example") {
   const auto make = [](std::int64_t n) {
     return data::example_builder().add_int64(

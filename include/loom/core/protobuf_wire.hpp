@@ -101,8 +101,7 @@ struct field {
 // Reads a message's fields in order: `while (auto f = r.next()) ...`. `what`
 // names the message in errors; the reader keeps a view of it, so the caller keeps the
 // name alive (a temporary string is refused): a parser of many small messages
-// (data/example.hpp's, three readers per feature) then makes and frees no string per
-// message.
+// (data/example.hpp's) then makes and frees no string per message.
 class reader {
 public:
   reader(std::string_view message, std::string_view what) noexcept
@@ -112,6 +111,8 @@ public:
   = delete; // a temporary name would dangle
 
   bool done() const noexcept { return at_ == end_; }
+  // The bytes not read yet.
+  std::string_view left() const noexcept { return {at_, static_cast<std::size_t>(end_ - at_)}; }
 
   // The next field; throws data_loss_error where the bytes end inside it or
   // its wire type is one loom never writes (groups). Always inlined, with

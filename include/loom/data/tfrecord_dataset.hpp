@@ -129,24 +129,25 @@ LOOM_COMPILED_ONCE void tfrecord_dataset::iterator::restore(std::istream& in) {
 LOOM_COMPILED_ONCE auto tfrecord_dataset::iterator::read_record() -> std::optional<std::string> {
   input_file& f = *file_;
   const std::uint64_t at = f.offset(), index = record_;
-  const auto where = [&] {
-    return "record " + std::to_string(index) + " at byte " + std::to_string(at);
+  // The error names the file, which next_file() closes: built first, so that a record read
+  // well copies no name.
+  const auto corrupt = [&](const std::string& why, bool readable_after) {
+    corrupt_record_error e(f.path(), "record " + std::to_string(index) + " at byte " +
+                                         std::to_string(at) + ": " + why);
+    if (!readable_after)
+      next_file();
+    return e;
   };
   header_.clear();
   const std::size_t got = f.read(header_, tfrecord::header_bytes);
   if (got == 0)
     return std::nullopt;
-  const std::string path = f.path();
-  if (got < tfrecord::header_bytes) {
-    next_file();
-    throw corrupt_record_error(path, where() + ": the file ends inside the record's header");
-  }
+  if (got < tfrecord::header_bytes)
+    throw corrupt("the file ends inside the record's header", false);
   const std::string_view h(header_);
   if (tfrecord::masked_crc32c(h.substr(0, 8)) !=
-      tfrecord::detail::read_le<std::uint32_t>(h.substr(8))) {
-    next_file();
-    throw corrupt_record_error(path, where() + ": the length's CRC does not match");
-  }
+      tfrecord::detail::read_le<std::uint32_t>(h.substr(8)))
+    throw corrupt("the length's CRC does not match", false);
   const auto length = tfrecord::detail::read_le<std::uint64_t>(h);
   std::string data;
   // Grown as bytes arrive, never sized from the header alone.
@@ -154,14 +155,12 @@ LOOM_COMPILED_ONCE auto tfrecord_dataset::iterator::read_record() -> std::option
                                                   length - data.size(), 1 << 20))) > 0) {
   }
   footer_.clear();
-  if (data.size() < length || f.read(footer_, tfrecord::footer_bytes) < tfrecord::footer_bytes) {
-    next_file();
-    throw corrupt_record_error(path, where() + ": the file ends inside the record (" +
-                                         std::to_string(length) + " bytes declared)");
-  }
+  if (data.size() < length || f.read(footer_, tfrecord::footer_bytes) < tfrecord::footer_bytes)
+    throw corrupt("the file ends inside the record (" + std::to_string(length) + " bytes declared)",
+                  false);
   ++record_;
   if (tfrecord::masked_crc32c(data) != tfrecord::detail::read_le<std::uint32_t>(footer_))
-    throw corrupt_record_error(path, where() + ": the data's CRC does not match");
+    throw corrupt("the data's CRC does not match", true);
   return data;
 }
 
