@@ -9,6 +9,7 @@
 
 #include <loom/loom.hpp>
 // Internals under test: the executor's plans and the random kernels' rounding.
+#include <loom/kernels/cpu/gemm.hpp>
 #include <loom/kernels/cpu/random.hpp>
 #include <loom/runtime/executor.hpp>
 
@@ -390,6 +391,54 @@ TEST_CASE_TEMPLATE("matmul: the four transpose combinations, small and large", T
   auto e1 = loom::constant(g, tensor<T, 2>(shape{2, 0}));
   auto e2 = loom::constant(g, tensor<T, 2>(shape{0, 3}));
   check_values(s.run(loom::matmul(e1, e2)), shape{2, 3}, {0, 0, 0, 0, 0, 0});
+}
+
+// A float product of m n k >= dnnl_gemm_min_macs is oneDNN's sgemm where loom has oneDNN
+// (kernels/cpu/gemm.hpp), whose leading dimensions and transposes are its own: each
+// combination, and xw_plus_b's bias, against the same product in double (Eigen's).
+TEST_CASE("matmul: float products of oneDNN's size, every transpose, with a bias") {
+  const std::int64_t m = 60, k = 1030, n = 1100; // three sizes: a swapped dimension shows
+  REQUIRE(m * n * k >= loom::kernels::dnnl_gemm_min_macs);
+  const std::int64_t ran_before = loom::kernels::dnnl_gemm_count();
+  graph g;
+  loom::session s(g, opts());
+  std::mt19937_64 rng(12);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  const auto values = [&](std::int64_t count) {
+    std::vector<float> v(static_cast<std::size_t>(count));
+    for (auto& x : v)
+      x = dist(rng);
+    return v;
+  };
+  const auto in_double = [](const std::vector<float>& v) {
+    return std::vector<double>(v.begin(), v.end());
+  };
+  const std::vector<float> bias = values(n);
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      INFO("ta " << ta << " tb " << tb);
+      const shape sa = ta ? shape{k, m} : shape{m, k};
+      const shape sb = tb ? shape{n, k} : shape{k, n};
+      const std::vector<float> av = values(m * k), bv = values(k * n);
+      const auto a = loom::constant(g, tensor<float, 2>(sa, av));
+      const auto b = loom::constant(g, tensor<float, 2>(sb, bv));
+      const auto a64 = loom::constant(g, tensor<double, 2>(sa, in_double(av)));
+      const auto b64 = loom::constant(g, tensor<double, 2>(sb, in_double(bv)));
+      const tensor<double, 2> want = s.run(loom::matmul(a64, b64, ta, tb));
+      check_values(s.run(loom::matmul(a, b, ta, tb)), shape{m, n},
+                   std::vector<double>(want.flat().begin(), want.flat().end()), 1e-4);
+      if (ta || tb)
+        continue;
+      const auto with_bias =
+          s.run(loom::xw_plus_b(a, b, loom::constant(g, tensor<float, 1>(shape{n}, bias))));
+      std::vector<double> biased(want.flat().begin(), want.flat().end());
+      for (std::size_t i = 0; i < biased.size(); ++i)
+        biased[i] += bias[i % static_cast<std::size_t>(n)];
+      check_values(with_bias, shape{m, n}, biased, 1e-4);
+    }
+#if defined(LOOM_HAVE_DNNL)
+  CHECK(loom::kernels::dnnl_gemm_count() - ran_before == 5); // 4 products and xw_plus_b
+#endif
 }
 
 // -- reductions ----------------------------------------------------------------------------------

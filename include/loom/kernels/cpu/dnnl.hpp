@@ -11,22 +11,15 @@
 // it). Every primitive takes its scratchpad from the caller (scratchpad_mode::user), so one
 // primitive may run on several threads at once, as the executor's kernels do.
 //
-// Threads: Debian builds oneDNN with OpenMP (libgomp). A call runs on an OpenMP team that the
-// calling thread leads, as many threads as the session's intra-op pool (cpu_device), set on
-// the calling thread alone (omp_set_num_threads is per thread); loom's pool waits meanwhile,
-// as for any kernel that splits its work over it. A team's threads spin a while after each
-// call (OpenMP's wait policy, which libgomp reads from the environment when it loads): where
-// several processes share few cores, OMP_WAIT_POLICY=passive gives that CPU back to them
-// (docs/benchmarks.md, "Models"; docs/dependencies.md).
+// Threads: an OpenMP team the size of the session's intra-op pool (kernels/cpu/dnnl_team.hpp).
 #pragma once
 
 #include <loom/graph/ops/conv.hpp>
 #include <loom/kernels/cpu/parallel_for.hpp>
 
+#include <loom/kernels/cpu/dnnl_team.hpp>
+
 #include <oneapi/dnnl/dnnl.hpp>
-#if DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP
-#include <omp.h>
-#endif
 
 #include <algorithm>
 #include <array>
@@ -123,16 +116,6 @@ private:
 inline cache& primitives() {
   static cache c;
   return c;
-}
-
-// oneDNN's threads for this thread's calls: the intra-op pool's size.
-inline void use_threads(int threads) {
-#if DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP
-  if (omp_get_max_threads() != threads)
-    omp_set_num_threads(threads);
-#else
-  (void)threads;
-#endif
 }
 
 // Memory for a call: 64-byte aligned, as oneDNN prefers, freed at the end of the call.
@@ -233,8 +216,7 @@ inline bool run(const cpu_device& d, pass which, const detail::conv_window& w, f
   if (w.batch <= 0 || w.in_c <= 0 || w.out_c <= 0 || w.out_h <= 0 || w.out_w <= 0 || w.in_h <= 0 ||
       w.in_w <= 0)
     return false;
-  const int threads = std::max(1, d.numThreads());
-  use_threads(threads);
+  const int threads = dnnl_team::use_pool_size(d);
   const auto e = get(which, threads, w);
   if (!e)
     return false;

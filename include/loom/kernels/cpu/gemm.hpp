@@ -1,19 +1,57 @@
 // The CPU's one matrix product, which matmul, xw_plus_b, conv2d (over patches) and
 // batch_matmul run: Eigen's Matrix GEMM (its fastest path), split by rows or columns of the
-// result over the session's pool, because Eigen parallelises a product only with OpenMP.
+// result over the session's pool, because Eigen parallelises a product only with OpenMP;
+// where loom is built with oneDNN (LOOM_HAVE_DNNL), a large float product is oneDNN's sgemm.
 #pragma once
 
 #include <loom/kernels/cpu/parallel_for.hpp>
+#if defined(LOOM_HAVE_DNNL)
+#include <loom/kernels/cpu/dnnl_team.hpp>
+#endif
 
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 namespace loom::kernels {
 
 template <class T>
 using row_major_matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// The multiply-adds (m n k) from which a float product on the pool is oneDNN's sgemm. oneDNN
+// picks the CPU's widest instructions when it runs, where loom's Eigen is compiled for
+// LOOM_CPU_ARCH (AVX2 by default): on the Xeon VM (AVX-512) examples/cnn's dense layer
+// ([50, 3136] x [3136, 1024] and its two gradients, 161 M each) ran 1.0-1.9x as fast, and
+// examples/cnn 1.16x (docs/benchmarks.md, "Models"). Smaller products (examples/ctr's deep
+// layers, 27 M at most) stay Eigen's, measured as they are.
+inline constexpr std::int64_t dnnl_gemm_min_macs = std::int64_t{1} << 26;
+
+// C = op(A) op(B) + beta C through oneDNN's sgemm (row-major, as loom's tensors); false where
+// it refused the arguments, C untouched.
+// The products oneDNN computed in this process (a test checks that its size of product ran
+// there).
+inline std::atomic<std::int64_t>& dnnl_gemm_count() {
+  static std::atomic<std::int64_t> count{0};
+  return count;
+}
+
+inline bool dnnl_gemm(const cpu_device& d, const float* a, bool ta, const float* b, bool tb,
+                      float* c, std::int64_t m, std::int64_t n, std::int64_t k, float beta) {
+#if defined(LOOM_HAVE_DNNL)
+  dnnl_team::use_pool_size(d);
+  if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, beta,
+                 c, n) != dnnl_success)
+    return false;
+  ++dnnl_gemm_count();
+  return true;
+#else
+  (void)d, (void)a, (void)ta, (void)b, (void)tb, (void)c, (void)m, (void)n, (void)k, (void)beta;
+  return false;
+#endif
+}
 
 // C [m, n] = op(A) op(B) (+ C where `accumulate`; + bias on every row where given), op(A)
 // [m, k] and op(B) [k, n], all row-major; A is [k, m] when ta, B [n, k] when tb. `threads`
@@ -35,6 +73,15 @@ void gemm_rows(const cpu_device& d, const T* a, bool ta, const T* b, bool tb, T*
                bool threads = true) {
   if (m == 0 || n == 0)
     return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (threads && k != 0 && m * n * k >= dnnl_gemm_min_macs) {
+      if (bias)
+        for (std::int64_t i = 0; i < m; ++i)
+          std::copy_n(bias, n, c + i * n);
+      if (dnnl_gemm(d, a, ta, b, tb, c, m, n, k, bias || accumulate ? 1.0f : 0.0f))
+        return;
+    }
+  }
   using cmap = Eigen::Map<const row_major_matrix<T>>;
   const cmap A(a, ta ? k : m, ta ? m : k);
   const cmap B(b, tb ? n : k, tb ? k : n);
