@@ -8,7 +8,8 @@
 // back to them (docs/benchmarks.md, "Models"; docs/dependencies.md).
 #pragma once
 
-#include <loom/kernels/cpu/eigen_tensor.hpp> // the pool (cpu_device) whole, for its size
+#include <loom/kernels/cpu/eigen_tensor.hpp> // the pool whole, for its size
+#include <loom/kernels/cpu_device.hpp>
 
 #include <oneapi/dnnl/dnnl.h>
 #if DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP
