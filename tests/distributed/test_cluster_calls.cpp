@@ -3,7 +3,8 @@
 // name what they could not reach, and print no retry lines where told to be
 // quiet; a session whose cluster was shut down goes without dialling it.
 // ping_cluster says which tasks serve; a session's target takes loom://,
-// TF's grpc:// or a bare host:port, and any other form is refused at once.
+// TF's grpc:// or a bare host:port, and any other form is refused at once. A
+// task shut down answers the calls in flight before it goes.
 #include <loom/api.hpp>
 
 #include <doctest/doctest.h>
@@ -13,6 +14,7 @@
 #include <support/stderr_capture.hpp>
 
 #include <chrono>
+#include <future>
 #include <string>
 #include <thread>
 
@@ -196,4 +198,36 @@ TEST_CASE("after the cluster was shut down, a session goes without dialling its 
   const std::string printed = err.text();
   CHECK_MESSAGE(!contains(printed, "waiting for"), printed);
   CHECK_MESSAGE(!contains(printed, "Connection refused"), printed);
+}
+
+TEST_CASE("a task shut down answers the step in flight before it goes") {
+  // A worker's last call (counting itself done) may still run on the ps when its chief
+  // shuts the ps down: the worker must learn that the call ran, not lose the reply and
+  // retry against a ps that is gone.
+  local_cluster cluster(1, 1);
+  loom::graph g;
+  auto anchor = g.on("/job:ps/task:0", [&] {
+    return loom::variable<std::int64_t, 0>(g, "anchor", loom::shape{}, loom::zeros_initializer{});
+  });
+  // Waits for a counter nobody raises, and answers deadline_exceeded after 600 ms.
+  const auto wait =
+      g.add_node("counter_wait", {anchor.id(), loom::detail::scalar_node(g, std::int64_t{1})},
+                 {{"counter", std::string("never")}, {"timeout_ms", std::int64_t{600}}});
+  loom::session s(g, cluster.target(), quiet());
+  auto step = std::async(std::launch::async, [&] { // how the step ended
+    try {
+      s.run_nodes({wait}, {});
+      return std::string("it ran");
+    } catch (const loom::error& e) {
+      return std::string(loom::to_string(e.code())) + ": " + e.what();
+    }
+  });
+  std::this_thread::sleep_for(200ms); // the step waits on the ps
+  std::thread ps0([&] { cluster.ps(0).join(); });
+  const auto report =
+      loom::session::shutdown_cluster(cluster.target(), {"ps"}, within(5000ms, false));
+  ps0.join();
+  CHECK(report.all_stopped());
+  const std::string ended = step.get();
+  CHECK_MESSAGE(ended.starts_with("deadline exceeded: "), ended); // its answer, not unavailable
 }

@@ -371,6 +371,14 @@ TEST_CASE("stopping with calls in flight fails them cleanly") {
     std::unique_lock lk(m);
     return cv.wait_for(lk, 20s, [&] { return held.size() >= n; });
   };
+  const auto fails_unavailable = [](call_handle& h, const std::string& addr) {
+    try {
+      (void)h.get();
+      FAIL("no error");
+    } catch (const unavailable_error& e) {
+      CHECK(contains(e.what(), addr));
+    }
+  };
 
   SUBCASE("the server stops: calls fail with unavailable, later calls too") {
     auto srv = std::make_unique<rpc_server>(local_server());
@@ -384,14 +392,8 @@ TEST_CASE("stopping with calls in flight fails them cleanly") {
       hs.push_back(ch.call_async("hold"));
     REQUIRE(wait_held(4));
     srv->stop();
-    for (auto& h : hs) {
-      try {
-        (void)h.get();
-        FAIL("no error");
-      } catch (const unavailable_error& e) {
-        CHECK(contains(e.what(), addr));
-      }
-    }
+    for (auto& h : hs)
+      fails_unavailable(h, addr);
     srv.reset();
     {
       std::lock_guard lk(m);
@@ -403,6 +405,45 @@ TEST_CASE("stopping with calls in flight fails them cleanly") {
     } catch (const unavailable_error& e) {
       CHECK(contains(e.what(), "ps task 0 at " + addr));
     }
+  }
+  SUBCASE("the server stops with a grace period: what it answers within it arrives, "
+          "however large") {
+    auto srv = std::make_unique<rpc_server>(local_server());
+    srv->handle("hold", holder);
+    channel ch(local_address(*srv), local_channel());
+    std::vector<call_handle> hs;
+    for (int i = 0; i < 2; ++i)
+      hs.push_back(ch.call_async("hold"));
+    REQUIRE(wait_held(2));
+    std::thread stopper([&] { srv->stop(5s); });
+    std::this_thread::sleep_for(200ms); // stop() waits for the answers
+    // Far more than the sockets hold: still being written when the last answer lets the
+    // connection finish.
+    const std::string big(48 << 20, 'x');
+    {
+      std::lock_guard lk(m);
+      held[0].reply(std::string("answered while stopping"));
+      held[1].reply(big);
+    }
+    stopper.join();
+    CHECK(hs[0].get().metadata<std::string>() == "answered while stopping");
+    CHECK(hs[1].get().metadata<std::string>() == big);
+    srv.reset();
+    std::lock_guard lk(m);
+    held.clear();
+  }
+  SUBCASE("the server stops with a grace period: a call not answered within it fails") {
+    auto srv = std::make_unique<rpc_server>(local_server());
+    srv->handle("hold", holder);
+    const std::string addr = local_address(*srv);
+    channel ch(addr, local_channel());
+    call_handle h = ch.call_async("hold");
+    REQUIRE(wait_held(1));
+    srv->stop(300ms);
+    fails_unavailable(h, addr);
+    srv.reset();
+    std::lock_guard lk(m);
+    held.clear(); // replying on a stopped server is a no-op
   }
   SUBCASE("the channel stops: calls fail with cancelled") {
     rpc_server srv(local_server());

@@ -130,7 +130,10 @@ private:
   void attempt_connect(clock::time_point limit);
 
   // Forgets c (and its sibling) if they are the channel's connections: the
-  // calls in flight on them fail, and the next call connects again.
+  // calls in flight on them fail, and the next call connects again. Where the
+  // peer ended c in order (a server stopping, rpc_server::stop(grace)), the
+  // sibling may still hold replies it sent before its own end: the sibling is
+  // read to its end (connection::read_to_end) before those calls fail.
   void retire(const std::shared_ptr<connection>& c, const std::string& reason);
 
   // Work the io thread must drive the connections for when no caller does:
@@ -154,6 +157,7 @@ private:
   bool stopped_ = false;
   std::atomic<bool> connected_{false};
   std::shared_ptr<connection> control_, bulk_;
+  std::shared_ptr<connection> ending_; // read to its end after its sibling's (retire())
   call_table calls_;
   // liveness: under mu_ (hb_armed_: a heartbeat check is scheduled; busy_since_: when the
   // calls in flight began to be; declared_dead_: why the closing connections close)
@@ -198,8 +202,11 @@ LOOM_COMPILED_ONCE void channel_core::stop() {
       conns.push_back(control_);
     if (bulk_)
       conns.push_back(bulk_);
+    if (ending_)
+      conns.push_back(ending_);
     control_.reset();
     bulk_.reset();
+    ending_.reset();
     connected_ = false;
   }
   const auto connecting = dialer_.stop(); // a wait between connect attempts ends
@@ -381,20 +388,33 @@ LOOM_COMPILED_ONCE void channel_core::retire(const std::shared_ptr<connection>& 
                                              const std::string& reason) {
   std::vector<std::shared_ptr<call_state>> calls;
   std::shared_ptr<connection> other;
+  bool read_other_to_its_end = false;
   std::string silent; // why the peer was declared dead, if it was
   {
     std::lock_guard lk(mu_);
-    if (c != control_ && c != bulk_)
-      return; // an old connection
-    silent = std::exchange(declared_dead_, {});
-    other = c == control_ ? bulk_ : control_;
-    control_.reset();
-    bulk_.reset();
-    connected_ = false;
-    calls = calls_.take_all();
+    if (c == ending_) {
+      ending_.reset();
+    } else {
+      if (c != control_ && c != bulk_)
+        return; // an old connection
+      silent = std::exchange(declared_dead_, {});
+      other = c == control_ ? bulk_ : control_;
+      control_.reset();
+      bulk_.reset();
+      connected_ = false;
+      read_other_to_its_end = c->ended_by_peer() && other && !other->closed() && silent.empty();
+      if (read_other_to_its_end)
+        ending_ = other;
+    }
+    if (!read_other_to_its_end)
+      calls = calls_.take_all();
   }
-  if (other)
-    other->close("its sibling connection closed");
+  if (other) {
+    if (read_other_to_its_end)
+      other->read_to_end("its sibling connection closed");
+    else
+      other->close("its sibling connection closed");
+  }
   c->close(reason);
   for (auto& st : calls)
     st->finish(make_error(error_code::unavailable,

@@ -13,7 +13,8 @@
 //   makes of it;
 // - liveness.hpp: when it last received a byte, and TCP keepalive.
 // What stays here is the lifecycle: the handshake's helpers (deadline, TLS detection),
-// and closing, at once, after a flush, or lingering for a refused peer.
+// and closing: at once, after a flush, lingering for a refused peer, or finishing for a
+// server going away.
 //
 // Threading: every socket operation runs on the connection's strand; send(), close(),
 // closed() and the liveness queries are thread-safe. Every asynchronous handler holds a
@@ -47,6 +48,7 @@
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -85,6 +87,9 @@ public:
   void move_to(asio::io_context& to) { placement_.request(to, io_.secure()); }
 
   bool closed() const { return writer_.closed(); }
+  // The peer ended the stream (an orderly close, not an error): every byte it sent before
+  // was read. Thread-safe.
+  bool ended_by_peer() const noexcept { return ended_by_peer_.load(std::memory_order_acquire); }
   // True while frames wait in the write queue (an async write is under way).
   bool writing() const { return writer_.writing(); }
 
@@ -153,6 +158,24 @@ public:
   // linger (strand only): see linger_then_close().
   void close_after_flush(std::string reason, bool linger = false);
 
+  // Thread-safe: a server going away closes each connection so. Once everything queued is
+  // written it sends its end of stream, goes on reading, and closes when the peer closes
+  // its end in turn (having read every reply) or linger_time passes. Closed at once in
+  // the handshake. Reading to the end matters: a socket closed with bytes unread is
+  // reset, and a reset destroys what the peer has not yet received (a lost segment still
+  // to be resent), where an end of stream comes after it.
+  void finish(std::string reason);
+
+  // Thread-safe, client side: the peer ended the stream of this connection's sibling in
+  // order, and may have sent replies on this one before ending it too. Reads on until that
+  // end, and closes with `reason` if it has not come within linger_time. Sends no end of
+  // its own: a server finishing (finish()) still writing would take it for its client's.
+  void read_to_end(std::string reason);
+
+  // How long a closing connection waits for its peer's end of stream: a refused peer's
+  // bytes are drained (linger_then_close), a finishing one's read, for at most this long.
+  static constexpr std::chrono::milliseconds linger_time{1000};
+
 private:
   // ---- frame_reader::owner ----
   std::shared_ptr<connection> self() override { return shared_from_this(); }
@@ -186,6 +209,8 @@ private:
   // held) until the peer closes or linger_time passes, then close.
   void linger_then_close(std::string reason);
   void drain(std::string reason);
+  bool finishing_ = false; // finish(): lingering reads through the read loop, not drain()
+  std::atomic<bool> ended_by_peer_{false};
 
   // ---- writing (strand only): the writer's next batch, or the close it waited for ----
   void write_next();
@@ -193,8 +218,6 @@ private:
   // `code`: the error the pending handshake read (if any) fails with.
   void do_close(const std::string& reason, error_code code = error_code::unavailable);
 
-  // A refused peer's bytes are drained for at most this long (linger_then_close).
-  static constexpr std::chrono::milliseconds linger_time{1000};
   static constexpr std::size_t drain_bytes = 16u << 10;
 
   // Order matters: each piece is built from those above it, and destroyed before them.
@@ -298,6 +321,27 @@ LOOM_COMPILED_ONCE void connection::close_after_flush(std::string reason, bool l
   close(std::move(reason));
 }
 
+LOOM_COMPILED_ONCE void connection::finish(std::string reason) {
+  run([self = shared_from_this(), reason = std::move(reason)]() mutable {
+    if (!self->reader_.has_sink() || self->reader_.in_handshake())
+      return self->do_close(reason);
+    self->finishing_ = true;
+    self->close_after_flush(std::move(reason), true);
+  });
+}
+
+LOOM_COMPILED_ONCE void connection::read_to_end(std::string reason) {
+  run([self = shared_from_this(), reason = std::move(reason)] {
+    if (self->closed())
+      return;
+    self->timer_.expires_after(linger_time);
+    self->timer_.async_wait([self, reason](std::error_code e) {
+      if (!e)
+        self->do_close(reason);
+    });
+  });
+}
+
 LOOM_COMPILED_ONCE bool connection::moved_at_boundary() {
   if (!placement_.requested())
     return false;
@@ -320,9 +364,10 @@ LOOM_COMPILED_ONCE void connection::read_failed(std::error_code ec) {
   std::string why;
   // Under TLS a peer that closes without close_notify reads as stream_truncated: the
   // same close (transport.hpp).
-  if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated)
+  if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated) {
     why = "the peer closed the connection";
-  else if (io_.secure() && ec.category() == asio::error::get_ssl_category()) {
+    ended_by_peer_.store(true, std::memory_order_release);
+  } else if (io_.secure() && ec.category() == asio::error::get_ssl_category()) {
     // A TLS alert: under TLS 1.3 a client learns that the server refused its certificate
     // only when it reads after its own handshake completed, as here. Said as what it
     // means, with its code (unauthenticated is not retried as unavailable is).
@@ -371,6 +416,8 @@ LOOM_COMPILED_ONCE void connection::linger_then_close(std::string reason) {
     if (!e)
       self->do_close(reason);
   });
+  if (finishing_)
+    return; // the read loop reads on, and closes at the peer's end of stream
   drain_.reset(new char[drain_bytes]);
   drain(std::move(reason));
 }

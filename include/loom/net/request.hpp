@@ -51,6 +51,14 @@ struct reply_state {
   std::uint64_t client_id = 0;
   std::string method;
   std::atomic<bool> done{false};
+  std::atomic<bool> counted{true}; // still counted in served->in_flight
+
+  // The reply is on its way (handed to the connection): the request is no longer in
+  // flight, though a responder may outlive it. Once.
+  void uncount() noexcept {
+    if (served && counted.exchange(false))
+      served->in_flight.fetch_sub(1, std::memory_order_relaxed);
+  }
 
   reply_state() = default;
   reply_state(const reply_state&) = delete;
@@ -165,8 +173,7 @@ LOOM_COMPILED_ONCE reply_state::~reply_state() {
     } catch (...) {
     }
   }
-  if (served)
-    served->in_flight.fetch_sub(1, std::memory_order_relaxed);
+  uncount();
 }
 
 LOOM_COMPILED_ONCE void send_reply(reply_state& st, out_frame&& f, std::uint64_t payload_bytes) {
@@ -175,6 +182,7 @@ LOOM_COMPILED_ONCE void send_reply(reply_state& st, out_frame&& f, std::uint64_t
     if (auto other = r->route(st, payload_bytes))
       c = std::move(other);
   c->send(std::move(f)); // a closed connection drops it: the client has already failed the call
+  st.uncount();
 }
 
 LOOM_COMPILED_ONCE void send_error_reply(reply_state& st, error_code code,

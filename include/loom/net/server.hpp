@@ -58,6 +58,7 @@
 #define LOOM_NET_RESERVE_FD 1
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -69,6 +70,7 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -119,7 +121,8 @@ public:
 
   void start();
 
-  void stop();
+  // rpc_server::stop().
+  void stop(std::chrono::milliseconds grace);
 
   server_stats stats();
 
@@ -295,9 +298,14 @@ public:
   // Connections and the memory held for frames not yet received in full, now.
   server_stats stats() const { return core_->stats(); }
 
-  // Closes the listener and every connection, joins the io threads. Calls in
-  // flight fail on their clients with unavailable_error. Idempotent.
-  void stop() { core_->stop(); }
+  // Closes the listener and every connection, joins the io threads. Idempotent.
+  // Without a grace period calls in flight fail on their clients with unavailable_error.
+  // With one the server first answers what it accepted: it waits at most `grace` for
+  // every request received to be answered (those that arrive meanwhile too), then
+  // closes each connection once its replies are written and its client has read them
+  // (the client's end of stream), waiting at most `grace` again (a second at least). Not
+  // from a handler: it waits for the io threads.
+  void stop(std::chrono::milliseconds grace = {}) { core_->stop(grace); }
 
 private:
   std::shared_ptr<detail::server_core> core_;
@@ -380,10 +388,11 @@ LOOM_COMPILED_ONCE void server_core::start() {
   rt_->run_on(*acceptor_strand_, [self = shared_from_this()] { self->accept_next(); });
 }
 
-LOOM_COMPILED_ONCE void server_core::stop() {
+LOOM_COMPILED_ONCE void server_core::stop(std::chrono::milliseconds grace) {
+  using clock = std::chrono::steady_clock;
   if (!registry_)
     return;
-  auto conns = registry_->stop();
+  auto conns = registry_->stop(); // from now on no connection is admitted
   if (!conns)
     return;
   rt_->run_on(*acceptor_strand_, [self = shared_from_this()] {
@@ -392,6 +401,19 @@ LOOM_COMPILED_ONCE void server_core::stop() {
     self->accept_timer_->cancel();
     self->close_reserve();
   });
+  const auto wait_until = [](clock::time_point deadline, const auto& done) {
+    while (!done() && clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  };
+  if (grace.count() > 0) {
+    wait_until(clock::now() + grace, [&] { return registry_->unanswered() == 0; });
+    for (auto& c : *conns)
+      c->finish("the server is stopping");
+    const auto closing = std::max(grace, connection::linger_time + std::chrono::milliseconds(100));
+    wait_until(clock::now() + closing, [&] {
+      return std::all_of(conns->begin(), conns->end(), [](const auto& c) { return c->closed(); });
+    });
+  }
   for (auto& c : *conns)
     c->close("the server is stopping");
   rt_->shutdown();
@@ -445,7 +467,7 @@ LOOM_COMPILED_ONCE void server_core::on_frame(served_connection& s,
     return;
   }
   auto st = std::make_shared<reply_state>();
-  s.in_flight.fetch_add(1, std::memory_order_relaxed); // until st goes (its destructor)
+  s.in_flight.fetch_add(1, std::memory_order_relaxed); // until it is answered (uncount())
   st->conn = c;
   st->served = s.shared_from_this();
   st->router = weak_from_this();

@@ -43,8 +43,8 @@ public:
   const connection_role role;
   const std::uint64_t client_id;
   const std::uint64_t process_id;
-  // Requests received on it whose answer is not yet settled (a client waiting for a
-  // barrier's reply sends nothing, yet is not idle).
+  // Requests received on it whose answer has not yet been handed to a connection (a
+  // client waiting for a barrier's reply sends nothing, yet is not idle).
   std::atomic<std::uint32_t> in_flight{0};
   bool settled = false; // strand only: its first request was seen (server.hpp, settle())
 };
@@ -106,6 +106,17 @@ public:
     handshaking_.clear();
     handshaking_at_.clear();
     bulk_.clear();
+  }
+
+  // Requests received on the admitted connections still open and not yet answered (a
+  // server stopping gracefully waits for them).
+  std::size_t unanswered() {
+    std::lock_guard lk(mu_);
+    std::size_t n = 0;
+    for (const auto& [c, s] : conns_)
+      if (s)
+        n += s->in_flight.load(std::memory_order_relaxed);
+    return n;
   }
 
   // Connections past the handshake, and in it.

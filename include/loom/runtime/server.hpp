@@ -56,7 +56,9 @@ public:
   transfer_counts received() const noexcept { return impl_->received(); }
 
   // Blocks until the cluster is shut down (a client's shutdown call) or
-  // stop() is called, then stops serving.
+  // stop() is called, then stops serving. Shut down by a client, it answers
+  // the calls in flight first (for at most 2 s), so that each caller learns
+  // whether its call ran.
   void join() { impl_->join(); }
 
   // Stops serving: steps in flight fail, join() returns. Idempotent.

@@ -65,17 +65,22 @@ public:
   }
 
   // Blocks until the cluster is shut down (a client's shutdown call) or
-  // stop() is called, then stops serving.
+  // stop() is called, then stops serving. Shut down by a client, it first
+  // answers the calls in flight (at most answer_grace): a worker whose last
+  // call, counting itself done, ran as its chief shut the cluster down must
+  // learn that it ran, not retry it against a ps that is gone.
   void join() override {
+    bool asked = false;
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stopping_; });
+      asked = asked_;
     }
-    stop();
+    stop_serving(asked ? answer_grace : std::chrono::milliseconds{});
   }
 
   // Stops serving: steps in flight fail, join() returns. Idempotent.
-  void stop() override;
+  void stop() override { stop_serving({}); }
 
 private:
   using clock = std::chrono::steady_clock;
@@ -94,6 +99,10 @@ private:
   // Stops serving once join() sees it; `why` ends the line saying so (a task
   // that stops serving always tells who stopped it).
   void shut_down_as(const std::string& why);
+
+  // stop(), answering the calls in flight first for at most `grace` (join()).
+  void stop_serving(std::chrono::milliseconds grace);
+  static constexpr std::chrono::milliseconds answer_grace{2000};
 
   std::string job_;
   int task_;
@@ -118,6 +127,7 @@ private:
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
+  bool asked_ = false; // by a client's shutdown call (shut_down_as), not stop()
   std::once_flag stopped_;
 };
 
@@ -176,7 +186,7 @@ LOOM_COMPILED_ONCE task_server::task_server(cluster_spec cluster, std::string jo
   local_workers::add(instance_, local_worker_);
 }
 
-LOOM_COMPILED_ONCE void task_server::stop() {
+LOOM_COMPILED_ONCE void task_server::stop_serving(std::chrono::milliseconds grace) {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -185,7 +195,7 @@ LOOM_COMPILED_ONCE void task_server::stop() {
   std::call_once(stopped_, [&] {
     watchdog_.stop();
     if (rpc_)
-      rpc_->stop();
+      rpc_->stop(grace);
     table_.close(describe() + " stopped");
     if (peers_)
       peers_->stop();
@@ -239,7 +249,7 @@ LOOM_COMPILED_ONCE void task_server::shut_down_as(const std::string& why) {
   net::log_line(options_.log, describe() + ": shutting down, as " + why, logging::level::info);
   {
     std::lock_guard lock(mu_);
-    stopping_ = true;
+    stopping_ = asked_ = true;
   }
   cv_.notify_all(); // join() stops the server from its own thread
 }
