@@ -92,6 +92,15 @@ public:
   // Takes every call out (the channel stopped, or lost its connection).
   std::vector<call_ptr> take_all();
 
+  // The request ids of the calls in flight.
+  std::vector<std::uint64_t> ids() const {
+    std::vector<std::uint64_t> out;
+    out.reserve(calls_.size());
+    for (const auto& [id, st] : calls_)
+      out.push_back(id);
+    return out;
+  }
+
   // Takes out the calls whose deadline has passed, into `expired`.
   void take_expired(clock::time_point now, std::vector<call_ptr>& expired);
 

@@ -158,6 +158,9 @@ private:
   std::atomic<bool> connected_{false};
   std::shared_ptr<connection> control_, bulk_;
   std::shared_ptr<connection> ending_; // read to its end after its sibling's (retire())
+  // The calls in flight when ending_'s sibling ended: those still unanswered fail when
+  // ending_ closes; calls made since (over a new pair of connections) do not.
+  std::vector<std::uint64_t> ending_calls_;
   call_table calls_;
   // liveness: under mu_ (hb_armed_: a heartbeat check is scheduled; busy_since_: when the
   // calls in flight began to be; declared_dead_: why the closing connections close)
@@ -207,6 +210,7 @@ LOOM_COMPILED_ONCE void channel_core::stop() {
     control_.reset();
     bulk_.reset();
     ending_.reset();
+    ending_calls_.clear();
     connected_ = false;
   }
   const auto connecting = dialer_.stop(); // a wait between connect attempts ends
@@ -394,6 +398,9 @@ LOOM_COMPILED_ONCE void channel_core::retire(const std::shared_ptr<connection>& 
     std::lock_guard lk(mu_);
     if (c == ending_) {
       ending_.reset();
+      for (const std::uint64_t id : std::exchange(ending_calls_, {}))
+        if (auto st = calls_.take(id))
+          calls.push_back(std::move(st));
     } else {
       if (c != control_ && c != bulk_)
         return; // an old connection
@@ -403,11 +410,13 @@ LOOM_COMPILED_ONCE void channel_core::retire(const std::shared_ptr<connection>& 
       bulk_.reset();
       connected_ = false;
       read_other_to_its_end = c->ended_by_peer() && other && !other->closed() && silent.empty();
-      if (read_other_to_its_end)
+      if (read_other_to_its_end) {
         ending_ = other;
+        ending_calls_ = calls_.ids();
+      } else {
+        calls = calls_.take_all();
+      }
     }
-    if (!read_other_to_its_end)
-      calls = calls_.take_all();
   }
   if (other) {
     if (read_other_to_its_end)
