@@ -445,6 +445,19 @@ TEST_CASE("stopping with calls in flight fails them cleanly") {
     std::lock_guard lk(m);
     held.clear(); // replying on a stopped server is a no-op
   }
+  SUBCASE("the server stops with a grace period: an idle client does not hold it") {
+    // Nobody reads an idle channel's connections (a caller waiting for a reply does), so
+    // its end of stream waits: the server closes once the client's side has acknowledged
+    // it, not after linger_time (1 s).
+    auto srv = std::make_unique<rpc_server>(local_server());
+    add_ping(*srv);
+    channel ch(local_address(*srv), local_channel());
+    CHECK(ch.call("ping").metadata<std::string>() == "pong");
+    std::this_thread::sleep_for(200ms); // the channel's io thread stops reading
+    const auto start = std::chrono::steady_clock::now();
+    srv->stop(5s);
+    CHECK(std::chrono::steady_clock::now() - start < 800ms);
+  }
   SUBCASE("the channel stops: calls fail with cancelled") {
     rpc_server srv(local_server());
     srv.handle("hold", holder);

@@ -159,9 +159,11 @@ public:
   void close_after_flush(std::string reason, bool linger = false);
 
   // Thread-safe: a server going away closes each connection so. Once everything queued is
-  // written it sends its end of stream, goes on reading, and closes when the peer closes
-  // its end in turn (having read every reply) or linger_time passes. Closed at once in
-  // the handshake. Reading to the end matters: a socket closed with bytes unread is
+  // written it sends its end of stream, goes on reading, and closes once the peer has it
+  // all: the peer closed its end in turn, or acknowledged every byte, the end included,
+  // with nothing of its own left unread (an idle client, whose reads wait for a call, may
+  // not look at the end for a while); at most linger_time. Closed at once in the
+  // handshake. A socket closed with bytes unread, or before the peer has everything, is
   // reset, and a reset destroys what the peer has not yet received (a lost segment still
   // to be resent), where an end of stream comes after it.
   void finish(std::string reason);
@@ -209,6 +211,9 @@ private:
   // held) until the peer closes or linger_time passes, then close.
   void linger_then_close(std::string reason);
   void drain(std::string reason);
+  // finish()'s last stage: closes once the peer has everything (transport::delivered), or
+  // at `deadline`; looks every 2 ms.
+  void close_when_delivered(std::string reason, std::chrono::steady_clock::time_point deadline);
   bool finishing_ = false; // finish(): lingering reads through the read loop, not drain()
   std::atomic<bool> ended_by_peer_{false};
 
@@ -411,15 +416,30 @@ LOOM_COMPILED_ONCE void connection::refuse_with(const loom::error& e, bool linge
 
 LOOM_COMPILED_ONCE void connection::linger_then_close(std::string reason) {
   io_.shutdown_send();
+  if (finishing_) // the read loop reads on, and closes at the peer's end of stream
+    return close_when_delivered(std::move(reason), std::chrono::steady_clock::now() + linger_time);
   timer_.expires_after(linger_time);
   timer_.async_wait([self = shared_from_this(), reason](std::error_code e) {
     if (!e)
       self->do_close(reason);
   });
-  if (finishing_)
-    return; // the read loop reads on, and closes at the peer's end of stream
   drain_.reset(new char[drain_bytes]);
   drain(std::move(reason));
+}
+
+LOOM_COMPILED_ONCE void
+connection::close_when_delivered(std::string reason,
+                                 std::chrono::steady_clock::time_point deadline) {
+  if (closed())
+    return;
+  if (io_.delivered() || std::chrono::steady_clock::now() >= deadline)
+    return do_close(reason);
+  timer_.expires_after(std::chrono::milliseconds(2));
+  timer_.async_wait(
+      [self = shared_from_this(), reason = std::move(reason), deadline](std::error_code e) mutable {
+        if (!e)
+          self->close_when_delivered(std::move(reason), deadline);
+      });
 }
 
 LOOM_COMPILED_ONCE void connection::drain(std::string reason) {

@@ -302,9 +302,9 @@ public:
   // Without a grace period calls in flight fail on their clients with unavailable_error.
   // With one the server first answers what it accepted: it waits at most `grace` for
   // every request received to be answered (those that arrive meanwhile too), then
-  // closes each connection once its replies are written and its client has read them
-  // (the client's end of stream), waiting at most `grace` again (a second at least). Not
-  // from a handler: it waits for the io threads.
+  // closes each connection once its replies are written and its client has them (the
+  // client closed too, or acknowledged every byte: connection::finish), waiting at most
+  // `grace` again (a second at least). Not from a handler: it waits for the io threads.
   void stop(std::chrono::milliseconds grace = {}) { core_->stop(grace); }
 
 private:
