@@ -7,8 +7,10 @@
 #      outputs poisoned first; the seed MLP's step through a session on /gpu:0);
 #   2. benchmarks/gpu_elementwise (fused 5-op expression vs device-to-device copy);
 #   3. benchmarks/gpu_step (the MLP step, batch 1024, hidden 1024, vs PyTorch eager);
-#   4. mnist_replica --num_gpus=1 as 1 ps + 2 workers for a short run (loom-launch);
-#   5. compute-sanitizer over test_gpu_kernels's device suite: memcheck (out-of-bounds
+#   4. mnist_replica --num_gpus=1 and examples/cnn --num_gpus=1 as 1 ps + 2 workers for a
+#      short run each (loom-launch);
+#   5. benchmarks/conv2d --gpu (conv2d and its gradients vs PyTorch's cuDNN);
+#   6. compute-sanitizer over test_gpu_kernels's device suite: memcheck (out-of-bounds
 #      and misaligned accesses, API errors) and racecheck (shared-memory hazards, warnings
 #      included: a warp-synchronous read and write without __syncwarp is one).
 # Each step's full output goes to $OUT/<step>.log (or ./gpu_check/ without $OUT); a
@@ -25,7 +27,7 @@ set -u
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-gpu_check}
 binaries=(tests/gpu/test_gpu tests/gpu/test_gpu_kernels benchmarks/gpu_elementwise
-  benchmarks/gpu_step examples/mnist_replica tools/loom-launch)
+  benchmarks/gpu_step benchmarks/conv2d examples/mnist_replica examples/cnn tools/loom-launch)
 
 if [ "${1:-}" = bundle ]; then
   set -e
@@ -112,9 +114,13 @@ elif [ -d /usr/share/datasets/fashion-mnist ] || [ -n "${DATA_DIR:-}" ]; then
     "$BUILD/examples/mnist_replica" --data_dir "${DATA_DIR:-/usr/share/datasets/fashion-mnist}" \
     --num_gpus 1 --train_steps 2000 --learning_rate 0.001 --log_every 500 \
     --save_checkpoint_secs 0
+  step cnn_gpu "$BUILD/tools/loom-launch" --ps 1 --workers 2 -- \
+    "$BUILD/examples/cnn" --data_dir "${DATA_DIR:-/usr/share/datasets/fashion-mnist}" \
+    --num_gpus 1 --train_steps 2000 --log_every 500
 else
-  summary+=("SKIP mnist_replica_gpu (no Fashion-MNIST: set DATA_DIR)")
+  summary+=("SKIP mnist_replica_gpu, cnn_gpu (no Fashion-MNIST: set DATA_DIR)")
 fi
+step conv2d_gpu "$BUILD/benchmarks/conv2d" --gpu --reps 50
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ ! -x "$sanitizer" ]; then
   summary+=("SKIP memcheck, racecheck (no compute-sanitizer)")
