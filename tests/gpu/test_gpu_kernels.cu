@@ -1141,6 +1141,14 @@ template <class F> std::string error_of(F&& run) {
   return "";
 }
 
+// Keeps the GPU busy for about `ns` nanoseconds: what is queued behind it runs later.
+__global__ void spin_kernel(unsigned long long ns) {
+  const unsigned long long start = clock64();
+  // clock64 counts one multiprocessor's cycles: at most ~2 GHz, so ns cycles last >= ns / 2.
+  while (clock64() - start < 2 * ns) {
+  }
+}
+
 } // namespace gpu_kernels_test
 
 // -- no GPU needed
@@ -2048,6 +2056,30 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
       }
       compare(cpu_values[0], direct, check::elementwise, "called directly", fused_operand_scale);
     }
+  }
+
+  TEST_CASE("a pinned tensor is page-locked; its copy to the GPU has read it when it returns") {
+    std::mt19937_64 rng(fresh_seed());
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    auto pinned = loom::pinned_tensor<float, 2>(loom::shape{1031, 257});
+    CHECK(pinned.value().on_host());
+    CHECK(cuda::is_page_locked(pinned.data()));
+    loom::tensor<float, 1> pageable(loom::shape{4096});
+    CHECK_FALSE(cuda::is_page_locked(pageable.data()));
+    for (float& v : pinned.flat())
+      v = value(rng);
+    const std::vector<float> expected(pinned.flat().begin(), pinned.flat().end());
+    // The copy is queued behind 20 ms of GPU work: had copy() not waited for it, the
+    // writes below would reach the source before the GPU read it.
+    cuda::the_backend().on_device(0, [](const kernels::gpu_context& g) {
+      spin_kernel<<<1, 1, 0, g.stream>>>(20'000'000ULL);
+      LOOM_CUDA_CHECK(cudaGetLastError());
+    });
+    const any_tensor on_gpu = to_gpu(pinned.value());
+    for (float& v : pinned.flat())
+      v = 7.0f;
+    const any_tensor back = to_host(on_gpu);
+    CHECK(std::equal(expected.begin(), expected.end(), back.data<float>()));
   }
 
   TEST_CASE(

@@ -154,6 +154,24 @@ TEST_CASE("a tensor in device memory: host reads fail with a message, copies nee
   CHECK(loom::kernels::at_location(host, memory_location::host()).shares_buffer_with(host));
 }
 
+TEST_CASE("loom::pinned_tensor is a host tensor, in ordinary memory where no backend pins it") {
+  const auto check_usable = [](loom::tensor<float, 2> t) {
+    CHECK(t.value().location() == memory_location::host());
+    CHECK(t.shape() == shape{3, 5});
+    for (float& v : t.flat())
+      v = 2.5f;
+    CHECK(t(2, 4) == 2.5f);
+  };
+  check_usable(loom::pinned_tensor<float, 2>(shape{3, 5})); // no backend
+  {
+    registered_gpu r; // the stand-in keeps gpu_backend's default: ordinary memory
+    check_usable(loom::pinned_tensor<float, 2>(shape{3, 5}));
+  }
+  CHECK(message_of<loom::invalid_argument_error>([] {
+          (void)loom::pinned_tensor<float, 2>(shape{15});
+        }) == "invalid argument: loom::pinned_tensor: shape [15] for a tensor of rank 2");
+}
+
 TEST_CASE("nodes on /gpu:0 run their GPU kernels; each value is copied once per place it is read") {
   registered_gpu r;
   graph g;

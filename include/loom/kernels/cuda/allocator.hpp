@@ -343,6 +343,18 @@ private:
 
 // -- copies (asynchronous on a stream; from pageable host memory CUDA stages them
 // and the call returns only once the source has been read) --------------------------
+
+// True when `p` points into page-locked host memory (cudaHostAlloc or cudaHostRegister):
+// a copy from it is the GPU's own and runs after the call returns.
+inline bool is_page_locked(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeHost;
+}
+
 template <class T>
 void copy_to_device(T* dst_device, const T* src_host, std::size_t n, cudaStream_t stream) {
   if (n)

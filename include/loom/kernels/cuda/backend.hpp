@@ -53,13 +53,19 @@ struct gpu_context {
                              [a](void* q) { a->deallocate(q); });
   }
 
-  // A host tensor's copy on this GPU, ordered before this stream's later work;
-  // `host` may go at once (the driver staged it before returning).
+  // A host tensor's copy on this GPU, ordered before this stream's later work; `host` may
+  // go, or be written, at once. From pageable memory the driver has staged the bytes when
+  // cudaMemcpyAsync returns. From page-locked memory (loom::pinned_tensor) the copy is the
+  // GPU's own, at the full host-to-device rate, and asynchronous: this waits for it, as
+  // whoever fed the tensor may refill it as soon as the step returns, and a step that
+  // fetches nothing from this GPU returns without waiting for the GPU.
   any_tensor upload(const any_tensor& host) const {
     any_tensor out = allocate(host.type(), host.shape());
     cuda::copy_to_device(static_cast<unsigned char*>(out.device_data()),
                          static_cast<const unsigned char*>(host.raw_data()), host.byte_size(),
                          stream);
+    if (host.byte_size() && cuda::is_page_locked(host.raw_data()))
+      LOOM_CUDA_CHECK(cudaStreamSynchronize(stream));
     return out;
   }
 
@@ -170,6 +176,28 @@ public:
                  d.context.stream);
     LOOM_CUDA_CHECK(cudaStreamSynchronize(d.context.stream));
     return out;
+  }
+
+  // Page-locked host memory (cudaHostAlloc, portable: any device copies from it at its
+  // full rate); freed by cudaFreeHost when the tensor's last copy goes.
+  any_tensor allocate_pinned(dtype t, loom::shape s) override {
+    if (t == dtype::string)
+      throw invalid_argument_error("a string tensor cannot live in page-locked memory");
+    const std::size_t bytes = static_cast<std::size_t>(s.num_elements()) * size_of(t);
+    void* p = nullptr;
+    if (bytes) {
+      const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        throw resource_exhausted_error("cannot allocate " + std::to_string(bytes) +
+                                       " bytes of page-locked host memory for a tensor of shape " +
+                                       s.to_string() + ": " + cudaGetErrorString(e));
+      }
+    }
+    return any_tensor::adopt(t, std::move(s), memory_location::host(), p, [](void* q) {
+      if (q)
+        (void)cudaFreeHost(q);
+    });
   }
 
   // Waits for everything queued on `device`.
