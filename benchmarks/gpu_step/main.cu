@@ -5,8 +5,10 @@
 // Both sides run 784 -> hidden (relu) -> 10 softmax, the cross entropy
 // -sum(y_ * log(clip(y, 1e-10, 1))), Adam, fp32 (no TF32), each step's batch
 // copied from host memory and the loss fetched (which waits for the step).
-// loom's step runs twice, alternated: fed pageable batches (as PyTorch eager's) and batches
-// in page-locked memory (loom::pinned_tensor, as PyTorch's captured step's).
+// loom's step runs three ways, alternated: fed pageable batches (as PyTorch eager's), batches
+// in page-locked memory (loom::pinned_tensor, as PyTorch's captured step's), and the latter in
+// a session with session_options::gpu_graphs off (each kernel launched, every step). The first
+// two replay the step as one CUDA graph from its third run on (runtime/captured_step.hpp).
 // loom places every node, the variables included, on /gpu:0; PyTorch's side is
 // torch_step.py beside this file, run with `python3`, which also measures the two ceilings
 // of the step's floor: the fp32 matrix rate and the pinned host-to-device rate.
@@ -171,6 +173,9 @@ int main(int argc, char** argv) try {
   auto train_step = loom::adam_optimizer{0.001}.minimize(model.cross_entropy);
   loom::session sess(g);
   sess.run(loom::global_variables_initializer(g));
+  // The same step launched kernel by kernel, as before CUDA graphs (session_options).
+  loom::session launching(g, loom::session_options{.gpu_graphs = false});
+  launching.run(loom::global_variables_initializer(g));
 
   // A few host batches, rotated: random pixels and one-hot labels (never zeros).
   std::mt19937 rng(7);
@@ -196,32 +201,36 @@ int main(int argc, char** argv) try {
   }
   int i = 0;
   volatile float sink = 0;
-  const auto step_on = [&](const std::vector<loom::tensor<float, 2>>& x,
+  const auto step_on = [&](loom::session& s, const std::vector<loom::tensor<float, 2>>& x,
                            const std::vector<loom::tensor<float, 2>>& y) {
-    return [&, x = &x, y = &y] {
-      auto [_, loss] = sess.run(loom::fetches(train_step, model.cross_entropy),
-                                {{model.x, (*x)[i % 4]}, {model.y_, (*y)[i % 4]}});
+    return [&, s = &s, x = &x, y = &y] {
+      auto [_, loss] = s->run(loom::fetches(train_step, model.cross_entropy),
+                              {{model.x, (*x)[i % 4]}, {model.y_, (*y)[i % 4]}});
       sink = loss;
       ++i;
     };
   };
-  const auto step = step_on(xs, ys);
-  const auto pinned_step = step_on(pinned_xs, pinned_ys);
+  const auto step = step_on(sess, xs, ys);
+  const auto pinned_step = step_on(sess, pinned_xs, pinned_ys);
+  const auto launched_step = step_on(launching, pinned_xs, pinned_ys);
   for (int w = 0; w < warm_up; ++w) { // warm up: plans, cuBLAS, the allocator's cache
     step();
     pinned_step();
+    launched_step();
   }
   // Alternated, a repetition of each at a time.
-  std::vector<double> pageable_times, pinned_times;
+  std::vector<double> pageable_times, pinned_times, launched_times;
   for (int r = 0; r < reps; ++r) {
     pageable_times.push_back(loom::bench::median_seconds(step, 1, steps));
     pinned_times.push_back(loom::bench::median_seconds(pinned_step, 1, steps));
+    launched_times.push_back(loom::bench::median_seconds(launched_step, 1, steps));
   }
   const auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  const double loom_s = median(pageable_times), loom_pinned_s = median(pinned_times);
+  const double loom_s = median(pageable_times), loom_pinned_s = median(pinned_times),
+               loom_launched_s = median(launched_times);
   if (flags.get_bool("diagnose"))
     diagnose(sess, train_step, model, xs, ys, reps, steps);
   const torch_figures torch = run_torch_step(
@@ -263,6 +272,7 @@ int main(int argc, char** argv) try {
   row("PyTorch captured, fused Adam", torch.graph_s);
   row("loom session", loom_s);
   row("loom session, pinned batches", loom_pinned_s);
+  row("  the same, no CUDA graph", loom_launched_s);
   if (torch.eager_s > 0)
     std::printf("target: loom's step at most PyTorch eager's: %s\n",
                 loom_s <= torch.eager_s ? "MET" : "MISSED");

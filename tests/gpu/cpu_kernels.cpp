@@ -12,6 +12,7 @@
 #include <doctest/doctest.h>
 
 #include <loom/api.hpp>
+#include <support/log_capture.hpp>
 // The GPU backend (host-only) here too: it registers before this unit's test
 // suites are (its registration comes first in this unit), so gpu_count() in
 // the skip decorator below sees it whatever order the two units start in.
@@ -127,6 +128,32 @@ training_run train_mlp(bool gpu, std::uint32_t data_seed, const training_run* st
   return out;
 }
 
+// Ten steps on /gpu:0 from `start`'s initial weights, with CUDA graphs or without: step 5
+// assigns the weights again first (the graph's variables may get new buffers), step 7 is
+// fed half a batch (another shape, which runs without the graph).
+training_run train_on_gpu(bool gpu_graphs, std::uint32_t data_seed, const training_run& start) {
+  mlp_graph m(true);
+  loom::session sess(m.g, loom::session_options{.gpu_graphs = gpu_graphs});
+  sess.run(loom::global_variables_initializer(m.g));
+  const loom::feed_dict weights{{m.hid_w0, start.initial_hid_w}, {m.sm_w0, start.initial_sm_w}};
+  sess.run(m.load_weights, weights);
+  std::mt19937 rng(data_seed);
+  training_run out;
+  for (int step = 0; step < 10; ++step) {
+    if (step == 5)
+      sess.run(m.load_weights, weights);
+    const std::int64_t rows = step == 7 ? 16 : 32;
+    const auto x = batch(rng, rows, 784, false);
+    const auto y = batch(rng, rows, 10, true);
+    auto [_, loss] =
+        sess.run(loom::fetches(m.train, m.model.cross_entropy), {{m.model.x, x}, {m.model.y_, y}});
+    out.losses.push_back(loss);
+    out.hid_w.push_back(sess.run(m.model.hid_w));
+    out.sm_w.push_back(sess.run(m.model.sm_w));
+  }
+  return out;
+}
+
 double relative_l2(const loom::tensor<float, 2>& a, const loom::tensor<float, 2>& b) {
   double diff = 0, norm = 0;
   for (std::int64_t i = 0; i < a.size(); ++i) {
@@ -199,6 +226,32 @@ TEST_SUITE("cuda_device" * doctest::skip(loom::gpu_count() == 0)) {
       CHECK(std::abs(gpu.losses[i] - cpu.losses[i]) <= 1e-3 * std::abs(cpu.losses[i]));
       CHECK(relative_l2(cpu.hid_w[i], gpu.hid_w[i]) <= 1e-3);
       CHECK(relative_l2(cpu.sm_w[i], gpu.sm_w[i]) <= 1e-3);
+    }
+  }
+
+  TEST_CASE("an MLP step replayed from a CUDA graph computes what its kernels launched one by "
+            "one compute") {
+    const auto seed = std::random_device{}();
+    INFO("data seed " << seed);
+    const training_run start = train_mlp(false, seed);
+    const auto level = loom::logging::current_level();
+    loom::logging::set_level(loom::logging::level::debug);
+    loom::testing::log_capture log;
+    const training_run graphs = train_on_gpu(true, seed, start);
+    loom::logging::set_level(level);
+    const training_run launches = train_on_gpu(false, seed, start);
+    INFO(log.text());
+    CHECK(log.contains("runs as one CUDA graph"));
+    CHECK(log.count("runs without it") == 1); // step 7's half batch
+    CHECK_FALSE(log.contains("runs without a CUDA graph: a"));
+    REQUIRE(graphs.losses.size() == launches.losses.size());
+    for (std::size_t i = 0; i < graphs.losses.size(); ++i) {
+      INFO("step " << i << ": loss with graphs " << graphs.losses[i] << ", without "
+                   << launches.losses[i] << "; hid_w off by "
+                   << relative_l2(launches.hid_w[i], graphs.hid_w[i]));
+      CHECK(std::abs(graphs.losses[i] - launches.losses[i]) <= 1e-5 * std::abs(launches.losses[i]));
+      CHECK(relative_l2(launches.hid_w[i], graphs.hid_w[i]) <= 1e-5);
+      CHECK(relative_l2(launches.sm_w[i], graphs.sm_w[i]) <= 1e-5);
     }
   }
 

@@ -6,11 +6,13 @@
 // location), and that host code never reads device memory.
 #include <doctest/doctest.h>
 #include <support/cluster.hpp>
+#include <support/log_capture.hpp>
 #include <support/messages.hpp>
 
 #include <loom/loom.hpp>
 
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <span>
 #include <sstream>
@@ -43,6 +45,11 @@ loom::any_tensor relabelled(const loom::any_tensor& t, memory_location where) {
 class stand_in_gpu final : public loom::kernels::gpu_backend {
 public:
   int to_device = 0, to_host = 0, kernels = 0, fused = 0;
+  // Recording into a graph (runtime/captured_step.hpp), when `records`: the stand-in runs
+  // what it records (it has nothing to defer it to), and a launch runs nothing: so a
+  // replay's fetches are the recorded step's values, and its kernels count no runs.
+  bool records = false;
+  int recordings = 0, launches = 0, copies_into = 0;
 
   int device_count() const noexcept override { return 1; }
   void run(int device, loom::kernels::kernel_fn kernel, loom::kernels::kernel_context& c) override {
@@ -72,7 +79,34 @@ public:
     return relabelled(t, where);
   }
 
+  bool can_capture() const noexcept override { return records; }
+  std::unique_ptr<capture> begin_capture(int device) override {
+    REQUIRE(device == 0);
+    ++recordings;
+    return std::make_unique<stand_in_capture>(*this);
+  }
+  void copy_into(loom::any_tensor& to, const loom::any_tensor& from) override {
+    REQUIRE(to.location() == memory_location::gpu(0));
+    REQUIRE(to.shape() == from.shape());
+    ++copies_into;
+    std::memcpy(to.device_data(), from.on_host() ? from.raw_data() : from.device_data(),
+                from.byte_size());
+  }
+
 private:
+  struct stand_in_graph final : graph {
+    explicit stand_in_graph(stand_in_gpu& g) : gpu(g) {}
+    void launch() override { ++gpu.launches; }
+    stand_in_gpu& gpu;
+  };
+  struct stand_in_capture final : capture {
+    explicit stand_in_capture(stand_in_gpu& g) : gpu(g) {}
+    std::unique_ptr<graph> finish(std::string&) override {
+      return std::make_unique<stand_in_graph>(gpu);
+    }
+    stand_in_gpu& gpu;
+  };
+
   loom::kernels::gpu_context context_;
 };
 
@@ -328,6 +362,60 @@ TEST_CASE("a constant on /gpu:0 is made once per plan, not once per step") {
   }
   CHECK(gpu_constants_made == 1);
   CHECK(r.gpu.kernels == 1 + 3 * 2); // the constant once; square and add every step
+}
+
+TEST_CASE("a step on one GPU is recorded at its third run and replayed from then on") {
+  registered_gpu r;
+  r.gpu.records = true;
+  graph g;
+  loom::placeholder<float, 1> x(g, shape{-1}, "x");
+  auto y = [&] {
+    auto _ = g.device("/gpu:0");
+    return loom::lower(loom::square(x) + x);
+  }();
+  const auto fed = [](float v, std::int64_t n = 3) {
+    return tensor<float, 1>(shape{n}, std::vector<float>(static_cast<std::size_t>(n), v));
+  };
+  SUBCASE("recorded once, replayed with the feeds copied into the graph's buffers") {
+    loom::session s(g, {.intra_op_threads = 2, .disable_fusion = true});
+    for (float v = 1; v <= 3; ++v) // as always, watched, recorded (and run once)
+      CHECK(s.run(y, {{x, fed(v)}})(0) == v * v + v);
+    CHECK(r.gpu.kernels == 3 * 2); // square and add, each run
+    CHECK(r.gpu.recordings == 1);
+    CHECK(r.gpu.launches == 1);
+    for (float v = 4; v <= 5; ++v) // replayed: the stand-in's graph computes nothing, so the
+      CHECK(s.run(y, {{x, fed(v)}})(0) == 12.0f); // fetch is the recorded run's value
+    CHECK(r.gpu.kernels == 6);
+    CHECK(r.gpu.launches == 3);
+    CHECK(r.gpu.copies_into == 2);
+    // Another shape runs as always, said once.
+    loom::testing::log_capture log;
+    CHECK(s.run(y, {{x, fed(6, 4)}})(3) == 42.0f);
+    CHECK(s.run(y, {{x, fed(7, 4)}})(3) == 56.0f);
+    CHECK(r.gpu.kernels == 10);
+    CHECK(r.gpu.launches == 3);
+    CHECK(log.count("runs without it") == 1);
+  }
+  SUBCASE("not with gpu_graphs off") {
+    loom::session s(g, {.intra_op_threads = 2, .disable_fusion = true, .gpu_graphs = false});
+    for (float v = 1; v <= 5; ++v)
+      CHECK(s.run(y, {{x, fed(v)}})(0) == v * v + v);
+    CHECK(r.gpu.recordings == 0);
+    CHECK(r.gpu.kernels == 10);
+  }
+  SUBCASE("not when a node of the step runs on the host, said at debug level") {
+    auto z = loom::lower(y * 2.0f); // placed on the CPU: no device scope
+    const auto level = loom::logging::current_level();
+    loom::logging::set_level(loom::logging::level::debug);
+    loom::testing::log_capture log;
+    loom::session s(g, {.intra_op_threads = 2, .disable_fusion = true});
+    for (float v = 1; v <= 5; ++v)
+      CHECK(s.run(z, {{x, fed(v)}})(0) == 2 * (v * v + v));
+    loom::logging::set_level(level);
+    CHECK(r.gpu.recordings == 0);
+    CHECK(log.contains("runs without a CUDA graph: node"));
+    CHECK(log.contains("runs on the host"));
+  }
 }
 
 TEST_CASE("on a cluster, a worker's /gpu:0 nodes run on its GPU; the ps's variable reaches them "

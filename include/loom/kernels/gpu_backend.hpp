@@ -15,6 +15,8 @@
 #include <loom/kernels/registry.hpp>
 
 #include <atomic>
+#include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -46,6 +48,38 @@ public:
   // An uninitialised host tensor in page-locked (pinned) memory, which a GPU copies from
   // at its full host-to-device rate; a backend without such memory gives ordinary memory.
   virtual any_tensor allocate_pinned(dtype t, loom::shape s) { return any_tensor(t, std::move(s)); }
+
+  // -- CUDA graphs (runtime/captured_step.hpp) ---------------------------------------------
+  // A step's GPU work, recorded once, replayed by one launch on the device's stream.
+  class graph {
+  public:
+    virtual ~graph() = default;
+    virtual void launch() = 0;
+  };
+  // A recording in progress on one GPU. From begin_capture until it is destroyed the GPU
+  // takes the calling thread's work only (other threads wait for it), records it without
+  // running it, and gives its kernels memory from a pool of the recording's own, which the
+  // graph keeps and no one else takes. finish() ends the recording: the graph (which runs
+  // only when launched), or nullptr with the reason in `why`.
+  class capture {
+  public:
+    virtual ~capture() = default;
+    virtual std::unique_ptr<graph> finish(std::string& why) = 0;
+  };
+  virtual bool can_capture() const noexcept { return false; }
+  virtual std::unique_ptr<capture> begin_capture(int device) {
+    throw internal_error("GPU:" + std::to_string(device) + ": this GPU backend cannot capture");
+  }
+  // Copies `from` (on the host or a GPU) into `to` (on a GPU, the same dtype and shape),
+  // ordered before the GPU's later work; `from` may go or be written on return.
+  virtual void copy_into(any_tensor& to, const any_tensor& from) {
+    (void)from;
+    throw internal_error("a copy into " + to.describe() + ": this GPU backend has none");
+  }
+  // How many GPU kernels run by the calling thread moved data between host and GPU
+  // themselves (read ids on the host, uploaded a shape's table): such a step cannot be
+  // recorded, as its kernels' host work would not replay.
+  virtual std::uint64_t kernel_host_transfers() const noexcept { return 0; }
 
   // The registered backend, or nullptr when this process has none.
   static gpu_backend* registered() noexcept { return slot().load(std::memory_order_acquire); }

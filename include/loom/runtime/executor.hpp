@@ -134,6 +134,13 @@ public:
                               step_rendezvous* rendezvous = nullptr,
                               step_tracer* tracer = nullptr) const;
 
+  // run() without a rendezvous or a tracer, whose fetched values stay where the plan made
+  // them: on a GPU, for a step recorded into a CUDA graph (runtime/captured_step.hpp),
+  // which copies them to the host after the graph's launch.
+  std::vector<any_tensor> run_on_device(const graph& g, std::vector<any_tensor> feeds,
+                                        const kernels::cpu_device& device,
+                                        kernels::resource_access& resources) const;
+
   // Runs the plan on the calling thread until it waits for a recv, then
   // returns; the thread that delivers the recv's value runs it on (TF's
   // executor continues where a recv completes too). A task's io thread that
@@ -167,6 +174,7 @@ private:
     // location (host or GPU), made when the first reader elsewhere needs it.
     std::vector<any_tensor> elsewhere;
     std::size_t done = 0, waiting = 0;
+    bool fetch_to_host = true; // false: run_on_device()
 
     std::mutex mu; // guards what follows: recv callbacks come from other threads
     std::condition_variable cv;
@@ -302,6 +310,18 @@ LOOM_COMPILED_ONCE auto plan_execution::run(const graph& g, std::vector<any_tens
     std::unique_lock lock(st->mu);
     st->cv.wait(lock, [&] { return !st->arrived.empty(); });
   }
+  return fetched(*st);
+}
+
+LOOM_COMPILED_ONCE auto plan_execution::run_on_device(const graph& g, std::vector<any_tensor> feeds,
+                                                      const kernels::cpu_device& device,
+                                                      kernels::resource_access& resources) const
+    -> std::vector<any_tensor> {
+  auto st =
+      std::make_shared<execution>(p_, g, std::move(feeds), device, resources, nullptr, nullptr);
+  st->fetch_to_host = false;
+  if (!advance(st))
+    throw internal_error("executor: a plan without recvs waited for one");
   return fetched(*st);
 }
 
@@ -444,7 +464,7 @@ LOOM_COMPILED_ONCE bool plan_execution::advance(const std::shared_ptr<execution>
   }
   if (x.rendezvous)
     x.rendezvous->flush();
-  if (p_.on_gpu()) // what the caller fetches, it reads on the host
+  if (p_.on_gpu() && x.fetch_to_host) // what the caller fetches, it reads on the host
     for (slot f : p_.fetches())
       x.values[f] = any_tensor(value_at(x, f, memory_location::host()));
   return true;

@@ -55,6 +55,10 @@ struct session_options {
   bool log_device_placement = false;
   // Where the placer's lines go; null: the library's logger (core/log.hpp).
   std::ostream* placement_log = nullptr;
+  // A step whose every node runs on one GPU is recorded into a CUDA graph at its third run
+  // and replayed by one launch from then on (runtime/captured_step.hpp says when it cannot
+  // be); false: its kernels are launched one by one, every run.
+  bool gpu_graphs = true;
 };
 
 // The options of a session on a cluster, and of the calls a client makes of a

@@ -6,6 +6,7 @@
 
 #include <loom/core/compiled_once.hpp>
 #include <loom/kernels/cpu/cpu_pool.hpp>
+#include <loom/runtime/captured_step.hpp>
 #include <loom/runtime/executor.hpp>
 #include <loom/runtime/interfaces.hpp>
 #include <loom/runtime/partition.hpp>
@@ -27,6 +28,7 @@ class local_master final : public master_interface {
 public:
   explicit local_master(const session_options& o)
       : cpu_(detail::intra_op_threads(o.intra_op_threads)), allow_fusion_(!o.disable_fusion),
+        gpu_graphs_(o.gpu_graphs),
         placement_(
             session_placement(o.allow_soft_placement, o.log_device_placement, {}, local_cpu)),
         placement_log_(o.placement_log) {}
@@ -45,6 +47,7 @@ private:
         : p(g, req, allow_fusion, std::move(placed)), caches(p) {}
     const plan p;
     plan_caches caches;
+    captured_step capture; // its CUDA graph, for a plan on one GPU
   };
 
   cached_plan& plan_for(const graph& g, const run_request& req);
@@ -58,6 +61,7 @@ private:
   std::map<std::string, std::unique_ptr<cached_plan>> plans_;
   std::uint64_t planned_version_ = 0;
   bool allow_fusion_ = true;
+  bool gpu_graphs_ = true;
   std::uint64_t traced_steps_ = 0; // a local step's id in its trace
   placer_options placement_;
   mutable placement_log placement_log_; // each node's line once for the session's graph
@@ -73,6 +77,8 @@ LOOM_COMPILED_ONCE auto local_master::run(const graph& g, const run_request& req
                                           std::vector<any_tensor> feeds, step_stats* trace)
     -> std::vector<any_tensor> {
   cached_plan& c = plan_for(g, req);
+  if (!trace && gpu_graphs_ && c.p.on_gpu())
+    return c.capture.run(c.p, c.caches, g, std::move(feeds), cpu_.device(), resources_);
   if (!trace)
     return run_plan(c.p, c.caches, g, std::move(feeds), cpu_.device(), resources_);
   // One task, on the client's own clock.

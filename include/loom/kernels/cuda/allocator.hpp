@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -114,6 +115,10 @@ public:
     active_.erase(it);
     stats_.bytes_in_use -= b.size;
     stats_.bytes_requested -= b.requested;
+    if (released_pools_.count(pool_key{b.device, key_of(b.stream)})) { // its pool is gone
+      release(b.device, p, b.size, false);
+      return true;
+    }
     try {
       free_[pool_key{b.device, key_of(b.stream)}].emplace(b.size, p);
       stats_.bytes_cached += b.size;
@@ -127,6 +132,22 @@ public:
   void empty_cache() noexcept {
     std::lock_guard lock(mutex_);
     release_cache_locked(-1);
+  }
+
+  // cudaFree for the cached blocks of one pool (a key of a CUDA graph's memory, which no
+  // stream has: backend.hpp), and for its blocks still in use when they come back.
+  void release_pool(int device, cudaStream_t pool) noexcept {
+    std::lock_guard lock(mutex_);
+    const pool_key key{device, key_of(pool)};
+    if (const auto it = free_.find(key); it != free_.end()) {
+      for (auto& [size, p] : it->second)
+        release(device, p, size, true);
+      free_.erase(it);
+    }
+    try {
+      released_pools_.insert(key);
+    } catch (...) { // no memory for the set node: its blocks in use stay cached, unused
+    }
   }
 
   allocator_stats stats() const {
@@ -216,6 +237,7 @@ private:
   mutable std::mutex mutex_;
   std::unordered_map<void*, block> active_;
   std::map<pool_key, std::multimap<std::size_t, void*>> free_;
+  std::set<pool_key> released_pools_; // CUDA graphs' pools, dropped with their graphs
   allocator_stats stats_;
 };
 

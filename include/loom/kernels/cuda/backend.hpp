@@ -26,6 +26,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -42,13 +44,22 @@ struct gpu_context {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr; // bound to `stream`
   cuda::caching_allocator* allocator = nullptr;
+  // While a step is recorded into a CUDA graph: the graph's memory pool, which its kernels
+  // allocate from (a key of the allocator's free lists that is no stream), else the stream.
+  cudaStream_t pool = nullptr;
+  // Copies between host and GPU memory made by kernels (upload, ids.cuh's download):
+  // counted, as a step whose kernels make them cannot be recorded.
+  mutable std::uint64_t host_transfers = 0;
+
+  // The allocator's key for this GPU's kernels' memory.
+  cudaStream_t memory_pool() const noexcept { return pool ? pool : stream; }
 
   // An uninitialised tensor on this GPU, its memory reused on this stream.
   any_tensor allocate(dtype t, loom::shape s) const {
     const auto n = s.num_elements();
     const std::size_t bytes = static_cast<std::size_t>(n) * size_of(t);
     cuda::caching_allocator* a = allocator;
-    void* p = bytes ? a->allocate(bytes, stream) : nullptr;
+    void* p = bytes ? a->allocate(bytes, memory_pool()) : nullptr;
     return any_tensor::adopt(t, std::move(s), memory_location::gpu(device), p,
                              [a](void* q) { a->deallocate(q); });
   }
@@ -60,6 +71,7 @@ struct gpu_context {
   // whoever fed the tensor may refill it as soon as the step returns, and a step that
   // fetches nothing from this GPU returns without waiting for the GPU.
   any_tensor upload(const any_tensor& host) const {
+    ++host_transfers;
     any_tensor out = allocate(host.type(), host.shape());
     cuda::copy_to_device(static_cast<unsigned char*>(out.device_data()),
                          static_cast<const unsigned char*>(host.raw_data()), host.byte_size(),
@@ -126,7 +138,10 @@ public:
                              " got an input " + in->describe());
     on_device(device, [&](loom::kernels::gpu_context& g) {
       c.gpu = &g;
+      const std::uint64_t transfers = g.host_transfers;
       kernel(c);
+      if (g.host_transfers != transfers)
+        ++kernel_transfers();
       LOOM_CUDA_CHECK(cudaGetLastError()); // a launch that failed
     });
   }
@@ -200,6 +215,34 @@ public:
     });
   }
 
+  void copy_into(any_tensor& to, const any_tensor& from) override {
+    if (to.type() != from.type() || to.shape() != from.shape() || to.on_host())
+      throw internal_error("a copy of " + from.describe() + " into " + to.describe());
+    per_device& d = at(to.location().device);
+    std::lock_guard lock(d.mu);
+    device_guard g(to.location().device);
+    if (from.byte_size() == 0)
+      return;
+    if (from.on_host()) {
+      cuda::copy_to_device(static_cast<unsigned char*>(to.device_data()),
+                           static_cast<const unsigned char*>(from.raw_data()), from.byte_size(),
+                           d.context.stream);
+      if (cuda::is_page_locked(from.raw_data())) // as upload(): the caller may refill it
+        LOOM_CUDA_CHECK(cudaStreamSynchronize(d.context.stream));
+      return;
+    }
+    // From a GPU: its stream first (from's last writer), then the copy, waited for (as copy()).
+    LOOM_CUDA_CHECK(cudaStreamSynchronize(at(from.location().device).context.stream));
+    LOOM_CUDA_CHECK(cudaMemcpyPeerAsync(to.device_data(), to.location().device, from.device_data(),
+                                        from.location().device, from.byte_size(),
+                                        d.context.stream));
+    LOOM_CUDA_CHECK(cudaStreamSynchronize(d.context.stream));
+  }
+
+  bool can_capture() const noexcept override { return true; }
+  std::unique_ptr<capture> begin_capture(int device) override;
+  std::uint64_t kernel_host_transfers() const noexcept override { return kernel_transfers(); }
+
   // Waits for everything queued on `device`.
   void synchronize(int device) {
     on_device(device, [](const loom::kernels::gpu_context& g) {
@@ -208,16 +251,27 @@ public:
   }
 
 private:
+  class cuda_capture;
+  class cuda_graph;
+
   struct per_device {
     std::once_flag made;
-    std::mutex mu; // kernels and copies of concurrent steps, one at a time
+    // Kernels and copies of concurrent steps, one at a time; held by a recording for its
+    // whole step, whose thread takes it again for each of its kernels.
+    std::recursive_mutex mu;
     std::unique_ptr<stream> s;
     loom::kernels::gpu_context context;
+    void* blas_workspace = nullptr;
     ~per_device() {
       if (context.blas)
         cublasDestroy(context.blas);
     }
   };
+
+  static std::uint64_t& kernel_transfers() noexcept {
+    thread_local std::uint64_t n = 0;
+    return n;
+  }
 
   // Device `i`'s context, made on first use (a stream and a cuBLAS handle
   // cost a context on the device: a process that places nothing there pays nothing).
@@ -235,6 +289,12 @@ private:
       d.context.allocator = &default_allocator();
       check_cublas(cublasCreate(&d.context.blas), "cublasCreate");
       check_cublas(cublasSetStream(d.context.blas, d.context.stream), "cublasSetStream");
+      // A workspace of its own (NVIDIA's advice for Hopper: 32 MiB), so that no product
+      // allocates while a step is recorded into a CUDA graph.
+      constexpr std::size_t workspace = std::size_t{32} << 20;
+      LOOM_CUDA_CHECK(cudaMalloc(&d.blas_workspace, workspace));
+      check_cublas(cublasSetWorkspace(d.context.blas, d.blas_workspace, workspace),
+                   "cublasSetWorkspace");
     });
     return d;
   }
@@ -242,6 +302,106 @@ private:
   int count_;
   std::vector<per_device> devices_;
 };
+
+// A step's recording: holds the device (its lock, taken again by the recording thread for
+// each kernel) and points the device's kernels at the graph's memory pool until it ends.
+class backend::cuda_capture final : public loom::kernels::gpu_backend::capture {
+public:
+  cuda_capture(backend& b, int device) : b_(b), device_(device), d_(b.at(device)) {
+    d_.mu.lock();
+    try {
+      device_guard g(device_);
+      pool_ = reinterpret_cast<cudaStream_t>(next_pool_key());
+      d_.context.pool = pool_;
+      LOOM_CUDA_CHECK(cudaStreamBeginCapture(d_.context.stream, cudaStreamCaptureModeRelaxed));
+      recording_ = true;
+    } catch (...) {
+      d_.context.pool = nullptr;
+      d_.mu.unlock();
+      throw;
+    }
+  }
+  cuda_capture(const cuda_capture&) = delete;
+  cuda_capture& operator=(const cuda_capture&) = delete;
+  ~cuda_capture() override {
+    if (recording_) { // not finished (the step failed): end it, keep nothing
+      cudaGraph_t g = nullptr;
+      if (cudaStreamEndCapture(d_.context.stream, &g) == cudaSuccess && g)
+        (void)cudaGraphDestroy(g);
+      (void)cudaGetLastError();
+    }
+    d_.context.pool = nullptr;
+    if (pool_) // no graph took the pool
+      default_allocator().release_pool(device_, pool_);
+    d_.mu.unlock();
+  }
+
+  std::unique_ptr<graph> finish(std::string& why) override;
+
+private:
+  static std::uintptr_t next_pool_key() noexcept {
+    // Keys no stream has: low addresses, one per recording of the process.
+    static std::atomic<std::uintptr_t> n{0};
+    return (n.fetch_add(1, std::memory_order_relaxed) + 1) * 16;
+  }
+
+  backend& b_;
+  int device_;
+  per_device& d_;
+  cudaStream_t pool_ = nullptr;
+  bool recording_ = false;
+};
+
+// A recorded step: launched on the device's stream; its pool returns to CUDA with it.
+class backend::cuda_graph final : public loom::kernels::gpu_backend::graph {
+public:
+  cuda_graph(backend& b, int device, cudaGraphExec_t exec, cudaStream_t pool)
+      : b_(b), device_(device), exec_(exec), pool_(pool) {}
+  cuda_graph(const cuda_graph&) = delete;
+  cuda_graph& operator=(const cuda_graph&) = delete;
+  ~cuda_graph() override {
+    (void)cudaGraphExecDestroy(exec_);
+    default_allocator().release_pool(device_, pool_);
+  }
+  void launch() override {
+    b_.on_device(device_, [&](const loom::kernels::gpu_context& g) {
+      LOOM_CUDA_CHECK(cudaGraphLaunch(exec_, g.stream));
+    });
+  }
+
+private:
+  backend& b_;
+  int device_;
+  cudaGraphExec_t exec_;
+  cudaStream_t pool_;
+};
+
+inline auto backend::cuda_capture::finish(std::string& why) -> std::unique_ptr<graph> {
+  device_guard g(device_);
+  recording_ = false;
+  cudaGraph_t recorded = nullptr;
+  cudaError_t e = cudaStreamEndCapture(d_.context.stream, &recorded);
+  d_.context.pool = nullptr;
+  if (e != cudaSuccess || !recorded) {
+    (void)cudaGetLastError();
+    why = std::string("CUDA did not record it (") + cudaGetErrorString(e) + ")";
+    return nullptr;
+  }
+  cudaGraphExec_t exec = nullptr;
+  e = cudaGraphInstantiate(&exec, recorded, 0);
+  (void)cudaGraphDestroy(recorded);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    why = std::string("CUDA did not instantiate its graph (") + cudaGetErrorString(e) + ")";
+    return nullptr;
+  }
+  auto out = std::make_unique<cuda_graph>(b_, device_, exec, std::exchange(pool_, nullptr));
+  return out;
+}
+
+inline auto backend::begin_capture(int device) -> std::unique_ptr<capture> {
+  return std::make_unique<cuda_capture>(*this, device);
+}
 
 // The process's backend, registered before main(); never destroyed (tensors in
 // static objects may release device memory late).

@@ -44,6 +44,7 @@ namespace loom::kernels::cuda_kernels {
 // A tensor in this GPU's memory copied to the host, once the work queued
 // before it on the stream has run (the ids a kernel checks).
 inline any_tensor download(const gpu_context& g, const any_tensor& t) {
+  ++g.host_transfers;
   any_tensor out(t.type(), t.shape());
   if (t.byte_size() == 0)
     return out;
@@ -56,7 +57,8 @@ inline any_tensor download(const gpu_context& g, const any_tensor& t) {
 // A host vector's copy in this GPU's memory, ordered before the stream's later
 // work; `v` may go at once (the driver staged it before returning).
 template <class V> cuda::device_buffer<V> upload(const gpu_context& g, const std::vector<V>& v) {
-  cuda::device_buffer<V> out(v.size(), g.stream, *g.allocator);
+  ++g.host_transfers;
+  cuda::device_buffer<V> out(v.size(), g.memory_pool(), *g.allocator);
   cuda::copy_to_device(out.data(), v.data(), v.size(), g.stream);
   return out;
 }
@@ -103,12 +105,14 @@ __global__ void id_keys_kernel(std::uint64_t* keys, std::int32_t* positions, con
 inline id_groups group_keys(const gpu_context& g, const std::uint64_t* keys_in,
                             const std::int32_t* positions, int n, int bits) {
   id_groups out{
-      cuda::device_buffer<std::uint64_t>(static_cast<std::size_t>(n), g.stream, *g.allocator),
-      cuda::device_buffer<std::int32_t>(static_cast<std::size_t>(n), g.stream, *g.allocator),
-      cuda::device_buffer<std::int32_t>(static_cast<std::size_t>(n), g.stream, *g.allocator),
-      cuda::device_buffer<std::int32_t>(static_cast<std::size_t>(n), g.stream, *g.allocator),
-      cuda::device_buffer<std::int32_t>(1, g.stream, *g.allocator)};
-  cuda::device_buffer<std::uint64_t> sorted(static_cast<std::size_t>(n), g.stream, *g.allocator);
+      cuda::device_buffer<std::uint64_t>(static_cast<std::size_t>(n), g.memory_pool(),
+                                         *g.allocator),
+      cuda::device_buffer<std::int32_t>(static_cast<std::size_t>(n), g.memory_pool(), *g.allocator),
+      cuda::device_buffer<std::int32_t>(static_cast<std::size_t>(n), g.memory_pool(), *g.allocator),
+      cuda::device_buffer<std::int32_t>(static_cast<std::size_t>(n), g.memory_pool(), *g.allocator),
+      cuda::device_buffer<std::int32_t>(1, g.memory_pool(), *g.allocator)};
+  cuda::device_buffer<std::uint64_t> sorted(static_cast<std::size_t>(n), g.memory_pool(),
+                                            *g.allocator);
   std::size_t sort_bytes = 0, encode_bytes = 0, scan_bytes = 0;
   LOOM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys_in, sorted.data(),
                                                   positions, out.order.data(), n, 0, bits,
@@ -121,7 +125,7 @@ inline id_groups group_keys(const gpu_context& g, const std::uint64_t* keys_in,
   // One scratch block for the three calls: they run one after another on the stream.
   const std::size_t scratch_bytes =
       std::max({sort_bytes, encode_bytes, scan_bytes, std::size_t{1}});
-  cuda::device_buffer<unsigned char> scratch(scratch_bytes, g.stream, *g.allocator);
+  cuda::device_buffer<unsigned char> scratch(scratch_bytes, g.memory_pool(), *g.allocator);
   // The counts past the last group are never written: zeros, so that the
   // scan below reads defined values.
   LOOM_CUDA_CHECK(cudaMemsetAsync(out.count.data(), 0, out.count.bytes(), g.stream));
@@ -149,8 +153,10 @@ id_groups group_ids(const gpu_context& g, const node_def& node, const I* ids, st
     throw invalid_argument_error("node " + node.describe() + ": " + std::to_string(n) +
                                  " ids; a GPU kernel takes at most 2^31 - 1");
   const int bits = std::max(1, static_cast<int>(std::bit_width(static_cast<std::uint64_t>(limit))));
-  cuda::device_buffer<std::uint64_t> keys(static_cast<std::size_t>(n), g.stream, *g.allocator);
-  cuda::device_buffer<std::int32_t> positions(static_cast<std::size_t>(n), g.stream, *g.allocator);
+  cuda::device_buffer<std::uint64_t> keys(static_cast<std::size_t>(n), g.memory_pool(),
+                                          *g.allocator);
+  cuda::device_buffer<std::int32_t> positions(static_cast<std::size_t>(n), g.memory_pool(),
+                                              *g.allocator);
   id_keys_kernel<I><<<grid_for(n), block_threads, 0, g.stream>>>(
       keys.data(), positions.data(), ids, n, static_cast<std::uint64_t>(limit));
   check_launch();

@@ -106,9 +106,19 @@ template <class T> struct assign_gpu {
     const gpu_context& g = gpu_of(c);
     std::lock_guard lock(v.mu);
     if (n.op == "assign") {
-      // A value nothing else holds becomes the variable's buffer; otherwise a
-      // copy, so that the variable owns its state (as on the CPU).
-      v.value = c.may_forward(1) ? value : g.clone(value);
+      if (v.initialized && on_this_gpu(g, v.value) && v.value.shape() == value.shape() &&
+          v.value.sole_owner()) {
+        // Into the variable's own buffer, as TF's Assign copies into an initialized
+        // variable: its address stays, which a step replayed from a CUDA graph reads
+        // (runtime/captured_step.hpp: Adam's beta powers are assigned every step).
+        cuda::copy_device_to_device(static_cast<unsigned char*>(v.value.device_data()),
+                                    static_cast<const unsigned char*>(value.device_data()),
+                                    value.byte_size(), g.stream);
+      } else {
+        // A value nothing else holds becomes the variable's buffer; otherwise a
+        // copy, so that the variable owns its state (as on the CPU).
+        v.value = c.may_forward(1) ? value : g.clone(value);
+      }
       v.initialized = true;
     } else {
       check_assign_update(n, v, value);
