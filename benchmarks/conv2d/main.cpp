@@ -141,6 +141,20 @@ with tf.Session(config=config) as s:
         print(sorted(times)[len(times) // 2])
 )PY";
 
+// The numbers a peer's script printed, one a line; other lines (a framework's own log
+// lines on the same stream) are skipped.
+std::vector<double> times_in(const std::string& output) {
+  std::vector<double> times;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    char* end = nullptr;
+    const double t = std::strtod(line.c_str(), &end);
+    if (end != line.c_str() && *end == '\0')
+      times.push_back(t);
+  }
+  return times;
+}
+
 // Times of PyTorch's three passes (the script's lines), or none when it failed.
 std::vector<double> torch_times(const std::string& python, const std::string& script,
                                 const conv_shape& c, int reps) {
@@ -148,14 +162,7 @@ std::vector<double> torch_times(const std::string& python, const std::string& sc
   cmd << loom::bench::shell_quote(python) << " " << loom::bench::shell_quote(script) << " "
       << c.batch << " " << c.size << " " << c.in << " " << c.out << " " << c.k << " " << reps;
   const auto r = loom::bench::run_command(cmd.str());
-  std::vector<double> theirs;
-  std::istringstream lines(r.output);
-  for (std::string line; std::getline(lines, line);) {
-    char* end = nullptr;
-    const double t = std::strtod(line.c_str(), &end);
-    if (end != line.c_str() && *end == '\0')
-      theirs.push_back(t);
-  }
+  std::vector<double> theirs = times_in(r.output);
   if (r.status != 0 || theirs.size() != 3) {
     std::printf("PyTorch unavailable:\n%s\n", r.output.c_str());
     theirs.clear();
@@ -246,15 +253,7 @@ int main(int argc, char** argv) try {
           << " " << c.batch << " " << c.size << " " << c.in << " " << c.out << " " << c.k << " "
           << reps << " " << threads;
       const auto r = loom::bench::run_command("TF_CPP_MIN_LOG_LEVEL=2 " + cmd.str());
-      // The script prints one time per line; TensorFlow's own log lines go to the same
-      // stream and are skipped.
-      std::istringstream lines(r.output);
-      for (std::string line; std::getline(lines, line);) {
-        char* end = nullptr;
-        const double t = std::strtod(line.c_str(), &end);
-        if (end != line.c_str() && *end == '\0')
-          theirs.push_back(t);
-      }
+      theirs = times_in(r.output);
       if (r.status != 0 || theirs.size() != 3) {
         std::fprintf(stderr, "conv2d --tf: TensorFlow failed:\n%s", r.output.c_str());
         return 1;

@@ -101,6 +101,16 @@ struct training_run {
   std::vector<loom::tensor<float, 2>> hid_w, sm_w; // after each step
 };
 
+// One training step on (x, y), its loss and the weights after it recorded in `out`.
+void train_step(loom::session& sess, mlp_graph& m, const loom::tensor<float, 2>& x,
+                const loom::tensor<float, 2>& y, training_run& out) {
+  auto [_, loss] =
+      sess.run(loom::fetches(m.train, m.model.cross_entropy), {{m.model.x, x}, {m.model.y_, y}});
+  out.losses.push_back(loss);
+  out.hid_w.push_back(sess.run(m.model.hid_w));
+  out.sm_w.push_back(sess.run(m.model.sm_w));
+}
+
 // Trains from the initializer's weights, or from `start`'s initial weights where given.
 training_run train_mlp(bool gpu, std::uint32_t data_seed, const training_run* start = nullptr) {
   mlp_graph m(gpu);
@@ -119,11 +129,7 @@ training_run train_mlp(bool gpu, std::uint32_t data_seed, const training_run* st
       out.forward_y = sess.run(m.model.y, {{m.model.x, x}});
       out.forward_loss = sess.run(m.model.cross_entropy, {{m.model.x, x}, {m.model.y_, y}});
     }
-    auto [_, loss] =
-        sess.run(loom::fetches(m.train, m.model.cross_entropy), {{m.model.x, x}, {m.model.y_, y}});
-    out.losses.push_back(loss);
-    out.hid_w.push_back(sess.run(m.model.hid_w));
-    out.sm_w.push_back(sess.run(m.model.sm_w));
+    train_step(sess, m, x, y, out);
   }
   return out;
 }
@@ -145,11 +151,7 @@ training_run train_on_gpu(bool gpu_graphs, std::uint32_t data_seed, const traini
     const std::int64_t rows = step == 7 ? 16 : 32;
     const auto x = batch(rng, rows, 784, false);
     const auto y = batch(rng, rows, 10, true);
-    auto [_, loss] =
-        sess.run(loom::fetches(m.train, m.model.cross_entropy), {{m.model.x, x}, {m.model.y_, y}});
-    out.losses.push_back(loss);
-    out.hid_w.push_back(sess.run(m.model.hid_w));
-    out.sm_w.push_back(sess.run(m.model.sm_w));
+    train_step(sess, m, x, y, out);
   }
   return out;
 }
