@@ -58,10 +58,6 @@ public:
                                                  const kernels::cpu_device& device,
                                                  kernels::resource_access& resources);
 
-  // Replays so far (the tests'), and whether the plan now runs as always.
-  std::uint64_t replays() const noexcept { return replays_; }
-  bool off() const noexcept { return phase_ == phase::off; }
-
 private:
   enum class phase : std::uint8_t { first, watch, record, replay, off };
 
@@ -82,7 +78,6 @@ private:
   int device_ = -1;
   int recordings_ = 0;
   bool said_shapes_ = false;
-  std::uint64_t replays_ = 0;
   std::vector<const void*> variables_; // their addresses when watched or recorded
   // The graph, then what it reads and writes: destroyed in reverse, the buffers first.
   std::unique_ptr<kernels::gpu_backend::graph> graph_;
@@ -176,7 +171,7 @@ LOOM_COMPILED_ONCE std::vector<any_tensor> captured_step::run(const plan& p, pla
     }
     if (variable_addresses(p, caches, g, resources) != variables_) {
       drop(); // assigned or restored from elsewhere: watched and recorded again
-      phase_ = ++recordings_ < 3 ? phase::watch : phase::off;
+      phase_ = recordings_ < 3 ? phase::watch : phase::off;
       if (phase_ == phase::off)
         turn_off(p, g, "its variables were given new buffers three times");
       break;
@@ -239,7 +234,7 @@ captured_step::record(const plan& p, plan_caches& caches, const graph& g,
   // The feeds in buffers of the graph's own, before the recording: each replay refills them.
   feed_buffers_.clear();
   for (const any_tensor& f : feeds) // a fed GPU tensor is the caller's: copied too
-    feed_buffers_.push_back(b.copy(f.on_host() ? f : b.copy(f, memory_location::host()), gpu));
+    feed_buffers_.push_back(b.copy(f, gpu));
   std::vector<any_tensor> out;
   std::string why;
   {
@@ -291,7 +286,6 @@ captured_step::replay(const std::vector<any_tensor>& feeds) {
   for (std::size_t i = 0; i < feeds.size(); ++i)
     b.copy_into(feed_buffers_[i], feeds[i]);
   graph_->launch();
-  ++replays_;
   std::vector<any_tensor> out;
   out.reserve(fetch_buffers_.size());
   for (const any_tensor& f : fetch_buffers_)
