@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -37,6 +38,23 @@ template <class F> double median_seconds(F&& f, int reps, int inner = 1) {
   }
   std::nth_element(t.begin(), t.begin() + static_cast<long>(t.size() / 2), t.end());
   return t[t.size() / 2];
+}
+
+// Median seconds per call of each of `fs`, timed in turns (a repetition of `inner` calls of
+// each, `reps` times), so that the machine's noise hits all of them alike.
+template <class... F>
+std::array<double, sizeof...(F)> alternated_median_seconds(int reps, int inner, F&... fs) {
+  std::array<std::vector<double>, sizeof...(F)> t;
+  for (int r = 0; r < reps; ++r) {
+    std::size_t k = 0;
+    ((t[k++].push_back(median_seconds(fs, 1, inner))), ...);
+  }
+  std::array<double, sizeof...(F)> out{};
+  for (std::size_t k = 0; k < t.size(); ++k) {
+    std::nth_element(t[k].begin(), t[k].begin() + static_cast<long>(t[k].size() / 2), t[k].end());
+    out[k] = t[k][t[k].size() / 2];
+  }
+  return out;
 }
 
 // The bytes of a checkpoint's files: `prefix` and the files named "<prefix>.<anything>"

@@ -218,19 +218,8 @@ int main(int argc, char** argv) try {
     pinned_step();
     launched_step();
   }
-  // Alternated, a repetition of each at a time.
-  std::vector<double> pageable_times, pinned_times, launched_times;
-  for (int r = 0; r < reps; ++r) {
-    pageable_times.push_back(loom::bench::median_seconds(step, 1, steps));
-    pinned_times.push_back(loom::bench::median_seconds(pinned_step, 1, steps));
-    launched_times.push_back(loom::bench::median_seconds(launched_step, 1, steps));
-  }
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  const double loom_s = median(pageable_times), loom_pinned_s = median(pinned_times),
-               loom_launched_s = median(launched_times);
+  const auto [loom_s, loom_pinned_s, loom_launched_s] =
+      loom::bench::alternated_median_seconds(reps, steps, step, pinned_step, launched_step);
   if (flags.get_bool("diagnose"))
     diagnose(sess, train_step, model, xs, ys, reps, steps);
   const torch_figures torch = run_torch_step(

@@ -96,22 +96,13 @@ int main(int argc, char** argv) {
     loom_step1();
     eigen_step();
   }
-  // Interleave the two so that machine noise hits both alike.
-  std::vector<double> tl, tl1, te;
-  for (int r = 0; r < reps; ++r) {
-    te.push_back(loom::bench::median_seconds(eigen_step, 1, inner));
-    tl.push_back(loom::bench::median_seconds(loom_step, 1, inner));
-    tl1.push_back(loom::bench::median_seconds(loom_step1, 1, inner));
-  }
-  auto median = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
+  const auto [eigen_s, loom_s, loom1_s] =
+      loom::bench::alternated_median_seconds(reps, inner, eigen_step, loom_step, loom_step1);
   loom::bench::print_table("local_step: one MLP training step (784-100-10, batch 100, Adam)",
-                           {{"hand-written Eigen step (baseline)", median(te)},
-                            {"loom session step", median(tl)},
-                            {"loom session step, 1 intra-op thread", median(tl1)}});
+                           {{"hand-written Eigen step (baseline)", eigen_s},
+                            {"loom session step", loom_s},
+                            {"loom session step, 1 intra-op thread", loom1_s}});
   std::printf("\nloom / Eigen = %.3f (target <= 1.15); %d repetitions of %d steps, medians\n",
-              median(tl) / median(te), reps, inner);
+              loom_s / eigen_s, reps, inner);
   return 0;
 }
