@@ -8,13 +8,15 @@
 #   2. benchmarks/gpu_elementwise (fused 5-op expression vs device-to-device copy);
 #   3. benchmarks/gpu_step (the MLP step, batch 1024, hidden 1024, vs PyTorch eager);
 #   4. mnist_replica --num_gpus=1 and examples/cnn --num_gpus=1 as 1 ps + 2 workers for a
-#      short run each (loom-launch);
+#      short run each (loom-launch); examples/ctr as 1 ps + 2 workers twice, its workers on
+#      their CPUs and then on the GPU (--num_gpus=1), for examples/s and AUC side by side;
 #   5. benchmarks/conv2d --gpu (conv2d and its gradients vs PyTorch's cuDNN);
 #   6. compute-sanitizer over test_gpu_kernels's device suite: memcheck (out-of-bounds
 #      and misaligned accesses, API errors) and racecheck (shared-memory hazards, warnings
 #      included: a warp-synchronous read and write without __syncwarp is one).
 # Each step's full output goes to $OUT/<step>.log (or ./gpu_check/ without $OUT); a
 # table of PASS/FAIL/SKIP lines comes last. Exit status: 0 when every step that ran passed.
+# ONLY="step ..." runs those steps alone (a short call for one figure).
 #
 # The binaries come from BUILD (default build-gpu). The device machine's image has CUDA
 # but not loom's Debian packages (Eigen, Asio, cereal, doctest), so build them here and
@@ -27,7 +29,8 @@ set -u
 BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-gpu_check}
 binaries=(tests/gpu/test_gpu tests/gpu/test_gpu_kernels benchmarks/gpu_elementwise
-  benchmarks/gpu_step benchmarks/conv2d examples/mnist_replica examples/cnn tools/loom-launch)
+  benchmarks/gpu_step benchmarks/conv2d examples/mnist_replica examples/cnn examples/ctr
+  tools/loom-launch)
 
 if [ "${1:-}" = bundle ]; then
   set -e
@@ -66,6 +69,10 @@ status=0
 step() { # step NAME COMMAND...: runs it, logs it, records PASS/FAIL/SKIP
   local name=$1
   shift
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then
+    summary+=("SKIP $name (not in ONLY)")
+    return
+  fi
   if [ ! -x "$1" ]; then
     summary+=("SKIP $name (no $1)")
     return
@@ -120,6 +127,13 @@ elif [ -d /usr/share/datasets/fashion-mnist ] || [ -n "${DATA_DIR:-}" ]; then
 else
   summary+=("SKIP mnist_replica_gpu, cnn_gpu (no Fashion-MNIST: set DATA_DIR)")
 fi
+# The click model, its workers' dense networks on their CPUs and then on the GPU: the
+# same data, steps and seed, so examples/s and AUC compare.
+for gpus in 0 1; do
+  step "ctr_gpus_$gpus" "$BUILD/tools/loom-launch" --ps 1 --workers 2 -- \
+    "$BUILD/examples/ctr" --num_gpus "$gpus" --train_steps 2000 --log_every 1000 \
+    --save_checkpoint_secs 0
+done
 step conv2d_gpu "$BUILD/benchmarks/conv2d" --gpu --reps 50
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ ! -x "$sanitizer" ]; then

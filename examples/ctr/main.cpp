@@ -187,6 +187,9 @@ int main(int argc, char** argv) try {
                   "Threads of this task's kernels (TF's intra_op_parallelism_threads; 0: "
                   "LOOM_INTRA_OP_THREADS, which loom-launch sets to each task's share of the "
                   "cores, else one per core)")
+      .define_int("num_gpus", 0,
+                  "GPUs of each machine; > 0: a worker computes its dense network on GPU "
+                  "task_index % num_gpus (the tables stay on the ps tasks' CPUs)")
       .define_int("log_every", 200, "Print progress every this many local steps")
       .define_int("seed", 1, "Seed of the data, the teacher and the initial weights")
       .define_int("min_vocab", 1000, "Rows of the smallest field's tables")
@@ -332,8 +335,21 @@ int main(int argc, char** argv) try {
 
   loom::graph g;
   const std::string worker_task = "/job:worker/task:" + std::to_string(task_index);
+  // TF's deployment of a click model: the tables on CPU ps tasks, each worker's dense
+  // network (the MLP, the wide part's weights, the loss and their gradients) on its GPU. The
+  // rows a step gathers come from the ps to the worker's host, are copied to the GPU once,
+  // and their gradients are summed per distinct row there before they go back as rows.
+  const auto num_gpus = flags.get_int("num_gpus");
+  if (num_gpus > loom::gpu_count())
+    throw loom::invalid_argument_error("--num_gpus=" + std::to_string(num_gpus) +
+                                       " but this process has " +
+                                       std::to_string(loom::gpu_count()) +
+                                       " GPU(s): a build with CUDA on a machine with GPUs "
+                                       "is needed");
+  const std::string worker_device =
+      num_gpus > 0 ? worker_task + "/gpu:" + std::to_string(task_index % num_gpus) : worker_task;
   auto scope = g.device(loom::make_replica_device_setter(
-      cluster, {.ps_device = "/job:ps/cpu:0", .worker_device = worker_task}));
+      cluster, {.ps_device = "/job:ps/cpu:0", .worker_device = worker_device}));
   auto global_step = loom::create_global_step(g);
   const ctr::generator sample(data, 0);
   const ctr::model_options model_options{
@@ -468,7 +484,10 @@ int main(int argc, char** argv) try {
                                               batch_size * replicas_to_aggregate,
                                           .last_step = flags.get_int("train_steps")})},
       .sync_replicas = sync.get(),
-      .config = {.device_filters = {"/job:ps", worker_task},
+      // Soft placement: with --num_gpus, what has no GPU kernel (the summaries, the AUC's
+      // sort) stays on the worker's CPU, as in TF.
+      .config = {.allow_soft_placement = true,
+                 .device_filters = {"/job:ps", worker_task},
                  .step_timeout = std::chrono::milliseconds(0)},
       .shutdown_wait = std::chrono::seconds(flags.get_int("shutdown_wait_secs")),
       .label = label};

@@ -257,4 +257,35 @@ TEST_SUITE("cuda_device" * doctest::skip(loom::gpu_count() == 0)) {
     }
   }
 
+  TEST_CASE("loom::gpu_memory counts a step's tensors; a traced step's timeline shows them") {
+    loom::graph g;
+    loom::placeholder<float, 1> x(g, loom::shape{1 << 20}, "x");
+    auto y = [&] {
+      auto on_gpu = g.device("/gpu:0");
+      return loom::lower(loom::square(x) * 2.0f);
+    }();
+    loom::session s(g);
+    const loom::tensor<float, 1> in(loom::shape{1 << 20}, 1.0f);
+    s.run(y, {{x, in}}); // GPU constants, cuBLAS: made once
+    loom::reset_gpu_memory_peak(0);
+    const loom::gpu_memory_info before = loom::gpu_memory(0);
+    CHECK(before.peak == before.allocated);
+    loom::run_metadata md;
+    CHECK(s.run(y, {{x, in}}, {.trace_level = loom::trace_level::full}, &md)(5) == 2.0f);
+    const loom::gpu_memory_info after = loom::gpu_memory(0);
+    // x's copy on the GPU and y, 4 MiB each, held at once.
+    CHECK(after.peak >= before.allocated + 2 * (std::int64_t{4} << 20));
+    CHECK(after.allocated + after.cached >= 2 * (std::int64_t{4} << 20));
+    REQUIRE(md.step_stats.tasks.size() == 1);
+    const auto& memory = md.step_stats.tasks[0].gpu_memory;
+    REQUIRE(memory.size() == 1);
+    CHECK(memory[0].device == 0);
+    CHECK(memory[0].peak >= 2 * (std::int64_t{4} << 20));
+    const std::string json = loom::timeline(md).chrome_trace_json();
+    CHECK(json.find(R"("name":"GPU:0 memory","ph":"C")") != std::string::npos);
+    CHECK_THROWS_WITH_AS(loom::gpu_memory(loom::gpu_count()),
+                         doctest::Contains("does not exist: this process has"),
+                         loom::invalid_argument_error);
+  }
+
 } // TEST_SUITE

@@ -1572,6 +1572,121 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
       }
   }
 
+  TEST_CASE("a batch of updates computes what each update alone computes, to the bit") {
+    // The batch kernel (kernels/cuda/training.cuh, run_update_batch) over 30 variables, more
+    // than one launch holds, of 0 to 1 100 elements; and a batch naming one variable twice,
+    // which runs its updates in turn.
+    const std::vector<update_op> updates{
+        {"apply_gradient_descent", 0, {{"alpha", 0.1}}, false},
+        {"apply_momentum", 1, {{"lr", 0.05}}, true, {{"momentum", 0.9}}},
+        {"apply_adagrad", 1, {{"lr", 0.1}}, false},
+        {"apply_adam",
+         2,
+         {{"beta1_power", 0.81},
+          {"beta2_power", 0.998},
+          {"lr", 0.01},
+          {"beta1", 0.9},
+          {"beta2", 0.999},
+          {"epsilon", 1e-7}},
+         false},
+        {"apply_rms_prop",
+         2,
+         {{"lr", 0.01}, {"rho", 0.9}, {"momentum", 0.5}, {"epsilon", 1e-7}},
+         false},
+        {"apply_ftrl", 2, {}, false, ftrl_scalars(-0.6, 0.1)},
+    };
+    const std::uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    std::mt19937_64 rng(seed);
+    constexpr int vars = 30;
+    for (const update_op& u : updates)
+      for (dtype t : floats) {
+        INFO(u.op << "<" << to_string(t) << ">");
+        const batch_kernel_fn batch = kernel_registry::instance().find_batch(u.op, t, device_gpu);
+        REQUIRE(static_cast<bool>(batch));
+        test_resources alone_res, batch_res;
+        std::vector<node_def> nodes(vars);
+        std::vector<std::vector<variable_resource*>> alone(vars), batched(vars);
+        for (int v = 0; v < vars; ++v) {
+          node_def& n = nodes[static_cast<std::size_t>(v)];
+          n.op = u.op;
+          n.name = u.op + std::to_string(v);
+          n.type = t;
+          n.attrs["use_nesterov"] = u.nesterov;
+          const loom::shape s{v * 37 % 1100};
+          for (int k = 0; k <= u.slots; ++k) {
+            node_def r;
+            r.name = "var" + std::to_string(v) + "_ref" + std::to_string(k);
+            n.attrs["_ref_name_" + std::to_string(k)] = r.name;
+            variable_resource& a = alone_res.variable(r);
+            variable_resource& b = batch_res.variable(r);
+            a.value = to_gpu(random_tensor(t, s, k == 0 ? gen::any : gen::positive, 0, rng));
+            b.value = to_gpu(to_host(a.value));
+            a.initialized = b.initialized = true;
+            alone[static_cast<std::size_t>(v)].push_back(&a);
+            batched[static_cast<std::size_t>(v)].push_back(&b);
+          }
+        }
+        const auto [scalars, dscalars] = scalar_inputs(u.scalars, t);
+        const auto [after, dafter] = scalar_inputs(u.after, t);
+        const auto inputs_of = [&](const any_tensor& grad) {
+          std::vector<const any_tensor*> in(static_cast<std::size_t>(u.slots + 1), nullptr);
+          for (const any_tensor& x : dscalars)
+            in.push_back(&x);
+          in.push_back(&grad);
+          for (const any_tensor& x : dafter)
+            in.push_back(&x);
+          return in;
+        };
+        const auto run_batch = [&](const std::vector<int>& which,
+                                   const std::vector<any_tensor>& grads) {
+          std::vector<std::vector<const any_tensor*>> in;
+          std::vector<kernel_context> contexts;
+          std::vector<kernel_context*> pointers;
+          in.reserve(which.size());
+          contexts.reserve(which.size());
+          for (std::size_t i = 0; i < which.size(); ++i) {
+            const auto v = static_cast<std::size_t>(which[i]);
+            in.push_back(inputs_of(grads[i]));
+            contexts.push_back(kernel_context{
+                nodes[v], in.back(), batched[v], host_device(), batch_res, {}, 0, nullptr});
+          }
+          for (kernel_context& c : contexts)
+            pointers.push_back(&c);
+          backend().run_batch(0, batch, pointers);
+          for (std::size_t i = 0; i < which.size(); ++i)
+            CHECK(contexts[i].output.shares_buffer_with(
+                batched[static_cast<std::size_t>(which[i])][0]->value));
+        };
+        std::vector<int> every(vars);
+        for (int v = 0; v < vars; ++v)
+          every[static_cast<std::size_t>(v)] = v;
+        for (int step = 0; step < 3; ++step) {
+          std::vector<any_tensor> grads;
+          for (int v = 0; v < vars; ++v) {
+            grads.push_back(to_gpu(random_tensor(
+                t, alone[static_cast<std::size_t>(v)][0]->value.shape(), gen::any, 0, rng)));
+            run_gpu(nodes[static_cast<std::size_t>(v)], t, inputs_of(grads.back()),
+                    alone[static_cast<std::size_t>(v)], alone_res, 0);
+          }
+          run_batch(every, grads);
+        }
+        // Variable 7 twice in one batch: updated by each, in turn.
+        const any_tensor g1 = to_gpu(random_tensor(t, loom::shape{7 * 37}, gen::any, 0, rng));
+        const any_tensor g2 = to_gpu(random_tensor(t, loom::shape{7 * 37}, gen::any, 0, rng));
+        run_gpu(nodes[7], t, inputs_of(g1), alone[7], alone_res, 0);
+        run_gpu(nodes[7], t, inputs_of(g2), alone[7], alone_res, 0);
+        run_batch({7, 7}, {g1, g2});
+        for (std::size_t v = 0; v < vars; ++v)
+          for (std::size_t k = 0; k < alone[v].size(); ++k) {
+            INFO("variable " << v << " ref " << k);
+            const any_tensor a = to_host(alone[v][k]->value), b = to_host(batched[v][k]->value);
+            CHECK(a.shape() == b.shape());
+            CHECK(std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()) == 0);
+          }
+      }
+  }
+
   TEST_CASE("an update refuses a variable that is not on the GPU") {
     node_def n;
     n.op = "apply_gradient_descent";

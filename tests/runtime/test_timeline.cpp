@@ -354,3 +354,47 @@ TEST_CASE("clock alignment: a task on another clock is moved onto the client's, 
     CHECK(send.end_ns == recv.arrived_ns);
   }
 }
+
+TEST_CASE("a task's GPU memory is a counter in the timeline, at the end of its last node") {
+  loom::step_stats st;
+  st.start_ns = 1'000'000;
+  st.end_ns = 9'000'000;
+  loom::task_step_stats t;
+  t.task = "/job:worker/replica:0/task:0";
+  loom::node_exec_stats n;
+  n.node_name = "a";
+  n.op = "square";
+  n.start_ns = 2'000'000;
+  n.end_ns = 5'000'000;
+  n.thread_id = 7;
+  t.node_stats.push_back(n);
+  t.gpu_memory.push_back({.device = 1, .allocated = 4096, .cached = 512, .peak = 8192});
+  st.tasks.push_back(t);
+  rapidjson::Document doc;
+  doc.Parse(loom::timeline(st).chrome_trace_json().c_str());
+  REQUIRE_FALSE(doc.HasParseError());
+  int counters = 0;
+  for (const auto& e : doc["traceEvents"].GetArray()) {
+    if (std::string(e["ph"].GetString()) != "C")
+      continue;
+    ++counters;
+    CHECK(std::string(e["name"].GetString()) == "GPU:1 memory");
+    CHECK(e["ts"].GetDouble() == 4000.0); // microseconds from the step's start
+    CHECK(e["args"]["allocated"].GetInt64() == 4096);
+    CHECK(e["args"]["cached"].GetInt64() == 512);
+    CHECK(e["args"]["peak"].GetInt64() == 8192);
+  }
+  CHECK(counters == 1);
+}
+
+TEST_CASE("loom::gpu_memory of a GPU this process lacks says so") {
+  CHECK_THROWS_WITH_AS(loom::gpu_memory(0),
+                       "invalid argument: loom::gpu_memory: GPU:0 does not exist: this process "
+                       "has 0 GPU(s)",
+                       loom::invalid_argument_error);
+  CHECK_THROWS_WITH_AS(loom::reset_gpu_memory_peak(-1),
+                       "invalid argument: loom::reset_gpu_memory_peak: GPU:-1 does not exist: "
+                       "this process has 0 "
+                       "GPU(s)",
+                       loom::invalid_argument_error);
+}

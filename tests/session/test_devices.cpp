@@ -44,12 +44,13 @@ loom::any_tensor relabelled(const loom::any_tensor& t, memory_location where) {
 
 class stand_in_gpu final : public loom::kernels::gpu_backend {
 public:
-  int to_device = 0, to_host = 0, kernels = 0, fused = 0;
+  int to_device = 0, to_host = 0, kernels = 0, fused = 0, batches = 0;
   // Recording into a graph (runtime/captured_step.hpp), when `records`: the stand-in runs
   // what it records (it has nothing to defer it to), and a launch runs nothing: so a
   // replay's fetches are the recorded step's values, and its kernels count no runs.
   bool records = false;
-  int recordings = 0, launches = 0, copies_into = 0;
+  int recordings = 0, launches = 0, copies_into = 0, peak_resets = 0;
+  loom::gpu_memory_info memory_now{};
 
   int device_count() const noexcept override { return 1; }
   void run(int device, loom::kernels::kernel_fn kernel, loom::kernels::kernel_context& c) override {
@@ -59,6 +60,16 @@ public:
         REQUIRE(in->location() == memory_location::gpu(0));
     ++kernels;
     kernel(c);
+  }
+  void run_batch(int device, loom::kernels::batch_kernel_fn kernel,
+                 std::span<loom::kernels::kernel_context* const> contexts) override {
+    REQUIRE(device == 0);
+    for (const loom::kernels::kernel_context* c : contexts)
+      for (const loom::any_tensor* in : c->inputs)
+        if (in)
+          REQUIRE(in->location() == memory_location::gpu(0));
+    ++batches;
+    kernel(contexts);
   }
   bool run_fused(int device, loom::kernels::gpu_fused_kernel_fn kernel,
                  std::span<const loom::any_tensor* const> leaves, loom::any_tensor& out,
@@ -84,6 +95,14 @@ public:
     REQUIRE(device == 0);
     ++recordings;
     return std::make_unique<stand_in_capture>(*this);
+  }
+  loom::gpu_memory_info memory(int device) const override {
+    REQUIRE(device == 0);
+    return memory_now;
+  }
+  void reset_memory_peak(int device) override {
+    REQUIRE(device == 0);
+    ++peak_resets;
   }
   void copy_into(loom::any_tensor& to, const loom::any_tensor& from) override {
     REQUIRE(to.location() == memory_location::gpu(0));
@@ -362,6 +381,71 @@ TEST_CASE("a constant on /gpu:0 is made once per plan, not once per step") {
   }
   CHECK(gpu_constants_made == 1);
   CHECK(r.gpu.kernels == 1 + 3 * 2); // the constant once; square and add every step
+}
+
+// A stand-in batch kernel of square: each context's square, and how many it ran.
+std::vector<std::size_t> square_batches;
+void gpu_square_batch(std::span<loom::kernels::kernel_context* const> contexts) {
+  square_batches.push_back(contexts.size());
+  for (loom::kernels::kernel_context* c : contexts)
+    gpu_square(*c);
+}
+
+TEST_CASE("GPU nodes ready together that share a batch kernel run as one call") {
+  registered_gpu r;
+  loom::kernels::kernel_registry::instance().add_batch(
+      "square", loom::dtype::f32, loom::kernels::device_gpu, &gpu_square_batch);
+  square_batches.clear();
+  graph g;
+  loom::placeholder<float, 1> x(g, shape{3}, "x");
+  loom::placeholder<float, 1> y(g, shape{3}, "y");
+  const auto on_gpu = g.device("/gpu:0");
+  auto a = loom::lower(loom::square(x));
+  auto b = loom::lower(loom::square(y));
+  auto c = loom::lower(loom::square(a)); // waits for a: not ready beside it
+  loom::session s(g, {.intra_op_threads = 2, .disable_fusion = true, .gpu_graphs = false});
+  const auto [ta, tb, tc] =
+      s.run(loom::fetches(a, b, c), {{x, tensor<float, 1>(shape{3}, {1, 2, 3})},
+                                     {y, tensor<float, 1>(shape{3}, {4, 5, 6})}});
+  loom::kernels::kernel_registry::instance().add_batch("square", loom::dtype::f32,
+                                                       loom::kernels::device_gpu, nullptr);
+  CHECK(ta(2) == 9.0f);
+  CHECK(tb(0) == 16.0f);
+  CHECK(tb(2) == 36.0f);
+  CHECK(tc(1) == 16.0f);
+  CHECK(tc(2) == 81.0f);
+  // a and b in one call; c alone, as its kernel.
+  CHECK(square_batches == std::vector<std::size_t>{2});
+  CHECK(r.gpu.batches == 1);
+  CHECK(r.gpu.kernels == 1);
+}
+
+TEST_CASE("a traced step records the GPU's memory at its end; its peak is the step's") {
+  registered_gpu r;
+  graph g;
+  loom::placeholder<float, 1> x(g, shape{3}, "x");
+  auto y = [&] {
+    auto _ = g.device("/gpu:0");
+    return loom::lower(loom::square(x));
+  }();
+  loom::session s(g, two_intra_op_threads());
+  const auto in = tensor<float, 1>(shape{3}, {1, 2, 3});
+  s.run(y, {{x, in}});
+  CHECK(r.gpu.peak_resets == 0); // untraced: nothing asked, nothing reset
+  r.gpu.memory_now = {.allocated = 100, .cached = 20, .peak = 300};
+  loom::run_metadata md;
+  s.run(y, {{x, in}}, {.trace_level = loom::trace_level::full}, &md);
+  CHECK(r.gpu.peak_resets == 1);
+  REQUIRE(md.step_stats.tasks.size() == 1);
+  const auto& memory = md.step_stats.tasks[0].gpu_memory;
+  REQUIRE(memory.size() == 1);
+  CHECK(memory[0].device == 0);
+  CHECK(memory[0].allocated == 100);
+  CHECK(memory[0].cached == 20);
+  CHECK(memory[0].peak == 300);
+  r.gpu.memory_now = {}; // a GPU that holds nothing is left out
+  s.run(y, {{x, in}}, {.trace_level = loom::trace_level::full}, &md);
+  CHECK(md.step_stats.tasks[0].gpu_memory.empty());
 }
 
 TEST_CASE("a step on one GPU is recorded at its third run and replayed from then on") {

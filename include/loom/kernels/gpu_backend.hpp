@@ -22,6 +22,15 @@
 #include <type_traits>
 
 namespace loom {
+
+// loom's device allocator's bytes on one GPU of this process (TF's
+// tf.config.experimental.get_memory_info, with the cache PyTorch's memory_reserved shows).
+struct gpu_memory_info {
+  std::int64_t allocated = 0; // in blocks handed out to tensors (their size classes)
+  std::int64_t cached = 0;    // in free blocks kept for reuse, not returned to CUDA
+  std::int64_t peak = 0;      // the most allocated at once since the last reset_gpu_memory_peak
+};
+
 namespace kernels {
 
 class gpu_backend {
@@ -34,6 +43,11 @@ public:
   // Runs a GPU kernel on `device`: sets c.gpu, launches under the device's
   // lock (kernels of concurrent steps share one stream), checks the launch.
   virtual void run(int device, kernel_fn kernel, kernel_context& c) = 0;
+
+  // Runs a batch kernel on `device` over several nodes' contexts, as run() runs a kernel
+  // over one (kernel_registry::find_batch).
+  virtual void run_batch(int device, batch_kernel_fn kernel,
+                         std::span<kernel_context* const> contexts) = 0;
 
   // Runs a fused region's GPU kernel on `device` as run() runs a kernel (its
   // leaves are on that GPU); false when it declined the operands' shapes.
@@ -71,11 +85,24 @@ public:
     throw internal_error("GPU:" + std::to_string(device) + ": this GPU backend cannot capture");
   }
   // Copies `from` (on the host or a GPU) into `to` (on a GPU, the same dtype and shape),
-  // ordered before the GPU's later work; `from` may go or be written on return.
+  // ordered before the GPU's later work. `from` may go or be written on return, except in
+  // page-locked memory (loom::pinned_tensor): that copy is the GPU's own, asynchronous, and
+  // `from` must stay as it is until the GPU's next wait (a copy to the host, synchronize).
+  // A step replayed from a CUDA graph so waits once, for its fetches, not once per feed.
   virtual void copy_into(any_tensor& to, const any_tensor& from) {
     (void)from;
     throw internal_error("a copy into " + to.describe() + ": this GPU backend has none");
   }
+  // Waits for everything queued on `device`.
+  virtual void synchronize(int device) { (void)device; }
+  // The device allocator's bytes on `device` (all zero on a GPU nothing allocated on), and
+  // a new start for its peak: the bytes allocated now.
+  virtual gpu_memory_info memory(int device) const {
+    (void)device;
+    return {};
+  }
+  virtual void reset_memory_peak(int device) { (void)device; }
+
   // How many GPU kernels run by the calling thread moved data between host and GPU
   // themselves (read ids on the host, uploaded a shape's table): such a step cannot be
   // recorded, as its kernels' host work would not replay.
@@ -100,6 +127,29 @@ private:
 inline int gpu_count() noexcept {
   const kernels::gpu_backend* b = kernels::gpu_backend::registered();
   return b ? b->device_count() : 0;
+}
+
+namespace detail {
+inline kernels::gpu_backend& backend_of_gpu(int device, const char* who) {
+  kernels::gpu_backend* b = kernels::gpu_backend::registered();
+  const int count = b ? b->device_count() : 0;
+  if (device < 0 || device >= count)
+    throw invalid_argument_error(std::string(who) + ": GPU:" + std::to_string(device) +
+                                 " does not exist: this process has " + std::to_string(count) +
+                                 " GPU(s)");
+  return *b;
+}
+} // namespace detail
+
+// The bytes loom's allocator holds on GPU `device` of this process; throws
+// invalid_argument_error for a GPU it does not have. A traced step's timeline and the
+// summaries of summary_saver_hook show the same figures.
+inline gpu_memory_info gpu_memory(int device) {
+  return detail::backend_of_gpu(device, "loom::gpu_memory").memory(device);
+}
+// Starts GPU `device`'s peak again from the bytes allocated now (TF's reset_memory_stats).
+inline void reset_gpu_memory_peak(int device) {
+  detail::backend_of_gpu(device, "loom::reset_gpu_memory_peak").reset_memory_peak(device);
 }
 
 // An uninitialised host tensor in page-locked (pinned) memory where this process has a GPU

@@ -30,6 +30,11 @@
 namespace loom::kernels {
 
 using kernel_fn = void (*)(kernel_context&);
+// A kernel that runs several nodes of its op in one go: the executor hands it the nodes of
+// a step that are ready together and share it (PyTorch's fused optimizers: one launch
+// updates every variable of a step on a GPU, where one launch each cost more than the
+// updates). It must compute what the op's kernel computes for each node, in any order.
+using batch_kernel_fn = void (*)(std::span<kernel_context* const>);
 
 inline constexpr const char* device_cpu = "CPU";
 inline constexpr const char* device_gpu = "GPU";
@@ -50,6 +55,22 @@ public:
     std::lock_guard lock(mu_);
     auto it = kernels_.find({op, t, device});
     return it == kernels_.end() ? nullptr : it->second;
+  }
+
+  // Registers (or, with nullptr, removes) the batch kernel of `op` for dtype t on `device`.
+  void add_batch(std::string op, dtype t, std::string device, batch_kernel_fn fn) {
+    std::lock_guard lock(mu_);
+    if (fn)
+      batches_[{std::move(op), t, std::move(device)}] = fn;
+    else
+      batches_.erase({op, t, device});
+  }
+
+  // The batch kernel of `op` for dtype t on `device`, or nullptr: most ops have none.
+  batch_kernel_fn find_batch(const std::string& op, dtype t, const std::string& device) const {
+    std::lock_guard lock(mu_);
+    auto it = batches_.find({op, t, device});
+    return it == batches_.end() ? nullptr : it->second;
   }
 
   // Whether `op` has a kernel on `device` for some dtype.
@@ -73,6 +94,7 @@ private:
   kernel_registry() = default;
   mutable std::mutex mu_;
   std::map<std::tuple<std::string, dtype, std::string>, kernel_fn> kernels_;
+  std::map<std::tuple<std::string, dtype, std::string>, batch_kernel_fn> batches_;
 };
 
 // The placer's question (placer_options::has_kernel): can `op` run on a

@@ -14,10 +14,10 @@
 //           allocations come from a memory pool of the graph's own, which no one else can
 //           take between replays); then the graph runs once, for this step;
 //   run 4+  replayed: the feeds are copied into the graph's buffers, the graph launches,
-//           the fetches are copied back. A feed whose shape or dtype differs from the
-//           recorded one runs the plan as always (said once); a variable given another
-//           buffer since (assigned from another plan, restored) drops the graph, and the
-//           plan is watched and recorded again (at most 3 times, then as always).
+//           the fetches are copied back; the host waits for the GPU once, for them. A feed whose
+//           shape or dtype differs from the recorded one runs the plan as always (said once); a
+//           variable given another buffer since (assigned from another plan, restored) drops the
+//           graph, and the plan is watched and recorded again (at most 3 times, then as always).
 // The static reasons a plan runs as always: an item on the host or on another GPU, a
 // _send or _recv, a blocking kernel, a random op (its kernel's key comes from the host,
 // a new one each run), a fed value fetched as it is, a traced run, or a GPU backend that
@@ -286,10 +286,17 @@ captured_step::replay(const std::vector<any_tensor>& feeds) {
   for (std::size_t i = 0; i < feeds.size(); ++i)
     b.copy_into(feed_buffers_[i], feeds[i]);
   graph_->launch();
+  // The first fetch's copy waits for the feeds' copies, which may still read the caller's
+  // page-locked tensors (copy_into); without one, the step waits here.
   std::vector<any_tensor> out;
   out.reserve(fetch_buffers_.size());
-  for (const any_tensor& f : fetch_buffers_)
+  bool waited = false;
+  for (const any_tensor& f : fetch_buffers_) {
+    waited = waited || !f.empty();
     out.push_back(f.empty() ? f : b.copy(f, memory_location::host()));
+  }
+  if (!waited)
+    b.synchronize(device_);
   return out;
 }
 

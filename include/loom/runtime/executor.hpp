@@ -230,6 +230,10 @@ private:
   // location, copied there once if they are elsewhere.
   void run_fused(execution& x, const item& s) const;
 
+  // Item k with the ready items after it that share its batch kernel (plan::item::batch),
+  // run in one call and finished; false, running nothing, when none is ready beside it.
+  bool run_batched(execution& x, std::size_t k, std::int64_t started) const;
+
   // The GPU backend that runs node n on `where`; one clear error without one.
   static kernels::gpu_backend& gpu_of(const node_def& n, memory_location where);
 
@@ -439,6 +443,8 @@ LOOM_COMPILED_ONCE bool plan_execution::advance(const std::shared_ptr<execution>
     case item::kind::kernel: {
       if (s.kept && reuse_kept(x, s))
         break;
+      if (s.batch && run_batched(x, k, started))
+        continue;
       reread_inputs(x, s);
       std::uint32_t forwardable = 0;
       for (std::size_t i = 0; i < s.inputs.size() && i < 32; ++i) {
@@ -570,6 +576,56 @@ LOOM_COMPILED_ONCE void plan_execution::run_fused(execution& x, const item& s) c
   for (const item& f : s.fallback)
     if (f.id != s.id)
       release_value(x, f.out);
+}
+
+LOOM_COMPILED_ONCE bool plan_execution::run_batched(execution& x, std::size_t k,
+                                                    std::int64_t started) const {
+  const std::vector<item>& items = p_.items();
+  const item& first = items[k];
+  if (p_.reads_variable(first.out))
+    return false;
+  std::vector<std::size_t> batch{k};
+  // The ready queue gives the lowest item first: an optimizer's updates, made one after
+  // another after the gradients, come out together.
+  while (!x.ready.empty()) {
+    const item& next = items[x.ready.top()];
+    if (next.k != item::kind::kernel || next.batch != first.batch || next.where != first.where ||
+        p_.reads_variable(next.out))
+      break;
+    batch.push_back(x.ready.top());
+    x.ready.pop();
+  }
+  if (batch.size() == 1)
+    return false;
+  // Each node's inputs at the GPU and its refs, as run_item gives a kernel its own.
+  std::vector<std::vector<const any_tensor*>> inputs(batch.size());
+  std::vector<std::vector<kernels::variable_resource*>> refs(batch.size());
+  std::vector<kernels::kernel_context> contexts;
+  contexts.reserve(batch.size());
+  std::vector<kernels::kernel_context*> pointers;
+  kernels::step_cancellation* cancellation = x.rendezvous ? x.rendezvous->cancellation() : nullptr;
+  for (std::size_t b = 0; b < batch.size(); ++b) {
+    const item& s = items[batch[b]];
+    reread_inputs(x, s);
+    for (slot in : s.inputs)
+      inputs[b].push_back(in == plan::no_slot ? nullptr : &value_at(x, in, s.where));
+    for (slot r : s.refs)
+      refs[b].push_back(&caches_.variable(p_, x.g, r, x.resources));
+    contexts.push_back(kernels::kernel_context{
+        x.g.node(s.id), inputs[b], refs[b], x.device, x.resources, {}, 0, cancellation});
+    contexts.back().attrs = &caches_.attrs(s);
+  }
+  for (kernels::kernel_context& c : contexts)
+    pointers.push_back(&c);
+  gpu_of(x.g.node(first.id), first.where).run_batch(first.where.device, first.batch, pointers);
+  const std::int64_t ended = x.tracer ? steady_now_ns() : 0;
+  for (std::size_t b = 0; b < batch.size(); ++b) {
+    x.values[items[batch[b]].out] = std::move(contexts[b].output);
+    if (x.tracer)
+      x.tracer->ran(x.g, items[batch[b]], started, ended);
+    finish(x, batch[b]);
+  }
+  return true;
 }
 
 LOOM_COMPILED_ONCE auto plan_execution::gpu_of(const node_def& n, memory_location where)

@@ -89,8 +89,8 @@ LOOM_COMPILED_ONCE auto local_master::run(const graph& g, const run_request& req
       run_plan(c.p, c.caches, g, std::move(feeds), cpu_.device(), resources_, nullptr, &tracer);
   *trace = step_stats{++traced_steps_, start, steady_now_ns(), {}};
   task_trace t = tracer.finish();
-  trace->tasks.push_back(
-      {local_task, std::move(t.nodes), std::move(t.thread_roles), 0, 0, 0, true});
+  trace->tasks.push_back({local_task, std::move(t.nodes), std::move(t.thread_roles), 0, 0, 0, true,
+                          std::move(t.gpu_memory)});
   return fetched;
 }
 

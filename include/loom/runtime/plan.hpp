@@ -61,6 +61,9 @@ public:
     node_id id = no_node; // its node, for its definition and its name
     slot out = no_slot;   // where its value goes
     kernels::kernel_fn kernel = nullptr;
+    // A GPU kernel's batch kernel, where its op has one: the executor runs the items that
+    // are ready together and share it in one call (kernel_registry::find_batch).
+    kernels::batch_kernel_fn batch = nullptr;
     bool blocking = false;    // the kernel may wait for other steps (op_def::blocking)
     bool kept = false;        // a constant on a GPU: made by its first run, then kept
     memory_location where{};  // a kernel's device: its inputs are copied there
@@ -391,6 +394,8 @@ LOOM_COMPILED_ONCE auto plan::make_item(const graph& g, node_id id, memory_locat
   s.kept = n.op == "constant" && !where.on_host();
   s.kernel = kernels::kernel_registry::instance().find_for(
       n, t, where.on_host() ? kernels::device_cpu : kernels::device_gpu);
+  if (!where.on_host())
+    s.batch = kernels::kernel_registry::instance().find_batch(n.op, t, kernels::device_gpu);
   s.attrs = decoded_items_++;
   for (std::size_t i = 0; i < n.inputs.size(); ++i) {
     if (def.ref_inputs >> i & 1u) {

@@ -54,6 +54,16 @@ struct node_exec_stats {
   }
 };
 
+// One GPU's memory on a task at the end of its part of a traced step: loom's device
+// allocator's bytes (loom::gpu_memory), the peak the step's own (a traced step starts it
+// again; steps that ran beside it share it).
+struct device_memory_stats {
+  int device = 0; // the task's GPU:device
+  std::int64_t allocated = 0, cached = 0, peak = 0;
+
+  template <class A> void serialize(A& ar) { ar(device, allocated, cached, peak); }
+};
+
 // One task's part of a step (TF's DeviceStepStats; loom traces by task).
 struct task_step_stats {
   std::string task; // "/job:ps/replica:0/task:0"
@@ -65,6 +75,7 @@ struct task_step_stats {
   // same_clock: the task's own clock lay within them and was taken as is.
   std::int64_t clock_offset_ns = 0, offset_min_ns = 0, offset_max_ns = 0;
   bool same_clock = true;
+  std::vector<device_memory_stats> gpu_memory; // each GPU the task's allocator used
 };
 
 // TF's StepStats.
@@ -89,7 +100,10 @@ struct task_trace {
   std::int64_t received_ns = 0, answered_ns = 0;
   std::vector<node_exec_stats> nodes;
   std::map<std::int64_t, std::string> thread_roles;
-  template <class A> void serialize(A& ar) { ar(received_ns, answered_ns, nodes, thread_roles); }
+  std::vector<device_memory_stats> gpu_memory;
+  template <class A> void serialize(A& ar) {
+    ar(received_ns, answered_ns, nodes, thread_roles, gpu_memory);
+  }
 };
 
 } // namespace detail

@@ -43,6 +43,9 @@ public:
   // `received_ns`: when the task received the request to run the step.
   explicit step_tracer(std::int64_t received_ns = steady_now_ns()) {
     trace_.received_ns = received_ns;
+    if (kernels::gpu_backend* b = kernels::gpu_backend::registered())
+      for (int d = 0; d < b->device_count(); ++d)
+        b->reset_memory_peak(d); // the peak the timeline shows is the step's
   }
 
   // The executor asked for a _recv's value at `at`.
@@ -56,6 +59,10 @@ public:
   // The trace, answered at `answered_ns`; the tracer is spent.
   task_trace finish(std::int64_t answered_ns = steady_now_ns()) {
     trace_.answered_ns = answered_ns;
+    if (kernels::gpu_backend* b = kernels::gpu_backend::registered())
+      for (int d = 0; d < b->device_count(); ++d)
+        if (const gpu_memory_info m = b->memory(d); m.allocated || m.cached || m.peak)
+          trace_.gpu_memory.push_back({d, m.allocated, m.cached, m.peak});
     return std::move(trace_);
   }
 

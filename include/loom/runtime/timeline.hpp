@@ -11,7 +11,9 @@
 // event ("X") named by its op, its node name in args.name; each tensor sent between tasks a flow
 // arrow from its _send to its _recv ("s" to "f", category "transfer", named by
 // its rendezvous key); each _recv's wait, from when the executor asked for the
-// value to its arrival, an async span ("b"/"e", category "recv wait"). Times
+// value to its arrival, an async span ("b"/"e", category "recv wait"); each GPU a task
+// used, a counter ("C", "GPU:i memory") of its allocator's bytes allocated, cached and
+// the step's peak, at the end of the task's last node. Times
 // are microseconds from the step's start on the client's clock
 // (runtime/step_stats.hpp says how tasks' clocks are aligned); otherData
 // carries the step's id and length and each task's clock offset.
@@ -103,6 +105,14 @@ LOOM_COMPILED_ONCE std::string timeline::chrome_trace_json() const {
             std::to_string(n.thread_id) + R"(,"ts":)" + micros(n.start_ns) + R"(,"dur":)" +
             duration(n.start_ns, n.end_ns) + R"(,"args":{)" + args + "}}");
     }
+    std::int64_t last = t.node_stats.empty() ? stats_.end_ns : t.node_stats.front().end_ns;
+    for (const node_exec_stats& n : t.node_stats)
+      last = std::max(last, n.end_ns);
+    for (const device_memory_stats& m : t.gpu_memory)
+      event(R"({"name":"GPU:)" + std::to_string(m.device) + R"( memory","ph":"C","pid":)" + p +
+            R"(,"ts":)" + micros(last) + R"(,"args":{"allocated":)" + std::to_string(m.allocated) +
+            R"(,"cached":)" + std::to_string(m.cached) + R"(,"peak":)" + std::to_string(m.peak) +
+            "}}");
   }
   // Transfers: an arrow from each _send to its _recv, and each _recv's wait.
   std::map<std::string, std::pair<std::size_t, const node_exec_stats*>> sends;

@@ -124,6 +124,7 @@ LOOM_COMPILED_ONCE step_stats align_step_trace(std::uint64_t step_id, std::int64
     ts.same_clock = same[i];
     ts.node_stats = std::move(tasks[i].trace.nodes);
     ts.thread_roles = std::move(tasks[i].trace.thread_roles);
+    ts.gpu_memory = std::move(tasks[i].trace.gpu_memory);
     for (node_exec_stats& ns : ts.node_stats) {
       ns.start_ns += offset[i];
       ns.end_ns += offset[i];

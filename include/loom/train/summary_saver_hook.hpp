@@ -8,11 +8,14 @@
 // Given the examples a global step trains on, it also writes the cluster's
 // "examples/s" with every save after the first: a host-side value, measured
 // between saves, as TF's StepCounterHook writes global_step/sec beside the
-// summaries (which would be a second hook sharing the writer).
+// summaries (which would be a second hook sharing the writer). Where this process's GPUs
+// hold tensors, each save adds their memory (loom::gpu_memory) in MB: "gpu_<i>/allocated_mb",
+// "gpu_<i>/cached_mb" and "gpu_<i>/peak_mb", the peak since the save before.
 #pragma once
 
 #include <loom/core/compiled_once.hpp>
 #include <loom/graph/ops/summary.hpp>
+#include <loom/kernels/gpu_backend.hpp>
 #include <loom/train/hooks.hpp>
 #include <loom/train/summary_writer.hpp>
 
@@ -117,6 +120,15 @@ LOOM_COMPILED_ONCE void summary_saver_hook::after_run(run_context& c,
           "examples/s",
           static_cast<double>((step - *last_step_) * o_.examples_per_global_step) / secs, step);
     }
+    if (kernels::gpu_backend* b = kernels::gpu_backend::registered())
+      for (int d = 0; d < b->device_count(); ++d)
+        if (const gpu_memory_info m = b->memory(d); m.allocated || m.cached || m.peak) {
+          const std::string gpu = "gpu_" + std::to_string(d) + "/";
+          writer_->add_scalar(gpu + "allocated_mb", static_cast<double>(m.allocated) / 1e6, step);
+          writer_->add_scalar(gpu + "cached_mb", static_cast<double>(m.cached) / 1e6, step);
+          writer_->add_scalar(gpu + "peak_mb", static_cast<double>(m.peak) / 1e6, step);
+          b->reset_memory_peak(d);
+        }
     last_step_ = step;
     last_time_ = now;
   }

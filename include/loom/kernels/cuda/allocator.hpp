@@ -19,7 +19,8 @@
 //   memory the device's cache is released and the call retried once; then
 //   resource_exhausted_error;
 // * empty_cache() returns every cached block to CUDA (cudaFree synchronises);
-// * stats(): bytes in use, bytes cached, peak, cudaMalloc/cudaFree calls, hits;
+// * stats(): bytes in use, bytes cached, peak, cudaMalloc/cudaFree calls, hits, per
+//   device (stats(device)) or summed over the devices;
 // * thread-safe (one mutex). default_allocator() is a process-wide instance that is
 //   never destroyed, so buffers freed during static destruction stay valid.
 // Host-only (cuda_runtime_api.h): compiles with the host compiler and CUDA::cudart.
@@ -82,8 +83,9 @@ public:
     const int device = current_device();
     std::lock_guard lock(mutex_);
     auto [p, block_size] = take_cached(device, stream, size);
+    allocator_stats& st = stats_[device];
     if (p) {
-      ++stats_.cache_hits;
+      ++st.cache_hits;
     } else {
       p = malloc_locked(device, size);
       block_size = size;
@@ -94,11 +96,11 @@ public:
       release(device, p, block_size, false);
       throw;
     }
-    stats_.bytes_in_use += block_size;
-    stats_.bytes_requested += bytes;
-    if (stats_.bytes_in_use > stats_.peak_bytes_in_use)
-      stats_.peak_bytes_in_use = stats_.bytes_in_use;
-    ++stats_.allocations;
+    st.bytes_in_use += block_size;
+    st.bytes_requested += bytes;
+    if (st.bytes_in_use > st.peak_bytes_in_use)
+      st.peak_bytes_in_use = st.bytes_in_use;
+    ++st.allocations;
     return p;
   }
 
@@ -113,15 +115,16 @@ public:
       return false;
     const block b = it->second;
     active_.erase(it);
-    stats_.bytes_in_use -= b.size;
-    stats_.bytes_requested -= b.requested;
+    allocator_stats& st = stats_.find(b.device)->second; // made by its allocate()
+    st.bytes_in_use -= b.size;
+    st.bytes_requested -= b.requested;
     if (released_pools_.count(pool_key{b.device, key_of(b.stream)})) { // its pool is gone
       release(b.device, p, b.size, false);
       return true;
     }
     try {
       free_[pool_key{b.device, key_of(b.stream)}].emplace(b.size, p);
-      stats_.bytes_cached += b.size;
+      st.bytes_cached += b.size;
     } catch (...) { // no memory for the map node: give the block back to CUDA
       release(b.device, p, b.size, false);
     }
@@ -150,13 +153,33 @@ public:
     }
   }
 
+  // Summed over the devices (a peak: the sum of each device's).
   allocator_stats stats() const {
     std::lock_guard lock(mutex_);
-    return stats_;
+    allocator_stats sum;
+    for (const auto& [device, st] : stats_) {
+      sum.bytes_in_use += st.bytes_in_use;
+      sum.bytes_requested += st.bytes_requested;
+      sum.peak_bytes_in_use += st.peak_bytes_in_use;
+      sum.bytes_cached += st.bytes_cached;
+      sum.cuda_malloc_calls += st.cuda_malloc_calls;
+      sum.cuda_free_calls += st.cuda_free_calls;
+      sum.allocations += st.allocations;
+      sum.cache_hits += st.cache_hits;
+    }
+    return sum;
   }
-  void reset_peak() {
+  allocator_stats stats(int device) const {
     std::lock_guard lock(mutex_);
-    stats_.peak_bytes_in_use = stats_.bytes_in_use;
+    const auto it = stats_.find(device);
+    return it == stats_.end() ? allocator_stats{} : it->second;
+  }
+  // The peak starts again from the bytes in use now: on every device (-1), or one.
+  void reset_peak(int device = -1) {
+    std::lock_guard lock(mutex_);
+    for (auto& [d, st] : stats_)
+      if (device < 0 || d == device)
+        st.peak_bytes_in_use = st.bytes_in_use;
   }
 
 private:
@@ -182,7 +205,7 @@ private:
       return {nullptr, 0};
     const std::pair<void*, std::size_t> found{it->second, it->first};
     pool->second.erase(it);
-    stats_.bytes_cached -= found.second;
+    stats_[device].bytes_cached -= found.second;
     return found;
   }
 
@@ -196,13 +219,14 @@ private:
     }
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
-      throw resource_exhausted_error(
-          "loom::cuda::caching_allocator: out of memory on GPU " + std::to_string(device) +
-          " allocating " + std::to_string(size) + " bytes (" + std::to_string(stats_.bytes_in_use) +
-          " bytes in use by this allocator, cache released)");
+      throw resource_exhausted_error("loom::cuda::caching_allocator: out of memory on GPU " +
+                                     std::to_string(device) + " allocating " +
+                                     std::to_string(size) + " bytes (" +
+                                     std::to_string(stats_[device].bytes_in_use) +
+                                     " bytes in use by this allocator, cache released)");
     }
     LOOM_CUDA_CHECK(e);
-    ++stats_.cuda_malloc_calls;
+    ++stats_[device].cuda_malloc_calls;
     return p;
   }
 
@@ -224,21 +248,24 @@ private:
     const bool switch_device = cudaGetDevice(&previous) == cudaSuccess && previous != device;
     if (switch_device)
       (void)cudaSetDevice(device);
-    if (cudaFree(p) == cudaSuccess)
-      ++stats_.cuda_free_calls;
-    else
+    const auto st = stats_.find(device); // made by the block's allocate()
+    if (cudaFree(p) == cudaSuccess) {
+      if (st != stats_.end())
+        ++st->second.cuda_free_calls;
+    } else {
       (void)cudaGetLastError(); // e.g. the runtime is already shutting down
+    }
     if (switch_device)
       (void)cudaSetDevice(previous);
-    if (was_cached)
-      stats_.bytes_cached -= size;
+    if (was_cached && st != stats_.end())
+      st->second.bytes_cached -= size;
   }
 
   mutable std::mutex mutex_;
   std::unordered_map<void*, block> active_;
   std::map<pool_key, std::multimap<std::size_t, void*>> free_;
-  std::set<pool_key> released_pools_; // CUDA graphs' pools, dropped with their graphs
-  allocator_stats stats_;
+  std::set<pool_key> released_pools_;    // CUDA graphs' pools, dropped with their graphs
+  std::map<int, allocator_stats> stats_; // per device
 };
 
 // The process-wide allocator. Never destroyed: buffers released during static

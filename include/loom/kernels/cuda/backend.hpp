@@ -146,6 +146,24 @@ public:
     });
   }
 
+  void run_batch(int device, loom::kernels::batch_kernel_fn kernel,
+                 std::span<loom::kernels::kernel_context* const> contexts) override {
+    for (const loom::kernels::kernel_context* c : contexts)
+      for (const any_tensor* in : c->inputs)
+        if (in && !in->empty() && in->location() != memory_location::gpu(device))
+          throw internal_error("node " + c->node.describe() + " on GPU:" + std::to_string(device) +
+                               " got an input " + in->describe());
+    on_device(device, [&](loom::kernels::gpu_context& g) {
+      for (loom::kernels::kernel_context* c : contexts)
+        c->gpu = &g;
+      const std::uint64_t transfers = g.host_transfers;
+      kernel(contexts);
+      if (g.host_transfers != transfers)
+        ++kernel_transfers();
+      LOOM_CUDA_CHECK(cudaGetLastError()); // a launch that failed
+    });
+  }
+
   bool run_fused(int device, loom::kernels::gpu_fused_kernel_fn kernel,
                  std::span<const any_tensor* const> leaves, any_tensor& out,
                  const std::string& node_name) override {
@@ -227,9 +245,7 @@ public:
       cuda::copy_to_device(static_cast<unsigned char*>(to.device_data()),
                            static_cast<const unsigned char*>(from.raw_data()), from.byte_size(),
                            d.context.stream);
-      if (cuda::is_page_locked(from.raw_data())) // as upload(): the caller may refill it
-        LOOM_CUDA_CHECK(cudaStreamSynchronize(d.context.stream));
-      return;
+      return; // no wait, even from page-locked memory: see gpu_backend::copy_into
     }
     // From a GPU: its stream first (from's last writer), then the copy, waited for (as copy()).
     LOOM_CUDA_CHECK(cudaStreamSynchronize(at(from.location().device).context.stream));
@@ -239,12 +255,19 @@ public:
     LOOM_CUDA_CHECK(cudaStreamSynchronize(d.context.stream));
   }
 
+  // The allocator's own figures: asking creates no context on a GPU never used.
+  gpu_memory_info memory(int device) const override {
+    const cuda::allocator_stats st = default_allocator().stats(device);
+    return {static_cast<std::int64_t>(st.bytes_in_use), static_cast<std::int64_t>(st.bytes_cached),
+            static_cast<std::int64_t>(st.peak_bytes_in_use)};
+  }
+  void reset_memory_peak(int device) override { default_allocator().reset_peak(device); }
+
   bool can_capture() const noexcept override { return true; }
   std::unique_ptr<capture> begin_capture(int device) override;
   std::uint64_t kernel_host_transfers() const noexcept override { return kernel_transfers(); }
 
-  // Waits for everything queued on `device`.
-  void synchronize(int device) {
+  void synchronize(int device) override {
     on_device(device, [](const loom::kernels::gpu_context& g) {
       LOOM_CUDA_CHECK(cudaStreamSynchronize(g.stream));
     });

@@ -28,25 +28,28 @@
 #include <loom/kernels/cuda/state.cuh>
 #include <loom/kernels/registry.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <mutex>
+#include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace loom::kernels::cuda_kernels {
 
-// The CPU's begin_update on this GPU: take the locks; check the inputs (the
-// CPU's messages) and that every ref lives on this GPU; own the buffers the
+// The CPU's begin_update on this GPU, under the refs' locks: check the inputs
+// (the CPU's messages) and that every ref lives on this GPU; own the buffers the
 // update writes, a shared one copied on this GPU's stream (unshare_refs).
-[[nodiscard]] inline apply_locks begin_update(const kernel_context& c, const any_tensor& grad) {
-  apply_locks lock(c.refs);
+inline void prepare_update(const kernel_context& c, const any_tensor& grad) {
   loom::kernels::check_apply_inputs(c, grad);
   for (std::size_t k = 0; k < c.refs.size(); ++k)
     check_on_gpu(c, c.refs[k]->value,
                  (k == 0 ? "variable '" : "slot '") + apply_ref_name(c.node, k) + "'");
   const gpu_context& g = gpu_of(c);
   loom::kernels::unshare_refs(c, [&g](const any_tensor& t) { return g.clone(t); });
-  return lock;
 }
 
 // A scalar hyperparameter input, in device memory; TF accepts only scalars.
@@ -240,7 +243,8 @@ void run_update(kernel_context& c, std::size_t grad_input, Make&& make) {
   const any_tensor& grad = c.input(grad_input);
   const gpu_context& g = gpu_of(c);
   if (c.node.op.rfind("sparse_", 0) != 0) {
-    const apply_locks lock = begin_update(c, grad);
+    const apply_locks lock(c.refs);
+    prepare_update(c, grad);
     if (const std::int64_t n = c.refs[0]->value.num_elements(); n > 0) {
       dense_rule_kernel<T>
           <<<grid_for(n), block_threads, 0, g.stream>>>(make(), grad.template device_data<T>(), n);
@@ -272,85 +276,179 @@ void run_update(kernel_context& c, std::size_t grad_input, Make&& make) {
   c.output = c.refs[0]->value;
 }
 
-template <class T> struct apply_gradient_descent_gpu {
-  static void run(kernel_context& c) {
-    const T* alpha = scalar_input<T>(c, 1, "alpha");
-    run_update<T>(c, 2, [&] { return gradient_descent_rule<T>{ref_data<T>(c, 0), alpha}; });
+// -- the updates: each optimizer's inputs and rule --------------------------------------------
+// Each gives the index of its gradient input and rule(c), its rule over the node's refs
+// and scalar inputs (called once the refs are settled). update_gpu makes the kernels.
+
+template <class T> struct gradient_descent_update { // (var, alpha, grad)
+  static constexpr std::size_t grad_input = 2;
+  static gradient_descent_rule<T> rule(const kernel_context& c) {
+    return {ref_data<T>(c, 0), scalar_input<T>(c, 1, "alpha")};
   }
 };
 
-template <class T> struct apply_momentum_gpu {
-  static void run(kernel_context& c) {
-    const T* lr = scalar_input<T>(c, 2, "lr");
-    const T* momentum = scalar_input<T>(c, 4, "momentum");
-    const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
-    run_update<T>(c, 3, [&] {
-      return momentum_rule<T>{ref_data<T>(c, 0), ref_data<T>(c, 1), lr, momentum, nesterov};
-    });
+template <class T> struct momentum_update { // (var, accum, lr, grad, momentum)
+  static constexpr std::size_t grad_input = 3;
+  static momentum_rule<T> rule(const kernel_context& c) {
+    return {ref_data<T>(c, 0), ref_data<T>(c, 1), scalar_input<T>(c, 2, "lr"),
+            scalar_input<T>(c, 4, "momentum"), c.node.attr_or<bool>("use_nesterov", false)};
   }
 };
 
-template <class T> struct apply_adagrad_gpu {
-  static void run(kernel_context& c) {
-    const T* lr = scalar_input<T>(c, 2, "lr");
-    run_update<T>(c, 3, [&] { return adagrad_rule<T>{ref_data<T>(c, 0), ref_data<T>(c, 1), lr}; });
+template <class T> struct adagrad_update { // (var, accum, lr, grad)
+  static constexpr std::size_t grad_input = 3;
+  static adagrad_rule<T> rule(const kernel_context& c) {
+    return {ref_data<T>(c, 0), ref_data<T>(c, 1), scalar_input<T>(c, 2, "lr")};
   }
 };
 
 // Sparse: TF's LazyAdam (m and v of the rows a step touches only), as on the CPU.
-template <class T> struct apply_adam_gpu {
-  static void run(kernel_context& c) {
+template <class T> struct adam_update { // (var, m, v, beta1_power, beta2_power, lr, ..., grad)
+  static constexpr std::size_t grad_input = 9;
+  static adam_rule<T> rule(const kernel_context& c) {
     const adam_params p{scalar_input<T>(c, 3, "beta1_power"), scalar_input<T>(c, 4, "beta2_power"),
                         scalar_input<T>(c, 5, "lr"),          scalar_input<T>(c, 6, "beta1"),
                         scalar_input<T>(c, 7, "beta2"),       scalar_input<T>(c, 8, "epsilon")};
-    const bool nesterov = c.node.attr_or<bool>("use_nesterov", false);
-    run_update<T>(c, 9, [&] {
-      return adam_rule<T>{ref_data<T>(c, 0), ref_data<T>(c, 1), ref_data<T>(c, 2), p, nesterov};
-    });
+    return {ref_data<T>(c, 0), ref_data<T>(c, 1), ref_data<T>(c, 2), p,
+            c.node.attr_or<bool>("use_nesterov", false)};
   }
 };
 
-template <class T> struct apply_rms_prop_gpu {
-  static void run(kernel_context& c) {
-    const T* lr = scalar_input<T>(c, 3, "lr");
-    const T* rho = scalar_input<T>(c, 4, "rho");
-    const T* momentum = scalar_input<T>(c, 5, "momentum");
-    const T* epsilon = scalar_input<T>(c, 6, "epsilon");
-    run_update<T>(c, 7, [&] {
-      return rms_prop_rule<T>{
-          ref_data<T>(c, 0), ref_data<T>(c, 1), ref_data<T>(c, 2), lr, rho, momentum, epsilon};
-    });
+template <class T> struct rms_prop_update { // (var, ms, mom, lr, rho, momentum, epsilon, grad)
+  static constexpr std::size_t grad_input = 7;
+  static rms_prop_rule<T> rule(const kernel_context& c) {
+    return {ref_data<T>(c, 0),
+            ref_data<T>(c, 1),
+            ref_data<T>(c, 2),
+            scalar_input<T>(c, 3, "lr"),
+            scalar_input<T>(c, 4, "rho"),
+            scalar_input<T>(c, 5, "momentum"),
+            scalar_input<T>(c, 6, "epsilon")};
   }
 };
 
 // Inputs (var, accum, linear, grad, lr, l1, l2, l2_shrinkage, lr_power[, indices]).
-template <class T> struct apply_ftrl_gpu {
-  static void run(kernel_context& c) {
-    const T* lr = scalar_input<T>(c, 4, "lr");
-    const T* l1 = scalar_input<T>(c, 5, "l1");
-    const T* l2 = scalar_input<T>(c, 6, "l2");
-    const T* shrinkage = scalar_input<T>(c, 7, "l2_shrinkage");
-    const T* lr_power = scalar_input<T>(c, 8, "lr_power");
-    run_update<T>(c, 3, [&] {
-      return ftrl_rule<T>{ref_data<T>(c, 0), ref_data<T>(c, 1), ref_data<T>(c, 2), lr, l1, l2,
-                          shrinkage,         lr_power};
-    });
+template <class T> struct ftrl_update {
+  static constexpr std::size_t grad_input = 3;
+  static ftrl_rule<T> rule(const kernel_context& c) {
+    return {ref_data<T>(c, 0),
+            ref_data<T>(c, 1),
+            ref_data<T>(c, 2),
+            scalar_input<T>(c, 4, "lr"),
+            scalar_input<T>(c, 5, "l1"),
+            scalar_input<T>(c, 6, "l2"),
+            scalar_input<T>(c, 7, "l2_shrinkage"),
+            scalar_input<T>(c, 8, "lr_power")};
   }
 };
 
-// Registers `Kernel` for the dense op and its sparse twin (run_update tells them apart).
-template <template <class> class Kernel> void register_update_gpu(const char* op) {
-  register_kernels<Kernel>(op, floating_types{}, device_gpu);
-  register_kernels<Kernel>(loom::detail::sparse_apply_op(op), floating_types{}, device_gpu);
+// -- several dense updates in one launch (PyTorch's fused optimizers) ------------------------
+// The updates of a step's variables on one GPU, ready together, run as one kernel: each
+// variable gets a range of its blocks, and each thread applies the rule to the elements of
+// its variable it strides over. Per launch at most `per_launch` variables, as their rules
+// travel in the kernel's parameters (4 KiB). The elements and their order of arithmetic
+// are the single update's: the results are the same to the bit.
+template <class T, class Rule> struct rule_batch {
+  static constexpr int per_launch = 24;
+  Rule rule[per_launch];
+  const T* grad[per_launch];
+  std::int64_t size[per_launch];
+  unsigned first_block[per_launch + 1]; // variable e owns blocks [first_block[e], [e + 1])
+  int count;
+};
+
+template <class T, class Rule> __global__ void batch_rule_kernel(const rule_batch<T, Rule> b) {
+  int e = 0;
+  while (e + 1 < b.count && blockIdx.x >= b.first_block[e + 1])
+    ++e;
+  const auto apply = b.rule[e].load();
+  const T* grad = b.grad[e];
+  const std::int64_t stride =
+      static_cast<std::int64_t>(b.first_block[e + 1] - b.first_block[e]) * blockDim.x;
+  for (std::int64_t i =
+           static_cast<std::int64_t>(blockIdx.x - b.first_block[e]) * blockDim.x + threadIdx.x;
+       i < b.size[e]; i += stride)
+    apply(i, grad[i]);
+}
+
+// The dense updates of `cs` (each node's kernel_context, one op and dtype), as one launch
+// per rule_batch::per_launch of them, under all their refs' locks, taken in one address
+// order (a lock at a time would deadlock against another step's batch). A variable that
+// two of them update (two optimizers of one step) is updated by each in turn, as alone.
+template <class T, class Update> void run_update_batch(std::span<kernel_context* const> cs) {
+  std::vector<std::mutex*> mutexes;
+  for (const kernel_context* c : cs)
+    for (variable_resource* r : c->refs)
+      mutexes.push_back(&r->mu);
+  std::sort(mutexes.begin(), mutexes.end(), std::less<>{});
+  if (std::adjacent_find(mutexes.begin(), mutexes.end()) != mutexes.end()) {
+    for (kernel_context* c : cs)
+      run_update<T>(*c, Update::grad_input, [c] { return Update::rule(*c); });
+    return;
+  }
+  std::vector<std::unique_lock<std::mutex>> locks;
+  locks.reserve(mutexes.size());
+  for (std::mutex* m : mutexes)
+    locks.emplace_back(*m);
+  using batch = rule_batch<T, decltype(Update::rule(*cs[0]))>;
+  batch b{};
+  const auto launch = [&] {
+    if (b.count == 0)
+      return;
+    batch_rule_kernel<T><<<b.first_block[b.count], block_threads, 0, gpu_of(*cs[0]).stream>>>(b);
+    check_launch();
+    b.count = 0;
+  };
+  for (kernel_context* c : cs) {
+    const any_tensor& grad = c->input(Update::grad_input);
+    prepare_update(*c, grad);
+    c->output = c->refs[0]->value;
+    const std::int64_t n = c->refs[0]->value.num_elements();
+    if (n == 0)
+      continue;
+    const int e = b.count++;
+    b.rule[e] = Update::rule(*c);
+    b.grad[e] = grad.template device_data<T>();
+    b.size[e] = n;
+    b.first_block[e + 1] = b.first_block[e] + grid_for(n);
+    if (b.count == batch::per_launch)
+      launch();
+  }
+  launch();
+}
+
+// An update's kernels: its dense op and sparse twin one at a time (run_update tells them
+// apart), and its dense op's batch kernel.
+template <template <class> class Update> struct update_gpu {
+  template <class T> struct kernel {
+    static void run(kernel_context& c) {
+      run_update<T>(c, Update<T>::grad_input, [&c] { return Update<T>::rule(c); });
+    }
+    static void run_batch(std::span<kernel_context* const> cs) {
+      run_update_batch<T, Update<T>>(cs);
+    }
+  };
+};
+
+template <template <class> class Update> void register_update_gpu(const char* op) {
+  using update = update_gpu<Update>;
+  register_kernels<update::template kernel>(op, floating_types{}, device_gpu);
+  register_kernels<update::template kernel>(loom::detail::sparse_apply_op(op), floating_types{},
+                                            device_gpu);
+  [op]<class... Ts>(type_list<Ts...>) {
+    (kernel_registry::instance().add_batch(op, dtype_of<Ts>, device_gpu,
+                                           &update::template kernel<Ts>::run_batch),
+     ...);
+  }(floating_types{});
 }
 
 inline bool register_training_gpu() {
-  register_update_gpu<apply_gradient_descent_gpu>("apply_gradient_descent");
-  register_update_gpu<apply_momentum_gpu>("apply_momentum");
-  register_update_gpu<apply_adagrad_gpu>("apply_adagrad");
-  register_update_gpu<apply_adam_gpu>("apply_adam");
-  register_update_gpu<apply_rms_prop_gpu>("apply_rms_prop");
-  register_update_gpu<apply_ftrl_gpu>("apply_ftrl");
+  register_update_gpu<gradient_descent_update>("apply_gradient_descent");
+  register_update_gpu<momentum_update>("apply_momentum");
+  register_update_gpu<adagrad_update>("apply_adagrad");
+  register_update_gpu<adam_update>("apply_adam");
+  register_update_gpu<rms_prop_update>("apply_rms_prop");
+  register_update_gpu<ftrl_update>("apply_ftrl");
   return true;
 }
 
