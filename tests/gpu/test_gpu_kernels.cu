@@ -1573,7 +1573,7 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
   }
 
   TEST_CASE("a batch of updates computes what each update alone computes, to the bit") {
-    // The batch kernel (kernels/cuda/training.cuh, run_update_batch) over 30 variables, more
+    // The batch kernel (kernels/cuda/training.cuh, run_dense_updates) over 30 variables, more
     // than one launch holds, of 0 to 1 100 elements; and a batch naming one variable twice,
     // which runs its updates in turn.
     const std::vector<update_op> updates{

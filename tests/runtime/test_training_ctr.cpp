@@ -71,6 +71,18 @@ TEST_CASE("examples/ctr, async, 1 ps + 2 workers: partitioned tables trained wit
   CHECK(r.find("global_step")->shard_id == 0);
 }
 
+TEST_CASE("examples/ctr --num_gpus beyond the process's GPUs: one error naming the flag" *
+          lt::needs_examples()) {
+  require_ctr();
+  cluster_flags cf(1, 1);
+  // The worker refuses before it asks anything of the ps, which need not run.
+  lt::child w0(lt::example("ctr"), args(cf.task("worker", 0), {"--num_gpus=64"}));
+  expect_exit(w0, 1, 60s);
+  INFO(w0.output());
+  CHECK(contains(w0.output(), "--num_gpus=64 but this process has "));
+  CHECK(contains(w0.output(), "GPU(s): a build with CUDA on a machine with GPUs is needed"));
+}
+
 TEST_CASE("examples/ctr without --checkpoint_dir: the chief checkpoints into a temporary "
           "directory and removes it when it ends" *
           lt::needs_examples()) {

@@ -1,6 +1,6 @@
 // GPU kernels of the optimizer updates (kernels/cpu/training.hpp on the CPU),
 // with TF's formulas: each updates the variable and its slots in this GPU's
-// memory, in place unless something else holds their buffers (begin_update),
+// memory, in place unless something else holds their buffers (prepare_update),
 // and outputs the variable's buffer. The variable and its slots
 // must live on this GPU (their initializers placed here put them there); one
 // that does not is refused with a message naming it.
@@ -70,7 +70,7 @@ struct adam_params {
 // inputs; load() reads the scalars once per thread and gives the rule proper,
 // which updates element i of the variable and its slots from gradient g with
 // the CPU's formulas. One rule serves the dense op and its sparse twin
-// (run_update), as on the CPU.
+// (run_dense_updates, run_sparse_update), as on the CPU.
 
 template <class T> struct gradient_descent_rule {
   T* w;
@@ -206,14 +206,6 @@ template <class T> struct ftrl_rule {
   }
 };
 
-// A rule over every element: grad has the variable's shape.
-template <class T, class Rule>
-__global__ void dense_rule_kernel(Rule rule, const T* grad, std::int64_t n) {
-  const auto apply = rule.load();
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
-    apply(i, grad[i]);
-}
-
 // A rule over the rows that the grouped indices name: element j of the row
 // of group u gets the sum of its gradient rows' element j, in their order.
 template <class T, class Rule>
@@ -231,28 +223,15 @@ __global__ void sparse_rule_kernel(Rule rule, id_groups_view ids, const T* rows,
   }
 }
 
-// Runs an update (the CPU's run_update on this GPU). Dense (apply_*): under
-// the locks, owning the buffers it writes (begin_update), the rule over every
-// element. Sparse (sparse_apply_*: inputs as the dense op's with the
-// gradient's rows at `grad_input`, the indices last): under the locks, the
-// CPU's checks, every ref on this GPU, the indices checked on their host copy;
-// then the rule over the distinct rows, in place (as on the CPU, no copy of
-// the variable). make() gives the rule once the refs are settled.
+// A sparse update (sparse_apply_*: inputs as the dense op's with the gradient's rows at
+// `grad_input`, the indices last), the CPU's run_update on this GPU: under the locks, the
+// CPU's checks, every ref on this GPU, the indices checked on their host copy; then the rule
+// over the distinct rows, in place (as on the CPU, no copy of the variable). make() gives
+// the rule once the refs are settled.
 template <class T, class Make>
-void run_update(kernel_context& c, std::size_t grad_input, Make&& make) {
+void run_sparse_update(kernel_context& c, std::size_t grad_input, Make&& make) {
   const any_tensor& grad = c.input(grad_input);
   const gpu_context& g = gpu_of(c);
-  if (c.node.op.rfind("sparse_", 0) != 0) {
-    const apply_locks lock(c.refs);
-    prepare_update(c, grad);
-    if (const std::int64_t n = c.refs[0]->value.num_elements(); n > 0) {
-      dense_rule_kernel<T>
-          <<<grid_for(n), block_threads, 0, g.stream>>>(make(), grad.template device_data<T>(), n);
-      check_launch();
-    }
-    c.output = c.refs[0]->value;
-    return;
-  }
   const any_tensor& indices = c.input(c.inputs.size() - 1);
   const apply_locks lock(c.refs);
   loom::kernels::check_sparse_apply_inputs(c, grad, indices);
@@ -342,12 +321,13 @@ template <class T> struct ftrl_update {
   }
 };
 
-// -- several dense updates in one launch (PyTorch's fused optimizers) ------------------------
-// The updates of a step's variables on one GPU, ready together, run as one kernel: each
-// variable gets a range of its blocks, and each thread applies the rule to the elements of
-// its variable it strides over. Per launch at most `per_launch` variables, as their rules
-// travel in the kernel's parameters (4 KiB). The elements and their order of arithmetic
-// are the single update's: the results are the same to the bit.
+// -- dense updates: one launch for one or many (PyTorch's fused optimizers) -----------------
+// A dense update (apply_*) runs its rule over every element of its variable. The updates of
+// a step's variables on one GPU, ready together, run as one launch: each variable gets a
+// range of its blocks, and each thread applies the rule to the elements of its variable it
+// strides over. Per launch at most `per_launch` variables, as their rules travel in the
+// kernel's parameters (4 KiB). One update alone is a batch of one: each element's
+// arithmetic is the same either way, and so are the results, to the bit.
 template <class T, class Rule> struct rule_batch {
   static constexpr int per_launch = 24;
   Rule rule[per_launch];
@@ -373,17 +353,20 @@ template <class T, class Rule> __global__ void batch_rule_kernel(const rule_batc
 
 // The dense updates of `cs` (each node's kernel_context, one op and dtype), as one launch
 // per rule_batch::per_launch of them, under all their refs' locks, taken in one address
-// order (a lock at a time would deadlock against another step's batch). A variable that
-// two of them update (two optimizers of one step) is updated by each in turn, as alone.
-template <class T, class Update> void run_update_batch(std::span<kernel_context* const> cs) {
+// order (a lock at a time would deadlock against another step's batch); each owns the
+// buffers it writes first (prepare_update). A variable that two of them update (two
+// optimizers of one step) is updated by each in turn, as alone.
+template <class T, class Update> void run_dense_updates(std::span<kernel_context* const> cs) {
   std::vector<std::mutex*> mutexes;
   for (const kernel_context* c : cs)
     for (variable_resource* r : c->refs)
       mutexes.push_back(&r->mu);
   std::sort(mutexes.begin(), mutexes.end(), std::less<>{});
   if (std::adjacent_find(mutexes.begin(), mutexes.end()) != mutexes.end()) {
-    for (kernel_context* c : cs)
-      run_update<T>(*c, Update::grad_input, [c] { return Update::rule(*c); });
+    for (kernel_context* c : cs) {
+      kernel_context* const alone[] = {c};
+      run_dense_updates<T, Update>(alone);
+    }
     return;
   }
   std::vector<std::unique_lock<std::mutex>> locks;
@@ -417,15 +400,20 @@ template <class T, class Update> void run_update_batch(std::span<kernel_context*
   launch();
 }
 
-// An update's kernels: its dense op and sparse twin one at a time (run_update tells them
-// apart), and its dense op's batch kernel.
+// An update's kernels: its dense op and sparse twin one node at a time, and its dense op's
+// batch kernel.
 template <template <class> class Update> struct update_gpu {
   template <class T> struct kernel {
     static void run(kernel_context& c) {
-      run_update<T>(c, Update<T>::grad_input, [&c] { return Update<T>::rule(c); });
+      if (c.node.op.rfind("sparse_", 0) == 0) {
+        run_sparse_update<T>(c, Update<T>::grad_input, [&c] { return Update<T>::rule(c); });
+      } else {
+        kernel_context* const alone[] = {&c};
+        run_dense_updates<T, Update<T>>(alone);
+      }
     }
     static void run_batch(std::span<kernel_context* const> cs) {
-      run_update_batch<T, Update<T>>(cs);
+      run_dense_updates<T, Update<T>>(cs);
     }
   };
 };
