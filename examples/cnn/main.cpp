@@ -11,6 +11,7 @@
 #include <loom/loom.hpp>
 
 #include "../common/deep_cnn.hpp"
+#include "../common/worker_device.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -87,15 +88,8 @@ int main(int argc, char** argv) try {
   loom::graph g;
   g.set_random_seed(seed);
   const std::string worker_task = "/job:worker/task:" + std::to_string(task_index);
-  const auto num_gpus = flags.get_int("num_gpus");
-  if (num_gpus > loom::gpu_count())
-    throw loom::invalid_argument_error("--num_gpus=" + std::to_string(num_gpus) +
-                                       " but this process has " +
-                                       std::to_string(loom::gpu_count()) +
-                                       " GPU(s): a build with CUDA on a machine with GPUs "
-                                       "is needed");
   const std::string worker_device =
-      num_gpus > 0 ? worker_task + "/gpu:" + std::to_string(task_index % num_gpus) : worker_task;
+      loom::examples::worker_device(worker_task, task_index, flags.get_int("num_gpus"));
   std::optional<loom::scope_guard> on_ps(g.device(loom::make_replica_device_setter(
       cluster, {.ps_device = "/job:ps/cpu:0", .worker_device = worker_device})));
   auto global_step = loom::create_global_step(g);

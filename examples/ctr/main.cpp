@@ -23,6 +23,8 @@
 #include "click_files.hpp"
 #include "wide_deep.hpp"
 
+#include "../common/worker_device.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -339,15 +341,8 @@ int main(int argc, char** argv) try {
   // network (the MLP, the wide part's weights, the loss and their gradients) on its GPU. The
   // rows a step gathers come from the ps to the worker's host, are copied to the GPU once,
   // and their gradients are summed per distinct row there before they go back as rows.
-  const auto num_gpus = flags.get_int("num_gpus");
-  if (num_gpus > loom::gpu_count())
-    throw loom::invalid_argument_error("--num_gpus=" + std::to_string(num_gpus) +
-                                       " but this process has " +
-                                       std::to_string(loom::gpu_count()) +
-                                       " GPU(s): a build with CUDA on a machine with GPUs "
-                                       "is needed");
   const std::string worker_device =
-      num_gpus > 0 ? worker_task + "/gpu:" + std::to_string(task_index % num_gpus) : worker_task;
+      loom::examples::worker_device(worker_task, task_index, flags.get_int("num_gpus"));
   auto scope = g.device(loom::make_replica_device_setter(
       cluster, {.ps_device = "/job:ps/cpu:0", .worker_device = worker_device}));
   auto global_step = loom::create_global_step(g);

@@ -18,6 +18,7 @@
 
 #include "../common/mnist_input.hpp"
 #include "../common/seed_mlp.hpp"
+#include "../common/worker_device.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -116,14 +117,8 @@ int main(int argc, char** argv) try {
   g.set_random_seed(seed);
   // The seed's worker_device: a GPU with --num_gpus, else the CPU.
   const std::string worker_task = "/job:worker/task:" + std::to_string(task_index);
-  const auto num_gpus = flags.get_int("num_gpus");
-  if (job == "worker" && num_gpus > loom::gpu_count())
-    throw loom::invalid_argument_error(
-        "--num_gpus=" + std::to_string(num_gpus) + " but this process has " +
-        std::to_string(loom::gpu_count()) +
-        " GPU(s): a build with CUDA (LOOM_ENABLE_CUDA) on a machine with GPUs is needed");
   const std::string worker_device =
-      num_gpus > 0 ? worker_task + "/gpu:" + std::to_string(task_index % num_gpus) : worker_task;
+      loom::examples::worker_device(worker_task, task_index, flags.get_int("num_gpus"));
   auto scope = g.device(loom::make_replica_device_setter(
       cluster, {.ps_device = "/job:ps/cpu:0", .worker_device = worker_device}));
   // [snippet-end:device-setter]

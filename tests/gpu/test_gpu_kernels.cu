@@ -1119,6 +1119,41 @@ std::vector<std::pair<std::string, double>> ftrl_scalars(double lr_power, double
       {"lr", 0.1}, {"l1", 0.01}, {"l2", 0.02}, {"l2_shrinkage", shrinkage}, {"lr_power", lr_power}};
 }
 
+// Every dense update, with and without Nesterov where it has it, FTRL with lr_power -0.5
+// (a square root) and another (pow).
+std::vector<update_op> dense_updates() {
+  return {
+      {"apply_gradient_descent", 0, {{"alpha", 0.1}}, false},
+      {"apply_momentum", 1, {{"lr", 0.05}}, false, {{"momentum", 0.9}}},
+      {"apply_momentum", 1, {{"lr", 0.05}}, true, {{"momentum", 0.9}}},
+      {"apply_adagrad", 1, {{"lr", 0.1}}, false},
+      {"apply_adam",
+       2,
+       {{"beta1_power", 0.9},
+        {"beta2_power", 0.999},
+        {"lr", 0.01},
+        {"beta1", 0.9},
+        {"beta2", 0.999},
+        {"epsilon", 1e-7}},
+       false},
+      {"apply_adam",
+       2,
+       {{"beta1_power", 0.81},
+        {"beta2_power", 0.998},
+        {"lr", 0.01},
+        {"beta1", 0.9},
+        {"beta2", 0.999},
+        {"epsilon", 1e-7}},
+       true},
+      {"apply_rms_prop",
+       2,
+       {{"lr", 0.01}, {"rho", 0.9}, {"momentum", 0.5}, {"epsilon", 1e-7}},
+       false},
+      {"apply_ftrl", 2, {}, false, ftrl_scalars(-0.5, 0.0)},
+      {"apply_ftrl", 2, {}, false, ftrl_scalars(-0.6, 0.1)},
+  };
+}
+
 // Scalar tensors of dtype t (float32 or float64) and their copies on GPU 0.
 std::pair<std::vector<any_tensor>, std::vector<any_tensor>>
 scalar_inputs(const std::vector<std::pair<std::string, double>>& values, dtype t) {
@@ -1470,36 +1505,7 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
   }
 
   TEST_CASE("the optimizer updates match the CPU's over several steps") {
-    const std::vector<update_op> updates{
-        {"apply_gradient_descent", 0, {{"alpha", 0.1}}, false},
-        {"apply_momentum", 1, {{"lr", 0.05}}, false, {{"momentum", 0.9}}},
-        {"apply_momentum", 1, {{"lr", 0.05}}, true, {{"momentum", 0.9}}},
-        {"apply_adagrad", 1, {{"lr", 0.1}}, false},
-        {"apply_adam",
-         2,
-         {{"beta1_power", 0.9},
-          {"beta2_power", 0.999},
-          {"lr", 0.01},
-          {"beta1", 0.9},
-          {"beta2", 0.999},
-          {"epsilon", 1e-7}},
-         false},
-        {"apply_adam",
-         2,
-         {{"beta1_power", 0.81},
-          {"beta2_power", 0.998},
-          {"lr", 0.01},
-          {"beta1", 0.9},
-          {"beta2", 0.999},
-          {"epsilon", 1e-7}},
-         true},
-        {"apply_rms_prop",
-         2,
-         {{"lr", 0.01}, {"rho", 0.9}, {"momentum", 0.5}, {"epsilon", 1e-7}},
-         false},
-        {"apply_ftrl", 2, {}, false, ftrl_scalars(-0.5, 0.0)},
-        {"apply_ftrl", 2, {}, false, ftrl_scalars(-0.6, 0.1)},
-    };
+    const std::vector<update_op> updates = dense_updates();
     const std::uint64_t seed = fresh_seed();
     INFO("seed " << seed);
     std::mt19937_64 rng(seed);
@@ -1576,32 +1582,14 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
     // The batch kernel (kernels/cuda/training.cuh, run_dense_updates) over 30 variables, more
     // than one launch holds, of 0 to 1 100 elements; and a batch naming one variable twice,
     // which runs its updates in turn.
-    const std::vector<update_op> updates{
-        {"apply_gradient_descent", 0, {{"alpha", 0.1}}, false},
-        {"apply_momentum", 1, {{"lr", 0.05}}, true, {{"momentum", 0.9}}},
-        {"apply_adagrad", 1, {{"lr", 0.1}}, false},
-        {"apply_adam",
-         2,
-         {{"beta1_power", 0.81},
-          {"beta2_power", 0.998},
-          {"lr", 0.01},
-          {"beta1", 0.9},
-          {"beta2", 0.999},
-          {"epsilon", 1e-7}},
-         false},
-        {"apply_rms_prop",
-         2,
-         {{"lr", 0.01}, {"rho", 0.9}, {"momentum", 0.5}, {"epsilon", 1e-7}},
-         false},
-        {"apply_ftrl", 2, {}, false, ftrl_scalars(-0.6, 0.1)},
-    };
+    const std::vector<update_op> updates = dense_updates();
     const std::uint64_t seed = fresh_seed();
     INFO("seed " << seed);
     std::mt19937_64 rng(seed);
     constexpr int vars = 30;
     for (const update_op& u : updates)
       for (dtype t : floats) {
-        INFO(u.op << "<" << to_string(t) << ">");
+        INFO(u.op << "<" << to_string(t) << "> nesterov " << u.nesterov);
         const batch_kernel_fn batch = kernel_registry::instance().find_batch(u.op, t, device_gpu);
         REQUIRE(static_cast<bool>(batch));
         test_resources alone_res, batch_res;

@@ -80,7 +80,8 @@ TEST_CASE("examples/ctr --num_gpus beyond the process's GPUs: one error naming t
   expect_exit(w0, 1, 60s);
   INFO(w0.output());
   CHECK(contains(w0.output(), "--num_gpus=64 but this process has "));
-  CHECK(contains(w0.output(), "GPU(s): a build with CUDA on a machine with GPUs is needed"));
+  CHECK(contains(w0.output(), "GPU(s): a build with CUDA (LOOM_ENABLE_CUDA) on a machine with "
+                              "GPUs is needed"));
 }
 
 TEST_CASE("examples/ctr without --checkpoint_dir: the chief checkpoints into a temporary "
