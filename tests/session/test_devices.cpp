@@ -49,7 +49,7 @@ public:
   // what it records (it has nothing to defer it to), and a launch runs nothing: so a
   // replay's fetches are the recorded step's values, and its kernels count no runs.
   bool records = false;
-  int recordings = 0, launches = 0, copies_into = 0, peak_resets = 0;
+  int recordings = 0, launches = 0, copies_into = 0, synchronizations = 0, peak_resets = 0;
   loom::gpu_memory_info memory_now{};
 
   int device_count() const noexcept override { return 1; }
@@ -105,11 +105,20 @@ public:
     ++peak_resets;
   }
   void copy_into(loom::any_tensor& to, const loom::any_tensor& from) override {
-    REQUIRE(to.location() == memory_location::gpu(0));
     REQUIRE(to.shape() == from.shape());
     ++copies_into;
+    if (to.on_host()) { // a fetch, into the host's (here ordinary) staging memory
+      REQUIRE(from.location() == memory_location::gpu(0));
+      std::memcpy(to.raw_data(), from.device_data(), from.byte_size());
+      return;
+    }
+    REQUIRE(to.location() == memory_location::gpu(0));
     std::memcpy(to.device_data(), from.on_host() ? from.raw_data() : from.device_data(),
                 from.byte_size());
+  }
+  void synchronize(int device) override {
+    REQUIRE(device == 0);
+    ++synchronizations;
   }
 
 private:
@@ -471,7 +480,10 @@ TEST_CASE("a step on one GPU is recorded at its third run and replayed from then
       CHECK(s.run(y, {{x, fed(v)}})(0) == 12.0f); // fetch is the recorded run's value
     CHECK(r.gpu.kernels == 6);
     CHECK(r.gpu.launches == 3);
-    CHECK(r.gpu.copies_into == 2);
+    // Per replay: the feed into the graph's buffer, the fetch into its staging buffer, and
+    // one wait for both.
+    CHECK(r.gpu.copies_into == 2 * 2);
+    CHECK(r.gpu.synchronizations == 2);
     // Another shape runs as always, said once.
     loom::testing::log_capture log;
     CHECK(s.run(y, {{x, fed(6, 4)}})(3) == 42.0f);

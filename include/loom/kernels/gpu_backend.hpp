@@ -84,11 +84,12 @@ public:
   virtual std::unique_ptr<capture> begin_capture(int device) {
     throw internal_error("GPU:" + std::to_string(device) + ": this GPU backend cannot capture");
   }
-  // Copies `from` (on the host or a GPU) into `to` (on a GPU, the same dtype and shape),
-  // ordered before the GPU's later work. `from` may go or be written on return, except in
-  // page-locked memory (loom::pinned_tensor): that copy is the GPU's own, asynchronous, and
-  // `from` must stay as it is until the GPU's next wait (a copy to the host, synchronize).
-  // A step replayed from a CUDA graph so waits once, for its fetches, not once per feed.
+  // Copies `from` into `to` (the same dtype and shape), queued on the GPU's stream after its
+  // earlier work: into a GPU from the host or a GPU, or into the host from a GPU. From or
+  // into page-locked memory (allocate_pinned, loom::pinned_tensor) the copy is the GPU's
+  // own and asynchronous: the host side must stay as it is, and `to` on the host holds the
+  // value, only after the GPU's next wait (a copy to the host, synchronize). A step replayed
+  // from a CUDA graph so waits once, for its feeds and fetches together.
   virtual void copy_into(any_tensor& to, const any_tensor& from) {
     (void)from;
     throw internal_error("a copy into " + to.describe() + ": this GPU backend has none");

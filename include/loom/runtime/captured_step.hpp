@@ -14,9 +14,10 @@
 //           allocations come from a memory pool of the graph's own, which no one else can
 //           take between replays); then the graph runs once, for this step;
 //   run 4+  replayed: the feeds are copied into the graph's buffers, the graph launches,
-//           the fetches are copied back; the host waits for the GPU once, for them. A feed whose
-//           shape or dtype differs from the recorded one runs the plan as always (said once); a
-//           variable given another buffer since (assigned from another plan, restored) drops the
+//           the fetches are copied into page-locked buffers of the graph's own, all on the
+//           GPU's stream, and the host waits for the GPU once, then hands out their copies. A feed
+//           whose shape or dtype differs from the recorded one runs the plan as always (said once);
+//           a variable given another buffer since (assigned from another plan, restored) drops the
 //           graph, and the plan is watched and recorded again (at most 3 times, then as always).
 // The static reasons a plan runs as always: an item on the host or on another GPU, a
 // _send or _recv, a blocking kernel, a random op (its kernel's key comes from the host,
@@ -83,6 +84,7 @@ private:
   std::unique_ptr<kernels::gpu_backend::graph> graph_;
   std::vector<any_tensor> feed_buffers_;  // on the GPU, one per fed slot
   std::vector<any_tensor> fetch_buffers_; // views of the fetched values on the GPU
+  std::vector<any_tensor> fetch_staging_; // page-locked, one per fetch, refilled by each replay
 };
 
 } // namespace loom::detail
@@ -261,8 +263,10 @@ captured_step::record(const plan& p, plan_caches& caches, const graph& g,
       if (variable_addresses(p, caches, g, resources) != variables_)
         why = "a variable's buffer changed while it was recorded";
       graph_->launch(); // this step's work, recorded and not yet run
-      for (const any_tensor& f : fetch_buffers_)
+      for (const any_tensor& f : fetch_buffers_) {
         out.push_back(f.empty() ? f : b.copy(f, memory_location::host()));
+        fetch_staging_.push_back(f.empty() ? f : b.allocate_pinned(f.type(), f.shape()));
+      }
     }
   }
   if (!why.empty()) {
@@ -286,21 +290,22 @@ captured_step::replay(const std::vector<any_tensor>& feeds) {
   for (std::size_t i = 0; i < feeds.size(); ++i)
     b.copy_into(feed_buffers_[i], feeds[i]);
   graph_->launch();
-  // The first fetch's copy waits for the feeds' copies, which may still read the caller's
-  // page-locked tensors (copy_into); without one, the step waits here.
+  for (std::size_t i = 0; i < fetch_buffers_.size(); ++i)
+    if (!fetch_buffers_[i].empty())
+      b.copy_into(fetch_staging_[i], fetch_buffers_[i]);
+  // One wait: the feeds' copies (which may read the caller's page-locked tensors), the graph
+  // and the fetches' copies. The staging buffers are the next replay's: the caller gets
+  // copies.
+  b.synchronize(device_);
   std::vector<any_tensor> out;
-  out.reserve(fetch_buffers_.size());
-  bool waited = false;
-  for (const any_tensor& f : fetch_buffers_) {
-    waited = waited || !f.empty();
-    out.push_back(f.empty() ? f : b.copy(f, memory_location::host()));
-  }
-  if (!waited)
-    b.synchronize(device_);
+  out.reserve(fetch_staging_.size());
+  for (const any_tensor& f : fetch_staging_)
+    out.push_back(f.clone());
   return out;
 }
 
 LOOM_COMPILED_ONCE void captured_step::drop() {
+  fetch_staging_.clear();
   fetch_buffers_.clear();
   feed_buffers_.clear();
   graph_.reset();

@@ -234,8 +234,17 @@ public:
   }
 
   void copy_into(any_tensor& to, const any_tensor& from) override {
-    if (to.type() != from.type() || to.shape() != from.shape() || to.on_host())
+    if (to.type() != from.type() || to.shape() != from.shape() || (to.on_host() && from.on_host()))
       throw internal_error("a copy of " + from.describe() + " into " + to.describe());
+    if (to.on_host()) { // from a GPU, not waited for: see gpu_backend::copy_into
+      per_device& d = at(from.location().device);
+      std::lock_guard lock(d.mu);
+      device_guard g(from.location().device);
+      copy_to_host(static_cast<unsigned char*>(to.raw_data()),
+                   static_cast<const unsigned char*>(from.device_data()), from.byte_size(),
+                   d.context.stream);
+      return;
+    }
     per_device& d = at(to.location().device);
     std::lock_guard lock(d.mu);
     device_guard g(to.location().device);
