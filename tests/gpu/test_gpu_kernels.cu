@@ -1695,36 +1695,9 @@ TEST_SUITE("cuda_device" * doctest::skip(!gpu_kernels_test::have_gpu())) {
   }
 
   TEST_CASE("the sparse updates match the CPU's over several steps, repeated indices summed") {
-    const std::vector<update_op> updates{
-        {"sparse_apply_gradient_descent", 0, {{"alpha", 0.1}}, false},
-        {"sparse_apply_momentum", 1, {{"lr", 0.05}}, false, {{"momentum", 0.9}}},
-        {"sparse_apply_momentum", 1, {{"lr", 0.05}}, true, {{"momentum", 0.9}}},
-        {"sparse_apply_adagrad", 1, {{"lr", 0.1}}, false},
-        {"sparse_apply_adam",
-         2,
-         {{"beta1_power", 0.9},
-          {"beta2_power", 0.999},
-          {"lr", 0.01},
-          {"beta1", 0.9},
-          {"beta2", 0.999},
-          {"epsilon", 1e-7}},
-         false},
-        {"sparse_apply_adam",
-         2,
-         {{"beta1_power", 0.81},
-          {"beta2_power", 0.998},
-          {"lr", 0.01},
-          {"beta1", 0.9},
-          {"beta2", 0.999},
-          {"epsilon", 1e-7}},
-         true},
-        {"sparse_apply_rms_prop",
-         2,
-         {{"lr", 0.01}, {"rho", 0.9}, {"momentum", 0.5}, {"epsilon", 1e-7}},
-         false},
-        {"sparse_apply_ftrl", 2, {}, false, ftrl_scalars(-0.5, 0.0)},
-        {"sparse_apply_ftrl", 2, {}, false, ftrl_scalars(-0.6, 0.1)},
-    };
+    std::vector<update_op> updates = dense_updates(); // their sparse twins
+    for (update_op& u : updates)
+      u.op = "sparse_" + u.op;
     // Each step's indices: a shape and how many rows they are drawn from
     // (few: every row repeated many times), of rank 2, none, one.
     const std::vector<std::pair<loom::shape, std::int64_t>> steps{
