@@ -604,9 +604,12 @@ LOOM_COMPILED_ONCE bool plan_execution::run_batched(execution& x, std::size_t k,
   contexts.reserve(batch.size());
   std::vector<kernels::kernel_context*> pointers;
   kernels::step_cancellation* cancellation = x.rendezvous ? x.rendezvous->cancellation() : nullptr;
+  // Every variable read first: a read that changed drops its copy elsewhere, which an
+  // earlier node's inputs may already point to.
+  for (std::size_t member : batch)
+    reread_inputs(x, items[member]);
   for (std::size_t b = 0; b < batch.size(); ++b) {
     const item& s = items[batch[b]];
-    reread_inputs(x, s);
     for (slot in : s.inputs)
       inputs[b].push_back(in == plan::no_slot ? nullptr : &value_at(x, in, s.where));
     for (slot r : s.refs)
