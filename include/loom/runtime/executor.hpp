@@ -582,21 +582,21 @@ LOOM_COMPILED_ONCE bool plan_execution::run_batched(execution& x, std::size_t k,
                                                     std::int64_t started) const {
   const std::vector<item>& items = p_.items();
   const item& first = items[k];
-  if (p_.reads_variable(first.out))
+  const auto joins = [&](std::size_t next) {
+    const item& s = items[next];
+    return s.k == item::kind::kernel && s.batch == first.batch && s.where == first.where &&
+           !p_.reads_variable(s.out);
+  };
+  // Nothing ready beside it (one GPU update alone): no batch, and nothing allocated.
+  if (p_.reads_variable(first.out) || x.ready.empty() || !joins(x.ready.top()))
     return false;
   std::vector<std::size_t> batch{k};
   // The ready queue gives the lowest item first: an optimizer's updates, made one after
   // another after the gradients, come out together.
-  while (!x.ready.empty()) {
-    const item& next = items[x.ready.top()];
-    if (next.k != item::kind::kernel || next.batch != first.batch || next.where != first.where ||
-        p_.reads_variable(next.out))
-      break;
+  while (!x.ready.empty() && joins(x.ready.top())) {
     batch.push_back(x.ready.top());
     x.ready.pop();
   }
-  if (batch.size() == 1)
-    return false;
   // Each node's inputs at the GPU and its refs, as run_item gives a kernel its own.
   std::vector<std::vector<const any_tensor*>> inputs(batch.size());
   std::vector<std::vector<kernels::variable_resource*>> refs(batch.size());
