@@ -2,6 +2,7 @@
 // memory tier moves out are on disk, come back when looked up, and the table trains as
 // the same table all in memory does, value for value; its bad inputs are one error each.
 #include <loom/api.hpp>
+#include <loom/kernels/cpu/row_file.hpp>
 #include <loom/train/disk_tier_checkpoint.hpp>
 #include <loom/train/incremental_saver.hpp>
 #include <loom/train/saver.hpp>
@@ -305,8 +306,63 @@ TEST_CASE("a hash table saved in one count of shards is refused by a table of an
   }
 }
 
-TEST_CASE("a disk tier ages its rows out as memory does: swept as training runs, never in a "
-          "checkpoint once aged") {
+TEST_CASE("a disk tier's file lets go of its aged rows oldest first, each once, through "
+          "erases, puts again and rebuilds of its age order") {
+  loom::testing::scratch_dir dir;
+  loom::kernels::row_file tier(dir / "t.rows", sizeof(double));
+  const auto put = [&](std::int64_t id, std::int64_t last_lookup) {
+    const double payload = static_cast<double>(id);
+    tier.put(id, last_lookup, &payload);
+  };
+  using ids = std::vector<std::int64_t>;
+  put(10, 5);
+  put(11, 1);
+  put(12, 3);
+  put(13, 9);
+  CHECK(tier.erase_aged(0) == ids{});
+  CHECK(tier.erase_aged(3) == ids{11, 12});
+  CHECK(tier.rows() == 2);
+  CHECK(tier.find(11) == nullptr);
+  // Erased and put again with the same last lookup: two entries in the order, one id.
+  tier.erase(10);
+  put(10, 5);
+  CHECK(tier.erase_aged(5) == ids{10});
+  // Erased and put again later: its first entry is not its age.
+  put(20, 4);
+  tier.erase(20);
+  put(20, 8);
+  CHECK(tier.erase_aged(6) == ids{});
+  CHECK(tier.erase_aged(8) == ids{20});
+  // Thousands of rows come and go (promoted back to memory): the order is rebuilt from the
+  // rows held, and keeps them.
+  put(8, 55);
+  for (std::int64_t id = 1000; id < 6000; ++id) {
+    put(id, 50);
+    tier.erase(id);
+  }
+  CHECK(tier.erase_aged(54) == ids{13});
+  CHECK(tier.erase_aged(55) == ids{8});
+  CHECK(tier.rows() == 0);
+  // The aged rows' records are reused, and a record holds what was put there.
+  loom::kernels::row_file small(dir / "small.rows", sizeof(double));
+  for (std::int64_t id : {1, 2}) {
+    const double payload = static_cast<double>(id);
+    small.put(id, id, &payload);
+  }
+  const std::int64_t bytes = small.bytes();
+  CHECK(small.erase_aged(2) == ids{1, 2});
+  for (std::int64_t id : {3, 4}) {
+    const double payload = static_cast<double>(id);
+    small.put(id, 9, &payload);
+  }
+  CHECK(small.bytes() == bytes);
+  double payload = 0;
+  small.get(*small.find(4), &payload);
+  CHECK(payload == 4.0);
+}
+
+TEST_CASE("a disk tier ages its rows out as memory does: each lookup lets go of those aged, "
+          "never in a checkpoint once aged") {
   loom::testing::scratch_dir dir;
   loom::graph g;
   loom::placeholder<std::int64_t, 1> ids(g, shape{-1}, "ids");
@@ -318,19 +374,19 @@ TEST_CASE("a disk tier ages its rows out as memory does: swept as training runs,
   loom::session s(g);
   s.run(loom::global_variables_initializer(g));
   // Lookups 1-4 (the shard's clock): ids 1 and 2 move to disk; then id 100 alone, so no
-  // lookup brings them back. The tier is swept every 3 lookups (steps_to_live / 2).
+  // lookup brings them back.
   for (std::int64_t id : {1, 2, 3, 4, 100, 100, 100, 100})
     s.run(rows, feed_tier_ids(ids, {id}));
-  // Lookup 7 swept id 1 (last looked up at 1); id 2 (at 2) aged at 8, before the next sweep:
-  // the save takes it out. Id 3 moved out at lookup 5 and is live.
-  CHECK(s.run(on_disk) == 2);
+  // Lookup 7 let id 1 go (last looked up at 1), lookup 8 id 2 (at 2). Id 3 moved out at
+  // lookup 5 and is live.
+  CHECK(s.run(on_disk) == 1);
   loom::saver(g, {.format = loom::checkpoint_format::loom}).save(s, dir / "model");
   const loom::any_tensor saved =
       loom::checkpoint_reader(dir / "model").read_tensor("t/part_0_of_1/rows/.disk_tier/keys");
   REQUIRE(saved.num_elements() == 1);
   CHECK(saved.data<std::int64_t>()[0] == 3);
   CHECK(s.run(on_disk) == 1);
-  for (int step = 0; step < 8; ++step) // lookup 10's sweep takes id 3, memory id 4
+  for (int step = 0; step < 8; ++step) // lookup 9 lets id 3 go, lookup 10 memory's id 4
     s.run(rows, feed_tier_ids(ids, {100}));
   CHECK(s.run(on_disk) == 0);
   CHECK(s.run(evicted) == 4);

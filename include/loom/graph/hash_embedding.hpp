@@ -56,10 +56,10 @@
 // not RocksDB) instead of dropping it; a lookup of an id held there moves it back into
 // memory (making room the same way) before the step's gather, so lookups and sparse
 // applies see one table, and a row's values and slots are those it would have had in
-// memory. Rows age out on disk as in memory (steps_to_live: a lookup sweeps the tier every
-// steps_to_live / 2 lookups, and a save leaves aged rows out). The tier is the process's (it
-// starts empty); a saver saves it beside the table's variables and a restore refills it
-// (train/disk_tier_checkpoint.hpp).
+// memory. Rows age out on disk as in memory (steps_to_live: each lookup lets go of the
+// rows aged by then, in time for their number, and a save leaves aged rows out). The tier
+// is the process's (it starts empty); a saver saves it beside the table's variables and a
+// restore refills it (train/disk_tier_checkpoint.hpp).
 #pragma once
 
 #include <loom/graph/builder.hpp>

@@ -100,9 +100,8 @@ struct hash_index : resource_base {
   // it and back in since the process started.
   std::optional<row_file> disk;
   std::int64_t spilled = 0, promoted = 0;
-  // With steps_to_live too: the lookups' steps_to_live (a save's export ages the tier by
-  // it), and the clock at which a lookup next sweeps the tier for rows aged out there.
-  std::int64_t disk_steps_to_live = 0, next_disk_sweep = 0;
+  // With steps_to_live too: the lookups' steps_to_live (a save's export ages the tier by it).
+  std::int64_t disk_steps_to_live = 0;
   // While a save reads the table (from hash_embedding_tier_begin to _export): the records
   // of the ids moved back into memory, kept for the save, which may have read the memory
   // tier before they came back.
@@ -175,23 +174,14 @@ struct hash_index : resource_base {
   // in memory would have been (evicted; its counts start over).
   void age_out_of_disk(std::int64_t id, const row_changes* changed) {
     disk->erase(id);
-    let_go(id, changed);
-    if (counts) {
-      counts->forget(id);
-      admitted_by_count = std::max<std::int64_t>(0, admitted_by_count - 1);
-    }
-    ++evicted;
+    aged_out(id, changed);
   }
 
-  // Every row on disk aged out by `now` (disk_steps_to_live > 0), as above.
+  // Every row on disk aged out by `now` (disk_steps_to_live > 0), as above: in time for
+  // their number (row_file keeps its rows in the order of their last lookups).
   void age_disk(std::int64_t now, const row_changes* changed) {
-    std::vector<std::int64_t> aged;
-    disk->for_each([&](std::int64_t id, const row_file::entry& e) {
-      if (e.last_lookup <= now - disk_steps_to_live)
-        aged.push_back(id);
-    });
-    for (std::int64_t id : aged)
-      age_out_of_disk(id, changed);
+    for (std::int64_t id : disk->erase_aged(now - disk_steps_to_live))
+      aged_out(id, changed);
   }
 
   // Frees row r, whose id the disk tier now holds (still admitted).
@@ -212,6 +202,16 @@ struct hash_index : resource_base {
   std::int64_t holding() const noexcept { return static_cast<std::int64_t>(row_of.size()); }
 
 private:
+  // The bookkeeping of an id the disk tier let go of for its age.
+  void aged_out(std::int64_t id, const row_changes* changed) {
+    let_go(id, changed);
+    if (counts) {
+      counts->forget(id);
+      admitted_by_count = std::max<std::int64_t>(0, admitted_by_count - 1);
+    }
+    ++evicted;
+  }
+
   void free_row(std::int64_t r, std::int64_t* keys) {
     row_of.erase(keys[r]);
     keys[r] = -1;
@@ -390,15 +390,12 @@ template <class T> struct hash_embedding_rows_cpu {
     std::vector<unsigned char> back(from_disk.size() * (disk ? disk->payload_bytes() : 0));
     for (std::size_t j = 0; j < from_disk.size(); ++j)
       disk->get(*disk->find(id[from_disk[j]]), back.data() + j * disk->payload_bytes());
-    // Rows on disk that no lookup brings back age out there too: the tier is swept every
-    // steps_to_live / 2 lookups (a pass over its index in memory, no I/O), so none stays
-    // there much past its age. The ids this step brings back are not aged (checked above).
+    // Rows on disk that no lookup brings back age out there too, as in memory: each lookup
+    // lets go of those aged by now (no I/O; the tier's age order finds them). The ids this
+    // step brings back are not aged (checked above).
     if (disk && a.steps_to_live > 0) {
       index->disk_steps_to_live = a.steps_to_live;
-      if (now >= index->next_disk_sweep) {
-        index->age_disk(now, rows_var.changes.get());
-        index->next_disk_sweep = now + std::max<std::int64_t>(1, a.steps_to_live / 2);
-      }
+      index->age_disk(now, rows_var.changes.get());
     }
     index->lookups += n;
     index->hits += found;

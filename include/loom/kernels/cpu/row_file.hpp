@@ -1,7 +1,10 @@
 // A hash-table shard's disk tier (graph/hash_embedding.hpp, disk_tier_dir): the rows a
 // full memory tier moved out, each a fixed-size record in one file on the shard's task's
 // local disk, found through an index in memory (an unordered_map node per id: its id,
-// record number and last lookup, and the map's own pointers).
+// record number and last lookup, and the map's own pointers), and in the order of their
+// last lookups (their ids listed per last lookup, about 8 bytes a row), so that letting the
+// aged rows go costs their number, not a pass over the index: a pass over 2 x 10^6 rows
+// took 83 ms, under the shard's lock (benchmarks/disk_tier_aging).
 //
 // Why a file of records and not RocksDB: a row's record has one size for the table's
 // life, so freed records are reused in place and nothing ever needs compacting; an LSM
@@ -25,6 +28,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -100,6 +104,10 @@ public:
     std::memcpy(buffer_.data() + sizeof id, &last_lookup, sizeof last_lookup);
     std::memcpy(buffer_.data() + header_bytes, payload, payload_bytes());
     write_all(buffer_.data(), offset(r));
+    // In the age order first: should the index then fail to take it, the order's entry
+    // names an id not held, which erase_aged skips.
+    by_age_[last_lookup].push_back(id);
+    ++age_entries_;
     if (r == records_)
       ++records_;
     else
@@ -120,15 +128,45 @@ public:
     records_ = 0;
     free_.clear();
     where_.clear();
+    by_age_.clear();
+    age_entries_ = 0;
   }
 
-  // Lets the id's record go (its place is reused by the next put).
+  // Lets the id's record go (its place is reused by the next put). Its entry in the age
+  // order stays until erase_aged reaches it, or the order is rebuilt: when it holds twice
+  // the rows, and so once per as many erases as there are rows (a pass over the index).
   void erase(std::int64_t id) {
     const auto it = where_.find(id);
     if (it == where_.end())
       return;
     free_.push_back(it->second.record);
     where_.erase(it);
+    if (age_entries_ > 2 * where_.size() + 1024) {
+      by_age_.clear();
+      for (const auto& [held, e] : where_)
+        by_age_[e.last_lookup].push_back(held);
+      age_entries_ = where_.size();
+    }
+  }
+
+  // Lets go of every id whose last lookup is at most `by` (as erase), oldest first, and
+  // returns them: in time for their number and the erased ids' entries among them.
+  std::vector<std::int64_t> erase_aged(std::int64_t by) {
+    std::vector<std::int64_t> aged;
+    for (auto at = by_age_.begin(); at != by_age_.end() && at->first <= by;
+         at = by_age_.erase(at)) {
+      for (const std::int64_t id : at->second) {
+        // An id erased since (or erased and put again) has another last lookup, or none.
+        const auto it = where_.find(id);
+        if (it == where_.end() || it->second.last_lookup != at->first)
+          continue;
+        free_.push_back(it->second.record);
+        where_.erase(it);
+        aged.push_back(id);
+      }
+      age_entries_ -= at->second.size();
+    }
+    return aged;
   }
 
 private:
@@ -184,6 +222,10 @@ private:
   std::int64_t records_ = 0;       // records made: the file's length over record_
   std::vector<std::int64_t> free_; // records below records_ that hold no id
   std::unordered_map<std::int64_t, entry> where_;
+  // The ids put with each last lookup, in the order put: an entry per put, some naming ids
+  // erased since (age_entries_ of them in all).
+  std::map<std::int64_t, std::vector<std::int64_t>> by_age_;
+  std::size_t age_entries_ = 0;
   std::vector<unsigned char> buffer_;
 };
 
