@@ -144,7 +144,6 @@ private:
 
   graph graph_;
   saver full_;
-  detail::state_checkpoint state_; // iterators' positions, admission counts: whole
   std::vector<shard> shards_;
   std::vector<std::size_t> whole_; // indices into full_.variables(): saved whole
   // The chain being written: its base, its links so far, and the epoch its shards
@@ -176,7 +175,6 @@ LOOM_COMPILED_ONCE incremental_saver::incremental_saver(graph& g, saver_options 
   auto no_device = g.device(nullptr);
   auto names = g.name_scope("save_increment");
   const auto& vars = full_.variables();
-  state_ = detail::state_checkpoint(g, vars);
   std::vector<bool> in_table(vars.size(), false);
   auto index_of = [&](const std::string& name) -> std::optional<std::size_t> {
     for (std::size_t i = 0; i < vars.size(); ++i)
@@ -381,7 +379,7 @@ incremental_saver::save_increment(session& s, const std::string& prefix,
   }
   for (std::size_t i : whole_)
     records.emplace_back(name_of(i), std::move(values[at++]));
-  for (auto& piece : state_.save(s))
+  for (auto& piece : full_.state().save(s))
     records.push_back(std::move(piece));
   write_checkpoint_file(path, records.size(), [&](std::size_t i) { return records[i]; });
   epoch_ = next; // only once the increment is on disk: a failed one is taken again
@@ -459,9 +457,9 @@ LOOM_COMPILED_ONCE void incremental_saver::restore(session& s, const std::string
   full_.restore(s, at);
   for (auto it = links.rbegin(); it != links.rend(); ++it)
     apply_increment(s, **it);
-  if (!links.empty() && !state_.empty()) {
+  if (!links.empty() && !full_.state().empty()) {
     const checkpoint_reader& last = *links.front();
-    state_.restore(
+    full_.state().restore(
         s, [&](const std::string& key) { return last.has_tensor(key); },
         [&](const std::string& key) { return last.read_tensor(key); });
   }

@@ -199,6 +199,9 @@ private:
 
 public:
   const std::vector<saved_variable>& variables() const noexcept { return vars_; }
+  // Its save and restore nodes of what the graph's stateful nodes hold outside variables
+  // (an incremental_saver saves these pieces too, whole, in each increment).
+  const detail::state_checkpoint& state() const noexcept { return state_; }
   // The checkpoints this saver keeps, oldest first (TF's last_checkpoints).
   const std::vector<std::string>& last_checkpoints() const noexcept { return last_checkpoints_; }
   // Takes over checkpoints written earlier, so max_to_keep deletes them in
