@@ -365,3 +365,21 @@ TEST_CASE("a split message decodes as its head and parts, and its flags are chec
   tight.max_message_bytes = 1000;
   CHECK_THROWS_AS(decode_frame(bytes_of(wire), tight), resource_exhausted_error);
 }
+
+TEST_CASE("a connection's writer drops what is pushed after its end of stream, as after its "
+          "close") {
+  // Written after the write side's shutdown, a frame (a pong, a late reply) would fail with
+  // EPIPE, and the close that follows a failed write, with the peer's bytes unread, would be
+  // a reset under what the peer had not yet received.
+  asio::io_context io;
+  transport socket(asio::make_strand(io));
+  frame_writer writer(socket);
+  writer.end();
+  CHECK(writer.push(out_frame(encode_heartbeat(frame_kind::pong))) ==
+        frame_writer::pushed::dropped);
+  CHECK_FALSE(writer.writing());
+  frame_writer closed(socket);
+  CHECK(closed.close());
+  CHECK(closed.push(out_frame(encode_heartbeat(frame_kind::pong))) ==
+        frame_writer::pushed::dropped);
+}

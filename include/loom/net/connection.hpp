@@ -148,7 +148,8 @@ public:
   // Starts the read loop: every frame goes to the sink until the connection closes.
   void start(std::shared_ptr<frame_sink> sink);
 
-  // Thread-safe. False when the connection is closed (the frame is dropped).
+  // Thread-safe. False when the connection is closed or has sent its end of stream (the
+  // frame is dropped).
   bool send(out_frame&& f);
 
   // Thread-safe: closes now (pending writes are dropped).
@@ -415,6 +416,7 @@ LOOM_COMPILED_ONCE void connection::refuse_with(const loom::error& e, bool linge
 }
 
 LOOM_COMPILED_ONCE void connection::linger_then_close(std::string reason) {
+  writer_.end(); // a pong or a reply after the end is dropped, not written
   io_.shutdown_send();
   if (finishing_) // the read loop reads on, and closes at the peer's end of stream
     return close_when_delivered(std::move(reason), std::chrono::steady_clock::now() + linger_time);

@@ -100,7 +100,7 @@ class frame_writer {
 public:
   // What push() did with a frame.
   enum class pushed {
-    dropped, // the connection is closed
+    dropped, // the connection is closed, or its end of stream sent
     sent,    // written whole from the calling thread
     start,   // queued, and no write was under way: the caller runs next() on the strand
     queued,  // queued behind a write under way, which will take it
@@ -145,6 +145,14 @@ public:
   bool close() {
     std::lock_guard lk(mu_);
     return !std::exchange(closed_, true);
+  }
+  // The connection's end of stream is sent (its write side shut down): every later push()
+  // drops its frame. Written, it would fail (EPIPE), and the close that follows a failed
+  // write, with the peer's bytes still unread, would be a reset, destroying what the peer
+  // has not yet received of the frames before the end.
+  void end() {
+    std::lock_guard lk(mu_);
+    ended_ = true;
   }
   // After close() and the socket's: drops what was queued.
   void clear() {
@@ -222,7 +230,8 @@ private:
 
   transport& io_; // the connection's; direct_send() writes to its socket
   mutable std::mutex mu_;
-  bool closed_ = false, writing_ = false, close_after_flush_ = false, linger_ = false;
+  bool closed_ = false, ended_ = false, writing_ = false, close_after_flush_ = false,
+       linger_ = false;
   std::string close_reason_;
   std::deque<out_frame> queue_;
   detail::gather_list gather_;     // direct_send()'s (under mu_)
@@ -238,7 +247,7 @@ namespace loom::net {
 
 LOOM_COMPILED_ONCE auto frame_writer::push(out_frame&& f) -> pushed {
   std::lock_guard lk(mu_);
-  if (closed_)
+  if (closed_ || ended_)
     return pushed::dropped;
   const bool idle = !writing_;
   if (idle) {
