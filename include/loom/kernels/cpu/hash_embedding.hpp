@@ -170,14 +170,8 @@ struct hash_index : resource_base {
     ++evicted;
   }
 
-  // The id's row on disk, not looked up in the last steps_to_live lookups: removed as a row
-  // in memory would have been (evicted; its counts start over).
-  void age_out_of_disk(std::int64_t id, const row_changes* changed) {
-    disk->erase(id);
-    aged_out(id, changed);
-  }
-
-  // Every row on disk aged out by `now` (disk_steps_to_live > 0), as above: in time for
+  // Every row on disk not looked up in the disk_steps_to_live lookups up to `now` (> 0):
+  // removed as a row in memory would have been (evicted; its counts start over), in time for
   // their number (row_file keeps its rows in the order of their last lookups).
   void age_disk(std::int64_t now, const row_changes* changed) {
     for (std::int64_t id : disk->erase_aged(now - disk_steps_to_live))
@@ -340,12 +334,18 @@ template <class T> struct hash_embedding_rows_cpu {
     row_file* disk = a.disk_tier_dir.empty()
                          ? nullptr
                          : &disk_tier(c, a, *index, row_bytes * (1 + slots.size()));
+    // Rows on disk age out there as in memory: each lookup first lets go of those aged by now
+    // (no I/O; the tier's age order finds them), so an id found on disk below is live.
+    if (disk && a.steps_to_live > 0) {
+      index->disk_steps_to_live = a.steps_to_live;
+      index->age_disk(now, rows_var.changes.get());
+    }
     const std::int64_t* id = ids.data<std::int64_t>();
     const std::int64_t n = ids.num_elements();
     any_tensor out(dtype::i64, ids.shape());
     std::int64_t* row_of = out.data<std::int64_t>();
     // The ids with rows get them; the others are -1 here. Room for every id admitted in this
-    // step, or moved back in from the disk tier, is counted before anything changes. The ids
+    // step, or moved back in from the disk tier, is counted before anything else changes. The ids
     // are distinct (each shard gets a step's distinct ids), so an id's count after this step
     // is its count now + 1.
     std::vector<char> admit(static_cast<std::size_t>(n), 0);
@@ -360,15 +360,11 @@ template <class T> struct hash_embedding_rows_cpu {
         continue;
       }
       row_of[k] = -1;
-      if (const row_file::entry* e = disk ? disk->find(id[k]) : nullptr) {
-        if (a.steps_to_live > 0 && e->last_lookup <= now - a.steps_to_live) {
-          index->age_out_of_disk(id[k], rows_var.changes.get());
-        } else {
-          from_disk.push_back(k);
-          admit[static_cast<std::size_t>(k)] = 1;
-          ++fresh;
-          continue;
-        }
+      if (disk && disk->find(id[k])) {
+        from_disk.push_back(k);
+        admit[static_cast<std::size_t>(k)] = 1;
+        ++fresh;
+        continue;
       }
       admit[static_cast<std::size_t>(k)] =
           a.admit_after == 1 || index->counts->count(id[k]) + 1 >= a.admit_after;
@@ -390,13 +386,6 @@ template <class T> struct hash_embedding_rows_cpu {
     std::vector<unsigned char> back(from_disk.size() * (disk ? disk->payload_bytes() : 0));
     for (std::size_t j = 0; j < from_disk.size(); ++j)
       disk->get(*disk->find(id[from_disk[j]]), back.data() + j * disk->payload_bytes());
-    // Rows on disk that no lookup brings back age out there too, as in memory: each lookup
-    // lets go of those aged by now (no I/O; the tier's age order finds them). The ids this
-    // step brings back are not aged (checked above).
-    if (disk && a.steps_to_live > 0) {
-      index->disk_steps_to_live = a.steps_to_live;
-      index->age_disk(now, rows_var.changes.get());
-    }
     index->lookups += n;
     index->hits += found;
     if (index->recency)

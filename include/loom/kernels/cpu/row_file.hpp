@@ -2,9 +2,9 @@
 // full memory tier moved out, each a fixed-size record in one file on the shard's task's
 // local disk, found through an index in memory (an unordered_map node per id: its id,
 // record number and last lookup, and the map's own pointers), and in the order of their
-// last lookups (their ids listed per last lookup, about 8 bytes a row), so that letting the
-// aged rows go costs their number, not a pass over the index: a pass over 2 x 10^6 rows
-// took 83 ms, under the shard's lock (benchmarks/disk_tier_aging).
+// last lookups (each id listed again under its last lookup), so that letting the aged rows
+// go costs their number, not a pass over the index: a pass over 2 x 10^6 rows took 83 ms,
+// under the shard's lock (benchmarks/disk_tier_aging).
 //
 // Why a file of records and not RocksDB: a row's record has one size for the table's
 // life, so freed records are reused in place and nothing ever needs compacting; an LSM
